@@ -1,0 +1,32 @@
+# Two commands on a fresh clone: `make demo` (the main job) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test lint bench clean
+
+$(BIN)/pigeon: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/pigeon
+
+demo: setup
+	$(BIN)/pigeon demo
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,27 @@
+"""The ``pigeon`` command. Each command group lives in its own module and registers here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="pigeon",
+    help="What a user did is never lost and never done twice.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported here so that `import pigeon` stays free of CLI dependencies.
+    from pigeon.cli import queue_cmd
+
+    app.add_typer(queue_cmd.app, name="queue")
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,66 @@
+"""The unit of work on the edge: everything needed to send it again, forever."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = Any  # a value json.dumps accepts; checked at the door, not by the type system
+
+
+class OpType(enum.StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+class OpStatus(enum.StrEnum):
+    PENDING = "pending"  # waiting to be sent (possibly after a backoff)
+    IN_FLIGHT = "in_flight"  # handed to a sender; the server may have it
+    DELIVERED = "delivered"  # a 2xx came back
+    CONFLICT = "conflict"  # held for the conflict resolver
+    DEAD = "dead"  # dead letter: kept with its history until retried or discarded
+
+
+@dataclass(slots=True)
+class Operation:
+    """One create/update/delete (or app-defined) operation made on the edge.
+
+    `id` names the row; `idempotency_key` is what the server dedups on. Both are UUIDs
+    made when the operation is made and stored in the same transaction; nothing ever
+    changes the key, so every resend is recognisable as the same request.
+    """
+
+    id: str
+    type: str
+    entity: str
+    payload: JSON
+    idempotency_key: str
+    endpoint: str | None = None
+    method: str | None = None
+    created_at: float = 0.0
+    clock: str = ""
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    last_error: str | None = None
+    base_version: str | None = None
+    status: OpStatus = OpStatus.PENDING
+    seq: int = 0  # position in the queue: global order of creation
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The operation as it appears inside a batch request (see pigeon.protocol.wire)."""
+        wire: dict[str, Any] = {
+            "id": self.id,
+            "idempotency_key": self.idempotency_key,
+            "type": self.type,
+            "entity": self.entity,
+            "method": self.method,
+            "path": self.endpoint,
+            "body": self.payload,
+            "clock": self.clock,
+        }
+        if self.base_version is not None:
+            wire["if_match"] = self.base_version
+        return wire

@@ -1,0 +1,118 @@
+"""Every error pigeon raises, in one tree.
+
+PigeonError
+├── InvalidOperation            bad input; nothing was stored
+│   ├── PayloadNotSerializable
+│   ├── PayloadTooLarge
+│   ├── EmptyEntity
+│   └── UnknownOperationType
+├── StoreError                  the database file cannot be used as asked
+│   ├── ForeignDatabase         not a pigeon file of this kind; never rewritten
+│   ├── SchemaTooNew            written by a newer pigeon; never rewritten
+│   └── StoreUnavailable        cannot reach or lock the database
+├── NotFound                    no such operation / job / record
+├── InvalidState                the object exists but not in a state that allows this
+├── ConfigurationError          a policy or config value is out of order
+└── DeliveryError               the outcome of sending one operation
+    ├── RetryableError          send again later with the SAME key
+    │   └── KeyInProgress       409: the server is still running that key
+    ├── PermanentError          will never succeed; dead-letter it
+    ├── ConflictError           version conflict; hand to the resolver
+    ├── AuthorizationRequired   401/403; pause the queue, do not burn attempts
+    └── UnknownOutcome          may or may not have happened; reconcile, never re-mint
+"""
+
+from __future__ import annotations
+
+
+class PigeonError(Exception):
+    """Base of every error pigeon raises."""
+
+
+class InvalidOperation(PigeonError, ValueError):
+    """The operation was refused at the door; nothing was stored."""
+
+
+class PayloadNotSerializable(InvalidOperation):
+    pass
+
+
+class PayloadTooLarge(InvalidOperation):
+    pass
+
+
+class EmptyEntity(InvalidOperation):
+    pass
+
+
+class UnknownOperationType(InvalidOperation):
+    pass
+
+
+class StoreError(PigeonError):
+    """The database cannot be used as asked."""
+
+
+class ForeignDatabase(StoreError):
+    pass
+
+
+class SchemaTooNew(StoreError):
+    pass
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+class NotFound(PigeonError, LookupError):
+    pass
+
+
+class InvalidState(PigeonError):
+    pass
+
+
+class ConfigurationError(PigeonError, ValueError):
+    pass
+
+
+class DeliveryError(PigeonError):
+    """The outcome of one delivery attempt that did not succeed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        body: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.body = body
+
+
+class RetryableError(DeliveryError):
+    pass
+
+
+class KeyInProgress(RetryableError):
+    pass
+
+
+class PermanentError(DeliveryError):
+    pass
+
+
+class ConflictError(DeliveryError):
+    pass
+
+
+class AuthorizationRequired(DeliveryError):
+    pass
+
+
+class UnknownOutcome(DeliveryError):
+    pass

@@ -1,0 +1,1 @@
+"""Accountable background work: queues, leases, workers, failed store, effects, schedules."""

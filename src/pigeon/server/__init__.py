@@ -1,0 +1,1 @@
+"""The server: idempotent intake (ASGI), reference notes application, fault proxy."""

@@ -1,0 +1,38 @@
+"""The storage seam: what server code may ask of any backend.
+
+Managers (idempotency, records, jobs, outbox, ...) are written against these protocols
+and ask for SQL by name; each backend supplies the same names in its own ``.sql`` files
+(SQLite uses ``:name`` parameters, PostgreSQL ``%(name)s``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+
+
+class Tx(Protocol):
+    """An open transaction. Leaving the context commits; an exception rolls back."""
+
+    backend: str
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> Any: ...
+
+    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None: ...
+
+    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]: ...
+
+    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None: ...
+
+    def savepoint(self) -> AbstractContextManager[None]: ...
+
+
+class Database(Protocol):
+    backend: str  # "sqlite" or "postgres"
+
+    def transaction(self) -> AbstractContextManager[Tx]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,43 @@
+"""Named SQL blocks: ``-- name: some_query`` starts a block, the next one ends it."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def parse_queries(text: str, origin: str = "<string>") -> dict[str, str]:
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} is defined twice in {origin}")
+        queries[name] = body.strip()
+    return queries
+
+
+@cache
+def load_queries(backend: str, component: str) -> dict[str, str]:
+    """The named queries of one component (``intake``, ``jobs``, ``edge`` ...) for a backend."""
+    resource = resources.files("pigeon.storage").joinpath("sql", backend, f"{component}.sql")
+    return parse_queries(resource.read_text(encoding="utf-8"), f"{backend}/{component}.sql")
+
+
+def migrations(backend: str, component: str) -> list[tuple[int, str]]:
+    """Numbered migration scripts ``sql/<backend>/migrations/<component>_NNNN.sql`` in order."""
+    folder = resources.files("pigeon.storage").joinpath("sql", backend, "migrations")
+    found: list[tuple[int, str]] = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.startswith(component + "_") and name.endswith(".sql"):
+            number = int(name[len(component) + 1 : -4])
+            found.append((number, entry.read_text(encoding="utf-8")))
+    found.sort()
+    numbers = [n for n, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise RuntimeError(f"migrations for {backend}/{component} are not 1..n: {numbers}")
+    return found

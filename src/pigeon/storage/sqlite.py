@@ -1,0 +1,210 @@
+"""SQLite plumbing shared by the edge queue and the server store.
+
+One connection per thread (sqlite3 connections are not shared across threads), WAL,
+``BEGIN IMMEDIATE`` for every write transaction so a writer takes the lock up front
+instead of failing half-way on upgrade. The file is identified by ``application_id``:
+a file of another application, or one written by a newer pigeon, is refused with a clear
+error and never rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from pigeon.exceptions import ForeignDatabase, SchemaTooNew, StoreUnavailable
+from pigeon.storage.queries import migrations
+
+Durability = Literal["full", "normal"]
+Row = dict[str, Any]
+
+_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+
+
+def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
+    return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
+
+
+def connect(path: str | os.PathLike[str], durability: Durability = "full") -> sqlite3.Connection:
+    if durability not in _SYNCHRONOUS:
+        raise ValueError(f"durability must be 'full' or 'normal', not {durability!r}")
+    conn = sqlite3.connect(
+        os.fspath(path), isolation_level=None, check_same_thread=False, timeout=30.0
+    )
+    conn.row_factory = _dict_row
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+    return conn
+
+
+def check_and_migrate(
+    conn: sqlite3.Connection,
+    *,
+    application_id: int,
+    component: str,
+    path: str | os.PathLike[str],
+    create: bool = True,
+) -> int:
+    """Verify the file is ours (or empty) and bring its schema up to date. Returns version."""
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()["application_id"]
+        version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
+        tables = conn.execute(
+            "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'"
+        ).fetchone()["n"]
+    except sqlite3.DatabaseError as exc:
+        raise ForeignDatabase(f"{os.fspath(path)} is not a SQLite database: {exc}") from exc
+    if app_id != application_id and (app_id != 0 or tables > 0):
+        raise ForeignDatabase(
+            f"{os.fspath(path)} is not a pigeon {component} database "
+            f"(application_id={app_id:#x}, expected {application_id:#x}); refusing to touch it"
+        )
+    steps = migrations("sqlite", component)
+    latest = len(steps)
+    if version > latest:
+        raise SchemaTooNew(
+            f"{os.fspath(path)} has schema version {version}, newer than this pigeon "
+            f"knows ({latest}); upgrade pigeon, the file was not changed"
+        )
+    if version == latest:
+        return latest
+    if not create and tables == 0:
+        raise ForeignDatabase(f"{os.fspath(path)} is not a pigeon {component} database (empty)")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Re-read under the write lock: another process may have migrated meanwhile.
+        version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
+        for number, script in steps[version:]:
+            for statement in _split_statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute(f"PRAGMA application_id = {application_id}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return latest
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split a migration into statements (executescript would commit our transaction)."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip():
+        statements.append(buffer.strip())
+    return statements
+
+
+class SQLiteTx:
+    """An open write transaction on one connection, with named queries and savepoints."""
+
+    backend = "sqlite"
+    _counter = itertools.count()
+
+    def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str]) -> None:
+        self.conn = conn
+        self.queries = queries
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
+        return self.conn.execute(self.queries[name], params or {})
+
+    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        row: Row | None = self.execute(name, params).fetchone()
+        return row
+
+    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        rows: list[Row] = self.execute(name, params).fetchall()
+        return rows
+
+    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+        self.conn.executemany(self.queries[name], params)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        name = f"sp_{next(self._counter)}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        self.conn.execute(f"RELEASE {name}")
+
+
+class SQLiteDatabase:
+    """A SQLite file with per-thread connections and named queries of one or more components."""
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        application_id: int,
+        components: tuple[str, ...],
+        queries: Mapping[str, str],
+        durability: Durability = "full",
+        create: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.durability: Durability = durability
+        self.queries = queries
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        if not create and not os.path.exists(self.path):
+            raise StoreUnavailable(f"{self.path}: no such file")
+        conn = self.connection()
+        for component in components:
+            check_and_migrate(
+                conn, application_id=application_id, component=component, path=path, create=create
+            )
+
+    def connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = connect(self.path, self.durability)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextlib.contextmanager
+    def transaction(self, *, immediate: bool = True) -> Iterator[SQLiteTx]:
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            yield SQLiteTx(conn, self.queries)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def read(self) -> SQLiteTx:
+        """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""
+        return SQLiteTx(self.connection(), self.queries)
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._all.clear()
+        self._local = threading.local()
