@@ -33,7 +33,9 @@ def open_server_db(
 ) -> Database:
     text = os.fspath(url)
     if text.startswith(("postgresql://", "postgres://")):
-        raise NotImplementedError("the PostgreSQL backend is not built yet (issue 6)")
+        from pigeon.storage.postgres import PostgresDatabase  # psycopg only when asked for
+
+        return PostgresDatabase(text, queries=server_queries("postgres"))
     return SQLiteDatabase(
         text,
         application_id=SERVER_APPLICATION_ID,

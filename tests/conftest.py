@@ -1,0 +1,92 @@
+"""Shared fixtures: backends for the conformance suite, PostgreSQL databases per test.
+
+PostgreSQL tests use the server named by PIGEON_TEST_PG_DSN (default: the local one on
+127.0.0.1:5432, user postgres). Where it cannot be reached they are skipped with a message
+saying so — unless PIGEON_REQUIRE_PG=1 (CI sets it), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
+BACKENDS = ["sqlite", "postgres"]
+
+_pg_error: str | None = None
+_pg_checked = False
+
+
+def _pg_unreachable() -> str | None:
+    global _pg_checked, _pg_error
+    if not _pg_checked:
+        _pg_checked = True
+        try:
+            psycopg.connect(PG_ADMIN_DSN, connect_timeout=3).close()
+        except psycopg.Error as exc:
+            _pg_error = (
+                f"PostgreSQL not reachable at {PG_ADMIN_DSN} ({exc}); set PIGEON_TEST_PG_DSN"
+            )
+    return _pg_error
+
+
+def require_postgres() -> None:
+    error = _pg_unreachable()
+    if error is not None:
+        if REQUIRE_PG:
+            pytest.fail(f"PIGEON_REQUIRE_PG=1 but {error}")
+        pytest.skip(error)
+
+
+def _with_database(dsn: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    require_postgres()
+    name = f"pigeon_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    dsn = _with_database(PG_ADMIN_DSN, name)
+    # Hand out a URL: open_server_db recognises the backend by the scheme.
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    url = (
+        f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+        f"{info.get('port', 5432)}/{name}"
+    )
+    yield url
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The conformance-suite fixture: a server database URL on each backend in turn."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    return str(tmp_path / "server.db")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if "pg_url" in getattr(item, "fixturenames", ()) and (
+            callspec is None or callspec.params.get("server_db_url", "postgres") == "postgres"
+        ):
+            item.add_marker(pytest.mark.postgres)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _pg_error is not None and not REQUIRE_PG:
+        terminalreporter.write_sep("!", f"PostgreSQL tests SKIPPED: {_pg_error}", yellow=True)

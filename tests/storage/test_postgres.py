@@ -1,0 +1,53 @@
+"""The PostgreSQL connector: transactions, savepoints, migrations, refusal of newer schemas."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from pigeon.exceptions import SchemaTooNew, StoreUnavailable
+from pigeon.storage.postgres import PostgresDatabase
+
+QUERIES = {
+    "make": "CREATE TABLE t (id integer PRIMARY KEY, v text)",
+    "put": "INSERT INTO t (id, v) VALUES (%(id)s, %(v)s)",
+    "all": "SELECT id, v FROM t ORDER BY id",
+}
+
+
+def test_commit_rollback_and_savepoint(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, queries=QUERIES, components=())
+    try:
+        with db.transaction() as tx:
+            tx.execute("make")
+            tx.execute("put", {"id": 1, "v": "kept"})
+            with pytest.raises(ZeroDivisionError), tx.savepoint():
+                tx.execute("put", {"id": 2, "v": "rolled back to savepoint"})
+                raise ZeroDivisionError
+            tx.execute("put", {"id": 3, "v": "kept too"})
+        with pytest.raises(RuntimeError), db.transaction() as tx:
+            tx.execute("put", {"id": 4, "v": "whole transaction rolled back"})
+            raise RuntimeError
+        with db.transaction() as tx:
+            assert tx.fetchall("all") == [{"id": 1, "v": "kept"}, {"id": 3, "v": "kept too"}]
+    finally:
+        db.close()
+
+
+def test_newer_schema_is_refused_and_untouched(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, queries=QUERIES, components=("server",))
+    db.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE pigeon_schema SET version = 999 WHERE component = 'server'")
+    with pytest.raises(SchemaTooNew, match="999"):
+        PostgresDatabase(pg_url, queries=QUERIES, components=("server",))
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT version FROM pigeon_schema").fetchone()
+        assert row == (999,)
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    with pytest.raises(StoreUnavailable, match="cannot connect"):
+        PostgresDatabase(
+            "postgresql://postgres@127.0.0.1:1/none", queries=QUERIES, components=(), timeout=1
+        )
