@@ -13,6 +13,7 @@ PigeonError
 ├── NotFound                    no such operation / job / record
 ├── InvalidState                the object exists but not in a state that allows this
 ├── ConfigurationError          a policy or config value is out of order
+├── JobTimeout                  a job overran its timeout; retried like any failure
 └── DeliveryError               the outcome of sending one operation
     ├── RetryableError          send again later with the SAME key
     │   └── KeyInProgress       409: the server is still running that key
@@ -74,6 +75,10 @@ class InvalidState(PigeonError):
 
 
 class ConfigurationError(PigeonError, ValueError):
+    pass
+
+
+class JobTimeout(PigeonError, TimeoutError):
     pass
 
 
