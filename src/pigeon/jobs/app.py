@@ -1,0 +1,181 @@
+"""The App: where tasks, queues, schedules, owners and the alert hook are declared.
+
+    app = App()
+    app.queue("grading", min_workers=2, max_workers=12, freshness=60, owner="grading-team")
+
+    @app.task(queue="grading")
+    def grade(answer_id: int) -> None: ...
+
+Workers import the app by ``"module:attr"`` and open the database they are given.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
+from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS
+from pigeon.jobs.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from pigeon.jobs.manager import FailedJob
+    from pigeon.storage.base import Database
+
+AlertHook = Callable[["FailedJob"], None]
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A named queue: its worker budget, freshness objective (seconds) and failure owner."""
+
+    name: str
+    min_workers: int = 1
+    max_workers: int = 4
+    freshness: float = 60.0
+    owner: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    backoff: Backoff = field(default_factory=Backoff)
+    batch: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_workers <= self.max_workers or self.max_workers < 1:
+            raise ConfigurationError(
+                f"queue {self.name!r}: worker budget needs 0 <= min <= max and max >= 1, "
+                f"got min={self.min_workers} max={self.max_workers}"
+            )
+        if not self.freshness > 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: freshness objective must be > 0 s, got {self.freshness}"
+            )
+        if self.batch < 1:
+            raise ConfigurationError(f"queue {self.name!r}: batch must be >= 1, got {self.batch}")
+
+    def check_workers(self, workers: int) -> int:
+        if not self.min_workers <= workers <= self.max_workers:
+            raise ConfigurationError(
+                f"queue {self.name!r}: {workers} workers is outside its budget "
+                f"{self.min_workers}..{self.max_workers}"
+            )
+        return workers
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    queue: str
+    func: Callable[..., Any]
+    context: bool
+    owner: str | None
+    max_attempts: int
+    max_age: float | None
+    permanent: tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Run ``task`` every ``every`` seconds; tick n covers [n*every, (n+1)*every)."""
+
+    name: str
+    every: float
+    task: str
+    payload: Mapping[str, Any]
+
+
+class App:
+    def __init__(
+        self,
+        db: Database | None = None,
+        *,
+        alert: AlertHook | None = None,
+        permanent: tuple[type[BaseException], ...] = (PermanentError,),
+        default_owner: str = "operations",
+    ) -> None:
+        self.db = db
+        self.alert = alert
+        self.permanent = permanent
+        self.default_owner = default_owner
+        self.tasks: dict[str, Task] = {}
+        self.queues: dict[str, QueueConfig] = {}
+        self.schedules: dict[str, Schedule] = {}
+
+    def queue(self, name: str, **options: Any) -> QueueConfig:
+        config = QueueConfig(name, **options)
+        self.queues[name] = config
+        return config
+
+    def queue_config(self, name: str) -> QueueConfig:
+        return self.queues.get(name) or self.queue(name)
+
+    def task(
+        self,
+        func: Callable[..., Any] | None = None,
+        *,
+        queue: str = "default",
+        name: str | None = None,
+        context: bool = False,
+        owner: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_age: float | None = None,
+        permanent: tuple[type[BaseException], ...] = (),
+    ) -> Any:
+        """Register a task. ``context=True`` passes a JobContext as first argument."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            task_name = name or f.__name__
+            if task_name in self.tasks:
+                raise ConfigurationError(f"task {task_name!r} is registered twice")
+            self.queue_config(queue)
+            self.tasks[task_name] = Task(
+                task_name, queue, f, context, owner, max_attempts, max_age, permanent
+            )
+            return f
+
+        return register(func) if func is not None else register
+
+    def periodic(
+        self, *, every: float, task: str, name: str | None = None, **payload: Any
+    ) -> Schedule:
+        if not every > 0:
+            raise ConfigurationError(f"schedule period must be > 0 s, got {every}")
+        schedule = Schedule(name or task, every, task, payload)
+        self.schedules[schedule.name] = schedule
+        return schedule
+
+    def get_task(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise NotFound(f"no task named {name!r} in this app") from None
+
+    def owner_for(self, queue: str, task: str) -> str:
+        t = self.tasks.get(task)
+        if t is not None and t.owner:
+            return t.owner
+        q = self.queues.get(queue)
+        if q is not None and q.owner:
+            return q.owner
+        return self.default_owner
+
+    def is_permanent(self, task: str, error: BaseException) -> bool:
+        t = self.tasks.get(task)
+        kinds = self.permanent + (t.permanent if t else ())
+        return isinstance(error, kinds)
+
+
+def load_app(path: str) -> App:
+    """Import ``"package.module:attr"`` and return the App it names."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"app path must look like 'module:attr', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for app {path!r}: {exc}") from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigurationError(f"{path!r} is not a pigeon.jobs.App (got {type(app).__name__})")
+    return app

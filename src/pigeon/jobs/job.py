@@ -1,0 +1,104 @@
+"""What a job is: the spec written at enqueue time and the leased job a worker holds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pigeon.exceptions import InvalidOperation, PayloadNotSerializable
+
+JobId = int
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"  # ready once scheduled_at has passed; before that it is "delayed"
+    RESERVED = "reserved"  # leased by a worker until reserved_until
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # in the failed store, with an owner, awaiting review
+    CANCELLED = "cancelled"
+
+
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job to enqueue; also how an obligation of a record names its job."""
+
+    queue: str
+    task: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_age: float | None = None
+    unique_key: str | None = None
+    owner: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.queue or not self.task:
+            raise InvalidOperation(
+                f"a job needs a queue and a task, got {self.queue!r}/{self.task!r}"
+            )
+        if self.max_attempts < 1:
+            raise InvalidOperation(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.delay < 0:
+            raise InvalidOperation(f"delay must be >= 0 seconds, got {self.delay}")
+        if self.max_age is not None and self.max_age <= 0:
+            raise InvalidOperation(f"max_age must be > 0 seconds, got {self.max_age}")
+
+    def payload_json(self) -> str:
+        return dump_payload(self.payload, f"{self.queue}/{self.task}")
+
+
+def dump_payload(payload: Any, what: str) -> str:
+    try:
+        return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadNotSerializable(f"payload of {what} is not JSON: {exc}") from exc
+
+
+@dataclass
+class Job:
+    """A job leased to one worker: (id, attempt, token) is what finishing compares on."""
+
+    id: JobId
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    attempt_base: int  # attempts already used before the last reviewed retry
+    max_age: float | None
+    created_at: float
+    budget_start: float
+    owner: str | None
+    record_id: str | None
+    obligation: str | None
+    token: str
+    started_at: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], now: float) -> Job:
+        return cls(
+            id=int(row["id"]),
+            queue=row["queue"],
+            task=row["task"],
+            payload=json.loads(row["payload"]),
+            attempt=int(row["attempts"]),
+            max_attempts=int(row["max_attempts"]),
+            attempt_base=int(row["attempt_base"]),
+            max_age=row["max_age"],
+            created_at=float(row["created_at"]),
+            budget_start=float(row["budget_start"]),
+            owner=row["owner"],
+            record_id=row["record_id"],
+            obligation=row["obligation"],
+            token=row["lease_token"],
+            started_at=now,
+        )
+
+    def key(self) -> dict[str, Any]:
+        return {"id": self.id, "attempt": self.attempt, "token": self.token}

@@ -1,0 +1,296 @@
+"""The JobManager: every state change of a job, each one a single transaction.
+
+Claiming is "up to n jobs of queue q for worker w with lease L" in one statement, so the
+PostgreSQL twin can do it with ``FOR UPDATE SKIP LOCKED``. Finishing is a compare-and-set
+on (job, attempt, lease token): a worker whose lease expired and whose job was rescued by
+another worker cannot overwrite the rescuer's outcome.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.jobs import ledger
+from pigeon.jobs._db import rowcount
+from pigeon.jobs.app import App
+from pigeon.jobs.job import Job, JobId, JobSpec
+from pigeon.storage.base import Database, Tx
+
+Clock = Callable[[], float]
+
+
+def enqueue(
+    tx: Tx,
+    spec: JobSpec | None = None,
+    *,
+    queue: str | None = None,
+    task: str | None = None,
+    payload: dict[str, Any] | None = None,
+    record_id: str | None = None,
+    obligation: str | None = None,
+    now: float | None = None,
+    **options: Any,
+) -> JobId:
+    """Write a job in the caller's transaction; it exists only if that transaction commits.
+
+    A ``unique_key`` already used returns the existing job's id instead of a second job."""
+    if spec is None:
+        spec = JobSpec(queue or "", task or "", payload or {}, **options)
+    now = time.time() if now is None else now
+    params = {
+        "queue": spec.queue,
+        "task": spec.task,
+        "payload": spec.payload_json(),
+        "max_attempts": spec.max_attempts,
+        "max_age": spec.max_age,
+        "now": now,
+        "scheduled_at": now + spec.delay,
+        "owner": spec.owner,
+        "record_id": record_id,
+        "obligation": obligation,
+        "unique_key": spec.unique_key,
+    }
+    row = tx.fetchone("job_insert", params)
+    if row is None:
+        existing = tx.fetchone("job_by_unique_key", {"unique_key": spec.unique_key})
+        assert existing is not None
+        return int(existing["id"])
+    return int(row["id"])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended. ``error is None`` means success."""
+
+    job: Job
+    error: BaseException | None = None
+    not_before: float = 0.0  # earliest retry time (a timed-out job waits for its supervisor)
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A job that landed in the failed store, as handed to the alert hook."""
+
+    id: JobId
+    queue: str
+    task: str
+    owner: str
+    error: str
+    attempts: int
+    record_id: str | None
+
+
+def describe(error: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
+
+
+class JobManager:
+    def __init__(
+        self,
+        db: Database,
+        app: App | None = None,
+        *,
+        clock: Clock = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.db = db
+        self.app = app or App()
+        self.clock = clock
+        self.rng = rng or random.Random()
+
+    def enqueue(self, spec: JobSpec) -> JobId:
+        with self.db.transaction() as tx:
+            return enqueue(tx, spec, now=self.clock())
+
+    def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
+        """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
+        expired. A rescued job that has no budget left goes to the failed store instead."""
+        now = self.clock()
+        token = uuid.uuid4().hex
+        alerts: list[FailedJob | None] = []
+        with self.db.transaction() as tx:
+            rows = tx.fetchall(
+                "job_claim",
+                {
+                    "queue": queue,
+                    "worker": worker,
+                    "token": token,
+                    "now": now,
+                    "until": now + lease,
+                    "n": n,
+                },
+            )
+            jobs = [Job.from_row(row, now) for row in rows]
+            if not jobs:
+                return []
+            tx.executemany(
+                "job_attempt_start",
+                [
+                    {"job_id": j.id, "attempt": j.attempt, "worker": worker, "now": now}
+                    for j in jobs
+                ],
+            )
+            runnable = []
+            for job in jobs:
+                if job.attempt > 1:
+                    tx.execute(
+                        "job_attempt_lost", {"job_id": job.id, "attempt": job.attempt, "now": now}
+                    )
+                reason = self._out_of_budget(job, now, starting=True)
+                if reason is None:
+                    runnable.append(job)
+                else:
+                    alerts.append(self._fail(tx, job, reason, now))
+        self._alert(alerts)
+        return runnable
+
+    def renew(self, jobs: Sequence[Job], lease: float) -> list[Job]:
+        """Extend the leases; returns the jobs whose lease was lost (rescued or finished)."""
+        if not jobs:
+            return []
+        until = self.clock() + lease
+        lost = []
+        with self.db.transaction() as tx:
+            for job in jobs:
+                if not rowcount(tx.execute("job_renew", {**job.key(), "until": until})):
+                    lost.append(job)
+        return lost
+
+    def finish(self, outcomes: Sequence[Outcome]) -> list[bool]:
+        """Record many attempts in one transaction. False where the lease was lost."""
+        if not outcomes:
+            return []
+        now = self.clock()
+        results, alerts = [], []
+        with self.db.transaction() as tx:
+            for outcome in outcomes:
+                ok, alert = self._finish_one(tx, outcome, now)
+                results.append(ok)
+                if alert is not None:
+                    alerts.append(alert)
+        self._alert(alerts)
+        return results
+
+    def release(self, jobs: Sequence[Job]) -> int:
+        """Give jobs back untouched (graceful stop): ready at once, the attempt refunded."""
+        now = self.clock()
+        released = 0
+        with self.db.transaction() as tx:
+            for job in jobs:
+                cursor = tx.execute(
+                    "job_requeue",
+                    {**job.key(), "scheduled_at": now, "error": None, "refund": 1},
+                )
+                if rowcount(cursor):
+                    released += 1
+                    tx.execute(
+                        "job_attempt_finish",
+                        {
+                            "job_id": job.id,
+                            "attempt": job.attempt,
+                            "outcome": "released",
+                            "error": None,
+                            "now": now,
+                        },
+                    )
+        return released
+
+    def _finish_one(self, tx: Tx, outcome: Outcome, now: float) -> tuple[bool, FailedJob | None]:
+        job, error = outcome.job, outcome.error
+        if error is None:
+            if not rowcount(tx.execute("job_succeed", {**job.key(), "now": now})):
+                return False, None
+            self._attempt_done(tx, job, "succeeded", None, now)
+            if job.record_id and job.obligation:
+                ledger.settle_obligation(
+                    tx, job.record_id, job.obligation, "completed", {"job_id": job.id}, now=now
+                )
+            return True, None
+        message = describe(error)
+        reason = None
+        if self.app.is_permanent(job.task, error):
+            reason = f"permanent error: {message}"
+        else:
+            reason = self._out_of_budget(job, now, starting=False)
+            if reason is not None:
+                reason = f"{reason}; last error: {message}"
+        if reason is not None:
+            self._attempt_done(tx, job, "failed", message, now)
+            alert = self._fail(tx, job, reason, now, attempt_recorded=True)
+            return alert is not None, alert
+        backoff = self.app.queue_config(job.queue).backoff
+        retry_at = max(now + backoff.delay(job.attempt, self.rng), outcome.not_before)
+        cursor = tx.execute(
+            "job_requeue", {**job.key(), "scheduled_at": retry_at, "error": message, "refund": 0}
+        )
+        if not rowcount(cursor):
+            return False, None
+        self._attempt_done(tx, job, "error", message, now)
+        return True, None
+
+    def _out_of_budget(self, job: Job, now: float, *, starting: bool) -> str | None:
+        # On a claim, attempt n is about to run; after a failure, attempt n has been used.
+        used = (job.attempt - 1 if starting else job.attempt) - job.attempt_base
+        if used >= job.max_attempts:
+            why = "lease expired on its last attempt" if starting else "attempts exhausted"
+            return f"{why} ({used} of {job.max_attempts})"
+        if job.max_age is not None and now - job.budget_start > job.max_age:
+            return f"older than its max age ({now - job.budget_start:.1f}s > {job.max_age:g}s)"
+        return None
+
+    def _attempt_done(self, tx: Tx, job: Job, outcome: str, error: str | None, now: float) -> None:
+        tx.execute(
+            "job_attempt_finish",
+            {
+                "job_id": job.id,
+                "attempt": job.attempt,
+                "outcome": outcome,
+                "error": error,
+                "now": now,
+            },
+        )
+        if job.record_id:
+            detail = {
+                "job_id": job.id,
+                "attempt": job.attempt,
+                "outcome": outcome,
+                "seconds": round(now - job.started_at, 6),
+            }
+            if error:
+                detail["error"] = error
+            ledger.event(tx, job.record_id, job.obligation, ledger.ATTEMPT, detail, now=now)
+
+    def _fail(
+        self, tx: Tx, job: Job, reason: str, now: float, *, attempt_recorded: bool = False
+    ) -> FailedJob | None:
+        owner = job.owner or self.app.owner_for(job.queue, job.task)
+        if not rowcount(
+            tx.execute("job_fail", {**job.key(), "now": now, "error": reason, "owner": owner})
+        ):
+            return None
+        if not attempt_recorded:
+            self._attempt_done(tx, job, "failed", reason, now)
+        if job.record_id and job.obligation:
+            ledger.settle_obligation(
+                tx,
+                job.record_id,
+                job.obligation,
+                "failed",
+                {"job_id": job.id, "owner": owner, "error": reason},
+                now=now,
+            )
+        return FailedJob(job.id, job.queue, job.task, owner, reason, job.attempt, job.record_id)
+
+    def _alert(self, failed: Sequence[FailedJob | None]) -> None:
+        hook = self.app.alert
+        if hook is None:
+            return
+        for item in failed:
+            if item is not None:
+                hook(item)

@@ -1,0 +1,90 @@
+"""Durable acceptance: a record, its obligations and their jobs, written in the caller's
+transaction, and the separate recorded states that follow (each attempt, provider results,
+each obligation's end, business completion).
+
+    record_id = records.accept(ctx.tx, kind="answer", data=answer,
+                               obligations={"grading": JobSpec("grading", "grade", {...})})
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pigeon.exceptions import InvalidOperation, NotFound
+from pigeon.jobs._db import loads, reading
+from pigeon.jobs.job import JobSpec, dump_payload
+from pigeon.jobs.ledger import ACCEPTED, complete, event
+from pigeon.jobs.manager import enqueue
+from pigeon.storage.base import Database, Tx
+
+RecordId = str
+
+
+def accept(
+    tx: Tx,
+    *,
+    kind: str,
+    data: Any,
+    obligations: Mapping[str, JobSpec] | None = None,
+    record_id: RecordId | None = None,
+    now: float | None = None,
+) -> RecordId:
+    """Write the record, one pending obligation per entry and its job, in ``tx``.
+
+    Nothing is visible until the caller's transaction commits, and nothing remains if it
+    rolls back: acceptance and the promise of follow-up work are one fact."""
+    if not kind:
+        raise InvalidOperation("a record needs a kind")
+    obligations = dict(obligations or {})
+    now = time.time() if now is None else now
+    rid = record_id or str(uuid.uuid4())
+    data_json = dump_payload(data, f"record {kind}")
+    tx.execute(
+        "rec_insert",
+        {"id": rid, "kind": kind, "data": data_json, "status": "received", "now": now},
+    )
+    event(tx, rid, None, ACCEPTED, {"pending": sorted(obligations)}, now=now)
+    for name, spec in sorted(obligations.items()):
+        job_id = enqueue(tx, spec, record_id=rid, obligation=name, now=now)
+        tx.execute(
+            "obl_insert",
+            {"record_id": rid, "name": name, "job_id": job_id, "status": "pending", "now": now},
+        )
+    if not obligations:
+        complete(tx, rid, now=now)
+    return rid
+
+
+def get(db: Database, record_id: str) -> dict[str, Any]:
+    """The record as the world may see it: data, status, obligations and every state."""
+    with reading(db) as tx:
+        row = tx.fetchone("rec_get", {"id": record_id})
+        if row is None:
+            raise NotFound(f"no record {record_id!r}")
+        obligations = tx.fetchall("obl_list", {"record_id": record_id})
+        events = tx.fetchall("rec_events", {"record_id": record_id})
+    return {
+        "id": row["id"],
+        "kind": row["kind"],
+        "data": loads(row["data"]),
+        "status": row["status"],
+        "created_at": row["created_at"],
+        "completed_at": row["completed_at"],
+        "pending": [o["name"] for o in obligations if o["status"] == "pending"],
+        "obligations": {
+            o["name"]: {"status": o["status"], "job_id": o["job_id"], "updated_at": o["updated_at"]}
+            for o in obligations
+        },
+        "events": [
+            {
+                "state": e["state"],
+                "obligation": e["obligation"],
+                "detail": loads(e["detail"]),
+                "at": e["at"],
+            }
+            for e in events
+        ],
+    }

@@ -1,0 +1,221 @@
+-- Named queries of pigeon.jobs (records, jobs, failed store, outbox, effects, providers,
+-- schedules). The PostgreSQL twin defines the same names with %(name)s parameters.
+
+-- name: rec_insert
+INSERT INTO pigeon_records (id, kind, data, status, created_at)
+VALUES (:id, :kind, :data, :status, :now)
+
+-- name: rec_get
+SELECT id, kind, data, status, created_at, completed_at FROM pigeon_records WHERE id = :id
+
+-- name: rec_complete
+UPDATE pigeon_records SET status = 'completed', completed_at = :now
+WHERE id = :id AND status <> 'completed'
+
+-- name: rec_counts
+SELECT status, count(*) AS n FROM pigeon_records GROUP BY status
+
+-- name: obl_insert
+INSERT INTO pigeon_obligations (record_id, name, job_id, status, updated_at)
+VALUES (:record_id, :name, :job_id, :status, :now)
+
+-- name: obl_list
+SELECT record_id, name, job_id, status, updated_at FROM pigeon_obligations
+WHERE record_id = :record_id ORDER BY name
+
+-- name: obl_set_status
+UPDATE pigeon_obligations SET status = :status, updated_at = :now
+WHERE record_id = :record_id AND name = :name
+
+-- name: obl_open_count
+SELECT count(*) AS n FROM pigeon_obligations
+WHERE record_id = :record_id AND status <> 'completed'
+
+-- name: obl_counts
+SELECT name, status, count(*) AS n FROM pigeon_obligations GROUP BY name, status
+
+-- name: rec_event_insert
+INSERT INTO pigeon_record_events (record_id, obligation, state, detail, at)
+VALUES (:record_id, :obligation, :state, :detail, :now)
+
+-- name: rec_events
+SELECT id, obligation, state, detail, at FROM pigeon_record_events
+WHERE record_id = :record_id ORDER BY id
+
+-- name: job_insert
+INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
+                         budget_start, scheduled_at, owner, record_id, obligation, unique_key)
+VALUES (:queue, :task, :payload, 'queued', :max_attempts, :max_age, :now, :now,
+        :scheduled_at, :owner, :record_id, :obligation, :unique_key)
+ON CONFLICT (unique_key) DO NOTHING
+RETURNING id
+
+-- name: job_by_unique_key
+SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
+
+-- name: job_claim
+UPDATE pigeon_jobs
+SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
+    reserved_until = :until, started_at = :now
+WHERE id IN (
+    SELECT id FROM pigeon_jobs
+    WHERE queue = :queue
+      AND ((status = 'queued' AND scheduled_at <= :now)
+           OR (status = 'reserved' AND reserved_until < :now))
+    ORDER BY scheduled_at, id
+    LIMIT :n
+)
+RETURNING id, queue, task, payload, attempts, max_attempts, attempt_base, max_age, created_at,
+          budget_start, scheduled_at, owner, record_id, obligation, lease_token
+
+-- name: job_attempt_start
+INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
+VALUES (:job_id, :attempt, :worker, :now, 'running')
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET worker = excluded.worker, started_at = excluded.started_at, outcome = 'running',
+    finished_at = NULL, error = NULL
+
+-- name: job_attempt_lost
+UPDATE pigeon_job_attempts SET outcome = 'lease_expired', finished_at = :now
+WHERE job_id = :job_id AND attempt < :attempt AND outcome = 'running'
+
+-- name: job_attempt_finish
+UPDATE pigeon_job_attempts SET outcome = :outcome, error = :error, finished_at = :now
+WHERE job_id = :job_id AND attempt = :attempt
+
+-- name: job_attempts
+SELECT attempt, worker, started_at, finished_at, outcome, error FROM pigeon_job_attempts
+WHERE job_id = :job_id ORDER BY attempt
+
+-- name: job_renew
+UPDATE pigeon_jobs SET reserved_until = :until
+WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
+
+-- name: job_succeed
+UPDATE pigeon_jobs
+SET status = 'succeeded', finished_at = :now, reserved_until = NULL, last_error = NULL
+WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
+
+-- name: job_requeue
+UPDATE pigeon_jobs
+SET status = 'queued', scheduled_at = :scheduled_at, reserved_until = NULL,
+    last_error = :error, attempts = attempts - :refund
+WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
+
+-- name: job_fail
+UPDATE pigeon_jobs
+SET status = 'failed', finished_at = :now, reserved_until = NULL, last_error = :error,
+    owner = :owner
+WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
+
+-- name: job_get
+SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
+       budget_start, scheduled_at, reserved_until, lease_token, worker, started_at,
+       finished_at, last_error, owner, record_id, obligation, unique_key
+FROM pigeon_jobs WHERE id = :id
+
+-- name: job_list
+SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
+       budget_start, scheduled_at, reserved_until, lease_token, worker, started_at,
+       finished_at, last_error, owner, record_id, obligation, unique_key
+FROM pigeon_jobs
+WHERE (:status IS NULL OR status = :status) AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: job_review_retry
+UPDATE pigeon_jobs
+SET status = 'queued', attempt_base = attempts, budget_start = :now, scheduled_at = :now,
+    reserved_until = NULL, lease_token = NULL, finished_at = NULL
+WHERE id = :id AND status = 'failed'
+
+-- name: job_review_cancel
+UPDATE pigeon_jobs
+SET status = 'cancelled', finished_at = :now, reserved_until = NULL, lease_token = NULL
+WHERE id = :id AND status IN ('failed', 'queued')
+
+-- name: job_review_insert
+INSERT INTO pigeon_job_reviews (job_id, action, reviewer, reason, at)
+VALUES (:job_id, :action, :reviewer, :reason, :now)
+
+-- name: job_reviews
+SELECT action, reviewer, reason, at FROM pigeon_job_reviews WHERE job_id = :job_id ORDER BY id
+
+-- name: job_queue_stats
+SELECT queue,
+       sum(CASE WHEN status = 'queued' AND scheduled_at <= :now THEN 1 ELSE 0 END) AS ready,
+       sum(CASE WHEN status = 'queued' AND scheduled_at > :now THEN 1 ELSE 0 END) AS delayed,
+       sum(CASE WHEN status = 'reserved' AND reserved_until >= :now THEN 1 ELSE 0 END)
+           AS reserved,
+       sum(CASE WHEN status = 'reserved' AND reserved_until < :now THEN 1 ELSE 0 END) AS stuck,
+       sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS succeeded,
+       sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed,
+       sum(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END) AS cancelled,
+       min(CASE WHEN status = 'queued' AND scheduled_at <= :now THEN scheduled_at END)
+           AS oldest_ready_at
+FROM pigeon_jobs GROUP BY queue ORDER BY queue
+
+-- name: job_service_times
+SELECT a.finished_at - a.started_at AS seconds
+FROM pigeon_job_attempts AS a JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE j.queue = :queue AND a.outcome = 'succeeded' AND a.finished_at IS NOT NULL
+ORDER BY a.finished_at DESC
+LIMIT :limit
+
+-- name: outbox_insert
+INSERT INTO pigeon_outbox (message_id, topic, payload, created_at)
+VALUES (:message_id, :topic, :payload, :now)
+
+-- name: outbox_pending
+SELECT id, message_id, topic, payload, created_at, attempts FROM pigeon_outbox
+WHERE published_at IS NULL ORDER BY id LIMIT :limit
+
+-- name: outbox_mark_published
+UPDATE pigeon_outbox SET published_at = :now, attempts = attempts + 1
+WHERE id = :id AND published_at IS NULL
+
+-- name: outbox_mark_error
+UPDATE pigeon_outbox SET attempts = attempts + 1, last_error = :error WHERE id = :id
+
+-- name: outbox_purge
+DELETE FROM pigeon_outbox WHERE published_at IS NOT NULL AND published_at < :before
+
+-- name: outbox_counts
+SELECT sum(CASE WHEN published_at IS NULL THEN 1 ELSE 0 END) AS pending,
+       sum(CASE WHEN published_at IS NOT NULL THEN 1 ELSE 0 END) AS published
+FROM pigeon_outbox
+
+-- name: effect_get
+SELECT result FROM pigeon_effects WHERE scope = :scope AND key = :key
+
+-- name: effect_insert
+INSERT INTO pigeon_effects (scope, key, result, created_at) VALUES (:scope, :key, :result, :now)
+
+-- name: provider_get
+SELECT reference, provider, idempotency_key, request, status, result, attempts, created_at,
+       updated_at
+FROM pigeon_provider_calls WHERE reference = :reference
+
+-- name: provider_insert
+INSERT INTO pigeon_provider_calls (reference, provider, idempotency_key, request, status,
+                                   created_at, updated_at)
+VALUES (:reference, :provider, :idempotency_key, :request, 'pending', :now, :now)
+
+-- name: provider_attempt
+UPDATE pigeon_provider_calls SET attempts = attempts + 1, updated_at = :now
+WHERE reference = :reference
+
+-- name: provider_settle
+UPDATE pigeon_provider_calls SET status = :status, result = :result, updated_at = :now
+WHERE reference = :reference
+
+-- name: tick_claim
+INSERT INTO pigeon_schedule_ticks (schedule, tick, created_at) VALUES (:schedule, :tick, :now)
+ON CONFLICT (schedule, tick) DO NOTHING
+
+-- name: tick_set_job
+UPDATE pigeon_schedule_ticks SET job_id = :job_id WHERE schedule = :schedule AND tick = :tick
+
+-- name: tick_list
+SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
+WHERE schedule = :schedule ORDER BY tick

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+
+from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
+from pigeon.jobs import records
+from pigeon.jobs.failed import FailedStore, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.storage.base import Database
+
+from .conftest import FakeClock
+
+
+def _fail_one(db: Database, clock: FakeClock) -> tuple[JobManager, int, str]:
+    m = JobManager(db, clock=clock)
+    with db.transaction() as tx:
+        rid = records.accept(
+            tx,
+            kind="answer",
+            data={"a": 1},
+            obligations={"grading": JobSpec("q", "grade", max_attempts=1)},
+            now=clock(),
+        )
+    (job,) = m.claim("q", "w", 1, lease=5)
+    m.finish([Outcome(job, RuntimeError("grader down"))])
+    return m, job.id, rid
+
+
+def test_reviewed_retry_gives_fresh_budget_and_records_reviewer(
+    db: Database, clock: FakeClock
+) -> None:
+    m, job_id, rid = _fail_one(db, clock)
+    store = FailedStore(db, clock=clock)
+    (failed,) = store.list()
+    assert failed["id"] == job_id and failed["owner"] == "operations"
+    assert records.get(db, rid)["obligations"]["grading"]["status"] == "failed"
+    clock.advance(100)
+    store.retry(job_id, reviewer="ana", reason="grader fixed")
+    assert records.get(db, rid)["pending"] == ["grading"]
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert job.attempt == 2  # history kept: attempt numbers keep counting
+    assert m.finish([Outcome(job)]) == [True]
+    info = show_job(db, job_id)
+    assert [a["outcome"] for a in info["history"]] == ["failed", "succeeded"]
+    assert [(r["action"], r["reviewer"], r["reason"]) for r in info["reviews"]] == [
+        ("retry", "ana", "grader fixed")
+    ]
+    assert records.get(db, rid)["status"] == "completed"
+
+
+def test_cancel_closes_the_obligation(db: Database, clock: FakeClock) -> None:
+    _, job_id, rid = _fail_one(db, clock)
+    store = FailedStore(db, clock=clock)
+    store.cancel(job_id, reviewer="ana", reason="duplicate answer")
+    assert show_job(db, job_id)["status"] == "cancelled"
+    assert records.get(db, rid)["obligations"]["grading"]["status"] == "cancelled"
+    with pytest.raises(InvalidState, match="cancelled; cannot retry"):
+        store.retry(job_id, reviewer="ana", reason="oops")
+
+
+def test_review_needs_reason_and_existing_job(db: Database, clock: FakeClock) -> None:
+    _, job_id, _ = _fail_one(db, clock)
+    store = FailedStore(db, clock=clock)
+    with pytest.raises(InvalidOperation, match="reason"):
+        store.retry(job_id, reviewer="ana", reason=" ")
+    with pytest.raises(NotFound, match="no job 999"):
+        store.cancel(999, reviewer="ana", reason="x")

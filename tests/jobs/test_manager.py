@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pigeon.exceptions import PermanentError
+from pigeon.jobs.app import App
+from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.failed import list_jobs, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
+from pigeon.storage.base import Database
+
+from .conftest import FakeClock
+
+
+def make(db: Database, clock: FakeClock, **app_options: object) -> tuple[App, JobManager]:
+    app = App(**app_options)  # type: ignore[arg-type]
+    app.queue("q", backoff=Backoff(base=1, cap=8), owner="team-q")
+    return app, JobManager(db, app, clock=clock, rng=random.Random(7))
+
+
+def test_claim_leases_and_finish_is_compare_and_set(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
+    (job,) = m.claim("q", "w1", 10, lease=5)
+    assert (job.id, job.attempt, job.payload) == (job_id, 1, {"n": 1})
+    assert m.claim("q", "w2", 10, lease=5) == []  # leased: not eligible
+    clock.advance(6)  # lease expired: eligible again
+    (rescued,) = m.claim("q", "w2", 10, lease=5)
+    assert rescued.attempt == 2 and rescued.token != job.token
+    # the late finisher cannot overwrite the rescuer
+    assert m.finish([Outcome(job)]) == [False]
+    assert m.finish([Outcome(rescued)]) == [True]
+    info = show_job(db, job_id)
+    assert info["status"] == "succeeded"
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in info["history"]] == [
+        (1, "w1", "lease_expired"),
+        (2, "w2", "succeeded"),
+    ]
+
+
+def test_renew_keeps_the_lease(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    m.enqueue(JobSpec("q", "t"))
+    (job,) = m.claim("q", "w1", 1, lease=5)
+    for _ in range(4):
+        clock.advance(4)
+        assert m.renew([job], lease=5) == []
+        assert m.claim("q", "w2", 1, lease=5) == []
+    clock.advance(6)
+    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    assert m.renew([job], lease=5) == [job]  # the old holder learns it lost the lease
+    assert rescued.attempt == 2
+
+
+def test_delayed_jobs_are_not_ready(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    m.enqueue(JobSpec("q", "t", delay=30))
+    assert m.claim("q", "w", 5, lease=5) == []
+    with db.transaction() as tx:
+        (stats,) = tx.fetchall("job_queue_stats", {"now": clock()})
+    assert (stats["ready"], stats["delayed"]) == (0, 1)
+    clock.advance(31)
+    assert len(m.claim("q", "w", 5, lease=5)) == 1
+
+
+def test_retry_with_backoff_then_failed_store_with_owner(db: Database, clock: FakeClock) -> None:
+    alerts: list[FailedJob] = []
+    _, m = make(db, clock, alert=alerts.append)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=3))
+    for attempt in (1, 2, 3):
+        (job,) = m.claim("q", "w", 1, lease=5)
+        assert job.attempt == attempt
+        assert m.finish([Outcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
+        clock.advance(8.01)  # beyond the backoff cap: always ready again
+    assert m.claim("q", "w", 1, lease=5) == []
+    info = show_job(db, job_id)
+    assert info["status"] == "failed"
+    assert info["owner"] == "team-q"
+    assert "attempts exhausted (3 of 3)" in info["last_error"] and "boom 3" in info["last_error"]
+    assert [a["outcome"] for a in info["history"]] == ["error", "error", "failed"]
+    assert [(a.id, a.owner) for a in alerts] == [(job_id, "team-q")]
+
+
+def test_backoff_is_full_jitter_within_ceiling(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    m.enqueue(JobSpec("q", "t", max_attempts=10))
+    for attempt in range(1, 6):
+        (job,) = m.claim("q", "w", 1, lease=5)
+        m.finish([Outcome(job, RuntimeError("x"))])
+        (row,) = list_jobs(db, queue="q")
+        delay = row["scheduled_at"] - clock()
+        assert 0 <= delay <= min(8, 2 ** (attempt - 1))
+        clock.advance(8.01)
+
+
+def test_permanent_error_fails_at_once(db: Database, clock: FakeClock) -> None:
+    app, m = make(db, clock)
+    app.task(lambda: None, queue="q", name="t", permanent=(KeyError,))
+    a = m.enqueue(JobSpec("q", "t"))
+    b = m.enqueue(JobSpec("q", "t"))
+    ja, jb = m.claim("q", "w", 2, lease=5)
+    m.finish([Outcome(ja, PermanentError("card declined")), Outcome(jb, KeyError("gone"))])
+    assert show_job(db, a)["status"] == "failed"
+    assert "permanent error" in show_job(db, b)["last_error"]
+
+
+def test_total_age_limit(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
+    (job,) = m.claim("q", "w", 1, lease=5)
+    clock.advance(61)
+    m.finish([Outcome(job, RuntimeError("slow"))])
+    assert "older than its max age" in show_job(db, job_id)["last_error"]
+
+
+def test_lease_expired_on_last_attempt_goes_to_failed_store(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
+    m.claim("q", "w", 1, lease=5)  # the worker dies
+    clock.advance(6)
+    assert m.claim("q", "w2", 1, lease=5) == []
+    info = show_job(db, job_id)
+    assert info["status"] == "failed" and "lease expired on its last attempt" in info["last_error"]
+
+
+def test_release_refunds_the_attempt(db: Database, clock: FakeClock) -> None:
+    _, m = make(db, clock)
+    m.enqueue(JobSpec("q", "t", max_attempts=1))
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert m.release([job]) == 1
+    (again,) = m.claim("q", "w", 1, lease=5)
+    assert again.attempt == 1
+    assert m.finish([Outcome(again)]) == [True]
+
+
+def test_unique_key_dedups(db: Database, clock: FakeClock) -> None:
+    with db.transaction() as tx:
+        a = enqueue(tx, queue="q", task="t", unique_key="k")
+        b = enqueue(tx, queue="q", task="t", unique_key="k")
+    assert a == b and len(list_jobs(db)) == 1
+
+
+def test_bad_spec_is_refused() -> None:
+    from pigeon.exceptions import InvalidOperation, PayloadNotSerializable
+
+    with pytest.raises(InvalidOperation, match="max_attempts"):
+        JobSpec("q", "t", max_attempts=0)
+    with pytest.raises(PayloadNotSerializable, match="q/t"):
+        JobSpec("q", "t", {"x": object()}).payload_json()

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+
+from pigeon.exceptions import NotFound
+from pigeon.jobs import outbox, records
+from pigeon.jobs.failed import list_jobs
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.storage.base import Database
+
+from .conftest import FakeClock
+
+OBLIGATIONS = {
+    "grading": JobSpec("grading", "grade", {"answer": 1}),
+    "notify": JobSpec("notify", "send", {"to": "ana"}),
+}
+
+
+def test_accept_then_each_state_is_recorded(db: Database, clock: FakeClock) -> None:
+    with db.transaction() as tx:
+        rid = records.accept(tx, kind="answer", data={"q": 7}, obligations=OBLIGATIONS, now=clock())
+    view = records.get(db, rid)
+    assert view["status"] == "received" and view["pending"] == ["grading", "notify"]
+    m = JobManager(db, clock=clock)
+    (grade,) = m.claim("grading", "w", 1, lease=5)
+    m.finish([Outcome(grade, RuntimeError("flaky"))])
+    clock.advance(10_000)
+    (grade,) = m.claim("grading", "w", 1, lease=5)
+    m.finish([Outcome(grade)])
+    assert records.get(db, rid)["pending"] == ["notify"]
+    (note,) = m.claim("notify", "w", 1, lease=5)
+    m.finish([Outcome(note)])
+    view = records.get(db, rid)
+    assert view["status"] == "completed" and view["pending"] == []
+    states = [(e["state"], e["obligation"]) for e in view["events"]]
+    assert states == [
+        ("accepted", None),
+        ("attempt", "grading"),
+        ("attempt", "grading"),
+        ("obligation_completed", "grading"),
+        ("attempt", "notify"),
+        ("obligation_completed", "notify"),
+        ("completed", None),
+    ]
+    assert view["events"][1]["detail"]["outcome"] == "error"
+
+
+def test_rolled_back_intake_leaves_no_record_job_or_outbox_row(db: Database) -> None:
+    with pytest.raises(RuntimeError), db.transaction() as tx:
+        rid = records.accept(tx, kind="answer", data={}, obligations=OBLIGATIONS)
+        outbox.add(tx, "answers", {"record": rid})
+        raise RuntimeError("handler failed after the claim")
+    assert list_jobs(db) == []
+    with pytest.raises(NotFound):
+        records.get(db, rid)
+    with db.transaction() as tx:
+        assert tx.fetchall("outbox_pending", {"limit": 10}) == []
+
+
+def test_record_without_obligations_is_complete_at_once(db: Database) -> None:
+    with db.transaction() as tx:
+        rid = records.accept(tx, kind="ping", data=None)
+    assert records.get(db, rid)["status"] == "completed"
