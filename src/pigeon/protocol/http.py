@@ -1,0 +1,216 @@
+"""`HttpTransport`: the edge speaking the wire protocol over httpx.
+
+Two modes. Single-operation mode sends each operation with its own method and path, so
+any HTTP API that honours ``Idempotency-Key`` can be the server. Batch mode POSTs
+``/pigeon/v1/batch`` (see `pigeon.protocol.wire`) and costs the server one commit per
+batch. In both modes the operation's idempotency key goes out unchanged on every attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from pigeon.edge.operation import Operation, OpType
+from pigeon.exceptions import ConfigurationError, PermanentError, UnknownOutcome
+from pigeon.protocol import wire
+from pigeon.protocol.transport import Exchange, KeepGoing, Reply
+
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+PROBE_TIMEOUT = httpx.Timeout(2.0)
+
+_DEFAULT_METHODS: dict[str, str] = {
+    OpType.CREATE: "POST",
+    OpType.UPDATE: "PUT",
+    OpType.DELETE: "DELETE",
+}
+
+HeaderSource = Mapping[str, str] | Callable[[], Mapping[str, str]]
+TokenSource = str | Callable[[], str]
+Route = Callable[[Operation], tuple[str, str]]
+
+
+def default_route(op: Operation) -> tuple[str, str]:
+    """(method, path) of an operation: its own, or POST/PUT/DELETE by type."""
+    if not op.endpoint:
+        raise PermanentError(
+            f"operation {op.id} ({op.type} {op.entity}) has no endpoint to send it to"
+        )
+    method = op.method or _DEFAULT_METHODS.get(op.type, "POST")
+    return method.upper(), op.endpoint
+
+
+class HttpTransport:
+    """Send operations to ``base_url``.
+
+    ``timeout`` is an httpx.Timeout (set ``connect`` and ``read`` separately) or seconds.
+    ``token`` (a string, or a callable asked before every request so refreshed tokens are
+    picked up) becomes ``Authorization: Bearer``; ``headers`` adds any other headers, also
+    as a mapping or a callable. ``batch=True`` uses the batch endpoint with every operation
+    the engine hands over in one request; ``batch=N`` splits them into requests of at most
+    N. ``client`` replaces the httpx.Client built here (its base_url is then used as is).
+    """
+
+    def __init__(
+        self,
+        base_url: str = "",
+        *,
+        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        token: TokenSource | None = None,
+        headers: HeaderSource | None = None,
+        batch: bool | int = False,
+        route: Route = default_route,
+        client: httpx.Client | None = None,
+    ) -> None:
+        if batch is not True and batch is not False and (not isinstance(batch, int) or batch < 1):
+            raise ConfigurationError(f"batch must be True, False or a size >= 1, not {batch!r}")
+        if client is None and not base_url:
+            raise ConfigurationError("HttpTransport needs a base_url (or a client)")
+        self.batch_size: int | None = None if batch is False else (0 if batch is True else batch)
+        self._token = token
+        self._headers = headers
+        self._route = route
+        self._owns_client = client is None
+        self.client = client or httpx.Client(base_url=base_url, timeout=timeout)
+
+    @property
+    def batched(self) -> bool:
+        return self.batch_size is not None
+
+    def send(
+        self, operations: Sequence[Operation], *, keep_going: KeepGoing | None = None
+    ) -> Exchange:
+        """Send in order; stop early (leaving the rest unattempted) when `keep_going` says so.
+
+        The executor passes a `keep_going` that stops at "authorisation needed" and at
+        "server unreachable", so one dead connection costs one request, not a hundred.
+        """
+        keep = keep_going or (lambda _reply: True)
+        exchange = Exchange()
+        if self.batch_size is None:
+            for op in operations:
+                reply = self._send_one(op)
+                exchange.replies.append((op, reply))
+                if not keep(reply):
+                    break
+            return exchange
+        size = self.batch_size or len(operations)
+        for start in range(0, len(operations), size):
+            chunk = operations[start : start + size]
+            answered = self._send_batch(chunk)
+            exchange.replies.extend(answered)
+            if len(answered) < len(chunk) or not all(keep(reply) for _, reply in answered):
+                break
+        return exchange
+
+    def probe(self) -> bool:
+        try:
+            response = self.client.get(wire.HEALTH_PATH, timeout=PROBE_TIMEOUT)
+        except (httpx.HTTPError, OSError):
+            return False
+        return response.status_code < 500
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> HttpTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _common_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self._headers is not None:
+            headers.update(self._headers() if callable(self._headers) else self._headers)
+        if self._token is not None:
+            token = self._token() if callable(self._token) else self._token
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _send_one(self, op: Operation) -> Reply:
+        try:
+            method, path = self._route(op)
+        except PermanentError as exc:
+            return Reply(error=exc)
+        headers = self._common_headers()
+        headers[wire.IDEMPOTENCY_KEY] = op.idempotency_key
+        if op.clock:
+            headers[wire.CLOCK] = op.clock
+        if op.base_version is not None:
+            headers[wire.IF_MATCH] = wire.quote_etag(op.base_version)
+        try:
+            if op.payload is None:
+                response = self.client.request(method, path, headers=headers)
+            else:
+                response = self.client.request(method, path, headers=headers, json=op.payload)
+        except (httpx.HTTPError, OSError) as exc:
+            return Reply(error=exc)
+        return Reply(
+            status=response.status_code,
+            headers=response.headers,
+            body=_body(response),
+            replayed=response.headers.get(wire.REPLAYED, "").lower() == "true",
+        )
+
+    def _send_batch(self, chunk: Sequence[Operation]) -> list[tuple[Operation, Reply]]:
+        try:
+            response = self.client.post(
+                wire.BATCH_PATH,
+                headers=self._common_headers(),
+                json={"operations": [op.to_wire() for op in chunk]},
+            )
+        except (httpx.HTTPError, OSError) as exc:
+            return _all(chunk, Reply(error=exc, shared=True))
+        body = _body(response)
+        if not 200 <= response.status_code < 300:
+            shared = Reply(response.status_code, response.headers, body, shared=True)
+            return _all(chunk, shared)
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list):
+            error = UnknownOutcome(
+                f"batch reply HTTP {response.status_code} has no 'results' list",
+                status=response.status_code,
+                body=body,
+            )
+            return _all(chunk, Reply(error=error, shared=True))
+        by_id = {r.get("id"): r for r in results if isinstance(r, dict)}
+        answered: list[tuple[Operation, Reply]] = []
+        for op in chunk:
+            result = by_id.get(op.id)
+            if result is None:
+                continue  # the server stopped before this one: not attempted
+            answered.append((op, _result_reply(result)))
+        return answered
+
+
+def _all(chunk: Sequence[Operation], reply: Reply) -> list[tuple[Operation, Reply]]:
+    return [(op, reply) for op in chunk]
+
+
+def _result_reply(result: Mapping[str, Any]) -> Reply:
+    status = result.get("status")
+    headers = result.get("headers")
+    if not isinstance(status, int):
+        error = UnknownOutcome(f"batch result for {result.get('id')} has no status", body=result)
+        return Reply(error=error)
+    return Reply(
+        status=status,
+        headers={str(k): str(v) for k, v in headers.items()} if isinstance(headers, dict) else {},
+        body=result.get("body"),
+        replayed=bool(result.get("replayed", False)),
+    )
+
+
+def _body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    if "json" in response.headers.get("content-type", ""):
+        try:
+            return response.json()
+        except ValueError:
+            pass
+    return response.text

@@ -1,0 +1,229 @@
+"""What one reply means for the operation that was sent (DESIGN.md, "Classification").
+
+Pure code: a reply (status, headers, body) or the exception that stood in for one goes in,
+an `Outcome` comes out. The executor turns outcomes into queue transitions; nothing here
+touches the network, the queue or the clock (``now`` is passed in for HTTP dates).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from pigeon.exceptions import (
+    AuthorizationRequired,
+    ConflictError,
+    DeliveryError,
+    KeyInProgress,
+    PermanentError,
+    RetryableError,
+)
+from pigeon.protocol import wire
+
+FailureKind = Literal["transient", "permanent", "conflict"]
+
+
+class OutcomeKind(enum.StrEnum):
+    DELIVERED = "delivered"  # 2xx: done, never send again
+    TRANSIENT = "transient"  # may succeed later with the SAME key; spends an attempt
+    KEY_IN_PROGRESS = "key_in_progress"  # 409: the server is still running this key
+    CONFLICT = "conflict"  # stale base version: hold for the conflict resolver
+    AUTH = "auth"  # 401/403: pause the whole queue, spend nothing
+    PERMANENT = "permanent"  # will never succeed: dead-letter
+
+
+# Exceptions raised before a single byte of the request left this process: the server
+# cannot have seen it, so it is not an attempt, it is a sign that the server is unreachable.
+_NOT_SENT: tuple[type[BaseException], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+# The request cannot be formed at all; sending it again cannot help.
+_MALFORMED: tuple[type[BaseException], ...] = (
+    httpx.UnsupportedProtocol,
+    httpx.InvalidURL,
+    httpx.LocalProtocolError,
+)
+_TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: OutcomeKind
+    reason: str
+    status: int | None = None
+    retry_after: float | None = None  # seconds the server asked us to wait, if any
+    sent: bool = True  # False: the request never left; the server cannot have seen it
+    etag: str | None = None  # unquoted entity version from a 2xx reply
+    body: Any = None
+
+    @property
+    def failure_kind(self) -> FailureKind:
+        """The `kind` argument of ``OfflineQueue.mark_failed`` for this outcome."""
+        if self.kind in (OutcomeKind.TRANSIENT, OutcomeKind.KEY_IN_PROGRESS):
+            return "transient"
+        if self.kind is OutcomeKind.CONFLICT:
+            return "conflict"
+        if self.kind is OutcomeKind.PERMANENT:
+            return "permanent"
+        raise ValueError(f"outcome {self.kind} is not a failure")
+
+    def error(self) -> DeliveryError:
+        """The typed exception of pigeon.exceptions that names this outcome."""
+        cls: type[DeliveryError] = {
+            OutcomeKind.TRANSIENT: RetryableError,
+            OutcomeKind.KEY_IN_PROGRESS: KeyInProgress,
+            OutcomeKind.CONFLICT: ConflictError,
+            OutcomeKind.AUTH: AuthorizationRequired,
+            OutcomeKind.PERMANENT: PermanentError,
+        }.get(self.kind, DeliveryError)
+        return cls(self.reason, status=self.status, retry_after=self.retry_after, body=self.body)
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive lookup that works on plain dicts as well as httpx.Headers."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lowered = name.lower()
+    for key, candidate in headers.items():
+        if key.lower() == lowered:
+            return candidate
+    return None
+
+
+def parse_retry_after(value: str | None, *, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delay-seconds or HTTP-date).
+
+    Returns None for a missing or unreadable value (the retry policy then decides alone),
+    and never a negative number: a date in the past means "now".
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive one is read as such
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def problem_type(body: Any) -> str | None:
+    if isinstance(body, Mapping):
+        kind = body.get("type")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def classify(
+    status: int | None,
+    headers: Mapping[str, str] | None = None,
+    body: Any = None,
+    error: BaseException | None = None,
+    *,
+    now: float,
+) -> Outcome:
+    """Classify one reply, or the exception raised instead of one."""
+    if error is not None:
+        return _classify_error(error)
+    if status is None:
+        return Outcome(OutcomeKind.TRANSIENT, "no reply and no error", sent=True)
+    headers = headers or {}
+    retry_after = parse_retry_after(header(headers, wire.RETRY_AFTER), now=now)
+    if 200 <= status < 300:
+        etag = header(headers, wire.ETAG)
+        return Outcome(
+            OutcomeKind.DELIVERED,
+            f"HTTP {status}",
+            status=status,
+            etag=wire.unquote_etag(etag) if etag else None,
+            body=body,
+        )
+    if status in _TRANSIENT_STATUSES or 500 <= status < 600:
+        return Outcome(
+            OutcomeKind.TRANSIENT,
+            f"HTTP {status}",
+            status=status,
+            retry_after=retry_after,
+            body=body,
+        )
+    if status in (401, 403):
+        return Outcome(
+            OutcomeKind.AUTH, f"HTTP {status}: authorisation needed", status=status, body=body
+        )
+    if status == 409:
+        kind = problem_type(body)
+        in_progress = kind == wire.PROBLEM_KEY_IN_PROGRESS or (
+            kind != wire.PROBLEM_VERSION_CONFLICT and retry_after is not None
+        )
+        if in_progress:
+            return Outcome(
+                OutcomeKind.KEY_IN_PROGRESS,
+                "HTTP 409: the server is still processing this key",
+                status=status,
+                retry_after=retry_after,
+                body=body,
+            )
+        return Outcome(OutcomeKind.CONFLICT, "HTTP 409: version conflict", status=status, body=body)
+    if status == 412:
+        return Outcome(
+            OutcomeKind.CONFLICT, "HTTP 412: base version is stale", status=status, body=body
+        )
+    # 4xx not handled above, and anything outside 2xx/4xx/5xx (a 3xx to a write means a
+    # misrouted endpoint): sending the same request again cannot change the answer.
+    detail = _problem_detail(body)
+    reason = f"HTTP {status}" + (f": {detail}" if detail else "")
+    return Outcome(OutcomeKind.PERMANENT, reason, status=status, body=body)
+
+
+def _problem_detail(body: Any) -> str | None:
+    if isinstance(body, Mapping):
+        for key in ("detail", "title", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+def _classify_error(error: BaseException) -> Outcome:
+    name = f"{type(error).__name__}: {error}"
+    if isinstance(error, DeliveryError):
+        if isinstance(error, KeyInProgress):
+            kind = OutcomeKind.KEY_IN_PROGRESS
+        elif isinstance(error, RetryableError):
+            kind = OutcomeKind.TRANSIENT
+        elif isinstance(error, ConflictError):
+            kind = OutcomeKind.CONFLICT
+        elif isinstance(error, AuthorizationRequired):
+            kind = OutcomeKind.AUTH
+        elif isinstance(error, PermanentError):
+            kind = OutcomeKind.PERMANENT
+        else:  # UnknownOutcome and the bare base: it may have happened; same key again
+            kind = OutcomeKind.TRANSIENT
+        return Outcome(
+            kind, name, status=error.status, retry_after=error.retry_after, body=error.body
+        )
+    if isinstance(error, _NOT_SENT):
+        return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
+    if isinstance(error, _MALFORMED):
+        return Outcome(OutcomeKind.PERMANENT, name)
+    # Read/write errors, timeouts after the request went out, OSError: the server may or
+    # may not have the request. The same key makes sending it again safe.
+    return Outcome(OutcomeKind.TRANSIENT, name)

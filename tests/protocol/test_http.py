@@ -1,0 +1,171 @@
+"""HttpTransport against a real uvicorn on loopback."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from pigeon.edge.operation import Operation
+from pigeon.exceptions import ConfigurationError, PermanentError
+from pigeon.protocol.http import HttpTransport
+from pigeon.protocol.transport import Reply, Transport
+from tests.protocol.wire_app import Fault, LiveServer, WireState, free_port
+
+_seq = itertools.count(1)
+
+
+def op(entity: str, payload: Any = None, **fields: Any) -> Operation:
+    fields.setdefault("endpoint", f"/things/{entity}")
+    fields.setdefault("method", "POST")
+    return Operation(
+        id=str(uuid.uuid4()),
+        type=fields.pop("type", "create"),
+        entity=entity,
+        payload={"n": next(_seq)} if payload is None else payload,
+        idempotency_key=str(uuid.uuid4()),
+        clock=f"{next(_seq):015d}-0000000000-edge",
+        **fields,
+    )
+
+
+def test_single_mode_sends_key_clock_quoted_if_match_and_fresh_token(
+    server: LiveServer, state: WireState
+) -> None:
+    tokens = iter(["alice:1", "alice:2"])
+    state.tokens = {"alice:1", "alice:2"}
+    with HttpTransport(server.url, token=lambda: next(tokens), headers={"X-App": "t"}) as t:
+        assert isinstance(t, Transport)
+        first = op("a")
+        second = op("a", type="update", method="PUT", base_version="1")
+        exchange = t.send([first, second])
+    assert [r.status for _, r in exchange.replies] == [201, 200]
+    assert exchange.replies[0][1].headers["etag"] == '"1"'
+    sent = state.seen_headers
+    assert [h["idempotency-key"] for h in sent] == [first.idempotency_key, second.idempotency_key]
+    assert [h["authorization"] for h in sent] == ["Bearer alice:1", "Bearer alice:2"]
+    assert sent[0]["x-pigeon-clock"] == first.clock and sent[0]["x-app"] == "t"
+    assert "if-match" not in sent[0] and sent[1]["if-match"] == '"1"'
+    assert [e["body"] for e in state.effects("a")] == [first.payload, second.payload]
+
+
+def test_the_same_key_goes_out_again_and_is_replayed(server: LiveServer, state: WireState) -> None:
+    one = op("a")
+    state.faults["a"].append(Fault(503, after_effect=True))
+    with HttpTransport(server.url) as t:
+        lost = t.send([one]).replies[0][1]
+        again = t.send([one]).replies[0][1]
+    assert lost.status == 503
+    assert again.status == 201 and again.replayed
+    assert state.seen_keys[one.idempotency_key] == 2
+    assert len(state.effects("a")) == 1
+
+
+def test_keep_going_stops_single_mode_early(server: LiveServer, state: WireState) -> None:
+    state.tokens = {"good"}
+    ops = [op("a"), op("b"), op("c")]
+    with HttpTransport(server.url, token="bad") as t:
+        exchange = t.send(ops, keep_going=lambda r: r.status not in (401, 403))
+    assert [r.status for _, r in exchange.replies] == [401]
+    assert exchange.attempted() == {ops[0].id}
+
+
+def test_batch_mode_maps_results_and_leaves_the_tail_unattempted(
+    server: LiveServer, state: WireState
+) -> None:
+    ops = [op("a"), op("b"), op("c"), op("d")]
+    state.faults["b"].append(Fault(503, retry_after="7"))
+    with HttpTransport(server.url, batch=True) as t:
+        exchange = t.send(ops)
+    assert state.batch_requests == 1 and state.single_requests == 0
+    answered = {o.entity: r for o, r in exchange.replies}
+    assert set(answered) == {"a", "b"}  # the server stopped at b's transient failure
+    assert answered["a"].status == 201 and answered["a"].headers["etag"] == '"1"'
+    assert answered["b"].status == 503 and answered["b"].headers["retry-after"] == "7"
+    assert [e["entity"] for e in state.effects()] == ["a"]
+
+
+def test_batch_size_splits_requests_and_stops_after_a_short_chunk(
+    server: LiveServer, state: WireState
+) -> None:
+    ops = [op(f"e{i}") for i in range(5)]
+    with HttpTransport(server.url, batch=2) as t:
+        assert len(t.send(ops).replies) == 5
+    assert state.batch_requests == 3
+    state.faults["x0"].append(Fault(500))
+    more = [op("x0"), op("x1"), op("x2"), op("x3")]
+    with HttpTransport(server.url, batch=2) as t:
+        exchange = t.send(more)
+    # The server cut the first chunk short at x0: nothing after it is sent.
+    assert [(o.entity, r.status) for o, r in exchange.replies] == [("x0", 500)]
+    assert state.batch_requests == 4
+
+
+def test_batch_level_failure_is_shared_by_every_operation(
+    server: LiveServer, state: WireState
+) -> None:
+    state.tokens = {"good"}
+    ops = [op("a"), op("b")]
+    with HttpTransport(server.url, token="bad", batch=True) as t:
+        exchange = t.send(ops)
+    replies = [r for _, r in exchange.replies]
+    assert len(replies) == 2 and replies[0] is replies[1]
+    assert replies[0].status == 401 and replies[0].shared
+
+
+def test_unreachable_server_is_a_connect_error_and_probe_says_no() -> None:
+    with HttpTransport(f"http://127.0.0.1:{free_port()}") as t:
+        reply = t.send([op("a")]).replies[0][1]
+        assert isinstance(reply.error, httpx.ConnectError)
+        assert t.probe() is False
+
+
+def test_probe_and_read_timeout(server: LiveServer, state: WireState) -> None:
+    timeout = httpx.Timeout(5.0, read=0.2)
+    with HttpTransport(server.url, timeout=timeout) as t:
+        assert t.probe() is True
+        state.delay = 1.0
+        started = time.monotonic()
+        reply = t.send([op("a")]).replies[0][1]
+    assert isinstance(reply.error, httpx.ReadTimeout)
+    assert time.monotonic() - started < 0.9
+
+
+def test_operation_without_endpoint_is_a_permanent_error_not_a_request(
+    server: LiveServer, state: WireState
+) -> None:
+    with HttpTransport(server.url) as t:
+        reply = t.send([op("a", endpoint=None)]).replies[0][1]
+    assert isinstance(reply.error, PermanentError) and "no endpoint" in str(reply.error)
+    assert state.single_requests == 0
+
+
+def test_default_method_by_type_and_custom_route(server: LiveServer, state: WireState) -> None:
+    with HttpTransport(server.url) as t:
+        t.send([op("a", method=None, type="create"), op("b", method=None, type="delete")])
+    with HttpTransport(server.url, route=lambda o: ("PATCH", f"/things/{o.entity}")) as t:
+        t.send([op("c", endpoint=None)])
+    assert [e["method"] for e in state.effects()] == ["POST", "DELETE", "PATCH"]
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="batch"):
+        HttpTransport("http://x", batch=0)
+    with pytest.raises(ConfigurationError, match="base_url"):
+        HttpTransport()
+
+
+def test_malformed_batch_reply_is_an_unknown_outcome() -> None:
+    from pigeon.protocol.inprocess import InProcessTransport
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"oops": True})
+
+    with InProcessTransport(handler=handler, batch=True) as t:
+        replies = [r for _, r in t.send([op("a"), op("b")]).replies]
+    assert len(replies) == 2 and all(isinstance(r, Reply) and r.error for r in replies)
+    assert "results" in str(replies[0].error)

@@ -1,0 +1,156 @@
+"""Reply classification: the table of DESIGN.md, as examples and as properties."""
+
+from __future__ import annotations
+
+import email.utils
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pigeon.exceptions import (
+    AuthorizationRequired,
+    ConflictError,
+    KeyInProgress,
+    PermanentError,
+    RetryableError,
+    UnknownOutcome,
+)
+from pigeon.protocol import wire
+from pigeon.sync.classify import OutcomeKind, classify, parse_retry_after
+
+NOW = 1_700_000_000.0
+statuses = st.integers(min_value=100, max_value=599)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (200, OutcomeKind.DELIVERED),
+        (201, OutcomeKind.DELIVERED),
+        (202, OutcomeKind.DELIVERED),
+        (204, OutcomeKind.DELIVERED),
+        (408, OutcomeKind.TRANSIENT),
+        (425, OutcomeKind.TRANSIENT),
+        (429, OutcomeKind.TRANSIENT),
+        (500, OutcomeKind.TRANSIENT),
+        (502, OutcomeKind.TRANSIENT),
+        (503, OutcomeKind.TRANSIENT),
+        (401, OutcomeKind.AUTH),
+        (403, OutcomeKind.AUTH),
+        (412, OutcomeKind.CONFLICT),
+        (400, OutcomeKind.PERMANENT),
+        (404, OutcomeKind.PERMANENT),
+        (410, OutcomeKind.PERMANENT),
+        (422, OutcomeKind.PERMANENT),
+        (302, OutcomeKind.PERMANENT),
+    ],
+)
+def test_status_table(status: int, kind: OutcomeKind) -> None:
+    assert classify(status, {}, None, now=NOW).kind is kind
+
+
+def test_409_told_apart_by_problem_type() -> None:
+    in_progress = classify(
+        409,
+        {"Retry-After": "2", "Content-Type": wire.PROBLEM_JSON},
+        {"type": wire.PROBLEM_KEY_IN_PROGRESS},
+        now=NOW,
+    )
+    assert in_progress.kind is OutcomeKind.KEY_IN_PROGRESS
+    assert in_progress.retry_after == 2.0
+    assert in_progress.failure_kind == "transient"
+    conflict = classify(409, {"Retry-After": "2"}, {"type": wire.PROBLEM_VERSION_CONFLICT}, now=NOW)
+    assert conflict.kind is OutcomeKind.CONFLICT
+    assert conflict.failure_kind == "conflict"
+
+
+def test_untyped_409_uses_retry_after_as_the_tie_breaker() -> None:
+    assert classify(409, {"retry-after": "1"}, None, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
+    assert classify(409, {}, {"detail": "x"}, now=NOW).kind is OutcomeKind.CONFLICT
+
+
+def test_delivered_carries_unquoted_etag_whatever_the_header_case() -> None:
+    outcome = classify(200, {"etag": 'W/"7"'}, {"id": 1}, now=NOW)
+    assert outcome.etag == "7"
+    assert outcome.body == {"id": 1}
+    assert classify(201, {"ETag": '"abc"'}, None, now=NOW).etag == "abc"
+    assert classify(204, {}, None, now=NOW).etag is None
+
+
+def test_retry_after_on_429_and_503_in_both_forms() -> None:
+    date = email.utils.formatdate(NOW + 30, usegmt=True)
+    assert classify(429, {"Retry-After": "5"}, None, now=NOW).retry_after == 5.0
+    assert classify(503, {"Retry-After": date}, None, now=NOW).retry_after == pytest.approx(30.0)
+    assert classify(503, {}, None, now=NOW).retry_after is None
+
+
+def test_permanent_reason_names_the_problem_detail() -> None:
+    outcome = classify(
+        422, {}, {"type": wire.PROBLEM_KEY_MISMATCH, "detail": "key reused"}, now=NOW
+    )
+    assert outcome.kind is OutcomeKind.PERMANENT
+    assert "key reused" in outcome.reason
+    assert outcome.failure_kind == "permanent"
+
+
+def test_exceptions() -> None:
+    request = httpx.Request("POST", "http://x/notes")
+    not_sent = classify(None, error=httpx.ConnectError("refused", request=request), now=NOW)
+    assert not_sent.kind is OutcomeKind.TRANSIENT and not not_sent.sent
+    timeout = classify(None, error=httpx.ReadTimeout("slow", request=request), now=NOW)
+    assert timeout.kind is OutcomeKind.TRANSIENT and timeout.sent
+    dropped = classify(None, error=httpx.RemoteProtocolError("eof", request=request), now=NOW)
+    assert dropped.kind is OutcomeKind.TRANSIENT and dropped.sent
+    bad = classify(None, error=httpx.UnsupportedProtocol("ftp", request=request), now=NOW)
+    assert bad.kind is OutcomeKind.PERMANENT
+    assert classify(None, error=OSError("reset"), now=NOW).kind is OutcomeKind.TRANSIENT
+    assert classify(None, error=UnknownOutcome("?"), now=NOW).kind is OutcomeKind.TRANSIENT
+    assert classify(None, error=PermanentError("no endpoint"), now=NOW).kind is (
+        OutcomeKind.PERMANENT
+    )
+    held = classify(None, error=KeyInProgress("busy", retry_after=3.0), now=NOW)
+    assert held.kind is OutcomeKind.KEY_IN_PROGRESS and held.retry_after == 3.0
+
+
+def test_outcome_error_is_the_typed_exception() -> None:
+    assert isinstance(classify(503, now=NOW).error(), RetryableError)
+    assert isinstance(classify(409, {"Retry-After": "1"}, now=NOW).error(), KeyInProgress)
+    assert isinstance(classify(412, now=NOW).error(), ConflictError)
+    assert isinstance(classify(401, now=NOW).error(), AuthorizationRequired)
+    error = classify(404, now=NOW).error()
+    assert isinstance(error, PermanentError) and error.status == 404
+    with pytest.raises(ValueError, match="not a failure"):
+        _ = classify(200, now=NOW).failure_kind
+
+
+@given(statuses, st.dictionaries(st.sampled_from(["Retry-After", "ETag", "X"]), st.text()))
+def test_every_status_has_exactly_one_reading(status: int, headers: dict[str, str]) -> None:
+    outcome = classify(status, headers, None, now=NOW)
+    assert (outcome.kind is OutcomeKind.DELIVERED) == (200 <= status < 300)
+    assert (outcome.kind is OutcomeKind.AUTH) == (status in (401, 403))
+    if outcome.kind is OutcomeKind.TRANSIENT:
+        assert status in (408, 425, 429) or status >= 500
+    if status >= 500:
+        assert outcome.kind is OutcomeKind.TRANSIENT
+    if outcome.retry_after is not None:
+        assert outcome.retry_after >= 0
+    assert outcome.status == status
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_retry_after_seconds_round_trip(seconds: int) -> None:
+    assert parse_retry_after(str(seconds), now=NOW) == seconds
+
+
+@given(st.integers(min_value=-(10**6), max_value=10**7))
+def test_retry_after_http_date_is_relative_to_now_and_never_negative(offset: int) -> None:
+    value = email.utils.formatdate(NOW + offset, usegmt=True)
+    assert parse_retry_after(value, now=NOW) == pytest.approx(max(0, offset), abs=1.0)
+
+
+@given(st.text())
+def test_retry_after_never_raises_and_never_goes_negative(text: str) -> None:
+    value = parse_retry_after(text, now=NOW)
+    assert value is None or value >= 0
