@@ -18,6 +18,9 @@ def _register() -> None:
     from pigeon.cli import queue_cmd
 
     app.add_typer(queue_cmd.app, name="queue")
+    from pigeon.cli import serve_cmd
+
+    app.command("serve")(serve_cmd.serve)
 
 
 _register()

@@ -1,0 +1,110 @@
+"""``pigeon serve``: the reference notes server (idempotent intake) under uvicorn.
+
+With one worker (the default) the server runs in this very process, so a SIGKILL of the
+printed pid kills the server and nothing else: what the crash tests rely on. With
+``--workers N`` uvicorn's supervisor forks N processes that share the listening socket;
+each worker asks the kernel to kill it when the supervisor dies (Linux), so a SIGKILL of
+the supervisor does not leave orphans holding the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from typing import Annotated
+
+import typer
+import uvicorn
+from starlette.applications import Starlette
+
+from pigeon.server.auth import BearerAuth
+from pigeon.server.idempotency import DAY, IdempotencyPolicy
+from pigeon.server.intake import ClaimMode
+from pigeon.server.notes import create_notes_app
+from pigeon.storage.server import open_server_db
+from pigeon.storage.sqlite import Durability
+
+_ENV = "PIGEON_SERVE_"
+
+
+def app_from_env() -> Starlette:
+    """The uvicorn factory for worker processes: settings come through the environment."""
+    _die_with_parent()
+    env = os.environ
+    durability: Durability = "normal" if env.get(_ENV + "DURABILITY") == "normal" else "full"
+    db = open_server_db(env[_ENV + "DB"], durability=durability)
+    claim_mode: ClaimMode = "separate" if env.get(_ENV + "CLAIM_MODE") == "separate" else "inline"
+    return create_notes_app(
+        db,
+        policy=IdempotencyPolicy(
+            lock_timeout=float(env.get(_ENV + "LOCK_TIMEOUT", "60")),
+            response_retention=float(env.get(_ENV + "RESPONSE_RETENTION", str(DAY))),
+            claim_retention=float(env.get(_ENV + "CLAIM_RETENTION", str(30 * DAY))),
+        ),
+        claim_mode=claim_mode,
+        authenticate=BearerAuth(required=env.get(_ENV + "REQUIRE_AUTH") == "1"),
+    )
+
+
+def _die_with_parent() -> None:
+    if os.environ.get(_ENV + "SUPERVISED") != "1" or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def serve(
+    db: Annotated[str, typer.Option("--db", help="Server database: a SQLite path.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one (printed).")] = 8765,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    durability: Annotated[str, typer.Option(help="SQLite synchronous: full or normal.")] = "full",
+    claim_mode: Annotated[
+        str, typer.Option(help="inline (one commit) or separate (409 while in progress).")
+    ] = "inline",
+    lock_timeout: Annotated[float, typer.Option(help="Seconds an in-progress claim is held.")] = 60,
+    response_retention: Annotated[float, typer.Option(help="Seconds responses are kept.")] = DAY,
+    claim_retention: Annotated[float, typer.Option(help="Seconds keys are kept.")] = 30 * DAY,
+    require_auth: Annotated[bool, typer.Option(help="Refuse requests without a token.")] = False,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Run the reference notes server with the idempotent intake."""
+    if durability not in ("full", "normal"):
+        raise typer.BadParameter("durability must be 'full' or 'normal'")
+    if claim_mode not in ("inline", "separate"):
+        raise typer.BadParameter("claim-mode must be 'inline' or 'separate'")
+    settings = {
+        "DB": os.path.abspath(db),
+        "DURABILITY": durability,
+        "CLAIM_MODE": claim_mode,
+        "LOCK_TIMEOUT": str(lock_timeout),
+        "RESPONSE_RETENTION": str(response_retention),
+        "CLAIM_RETENTION": str(claim_retention),
+        "REQUIRE_AUTH": "1" if require_auth else "0",
+        "SUPERVISED": "1" if workers > 1 else "0",
+    }
+    os.environ.update({_ENV + k: v for k, v in settings.items()})
+    # Open (and migrate) once here: a bad file fails now, with its message, not per worker.
+    durable: Durability = "full" if durability == "full" else "normal"
+    open_server_db(settings["DB"], durability=durable).close()
+    config = uvicorn.Config(
+        "pigeon.cli.serve_cmd:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+    )
+    sock = config.bind_socket()
+    bound_host, bound_port = sock.getsockname()[:2]
+    typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
+    sys.stdout.flush()
+    if workers > 1:
+        uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,235 @@
+"""The ASGI application around an ``Intake``: single-operation routes, the batch route,
+the health probe and the OpenAPI contract.
+
+``create_app(intake, routes=[...])`` adds the application's read routes (no key needed)
+beside the operations registered on the intake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from pigeon.clock import HLCTimestamp
+from pigeon.exceptions import AuthorizationRequired
+from pigeon.protocol.wire import (
+    BATCH_PATH,
+    CLOCK,
+    HEALTH_PATH,
+    IDEMPOTENCY_KEY,
+    IF_MATCH,
+    unquote_etag,
+)
+from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
+from pigeon.server.intake import (
+    STORE_DOWN,
+    Intake,
+    OperationRequest,
+    OpResult,
+    problem_result,
+    store_unavailable,
+)
+from pigeon.server.openapi import OPENAPI_PATH, build_openapi
+
+log = logging.getLogger(__name__)
+
+OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
+MAX_BATCH = 1000
+
+
+def render(result: OpResult) -> Response:
+    headers = dict(result.headers)
+    media_type = headers.pop("content-type", "application/json")
+    if result.status == 204 or not result.body_text:
+        return Response(status_code=result.status, headers=headers)
+    return Response(result.body_text, result.status, headers=headers, media_type=media_type)
+
+
+def _bad_request(slug: str, detail: str) -> OpResult:
+    return problem_result(400, slug, "Bad request", detail)
+
+
+def _clock(value: object) -> str | OpResult:
+    if value is None or value == "":
+        return ""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"a clock stamp is a string, not {type(value).__name__}")
+        HLCTimestamp.decode(value)
+    except ValueError as exc:
+        return _bad_request("bad-clock", f"{CLOCK}: {exc}")
+    return value
+
+
+async def parse_request(request: Request) -> OperationRequest | OpResult:
+    """A single-operation request, or the 400 that refuses it (before anything runs)."""
+    try:
+        key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
+    except InvalidIdempotencyKey as exc:
+        return _bad_request("bad-idempotency-key", str(exc))
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else None
+    except ValueError as exc:
+        return _bad_request("bad-json", f"the request body is not JSON: {exc}")
+    clock = _clock(request.headers.get(CLOCK))
+    if isinstance(clock, OpResult):
+        return clock
+    if_match = request.headers.get(IF_MATCH)
+    return OperationRequest(
+        method=request.method,
+        path=request.url.path,
+        body=body,
+        key=key,
+        operation_id=request.headers.get(OPERATION_ID) or key,
+        clock=clock or None,
+        if_match=unquote_etag(if_match) if if_match else None,
+    )
+
+
+def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
+    """One entry of a batch (see ``pigeon.protocol.wire``), or its permanent refusal."""
+    if not isinstance(entry, dict):
+        return _bad_request("bad-batch-entry", f"operations[{index}] is not an object")
+    try:
+        key = check_key(entry.get("idempotency_key"))
+    except InvalidIdempotencyKey as exc:
+        return _bad_request("bad-idempotency-key", f"operations[{index}]: {exc}")
+    method, path = entry.get("method"), entry.get("path")
+    if not isinstance(method, str) or not isinstance(path, str) or not path.startswith("/"):
+        return _bad_request(
+            "bad-batch-entry", f"operations[{index}] needs a string method and an absolute path"
+        )
+    clock = _clock(entry.get("clock"))
+    if isinstance(clock, OpResult):
+        return clock
+    if_match, op_id, entity = entry.get("if_match"), entry.get("id"), entry.get("entity")
+    return OperationRequest(
+        method=method.upper(),
+        path=path,
+        body=entry.get("body"),
+        key=key,
+        operation_id=str(op_id) if op_id else key,
+        clock=clock or None,
+        if_match=unquote_etag(str(if_match)) if if_match else None,
+        entity=str(entity) if entity else None,
+    )
+
+
+def _result_json(entry: object, result: OpResult) -> dict[str, Any]:
+    op_id = entry.get("id") if isinstance(entry, dict) else None
+    return {
+        "id": op_id,
+        "status": result.status,
+        "body": result.body,
+        "replayed": result.replayed,
+        "headers": dict(result.headers),
+    }
+
+
+def _auth_failure(exc: AuthorizationRequired) -> Response:
+    result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
+    return render(result)
+
+
+def create_app(
+    intake: Intake,
+    *,
+    routes: Sequence[BaseRoute] = (),
+    authenticate: Authenticator | None = None,
+    purge_interval: float | None = 3600.0,
+    title: str = "pigeon intake",
+) -> Starlette:
+    auth: Authenticator = authenticate or BearerAuth()
+
+    async def operation(request: Request) -> Response:
+        try:
+            principal = auth(request)
+        except AuthorizationRequired as exc:
+            return _auth_failure(exc)
+        parsed = await parse_request(request)
+        if isinstance(parsed, OpResult):
+            return render(parsed)
+        return render(await run_in_threadpool(intake.execute, principal, parsed))
+
+    async def batch(request: Request) -> Response:
+        try:
+            principal = auth(request)
+        except AuthorizationRequired as exc:
+            return _auth_failure(exc)
+        try:
+            payload = json.loads(await request.body())
+        except ValueError as exc:
+            return render(_bad_request("bad-json", f"the batch body is not JSON: {exc}"))
+        entries = payload.get("operations") if isinstance(payload, dict) else None
+        if not isinstance(entries, list):
+            return render(_bad_request("bad-batch", 'a batch is {"operations": [...]}'))
+        if len(entries) > MAX_BATCH:
+            return render(
+                _bad_request("batch-too-large", f"{len(entries)} operations, at most {MAX_BATCH}")
+            )
+        ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
+        try:
+            results = await run_in_threadpool(intake.execute_batch, principal, ops)
+        except STORE_DOWN as exc:
+            return render(store_unavailable(exc))
+        body = [_result_json(entry, r) for entry, r in zip(entries, results, strict=False)]
+        return JSONResponse({"results": body})
+
+    async def health(request: Request) -> Response:
+        # Deliberately touches no database: connectivity monitors probe it often.
+        return JSONResponse({"status": "ok"})
+
+    spec = build_openapi(intake, title=title, extra_routes=routes)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(spec)
+
+    by_path: dict[str, list[str]] = {}
+    for route in intake.routes:
+        by_path.setdefault(route.template, []).append(route.method)
+    all_routes: list[BaseRoute] = [
+        Route(BATCH_PATH, batch, methods=["POST"]),
+        Route(HEALTH_PATH, health, methods=["GET"]),
+        Route(OPENAPI_PATH, openapi, methods=["GET"]),
+        *(Route(path, operation, methods=methods) for path, methods in by_path.items()),
+        *routes,
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = None
+        if purge_interval:
+            task = asyncio.create_task(_purge_forever(intake, purge_interval))
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    app = Starlette(routes=all_routes, lifespan=lifespan)
+    app.state.intake = intake
+    return app
+
+
+async def _purge_forever(intake: Intake, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            responses, claims = await run_in_threadpool(intake.purge)
+            log.info("purged %d stored responses and %d expired claims", responses, claims)
+        except STORE_DOWN as exc:
+            log.warning("purge skipped, store unavailable: %s", exc)

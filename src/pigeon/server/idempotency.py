@@ -1,0 +1,223 @@
+"""Idempotency claims: who holds a key, what it answered, and for how long.
+
+The store works inside a transaction it is handed (``pigeon.storage.base.Tx``) and asks
+for SQL by name, so the intake can put the claim, the application's writes and the
+stored response in ONE commit, and the same code runs on SQLite and PostgreSQL.
+
+Lifetimes (all decided by timestamps at read time, never by whether a purge ran):
+
+- ``lock_timeout``: how long an ``in_progress`` claim is honoured. A claim left behind
+  by a dead process (only possible when the claim is committed before the work, see
+  ``Intake(claim_mode="separate")`` and the middleware) may be taken over after it.
+- ``response_retention`` (24 h): the stored status and body are replayed verbatim.
+- ``claim_retention`` (30 days): after the response is gone the key still answers
+  "already applied" with the original operation id; only after this the key is free.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.storage.base import Row, Tx
+
+DAY = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyPolicy:
+    lock_timeout: float = 60.0
+    response_retention: float = DAY
+    claim_retention: float = 30 * DAY
+
+    def __post_init__(self) -> None:
+        if not self.lock_timeout > 0:
+            raise ConfigurationError(f"lock_timeout must be positive, not {self.lock_timeout}")
+        if not self.lock_timeout <= self.response_retention <= self.claim_retention:
+            raise ConfigurationError(
+                "expected lock_timeout <= response_retention <= claim_retention, got "
+                f"{self.lock_timeout} / {self.response_retention} / {self.claim_retention}"
+            )
+
+
+class Outcome(enum.StrEnum):
+    FRESH = "fresh"  # no live claim: this request runs
+    TAKE_OVER = "take_over"  # a dead claim (expired lock or retention): this request runs
+    REPLAY = "replay"  # completed, response still stored
+    ALREADY_APPLIED = "already_applied"  # completed, response purged, claim still alive
+    IN_PROGRESS = "in_progress"  # another request holds the key right now
+    MISMATCH = "mismatch"  # same key, different request
+
+
+def decide(row: Row | None, fingerprint: str, now: float) -> Outcome:
+    """What an incoming request with this fingerprint meets in the claim ``row``. Pure."""
+    if row is None:
+        return Outcome.FRESH
+    if row["claim_expires_at"] <= now:
+        return Outcome.TAKE_OVER
+    if row["fingerprint"] != fingerprint:
+        return Outcome.MISMATCH
+    if row["state"] == "in_progress":
+        locked_until = row["locked_until"]
+        return Outcome.IN_PROGRESS if locked_until > now else Outcome.TAKE_OVER
+    if row["response_body"] is not None and row["response_expires_at"] > now:
+        return Outcome.REPLAY
+    return Outcome.ALREADY_APPLIED
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    status: int
+    body: str  # JSON text, plain text or base64, per ``body_format``
+    headers: tuple[tuple[str, str], ...] = ()
+    body_format: str = "json"  # "json" | "text" | "base64"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A key this process now holds; the token fences out anyone who took it over."""
+
+    principal: str
+    key: str
+    token: str
+    operation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    outcome: Outcome
+    claim: Claim | None = None
+    response: StoredResponse | None = None
+    operation_id: str | None = None
+    original_status: int | None = None
+    completed_at: float | None = None
+    retry_after: int = 0
+
+    @property
+    def runs(self) -> bool:
+        return self.claim is not None
+
+
+def _response(row: Row) -> StoredResponse:
+    headers = json.loads(row["response_headers"] or "[]")
+    return StoredResponse(
+        status=int(row["status"]),
+        body=row["response_body"],
+        headers=tuple((str(k), str(v)) for k, v in headers),
+        body_format=row["body_format"] or "json",
+    )
+
+
+class IdempotencyStore:
+    """Claims of (principal, key) pairs, inside transactions handed in by the caller."""
+
+    def __init__(
+        self,
+        policy: IdempotencyPolicy | None = None,
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy or IdempotencyPolicy()
+        self.now = now
+
+    def claim(
+        self,
+        tx: Tx,
+        *,
+        principal: str,
+        key: str,
+        fingerprint: str,
+        method: str,
+        path: str,
+        operation_id: str,
+    ) -> Decision:
+        """Take the key for this request, or say why it must not run."""
+        now = self.now()
+        params: dict[str, Any] = {
+            "principal": principal,
+            "idem_key": key,
+            "fingerprint": fingerprint,
+            "method": method,
+            "path": path,
+            "operation_id": operation_id,
+            "lock_token": uuid.uuid4().hex,
+            "locked_until": now + self.policy.lock_timeout,
+            "claim_expires_at": now + self.policy.claim_retention,
+            "now": now,
+        }
+        claim = Claim(principal, key, params["lock_token"], operation_id)
+        # Two rounds at most: a lost race on insert or take-over is followed by one more
+        # read, which then sees the winner's row.
+        for _ in range(3):
+            if tx.fetchone("claim_insert", params) is not None:
+                return Decision(Outcome.FRESH, claim=claim, operation_id=operation_id)
+            row = tx.fetchone("claim_get", params)
+            outcome = decide(row, fingerprint, now)
+            if outcome is Outcome.FRESH:
+                continue  # the row vanished (purged or released) between the two statements
+            if outcome is Outcome.TAKE_OVER:
+                if tx.fetchone("claim_take_over", params) is not None:
+                    return Decision(Outcome.TAKE_OVER, claim=claim, operation_id=operation_id)
+                continue
+            assert row is not None
+            return self._refusal(outcome, row, now)
+        raise RuntimeError(f"could not settle the claim of key {key!r} after three rounds")
+
+    def _refusal(self, outcome: Outcome, row: Row, now: float) -> Decision:
+        if outcome is Outcome.IN_PROGRESS:
+            wait = max(1, math.ceil(row["locked_until"] - now))
+            return Decision(outcome, operation_id=row["operation_id"], retry_after=wait)
+        if outcome is Outcome.MISMATCH:
+            return Decision(outcome, operation_id=row["operation_id"])
+        return Decision(
+            outcome,
+            response=_response(row) if outcome is Outcome.REPLAY else None,
+            operation_id=row["operation_id"],
+            original_status=row["status"],
+            completed_at=row["completed_at"],
+        )
+
+    def fence(self, tx: Tx, claim: Claim) -> bool:
+        """Is the claim still ours? (False once a taker replaced our token.)"""
+        return tx.fetchone("claim_fence", self._key_params(claim)) is not None
+
+    def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool:
+        """Store the response and mark the key completed; False if the claim was lost."""
+        now = self.now()
+        params = self._key_params(claim) | {
+            "status": response.status,
+            "response_headers": json.dumps([list(pair) for pair in response.headers]),
+            "response_body": response.body,
+            "body_format": response.body_format,
+            "now": now,
+            "response_expires_at": now + self.policy.response_retention,
+        }
+        return tx.fetchone("claim_complete", params) is not None
+
+    def release(self, tx: Tx, claim: Claim) -> bool:
+        """Give the key back so a retry runs (after a crash-free failure)."""
+        return tx.fetchone("claim_release", self._key_params(claim)) is not None
+
+    def get(self, tx: Tx, principal: str, key: str) -> Row | None:
+        return tx.fetchone("claim_get", {"principal": principal, "idem_key": key})
+
+    def purge(self, tx: Tx) -> tuple[int, int]:
+        """Drop expired responses and expired claims: (responses purged, claims deleted)."""
+        params = {"now": self.now()}
+        return len(tx.fetchall("purge_responses", params)), len(tx.fetchall("purge_claims", params))
+
+    def stats(self, tx: Tx) -> Mapping[str, int]:
+        row = tx.fetchone("claim_stats")
+        assert row is not None
+        return {k: int(v) for k, v in row.items()}
+
+    @staticmethod
+    def _key_params(claim: Claim) -> dict[str, Any]:
+        return {"principal": claim.principal, "idem_key": claim.key, "lock_token": claim.token}

@@ -1,0 +1,454 @@
+"""The idempotent intake: key claim + application handler + stored response, ONE commit.
+
+A handler receives an ``IntakeContext`` whose ``tx`` is the open transaction that also
+holds the key's claim; whatever it writes there (business rows, jobs, outbox entries)
+commits together with the stored response, or not at all. So a crash at any point
+leaves either nothing (the retry runs) or everything (the retry replays).
+
+Outcomes of running a handler:
+
+- 2xx: the effect commits with the stored response.
+- 4xx (after execution began): the handler's writes roll back to a savepoint, the 4xx is
+  stored and committed under the key: retries get the same answer, deterministically.
+- 5xx or an exception: everything of that operation rolls back, the claim included, so a
+  retry runs again. In a batch this is a transient failure that stops the batch.
+
+Claim modes. ``inline`` (default) inserts the claim in the handler's transaction: one
+commit per request. Concurrent requests with the same key then wait on the database
+(SQLite's single writer, PostgreSQL's unique index) and see the completed result: one
+effect, identical bodies, and nothing is ever left "in progress" by a dead process
+because its transaction dies with it. ``separate`` commits the claim first (state
+``in_progress`` with ``locked_until``) and the work second, fenced by the claim's token:
+concurrent requests get 409 with ``Retry-After`` instead of waiting, at the price of a
+second commit, and a claim orphaned by a crash becomes retryable after ``lock_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from starlette.convertors import Convertor
+from starlette.routing import compile_path
+
+from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.exceptions import InvalidOperation, StoreUnavailable
+from pigeon.protocol.wire import PROBLEM_JSON, REPLAYED, canonical_json
+from pigeon.server.fingerprint import fingerprint
+from pigeon.server.idempotency import (
+    Claim,
+    Decision,
+    IdempotencyPolicy,
+    IdempotencyStore,
+    Outcome,
+    StoredResponse,
+)
+from pigeon.server.problems import problem
+from pigeon.storage.base import Database, Tx
+
+log = logging.getLogger(__name__)
+
+ClaimMode = Literal["inline", "separate"]
+HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
+Handler = Callable[["IntakeContext"], HandlerResult]
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _store_down_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [StoreUnavailable, sqlite3.OperationalError]
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        errors.append(psycopg.OperationalError)
+    return tuple(errors)
+
+
+# Errors that mean "the store cannot be used right now": the intake fails closed (503).
+STORE_DOWN = _store_down_errors()
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeContext:
+    """What a handler gets: the open transaction and the operation it is applying."""
+
+    tx: Tx
+    principal: str
+    body: Any
+    path_params: Mapping[str, Any]
+    clock: str  # the operation's hybrid logical clock stamp (the server's if none was sent)
+    if_match: str | None
+    idempotency_key: str
+    operation_id: str
+    method: str
+    path: str
+    entity: str | None = None
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRequest:
+    """One operation as received, already validated (key, JSON body, clock)."""
+
+    method: str
+    path: str
+    body: Any
+    key: str
+    operation_id: str
+    clock: str | None = None
+    if_match: str | None = None
+    entity: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    status: int
+    body_text: str  # exactly what goes on the wire (stored text for replays)
+    headers: tuple[tuple[str, str], ...] = ()
+    replayed: bool = False
+    transient: bool = False  # a batch stops after this result
+    committed_key: str | None = None  # set when this result's effect was committed now
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.body_text) if self.body_text else None
+
+
+def problem_result(status: int, slug: str, title: str, detail: str, **extra: Any) -> OpResult:
+    body = canonical_json(problem(status, slug, title, detail, **extra))
+    return OpResult(status, body, (("content-type", PROBLEM_JSON),), transient=status >= 500)
+
+
+class _Failed(Exception):
+    """A handler outcome that must roll back its savepoint (4xx) or the whole op (5xx)."""
+
+    def __init__(self, result: OpResult) -> None:
+        super().__init__(result.status)
+        self.result = result
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    method: str
+    template: str
+    handler: Handler
+    regex: Any
+    convertors: dict[str, Convertor[Any]]
+
+
+@dataclass
+class Intake:
+    """Registered operation handlers and the machinery that applies them exactly once."""
+
+    db: Database
+    policy: IdempotencyPolicy = field(default_factory=IdempotencyPolicy)
+    now: Callable[[], float] = time.time
+    claim_mode: ClaimMode = "inline"
+    clock: HybridLogicalClock = field(default_factory=lambda: HybridLogicalClock("server"))
+    # Called with the keys whose effects were just committed, before anyone is answered:
+    # the hook the crash tests use to die in exactly that gap.
+    after_commit: Callable[[list[str]], None] | None = None
+    routes: list[_Route] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.claim_mode not in ("inline", "separate"):
+            raise InvalidOperation("claim_mode must be 'inline' or 'separate'")
+        self.store = IdempotencyStore(self.policy, now=self.now)
+
+    # -- registration ----------------------------------------------------------------
+
+    def operation(self, method: str, path: str) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.add_operation(method, path, handler)
+            return handler
+
+        return register
+
+    def add_operation(self, method: str, path: str, handler: Handler) -> None:
+        method = method.upper()
+        if method not in WRITE_METHODS:
+            raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
+        regex, _, convertors = compile_path(path)
+        self.routes.append(_Route(method, path, handler, regex, convertors))
+
+    def match(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
+        """The route for (method, path), or None; raises if the path matches another method."""
+        allowed = []
+        for route in self.routes:
+            found = route.regex.match(path)
+            if found is None:
+                continue
+            if route.method == method.upper():
+                params = {k: route.convertors[k].convert(v) for k, v in found.groupdict().items()}
+                return route, params
+            allowed.append(route.method)
+        if allowed:
+            raise _Failed(
+                problem_result(
+                    405,
+                    "method-not-allowed",
+                    "Method not allowed",
+                    f"{method} {path} is not an operation; allowed: {', '.join(allowed)}",
+                )
+            )
+        return None
+
+    # -- applying --------------------------------------------------------------------
+
+    def execute(self, principal: str, op: OperationRequest) -> OpResult:
+        """Apply one operation (the single-request route). Never raises for bad input."""
+        try:
+            if self.claim_mode == "separate":
+                result = self._execute_separate(principal, op)
+            else:
+                with self._transaction() as tx:
+                    result = self._apply(tx, principal, op)
+        except _Failed as failed:
+            return failed.result
+        except STORE_DOWN as exc:
+            return self._unavailable(exc)
+        self._notify([result])
+        return result
+
+    def execute_batch(
+        self, principal: str, ops: list[OperationRequest | OpResult]
+    ) -> list[OpResult]:
+        """Apply ops in order in ONE transaction; each under its own key and savepoint.
+
+        An ``OpResult`` in ``ops`` is an entry refused before parsing (bad key, bad
+        JSON): it is reported in place and the batch goes on, as for any permanent
+        failure. The batch stops after the first transient result.
+        """
+        results: list[OpResult] = []
+        # STORE_DOWN propagates: the caller answers 503 for the whole batch.
+        with self._transaction() as tx:
+            for op in ops:
+                if isinstance(op, OpResult):
+                    results.append(op)
+                    continue
+                try:
+                    with tx.savepoint():
+                        result = self._apply(tx, principal, op)
+                except _Failed as failed:
+                    result = failed.result
+                results.append(result)
+                if result.transient:
+                    break
+        self._notify(results)
+        return results
+
+    def purge(self) -> tuple[int, int]:
+        with self._transaction() as tx:
+            return self.store.purge(tx)
+
+    # -- internals -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        with self.db.transaction() as tx:
+            yield tx
+
+    def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
+        """Claim, run, store: raises ``_Failed`` for a transient outcome (roll it all back)."""
+        route, params = self._route(op)
+        decision = self._claim(tx, principal, op)
+        if decision.claim is None:
+            return self._refused(decision, op)
+        result = self._run(tx, decision.claim, route, params, principal, op)
+        self._complete(tx, decision.claim, result)
+        return result
+
+    def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
+        route, params = self._route(op)
+        with self._transaction() as tx:
+            decision = self._claim(tx, principal, op)
+        if decision.claim is None:
+            return self._refused(decision, op)
+        claim = decision.claim
+        try:
+            with self._transaction() as tx:
+                if not self.store.fence(tx, claim):
+                    return self._lost(op)
+                result = self._run(tx, claim, route, params, principal, op)
+                self._complete(tx, claim, result)
+            return result
+        except BaseException:
+            with contextlib.suppress(*STORE_DOWN), self._transaction() as tx:
+                self.store.release(tx, claim)
+            raise
+
+    def _route(self, op: OperationRequest) -> tuple[_Route, dict[str, Any]]:
+        found = self.match(op.method, op.path)
+        if found is None:
+            raise _Failed(
+                problem_result(
+                    404, "no-such-operation", "Not found", f"no operation {op.method} {op.path}"
+                )
+            )
+        return found
+
+    def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> Decision:
+        return self.store.claim(
+            tx,
+            principal=principal,
+            key=op.key,
+            fingerprint=fingerprint(op.method, op.path, op.body),
+            method=op.method.upper(),
+            path=op.path,
+            operation_id=op.operation_id,
+        )
+
+    def _run(
+        self,
+        tx: Tx,
+        claim: Claim,
+        route: _Route,
+        params: dict[str, Any],
+        principal: str,
+        op: OperationRequest,
+    ) -> OpResult:
+        # Keep the server clock ahead of every operation it applied; the operation's own
+        # stamp is what gets recorded (conflict resolution compares operations, not arrivals).
+        if op.clock:
+            self.clock.receive(HLCTimestamp.decode(op.clock))
+            stamp = op.clock
+        else:
+            stamp = self.clock.now().encode()
+        ctx = IntakeContext(
+            tx=tx,
+            principal=principal,
+            body=op.body,
+            path_params=params,
+            clock=stamp,
+            if_match=op.if_match,
+            idempotency_key=op.key,
+            operation_id=op.operation_id,
+            method=op.method.upper(),
+            path=op.path,
+            entity=op.entity,
+            now=self.now(),
+        )
+        try:
+            with tx.savepoint():
+                status, body, headers = _normalise(route.handler(ctx))
+                result = OpResult(
+                    status,
+                    "" if body is None else canonical_json(body),
+                    headers,
+                    committed_key=claim.key,
+                )
+                if status >= 400:
+                    raise _Failed(result)
+        except _Failed as failed:
+            if failed.result.status >= 500:
+                raise _Failed(
+                    dataclasses.replace(failed.result, transient=True, committed_key=None)
+                ) from None
+            return failed.result  # a 4xx: writes rolled back, the answer is stored
+        except STORE_DOWN:
+            raise
+        except Exception as exc:
+            log.exception("handler for %s %s failed", op.method, op.path)
+            raise _Failed(
+                problem_result(
+                    500, "handler-failed", "Internal error", f"{type(exc).__name__}: {exc}"
+                )
+            ) from exc
+        return result
+
+    def _complete(self, tx: Tx, claim: Claim, result: OpResult) -> None:
+        stored = StoredResponse(result.status, result.body_text, result.headers)
+        if not self.store.complete(tx, claim, stored):
+            raise _Failed(self._lost_result(claim.key))
+
+    def _refused(self, decision: Decision, op: OperationRequest) -> OpResult:
+        replayed = ((REPLAYED.lower(), "true"),)
+        if decision.outcome is Outcome.REPLAY:
+            assert decision.response is not None
+            response = decision.response
+            return OpResult(
+                response.status, response.body, response.headers + replayed, replayed=True
+            )
+        if decision.outcome is Outcome.ALREADY_APPLIED:
+            body = {
+                "status": "already_applied",
+                "operation_id": decision.operation_id,
+                "idempotency_key": op.key,
+                "original_status": decision.original_status,
+                "completed_at": decision.completed_at,
+            }
+            return OpResult(200, canonical_json(body), replayed, replayed=True)
+        if decision.outcome is Outcome.IN_PROGRESS:
+            result = problem_result(
+                409,
+                "key-in-progress",
+                "Request in progress",
+                "a request with this Idempotency-Key is still running; "
+                f"retry in {decision.retry_after} s",
+                operation_id=decision.operation_id,
+            )
+            return dataclasses.replace(
+                result,
+                transient=True,
+                headers=(*result.headers, ("retry-after", str(decision.retry_after))),
+            )
+        return problem_result(
+            422,
+            "key-reused",
+            "Idempotency-Key reused",
+            "this Idempotency-Key was used for a different request (method, path or body); "
+            "the original is unchanged",
+            operation_id=decision.operation_id,
+        )
+
+    def _lost(self, op: OperationRequest) -> OpResult:
+        return self._lost_result(op.key)
+
+    def _lost_result(self, key: str) -> OpResult:
+        # Our lock expired and another request took the key over: it now owns the effect.
+        result = problem_result(
+            409,
+            "key-in-progress",
+            "Request in progress",
+            f"the claim on key {key!r} expired and was taken over; retry later",
+        )
+        return dataclasses.replace(
+            result, transient=True, headers=(*result.headers, ("retry-after", "1"))
+        )
+
+    def _unavailable(self, exc: BaseException) -> OpResult:
+        return store_unavailable(exc)
+
+    def _notify(self, results: list[OpResult]) -> None:
+        keys = [r.committed_key for r in results if r.committed_key is not None]
+        if keys and self.after_commit is not None:
+            self.after_commit(keys)
+
+
+def store_unavailable(exc: BaseException) -> OpResult:
+    """Fail closed: without the store there is no dedup, so nothing may run."""
+    log.warning("idempotency store unavailable: %s", exc)
+    result = problem_result(
+        503,
+        "store-unavailable",
+        "Service unavailable",
+        "the idempotency store cannot be reached; nothing was executed",
+    )
+    return dataclasses.replace(result, headers=(*result.headers, ("retry-after", "1")))
+
+
+def _normalise(out: HandlerResult) -> tuple[int, Any, tuple[tuple[str, str], ...]]:
+    if len(out) == 2:
+        status, body = out
+        headers: Mapping[str, str] = {}
+    else:
+        status, body, headers = out
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        raise TypeError(f"a handler must return an HTTP status, not {status!r}")
+    return status, body, tuple((k.lower(), str(v)) for k, v in headers.items())

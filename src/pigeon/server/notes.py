@@ -1,0 +1,256 @@
+"""The reference application: versioned notes behind the idempotent intake.
+
+Every write appends one row to the effect ledger inside the intake's transaction, so the
+ledger holds exactly the effects that committed: a duplicate there is a double effect.
+Notes are scoped by principal, like the keys that write them. Versions are integers sent
+as ETags (``"3"``); ``If-Match`` with another version gets 412 and the current note.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from pigeon.exceptions import AuthorizationRequired
+from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.server.app import create_app
+from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
+from pigeon.server.problems import problem
+from pigeon.storage.base import Database, Row, Tx
+
+LEDGER_PATH = "/pigeon/v1/ledger"
+
+
+def note_json(row: Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "version": int(row["version"]),
+        "data": json.loads(row["data"]),
+        "clock": row["clock"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: objects merge, ``null`` removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = merge_patch(result.get(name), value)
+    return result
+
+
+def _bad(detail: str) -> HandlerResult:
+    return 400, problem(400, "bad-note", "Bad request", detail), {"content-type": PROBLEM_JSON}
+
+
+def _not_found(note_id: str) -> HandlerResult:
+    body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
+    return 404, body, {"content-type": PROBLEM_JSON}
+
+
+def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any] | HandlerResult:
+    if not isinstance(ctx.body, dict):
+        return _bad("a note is a JSON object")
+    body_id = ctx.body.get("id")
+    if note_id is not None and body_id is not None and str(body_id) != note_id:
+        return _bad(f"the body names note {body_id!r} but the path names {note_id!r}")
+    return {k: v for k, v in ctx.body.items() if k != "id"}
+
+
+def _current(ctx: IntakeContext, note_id: str) -> Row | None:
+    row = ctx.tx.fetchone("note_get", {"principal": ctx.principal, "id": note_id})
+    return row if row is not None and not row["deleted"] else None
+
+
+def _precondition_failed(ctx: IntakeContext, row: Row) -> HandlerResult | None:
+    if ctx.if_match is None or ctx.if_match in ("*", str(row["version"])):
+        return None
+    return 412, note_json(row), {ETAG: quote_etag(str(row["version"]))}
+
+
+def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
+    params = {
+        "principal": ctx.principal,
+        "id": note_id,
+        "data": json.dumps(data),
+        "deleted": int(deleted),
+        "clock": ctx.clock,
+        "now": ctx.now,
+    }
+    if ctx.tx.fetchone("note_write", params) is None:
+        ctx.tx.execute("note_insert", params)
+    row = ctx.tx.fetchone("note_get", params)
+    assert row is not None
+    return row
+
+
+def _ledger(ctx: IntakeContext, note_id: str, status: int, version: int) -> None:
+    ctx.tx.execute(
+        "ledger_append",
+        {
+            "idempotency_key": ctx.idempotency_key,
+            "principal": ctx.principal,
+            "operation_id": ctx.operation_id,
+            "entity": ctx.entity or f"note:{note_id}",
+            "method": ctx.method,
+            "status": status,
+            "version": version,
+            "clock": ctx.clock,
+            "now": ctx.now,
+        },
+    )
+
+
+def _applied(ctx: IntakeContext, row: Row, status: int) -> HandlerResult:
+    _ledger(ctx, row["id"], status, int(row["version"]))
+    headers = {ETAG: quote_etag(str(row["version"])), "Location": f"/notes/{row['id']}"}
+    return status, note_json(row), headers
+
+
+def create_note(ctx: IntakeContext) -> HandlerResult:
+    data = _data(ctx, None)
+    if isinstance(data, tuple):
+        return data
+    assert isinstance(ctx.body, dict)
+    raw_id = ctx.body.get("id")
+    note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
+    existing = _current(ctx, note_id)
+    if existing is not None:
+        body = problem(409, "note-exists", "Conflict", f"note {note_id!r} already exists")
+        return 409, body | {"current": note_json(existing)}, {"content-type": PROBLEM_JSON}
+    return _applied(ctx, _write(ctx, note_id, data), 201)
+
+
+def replace_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    data = _data(ctx, note_id)
+    if isinstance(data, tuple):
+        return data
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    return _precondition_failed(ctx, row) or _applied(ctx, _write(ctx, note_id, data), 200)
+
+
+def patch_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    patch = _data(ctx, note_id)
+    if isinstance(patch, tuple):
+        return patch
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    failed = _precondition_failed(ctx, row)
+    if failed is not None:
+        return failed
+    merged = merge_patch(json.loads(row["data"]), patch)
+    return _applied(ctx, _write(ctx, note_id, merged), 200)
+
+
+def delete_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    failed = _precondition_failed(ctx, row)
+    if failed is not None:
+        return failed
+    row = _write(ctx, note_id, json.loads(row["data"]), deleted=True)
+    _ledger(ctx, note_id, 200, int(row["version"]))
+    return 200, {"id": note_id, "deleted": True, "version": int(row["version"])}
+
+
+def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
+    """Every applied operation, in the order it committed (for tests and the demo)."""
+    with db.transaction() as tx:
+        return tx.fetchall("ledger_all", {"after": after, "limit": limit})
+
+
+def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
+    with db.transaction() as tx:
+        return fn(tx)
+
+
+def create_notes_app(
+    db: Database,
+    *,
+    policy: IdempotencyPolicy | None = None,
+    now: Callable[[], float] = time.time,
+    claim_mode: ClaimMode = "inline",
+    authenticate: Authenticator | None = None,
+    after_commit: Callable[[list[str]], None] | None = None,
+    purge_interval: float | None = 3600.0,
+) -> Starlette:
+    auth: Authenticator = authenticate or BearerAuth()
+    intake = Intake(
+        db,
+        policy=policy or IdempotencyPolicy(),
+        now=now,
+        claim_mode=claim_mode,
+        after_commit=after_commit,
+    )
+    intake.add_operation("POST", "/notes", create_note)
+    intake.add_operation("PUT", "/notes/{id}", replace_note)
+    intake.add_operation("PATCH", "/notes/{id}", patch_note)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note)
+
+    async def list_notes(request: Request) -> Response:
+        try:
+            principal = auth(request)
+        except AuthorizationRequired as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=401)
+        rows = await run_in_threadpool(
+            _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
+        )
+        return JSONResponse({"notes": [note_json(r) for r in rows]})
+
+    async def get_note(request: Request) -> Response:
+        try:
+            principal = auth(request)
+        except AuthorizationRequired as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=401)
+        note_id = request.path_params["id"]
+        row = await run_in_threadpool(
+            _read, db, lambda tx: tx.fetchone("note_get", {"principal": principal, "id": note_id})
+        )
+        if row is None or row["deleted"]:
+            body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
+            return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
+        return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
+
+    async def ledger(request: Request) -> Response:
+        after = int(request.query_params.get("after", "0"))
+        limit = int(request.query_params.get("limit", "100000"))
+        rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)
+        return JSONResponse({"entries": rows})
+
+    routes = [
+        Route("/notes", list_notes, methods=["GET"]),
+        Route("/notes/{id}", get_note, methods=["GET"]),
+        Route(LEDGER_PATH, ledger, methods=["GET"]),
+    ]
+    app = create_app(
+        intake,
+        routes=routes,
+        authenticate=auth,
+        purge_interval=purge_interval,
+        title="pigeon notes",
+    )
+    app.state.db = db
+    return app

@@ -1,0 +1,276 @@
+"""The intake's contract as an OpenAPI 3.1 document, served at ``/pigeon/v1/openapi.json``.
+
+Generated from the registered operations and the live policy, so the published retention
+and lock timeouts are the ones in force.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.routing import BaseRoute, Route
+
+from pigeon.protocol.wire import (
+    BATCH_PATH,
+    CLOCK,
+    HEALTH_PATH,
+    IDEMPOTENCY_KEY,
+    IF_MATCH,
+    MAX_KEY_LENGTH,
+    PROBLEM_JSON,
+    REPLAYED,
+    RETRY_AFTER,
+)
+
+if TYPE_CHECKING:
+    from pigeon.server.intake import Intake
+
+OPENAPI_PATH = "/pigeon/v1/openapi.json"
+_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
+
+_DESCRIPTION = """\
+Every write operation (the ones taking the `{key}` header) runs exactly once per
+(principal, key). The key is 1-{max_len} printable characters, sent once; the principal
+comes from authentication, so a refreshed token of the same principal still replays and
+another principal never sees the response.
+
+- Same key, same request (method, path, canonical JSON body): the stored status and body
+  with `{replayed}: true`. Stored responses are kept {resp} s; after that, for up to
+  {claim} s from the first request, the key answers `200 {{"status": "already_applied",
+  "operation_id": ...}}` with `{replayed}: true`, never a second effect.
+- Same key still running: `409` problem with `{retry}`. A claim whose holder died is
+  retryable after the lock timeout of {lock} s.
+- Same key, different request: `422` problem; the original is untouched.
+- Missing, empty, over-long or repeated key: `400` problem; nothing ran.
+- 2xx and 4xx answers are stored; a 5xx or a crash stores nothing, so a retry runs.
+- Store unavailable: `503` with `{retry}`; nothing runs without dedup.
+"""
+
+
+def _problem(description: str, *headers: str) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    if headers:
+        response["headers"] = {h: {"$ref": f"#/components/headers/{h}"} for h in headers}
+    return response
+
+
+def _path_params(path: str) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PARAM.findall(path)
+    ]
+
+
+def _write_operation(method: str, path: str) -> dict[str, Any]:
+    return {
+        "operationId": f"{method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
+        "summary": f"{method} {path} (idempotent write)",
+        "parameters": [
+            {"$ref": "#/components/parameters/IdempotencyKey"},
+            {"$ref": "#/components/parameters/IfMatch"},
+            {"$ref": "#/components/parameters/Clock"},
+            *_path_params(path),
+        ],
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": {}}},
+        },
+        "responses": {
+            "2XX": {
+                "description": f"Applied now, or replayed when {REPLAYED} is set",
+                "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
+                "content": {"application/json": {"schema": {}}},
+            },
+            "400": _problem("Missing or malformed Idempotency-Key, or a body that is not JSON"),
+            "401": _problem("Authentication required"),
+            "409": _problem("The same key is still in progress", RETRY_AFTER),
+            "422": _problem("The key was used for a different request"),
+            "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
+        },
+        "x-pigeon-idempotent": True,
+    }
+
+
+def build_openapi(
+    intake: Intake, *, title: str = "pigeon intake", extra_routes: Sequence[BaseRoute] = ()
+) -> dict[str, Any]:
+    policy = intake.policy
+    paths: dict[str, dict[str, Any]] = {}
+    for route in intake.routes:
+        path = _PARAM.sub(r"{\1}", route.template)
+        paths.setdefault(path, {})[route.method.lower()] = _write_operation(route.method, path)
+    for extra in extra_routes:
+        if not isinstance(extra, Route):
+            continue
+        path = _PARAM.sub(r"{\1}", extra.path)
+        for method in sorted((extra.methods or set()) - {"HEAD"}):
+            paths.setdefault(path, {})[method.lower()] = {
+                "summary": f"{method} {path} (read, no key needed)",
+                "parameters": _path_params(path),
+                "responses": {"200": {"description": "OK"}},
+            }
+    paths[BATCH_PATH] = {
+        "post": {
+            "operationId": "pigeon_batch",
+            "summary": "Apply operations in order, one transaction, one savepoint and key each",
+            "description": (
+                "Each entry carries its own `idempotency_key` and gets the same treatment as "
+                "a single request. Permanent failures (4xx) roll back to their savepoint and "
+                "the batch goes on; the first transient failure (5xx, 409 in progress) ends "
+                "it, so `results` may be shorter than `operations`."
+            ),
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+            },
+            "responses": {
+                "200": {
+                    "description": "One result per processed operation, in order",
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/BatchResults"}
+                        }
+                    },
+                },
+                "400": _problem("Not a batch"),
+                "401": _problem("Authentication required"),
+                "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
+            },
+        }
+    }
+    paths[HEALTH_PATH] = {
+        "get": {
+            "operationId": "pigeon_health",
+            "summary": "Cheap liveness probe for connectivity monitors",
+            "responses": {"200": {"description": "The server is reachable"}},
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": title,
+            "version": "1",
+            "description": _DESCRIPTION.format(
+                key=IDEMPOTENCY_KEY,
+                max_len=MAX_KEY_LENGTH,
+                replayed=REPLAYED,
+                retry=RETRY_AFTER,
+                resp=int(policy.response_retention),
+                claim=int(policy.claim_retention),
+                lock=int(policy.lock_timeout),
+            ),
+        },
+        "paths": paths,
+        "components": _components(),
+        "x-pigeon-idempotency": {
+            "header": IDEMPOTENCY_KEY,
+            "key_max_length": MAX_KEY_LENGTH,
+            "key_scope": "principal",
+            "fingerprint": "method, path, canonical JSON body (sorted keys, no whitespace)",
+            "replay_header": REPLAYED,
+            "response_retention_seconds": policy.response_retention,
+            "claim_retention_seconds": policy.claim_retention,
+            "lock_timeout_seconds": policy.lock_timeout,
+            "claim_mode": intake.claim_mode,
+        },
+    }
+
+
+def _components() -> dict[str, Any]:
+    text = {"type": "string"}
+    return {
+        "parameters": {
+            "IdempotencyKey": {
+                "name": IDEMPOTENCY_KEY,
+                "in": "header",
+                "required": True,
+                "description": "Made once per operation by the client, resent unchanged on retries",
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            },
+            "IfMatch": {
+                "name": IF_MATCH,
+                "in": "header",
+                "required": False,
+                "description": 'The base version the change was made against: "<n>"',
+                "schema": text,
+            },
+            "Clock": {
+                "name": CLOCK,
+                "in": "header",
+                "required": False,
+                "description": "The operation's hybrid logical clock stamp",
+                "schema": text,
+            },
+        },
+        "headers": {
+            REPLAYED: {
+                "description": "true when the answer is a stored one, not a new execution",
+                "schema": {"type": "string", "enum": ["true"]},
+            },
+            RETRY_AFTER: {"description": "Seconds to wait before retrying", "schema": text},
+        },
+        "schemas": {
+            "Problem": {
+                "type": "object",
+                "required": ["type", "title", "status"],
+                "properties": {
+                    "type": text,
+                    "title": text,
+                    "status": {"type": "integer"},
+                    "detail": text,
+                },
+            },
+            "BatchOperation": {
+                "type": "object",
+                "required": ["idempotency_key", "method", "path"],
+                "properties": {
+                    "id": text,
+                    "idempotency_key": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_KEY_LENGTH,
+                    },
+                    "type": text,
+                    "entity": text,
+                    "method": text,
+                    "path": text,
+                    "body": {},
+                    "clock": text,
+                    "if_match": text,
+                },
+            },
+            "Batch": {
+                "type": "object",
+                "required": ["operations"],
+                "properties": {
+                    "operations": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/BatchOperation"},
+                    }
+                },
+            },
+            "BatchResults": {
+                "type": "object",
+                "properties": {
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "id": {"type": ["string", "null"]},
+                                "status": {"type": "integer"},
+                                "body": {},
+                                "replayed": {"type": "boolean"},
+                                "headers": {"type": "object"},
+                            },
+                        },
+                    }
+                },
+            },
+        },
+    }

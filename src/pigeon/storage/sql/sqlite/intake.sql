@@ -1,0 +1,76 @@
+-- Idempotency claims of the intake (pigeon.server.idempotency.IdempotencyStore).
+-- PostgreSQL supplies the same names in postgres/intake.sql with %(name)s parameters.
+
+-- name: claim_insert
+INSERT INTO idempotency_claims (
+    principal, idem_key, fingerprint, method, path, operation_id, state,
+    lock_token, locked_until, created_at, claim_expires_at
+) VALUES (
+    :principal, :idem_key, :fingerprint, :method, :path, :operation_id, 'in_progress',
+    :lock_token, :locked_until, :now, :claim_expires_at
+)
+ON CONFLICT (principal, idem_key) DO NOTHING
+RETURNING idem_key
+
+-- name: claim_get
+SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
+       locked_until, status, response_headers, response_body, body_format, created_at,
+       completed_at, response_expires_at, claim_expires_at
+FROM idempotency_claims
+WHERE principal = :principal AND idem_key = :idem_key
+
+-- name: claim_take_over
+-- Only a dead claim can be taken: an expired lock, or a claim past its retention.
+-- The condition is re-checked here so two takers cannot both win.
+UPDATE idempotency_claims
+SET fingerprint = :fingerprint, method = :method, path = :path,
+    operation_id = :operation_id, state = 'in_progress', lock_token = :lock_token,
+    locked_until = :locked_until, status = NULL, response_headers = NULL,
+    response_body = NULL, body_format = NULL, created_at = :now, completed_at = NULL,
+    response_expires_at = NULL, claim_expires_at = :claim_expires_at
+WHERE principal = :principal AND idem_key = :idem_key
+  AND ((state = 'in_progress' AND locked_until <= :now) OR claim_expires_at <= :now)
+RETURNING idem_key
+
+-- name: claim_fence
+-- Touching the row takes its row lock on PostgreSQL for the rest of the transaction.
+UPDATE idempotency_claims
+SET locked_until = locked_until
+WHERE principal = :principal AND idem_key = :idem_key
+  AND state = 'in_progress' AND lock_token = :lock_token
+RETURNING idem_key
+
+-- name: claim_complete
+UPDATE idempotency_claims
+SET state = 'completed', status = :status, response_headers = :response_headers,
+    response_body = :response_body, body_format = :body_format, completed_at = :now,
+    response_expires_at = :response_expires_at, lock_token = NULL, locked_until = NULL
+WHERE principal = :principal AND idem_key = :idem_key
+  AND state = 'in_progress' AND lock_token = :lock_token
+RETURNING idem_key
+
+-- name: claim_release
+DELETE FROM idempotency_claims
+WHERE principal = :principal AND idem_key = :idem_key
+  AND state = 'in_progress' AND lock_token = :lock_token
+RETURNING idem_key
+
+-- name: purge_responses
+UPDATE idempotency_claims
+SET response_body = NULL, response_headers = NULL
+WHERE state = 'completed' AND response_expires_at <= :now AND response_body IS NOT NULL
+RETURNING idem_key
+
+-- name: purge_claims
+DELETE FROM idempotency_claims
+WHERE claim_expires_at <= :now AND (state = 'completed' OR locked_until <= :now)
+RETURNING idem_key
+
+-- name: claim_stats
+SELECT count(*) AS claims,
+       coalesce(sum(CASE WHEN state = 'in_progress' THEN 1 ELSE 0 END), 0) AS in_progress,
+       coalesce(sum(CASE WHEN response_body IS NOT NULL THEN 1 ELSE 0 END), 0) AS responses
+FROM idempotency_claims
+
+-- name: health_probe
+SELECT 1 AS ok

@@ -1,0 +1,40 @@
+-- The reference notes application (pigeon.server.notes) and its effect ledger.
+
+-- name: note_get
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM notes
+WHERE principal = :principal AND id = :id
+
+-- name: note_list
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM notes
+WHERE principal = :principal AND deleted = 0
+ORDER BY id
+
+-- name: note_insert
+INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+VALUES (:principal, :id, 1, :data, 0, :clock, :now, :now)
+
+-- name: note_write
+UPDATE notes
+SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
+    updated_at = :now
+WHERE principal = :principal AND id = :id
+RETURNING version
+
+-- name: ledger_append
+INSERT INTO effect_ledger (
+    idempotency_key, principal, operation_id, entity, method, status, version, clock,
+    applied_at
+) VALUES (
+    :idempotency_key, :principal, :operation_id, :entity, :method, :status, :version,
+    :clock, :now
+)
+
+-- name: ledger_all
+SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
+       clock, applied_at
+FROM effect_ledger
+WHERE seq > :after
+ORDER BY seq
+LIMIT :limit

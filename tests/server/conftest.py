@@ -1,0 +1,96 @@
+"""Fixtures for the intake tests: real SQLite files, a settable clock, live uvicorn."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.types import ASGIApp
+
+from pigeon.server.intake import IntakeContext
+from pigeon.server.notes import create_note
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.server import open_server_db
+
+
+class FakeClock:
+    """Seconds since the epoch, moved by hand: retention tests never sleep."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
+
+    def advance(self, seconds: float) -> None:
+        self.value += seconds
+
+
+class CountingDatabase:
+    """The real database, counting the transactions that committed."""
+
+    def __init__(self, inner: Database) -> None:
+        self.inner = inner
+        self.backend = inner.backend
+        self.commits = 0
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.inner.transaction() as tx:
+            yield tx
+        self.commits += 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_server_db(tmp_path / "server.db")
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def failing_handler(kind: str) -> Callable[[IntakeContext], Any]:
+    """Writes a note first, then fails the way ``kind`` says (the write must not survive)."""
+
+    def handler(ctx: IntakeContext) -> Any:
+        create_note(ctx)
+        if kind == "raise":
+            raise RuntimeError("handler blew up after writing")
+        if kind == "5xx":
+            return 503, {"detail": "downstream unavailable"}
+        return 409, {"detail": "refused after writing"}
+
+    return handler
+
+
+@contextlib.contextmanager
+def live_server(app: ASGIApp) -> Iterator[str]:
+    """A real uvicorn on an ephemeral loopback port, in a thread; yields its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -1,0 +1,148 @@
+"""The claim store: the pure decision table and the SQL behind it, on a real SQLite file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.server.idempotency import (
+    DAY,
+    IdempotencyPolicy,
+    IdempotencyStore,
+    Outcome,
+    StoredResponse,
+    decide,
+)
+from pigeon.storage.base import Database
+
+from .conftest import FakeClock
+
+times = st.floats(min_value=0, max_value=1e7, allow_nan=False)
+
+
+def _row(**overrides: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "fingerprint": "f",
+        "state": "completed",
+        "locked_until": None,
+        "response_body": "{}",
+        "response_expires_at": 100.0,
+        "claim_expires_at": 1000.0,
+    }
+    return row | overrides
+
+
+@given(times)
+def test_a_live_claim_with_another_fingerprint_is_a_mismatch(now: float) -> None:
+    outcome = decide(_row(claim_expires_at=now + 1), "other", now)
+    assert outcome is Outcome.MISMATCH
+
+
+@given(times, times)
+def test_completed_claims_replay_until_the_response_expires_then_say_already_applied(
+    now: float, response_expires_at: float
+) -> None:
+    row = _row(response_expires_at=response_expires_at, claim_expires_at=max(now, 0) + 1)
+    expected = Outcome.REPLAY if response_expires_at > now else Outcome.ALREADY_APPLIED
+    assert decide(row, "f", now) is expected
+
+
+@given(times, times)
+def test_in_progress_is_honoured_until_the_lock_expires(now: float, locked_until: float) -> None:
+    row = _row(state="in_progress", locked_until=locked_until, claim_expires_at=now + 1)
+    expected = Outcome.IN_PROGRESS if locked_until > now else Outcome.TAKE_OVER
+    assert decide(row, "f", now) is expected
+
+
+@given(times, st.sampled_from(["f", "other"]), st.sampled_from(["in_progress", "completed"]))
+def test_an_expired_claim_never_blocks_and_never_replays(now: float, fp: str, state: str) -> None:
+    row = _row(state=state, locked_until=now + 50, claim_expires_at=now)
+    assert decide(row, fp, now) is Outcome.TAKE_OVER
+
+
+def test_policy_values_must_be_in_order() -> None:
+    with pytest.raises(ConfigurationError, match="response_retention"):
+        IdempotencyPolicy(response_retention=10 * DAY, claim_retention=DAY)
+    with pytest.raises(ConfigurationError, match="lock_timeout"):
+        IdempotencyPolicy(lock_timeout=0)
+
+
+def _claim(store: IdempotencyStore, db: Database, fp: str = "f", key: str = "k") -> Any:
+    with db.transaction() as tx:
+        return store.claim(
+            tx, principal="p", key=key, fingerprint=fp, method="POST", path="/x", operation_id="op"
+        )
+
+
+def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -> None:
+    policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
+    store = IdempotencyStore(policy, now=clock)
+    first = _claim(store, db)
+    assert first.outcome is Outcome.FRESH and first.claim is not None
+    assert _claim(store, db).outcome is Outcome.IN_PROGRESS  # committed claim, lock held
+    with db.transaction() as tx:
+        assert store.complete(tx, first.claim, StoredResponse(201, '{"a":1}'))
+    replay = _claim(store, db)
+    assert replay.outcome is Outcome.REPLAY
+    assert replay.response == StoredResponse(201, '{"a":1}')
+    assert _claim(store, db, fp="other").outcome is Outcome.MISMATCH
+
+    clock.advance(DAY + 1)  # response expired: decided by time, before any purge ran
+    gone = _claim(store, db)
+    assert (gone.outcome, gone.operation_id, gone.original_status) == (
+        Outcome.ALREADY_APPLIED,
+        "op",
+        201,
+    )
+    with db.transaction() as tx:
+        assert store.purge(tx) == (1, 0)
+        row = store.get(tx, "p", "k")
+    assert row is not None and row["response_body"] is None
+
+    clock.advance(6 * DAY)  # the claim itself expired: the key is free again
+    with db.transaction() as tx:
+        assert store.purge(tx) == (0, 1)
+    assert _claim(store, db).outcome is Outcome.FRESH
+
+
+def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
+    db: Database, clock: FakeClock
+) -> None:
+    store = IdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
+    orphan = _claim(store, db).claim
+    clock.advance(29)
+    assert _claim(store, db).outcome is Outcome.IN_PROGRESS
+    clock.advance(2)
+    taker = _claim(store, db)
+    assert taker.outcome is Outcome.TAKE_OVER
+    with db.transaction() as tx:
+        # The first holder woke up: its token no longer matches, it may not complete.
+        assert not store.fence(tx, orphan)
+        assert not store.complete(tx, orphan, StoredResponse(200, "{}"))
+        assert store.complete(tx, taker.claim, StoredResponse(200, '"taker"'))
+    assert _claim(store, db).response == StoredResponse(200, '"taker"')
+
+
+def test_release_frees_the_key_for_a_retry(db: Database, clock: FakeClock) -> None:
+    store = IdempotencyStore(now=clock)
+    first = _claim(store, db)
+    with db.transaction() as tx:
+        assert store.release(tx, first.claim)
+        assert store.stats(tx)["claims"] == 0
+    assert _claim(store, db).outcome is Outcome.FRESH
+
+
+def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
+    store = IdempotencyStore(now=clock)
+    with db.transaction() as tx:
+        a = store.claim(
+            tx, principal="a", key="k", fingerprint="1", method="POST", path="/", operation_id="x"
+        )
+        b = store.claim(
+            tx, principal="b", key="k", fingerprint="2", method="POST", path="/", operation_id="y"
+        )
+    assert a.outcome is Outcome.FRESH and b.outcome is Outcome.FRESH
