@@ -21,6 +21,9 @@ class OpStatus(enum.StrEnum):
     DELIVERED = "delivered"  # a 2xx came back
     CONFLICT = "conflict"  # held for the conflict resolver
     DEAD = "dead"  # dead letter: kept with its history until retried or discarded
+    # Returned by enqueue only, never stored: a DELETE that cancelled its entity's unsent
+    # CREATE, so neither is sent (see pigeon.edge.coalesce).
+    COALESCED = "coalesced"
 
 
 @dataclass(slots=True)
@@ -48,6 +51,8 @@ class Operation:
     status: OpStatus = OpStatus.PENDING
     seq: int = 0  # position in the queue: global order of creation
     history: list[dict[str, Any]] = field(default_factory=list)
+    delivered_at: float | None = None
+    response: JSON = None  # the body of the 2xx reply, when the sender passed it on
 
     def to_wire(self) -> dict[str, Any]:
         """The operation as it appears inside a batch request (see pigeon.protocol.wire)."""

@@ -178,6 +178,11 @@ class SQLiteDatabase:
         if conn is None:
             try:
                 conn = connect(self.path, self.durability)
+            except sqlite3.DatabaseError as exc:
+                # The first pragma reads the header: "file is not a database" lands here.
+                if "not a database" in str(exc):
+                    raise ForeignDatabase(f"{self.path} is not a SQLite database: {exc}") from exc
+                raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
             self._local.conn = conn

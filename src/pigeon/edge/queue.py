@@ -1,0 +1,384 @@
+"""``OfflineQueue``: the durable outbox of the edge (DESIGN.md, "Edge side").
+
+Operations are kept in a SQLite file (WAL) until a 2xx says the server has them. They
+leave in the order they were made; a later operation on an entity never overtakes an
+earlier one, and a failing one holds back only its own entity. Concurrent enqueues share
+one transaction and one fsync (group commit); each returns once its own row is durable.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.edge import store as st
+from pigeon.edge.commit import GroupCommit
+from pigeon.edge.ids import uuid4, uuid7
+from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.retry import RetryPolicy
+from pigeon.edge.validate import encode_payload, entity_name, operation_type, route
+from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState
+
+FailureKind = Literal["transient", "permanent", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    depth: int  # live operations: pending + in flight + conflict-held
+    oldest_age: float | None  # seconds since the oldest live operation was made
+    in_flight: int
+    dead: int
+    conflicts: int
+    delivered: int  # kept until purge_delivered()
+    entities_blocked: int  # entities whose head is conflict-held or backing off
+    paused: str | None  # why sending is paused (e.g. authorisation needed), or None
+    coalesced: int = 0  # sends saved by coalescing since the file was made
+
+
+class OfflineQueue:
+    """A durable, ordered, coalescing outbox in one SQLite file.
+
+    Safe for many threads, and for several processes on one file (``BEGIN IMMEDIATE``,
+    busy timeout). On open, operations left in flight by a process that died go back to
+    pending with their key unchanged, unless another process has the file open.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retry_policy: RetryPolicy | None = None,
+        durability: Literal["full", "normal"] = "full",
+        max_payload_bytes: int = 1 << 20,
+        allowed_types: Collection[str] | None = None,
+        coalesce: bool = True,
+        node_id: str | None = None,
+        now: Callable[[], float] = time.time,
+        create: bool = True,
+        recover: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        if durability not in ("full", "normal"):
+            raise ConfigurationError(f"durability must be 'full' or 'normal', not {durability!r}")
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise ConfigurationError(
+                f"max_payload_bytes must be a positive integer, not {max_payload_bytes!r}"
+            )
+        if allowed_types is not None:
+            allowed_types = frozenset(
+                t.value if isinstance(t, OpType) else t for t in allowed_types
+            )
+            if not allowed_types or not all(isinstance(t, str) and t for t in allowed_types):
+                raise ConfigurationError(
+                    f"allowed_types must be non-empty strings, not {sorted(allowed_types)!r}"
+                )
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.durability = durability
+        self.max_payload_bytes = max_payload_bytes
+        self.allowed_types = allowed_types
+        self.coalesce = coalesce
+        self._now = now
+        self._rng = rng or random.Random()
+        self._store = st.EdgeStore(
+            path, durability=durability, create=create, recover=recover, now=now()
+        )
+        self.path = self._store.path
+        with self._store.write() as tx:
+            tx.execute("init_state", {"node_id": uuid4().split("-")[0]})
+            state = tx.fetchone("get_state")
+        assert state is not None
+        self.node_id: str = node_id or state["node_id"]
+        self._clock = HybridLogicalClock(self.node_id, wall=lambda: int(self._now() * 1000))
+        if state["clock"]:
+            self._clock.observe(HLCTimestamp.decode(state["clock"]))
+        self._group: GroupCommit[st.NewOp, Operation] = GroupCommit(self._commit)
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        type: str | OpType,
+        entity: str,
+        payload: Any,
+        *,
+        endpoint: str | None = None,
+        method: str | None = None,
+        base_version: str | None = None,
+    ) -> Operation:
+        """Store one operation durably and return it as stored.
+
+        Folded into the entity's unsent tail (see ``pigeon.edge.coalesce``): the returned
+        operation is that tail as it now stands (its id and key). A DELETE that cancels an
+        unsent CREATE returns an operation with status ``COALESCED`` that was never stored
+        (``get`` on its id raises NotFound): nothing about the entity is left to send.
+        """
+        type_ = operation_type(type, self.allowed_types)
+        entity = entity_name(entity)
+        text = encode_payload(payload, self.max_payload_bytes)
+        endpoint, method = route(type_, entity, endpoint, method)
+        if base_version is not None and (not isinstance(base_version, str) or not base_version):
+            raise InvalidOperation(
+                f"base_version must be a non-empty string or None, not {base_version!r}"
+            )
+        op_id, key = uuid7(), uuid4()
+
+        def make() -> st.NewOp:
+            return st.NewOp(
+                id=op_id,
+                idempotency_key=key,
+                type=type_,
+                entity=entity,
+                payload=text,
+                endpoint=endpoint,
+                method=method,
+                created_at=self._now(),
+                clock=self._clock.now().encode(),
+                base_version=base_version,
+            )
+
+        return self._group.submit(make)
+
+    def _commit(self, batch: Sequence[st.NewOp]) -> list[Operation | BaseException]:
+        outcomes: list[Operation | BaseException] = []
+        saved = 0
+        with self._store.write() as tx:
+            for new in batch:
+                try:
+                    if len(batch) == 1:
+                        op, n = self._store.append(tx, new, coalesce=self.coalesce)
+                    else:
+                        with tx.savepoint():  # one caller's failure stays its own
+                            op, n = self._store.append(tx, new, coalesce=self.coalesce)
+                except Exception as exc:
+                    if len(batch) == 1:
+                        raise
+                    outcomes.append(exc)
+                    continue
+                saved += n
+                outcomes.append(op)
+            tx.execute("bump_state", {"clock": batch[-1].clock, "coalesced": saved})
+        return outcomes
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> list[Operation]:
+        """Every live operation (pending, in flight, conflict-held), in queue order."""
+        return [st.to_operation(r) for r in self._store.read().fetchall("pending_ops")]
+
+    def get(self, op_id: str) -> Operation:
+        return st.to_operation(self._store.row(self._store.read(), op_id))
+
+    def dead_letters(self) -> list[Operation]:
+        return [st.to_operation(r) for r in self._store.read().fetchall("dead_ops")]
+
+    def operations(
+        self, status: OpStatus | str | None = None, limit: int = 1000
+    ) -> list[Operation]:
+        """Operations of one status (any status if None), in queue order."""
+        value = None if status is None else OpStatus(status).value
+        rows = self._store.read().fetchall("list_ops", {"status": value, "n": limit})
+        return [st.to_operation(r) for r in rows]
+
+    # -- sending -------------------------------------------------------------------------
+
+    def next_batch(self, n: int = 100) -> list[Operation]:
+        """Hand out up to ``n`` due operations, marked IN_FLIGHT, in queue order: the oldest
+        due head of each entity, never one behind an earlier undelivered operation, at most
+        one in flight per entity. Nothing while the queue is paused."""
+        if n <= 0:
+            return []
+        with self._store.write() as tx:
+            state = tx.fetchone("get_state")
+            if state is not None and state["paused"] is not None:
+                return []
+            return self._store.dispatch(tx, n, self._now())
+
+    def mark_delivered(self, op_id: str, *, response: Any = None) -> None:
+        """A 2xx came back. Repeating it is harmless."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            if row["status"] == OpStatus.DELIVERED:
+                return
+            if not (row["status"] == OpStatus.PENDING and row["dispatches"] > 0):
+                st.require(row, OpStatus.IN_FLIGHT, action="mark delivered")
+            self._store.deliver(tx, row, response, self._now())
+
+    def mark_failed(
+        self,
+        op_id: str,
+        error: str,
+        *,
+        kind: FailureKind = "transient",
+        retry_after: float | None = None,
+    ) -> Operation:
+        """Record a failed attempt. ``transient``: try again after the policy's delay (or
+        ``retry_after``), dead-letter once the policy is exhausted; ``permanent``: dead
+        letter now; ``conflict``: held for the resolver, blocking its entity's tail."""
+        if kind not in ("transient", "permanent", "conflict"):
+            raise InvalidOperation(
+                f"kind must be 'transient', 'permanent' or 'conflict', not {kind!r}"
+            )
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.IN_FLIGHT, action="mark failed")
+            now = self._now()
+            if kind == "permanent":
+                return self._store.fail(
+                    tx, row, status=OpStatus.DEAD, error=error, kind=kind, now=now
+                )
+            if kind == "conflict":
+                return self._store.fail(
+                    tx, row, status=OpStatus.CONFLICT, error=error, kind=kind, now=now
+                )
+            attempts = row["attempts"] + 1
+            if self.retry_policy.exhausted(attempts, now - row["created_at"]):
+                return self._store.fail(
+                    tx, row, status=OpStatus.DEAD, error=error, kind=kind, now=now
+                )
+            delay = self.retry_policy.delay(attempts, retry_after=retry_after, rng=self._rng)
+            return self._store.fail(
+                tx,
+                row,
+                status=OpStatus.PENDING,
+                error=error,
+                kind=kind,
+                now=now,
+                next_attempt_at=now + delay,
+            )
+
+    def release(self, op_id: str) -> None:
+        """IN_FLIGHT back to PENDING without spending an attempt: it was not sent."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.IN_FLIGHT, action="release")
+            tx.execute("release", {"seq": row["seq"], "now": self._now()})
+
+    # -- repair --------------------------------------------------------------------------
+
+    def retry_dead(self, op_id: str) -> Operation:
+        """A dead letter back to pending, attempts reset, same key. It rejoins at the tail
+        of the queue: what was made after it has been sent meanwhile."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.DEAD, action="retry")
+            return self._store.resurrect(tx, row, self._now())
+
+    def discard(self, op_id: str) -> None:
+        """Drop a dead letter or a conflict-held operation for good."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.DEAD, OpStatus.CONFLICT, action="discard")
+            self._store.remove(tx, row)
+
+    def cancel(self, op_id: str) -> None:
+        """Withdraw a pending operation that was never handed to a sender."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.PENDING, action="cancel")
+            if st.was_sent(row):
+                raise InvalidState(
+                    f"cannot cancel operation {op_id}: it was already sent "
+                    f"({row['attempts']} failed attempts); the server may have it"
+                )
+            self._store.remove(tx, row)
+
+    def resolve_conflict(self, op_id: str) -> None:
+        """Lift the conflict hold: the operation is due again (same key)."""
+        with self._store.write() as tx:
+            row = self._store.row(tx, op_id)
+            st.require(row, OpStatus.CONFLICT, action="resolve the conflict of")
+            tx.execute("unhold_conflict", {"seq": row["seq"], "now": self._now()})
+
+    def purge_delivered(self, older_than: float) -> int:
+        """Forget delivered operations delivered more than ``older_than`` seconds ago."""
+        with self._store.write() as tx:
+            cursor = tx.execute("purge_delivered", {"before": self._now() - older_than})
+            return int(cursor.rowcount)
+
+    # -- state ---------------------------------------------------------------------------
+
+    def stats(self) -> QueueStats:
+        with self._store.write() as tx:  # one snapshot for every count
+            state = tx.fetchone("get_state")
+            assert state is not None
+            oldest = tx.fetchone("oldest_head")
+            created = None if oldest is None else oldest["created_at"]
+
+            def count(name: str, **params: Any) -> int:
+                row = tx.fetchone(name, params)
+                return 0 if row is None else int(row["n"])
+
+            return QueueStats(
+                depth=count("count_live"),
+                oldest_age=None if created is None else max(self._now() - created, 0.0),
+                in_flight=count("count_heads", status="in_flight"),
+                dead=count("count_dead"),
+                conflicts=count("count_heads", status="conflict"),
+                delivered=count("count_delivered"),
+                entities_blocked=count("count_blocked"),
+                paused=state["paused"],
+                coalesced=int(state["coalesced"]),
+            )
+
+    def next_due_at(self) -> float | None:
+        """When the next operation is due (the scheduler's timer); at or before ``now``
+        means something is due already; None when nothing waits to be sent."""
+        tx = self._store.read()
+        fresh = tx.fetchone("first_fresh")
+        backoff = tx.fetchone("next_backoff")
+        times = [r["at"] for r in (fresh, backoff) if r is not None and r["at"] is not None]
+        return min(times) if times else None
+
+    def pause(self, reason: str) -> None:
+        """Stop handing out operations (e.g. 401/403: authorisation needed). Persisted."""
+        if not isinstance(reason, str) or not reason:
+            raise InvalidOperation(f"pause needs a non-empty reason, not {reason!r}")
+        with self._store.write() as tx:
+            tx.execute("set_paused", {"paused": reason})
+
+    def resume(self) -> None:
+        with self._store.write() as tx:
+            tx.execute("set_paused", {"paused": None})
+
+    @property
+    def paused(self) -> str | None:
+        state = self._store.read().fetchone("get_state")
+        return None if state is None else state["paused"]
+
+    def base_version(self, entity: str) -> str | None:
+        row = self._store.read().fetchone("get_base_version", {"entity": entity})
+        return None if row is None else str(row["version"])
+
+    def set_base_version(self, entity: str, version: str | None) -> None:
+        entity = entity_name(entity)
+        with self._store.write() as tx:
+            if version is None:
+                tx.execute("clear_base_version", {"entity": entity})
+            else:
+                tx.execute("set_base_version", {"entity": entity, "version": version})
+
+    @property
+    def commits(self) -> int:
+        """Transactions group commit has used for enqueues (fewer than enqueues under load)."""
+        return self._group.transactions
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> OfflineQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,90 @@
+"""When to try an operation again, and when to give up. Pure values, no I/O.
+
+Exponential backoff with *full jitter* (AWS architecture blog, "Exponential Backoff And
+Jitter"): after the n-th failure the ceiling is ``min(cap, base * factor ** (n - 1))`` and
+the actual wait is drawn uniformly from ``[0, ceiling]``, so a crowd of clients that lost the
+network together does not come back together. A server's ``Retry-After`` is honoured exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from pigeon.exceptions import ConfigurationError
+
+_DEFAULT_RNG = random.Random()
+
+
+def _finite(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise ConfigurationError(f"RetryPolicy.{name} must be a finite number, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff ``base``, ``base*factor``, ... seconds up to ``cap``; give up after
+    ``max_attempts`` failures or, if set, once the operation is ``max_age`` seconds old."""
+
+    base: float = 2.0
+    factor: float = 2.0
+    cap: float = 600.0
+    max_attempts: int = 8
+    max_age: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("base", "factor", "cap"):
+            _finite(name, getattr(self, name))
+        if self.base <= 0:
+            raise ConfigurationError(f"RetryPolicy.base must be > 0 seconds, not {self.base!r}")
+        if self.factor < 1:
+            raise ConfigurationError(f"RetryPolicy.factor must be >= 1, not {self.factor!r}")
+        if self.cap < self.base:
+            raise ConfigurationError(
+                f"RetryPolicy.cap ({self.cap!r}) must be >= base ({self.base!r})"
+            )
+        if (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or self.max_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"RetryPolicy.max_attempts must be an integer >= 1, not {self.max_attempts!r}"
+            )
+        if self.max_age is not None:
+            _finite("max_age", self.max_age)
+            if self.max_age <= 0:
+                raise ConfigurationError(
+                    f"RetryPolicy.max_age must be > 0 seconds or None, not {self.max_age!r}"
+                )
+
+    def backoff(self, attempts: int) -> float:
+        """The un-jittered ceiling after ``attempts`` failures (0 failures: no wait)."""
+        if attempts <= 0:
+            return 0.0
+        # Compare exponents, not powers: factor ** 10_000 overflows a float.
+        if self.factor > 1 and (attempts - 1) * math.log(self.factor) >= math.log(
+            self.cap / self.base
+        ):
+            return self.cap
+        return min(self.cap, self.base * self.factor ** (attempts - 1))
+
+    def delay(
+        self,
+        attempts: int,
+        *,
+        retry_after: float | None = None,
+        rng: random.Random | None = None,
+    ) -> float:
+        """Seconds to wait before the next try. ``retry_after`` (the server knows best)
+        wins over the policy, never negative; otherwise full jitter in ``[0, backoff]``."""
+        if retry_after is not None and math.isfinite(retry_after):
+            return max(float(retry_after), 0.0)
+        return (rng or _DEFAULT_RNG).uniform(0.0, self.backoff(attempts))
+
+    def exhausted(self, attempts: int, age: float) -> bool:
+        """True once ``attempts`` failures or an ``age`` (seconds) mean: dead-letter it."""
+        if attempts >= self.max_attempts:
+            return True
+        return self.max_age is not None and age >= self.max_age

@@ -1,0 +1,274 @@
+"""The queue's storage: one SQLite file, its named queries, and the row-level rules.
+
+Everything here runs inside a write transaction handed in by the caller (``write()``), so
+an operation and its effects on the entity's head, the coalescing counter and the clock
+are committed together or not at all. The invariant kept by every write: on each entity,
+exactly the earliest live (pending / in flight / conflict-held) operation has ``head = 1``,
+and only heads are ever handed to a sender.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.edge.coalesce import Fold, Step, decide
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.exceptions import InvalidState, NotFound
+from pigeon.storage.queries import load_queries
+from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks, recover on every open
+    fcntl = None  # type: ignore[assignment]
+
+APPLICATION_ID = 0x50474E45  # "PGNE": a pigeon edge queue file
+LIVE = (OpStatus.PENDING, OpStatus.IN_FLIGHT, OpStatus.CONFLICT)
+HISTORY_LIMIT = 100  # failed attempts remembered per operation
+
+
+@dataclass(frozen=True, slots=True)
+class NewOp:
+    """A validated operation on its way into the file."""
+
+    id: str
+    idempotency_key: str
+    type: str
+    entity: str
+    payload: str  # JSON text
+    endpoint: str | None
+    method: str | None
+    created_at: float
+    clock: str
+    base_version: str | None
+
+
+def to_operation(row: Row) -> Operation:
+    return Operation(
+        id=row["id"],
+        type=row["type"],
+        entity=row["entity"],
+        payload=json.loads(row["payload"]),
+        idempotency_key=row["idempotency_key"],
+        endpoint=row["endpoint"],
+        method=row["method"],
+        created_at=row["created_at"],
+        clock=row["clock"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        last_error=row["last_error"],
+        base_version=row["base_version"],
+        status=OpStatus(row["status"]),
+        seq=row["seq"],
+        history=json.loads(row["history"]),
+        delivered_at=row["delivered_at"],
+        response=None if row["response"] is None else json.loads(row["response"]),
+    )
+
+
+def was_sent(row: Row) -> bool:
+    """Handed to a sender at some point: the server may hold it, so it is never rewritten."""
+    return bool(row["status"] != OpStatus.PENDING or row["attempts"] or row["dispatches"])
+
+
+class EdgeStore:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability,
+        create: bool,
+        recover: bool,
+        now: float,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.db = SQLiteDatabase(
+            path,
+            application_id=APPLICATION_ID,
+            components=("edge",),
+            queries=load_queries("sqlite", "edge"),
+            durability=durability,
+            create=create,
+        )
+        # One writer per process at a time: SQLite would serialise us anyway, but its busy
+        # handler sleeps in steps of milliseconds; a lock hands over at once.
+        self._writer = threading.Lock()
+        self._lock_fd: int | None = None
+        if recover:
+            self._recover(now)
+
+    def _recover(self, now: float) -> None:
+        """Put in-flight operations back to pending, unless another live process has the
+        file open (its in-flight operations are really in flight). An advisory lock on a
+        side file tells: every open queue holds it shared; whoever can take it exclusively
+        is alone and recovers, then keeps it shared like everyone else."""
+        sole = True
+        if fcntl is not None:
+            try:
+                self._lock_fd = os.open(self.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                self._lock_fd = None  # read-only directory: we cannot tell, so recover
+            if self._lock_fd is not None:
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    sole = False
+        if sole:
+            with self.write() as tx:
+                tx.execute("recover_in_flight", {"now": now})
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[SQLiteTx]:
+        with self._writer, self.db.transaction() as tx:
+            yield tx
+
+    def read(self) -> SQLiteTx:
+        return self.db.read()
+
+    def close(self) -> None:
+        self.db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- inside a write transaction ------------------------------------------------------
+
+    def append(self, tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Operation, int]:
+        """Store ``new`` (folded into its entity's tail if allowed). Returns the operation as
+        stored and how many sends coalescing saved."""
+        tail = tx.fetchone("live_tail", {"entity": new.entity})
+        incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
+        if coalesce and tail is not None:
+            last = Step(
+                tail["type"],
+                tail["entity"],
+                tail["payload"],
+                tail["endpoint"],
+                tail["method"],
+                sent=was_sent(tail),
+            )
+            decision = decide(last, incoming)
+            if decision.fold is Fold.REPLACE:
+                assert decision.step is not None
+                step = decision.step
+                params = {
+                    "seq": tail["seq"],
+                    "type": step.type,
+                    "payload": step.payload,
+                    "endpoint": step.endpoint,
+                    "method": step.method,
+                    "clock": new.clock,
+                }
+                tx.execute("fold_op", params)
+                return to_operation({**tail, **params}), 1
+            if decision.fold is Fold.DROP:
+                tx.execute("delete_op", {"seq": tail["seq"]})
+                gone = _from_new(new, seq=0, status=OpStatus.COALESCED)
+                return gone, 2
+        params = {
+            "id": new.id,
+            "idempotency_key": new.idempotency_key,
+            "type": new.type,
+            "entity": new.entity,
+            "endpoint": new.endpoint,
+            "method": new.method,
+            "payload": new.payload,
+            "created_at": new.created_at,
+            "clock": new.clock,
+            "base_version": new.base_version,
+            "head": 1 if tail is None else 0,
+        }
+        seq = tx.execute("insert_op", params).lastrowid
+        assert seq is not None
+        return _from_new(new, seq=seq, status=OpStatus.PENDING), 0
+
+    def row(self, tx: SQLiteTx, op_id: str) -> Row:
+        row = tx.fetchone("get_op", {"id": op_id})
+        if row is None:
+            raise NotFound(f"no operation {op_id!r} in {self.path}")
+        return row
+
+    def dispatch(self, tx: SQLiteTx, n: int, now: float) -> list[Operation]:
+        seqs = [r["seq"] for r in tx.fetchall("due_heads", {"now": now, "n": n})]
+        if not seqs:
+            return []
+        rows = tx.fetchall("dispatch", {"seqs": json.dumps(seqs)})
+        return sorted((to_operation(r) for r in rows), key=lambda op: op.seq)
+
+    def deliver(self, tx: SQLiteTx, row: Row, response: Any, now: float) -> None:
+        text = None if response is None else json.dumps(response, default=str)
+        tx.execute("deliver", {"seq": row["seq"], "now": now, "response": text})
+        tx.execute("promote_head", {"entity": row["entity"]})
+
+    def fail(
+        self,
+        tx: SQLiteTx,
+        row: Row,
+        *,
+        status: OpStatus,
+        error: str,
+        kind: str,
+        now: float,
+        next_attempt_at: float | None = None,
+    ) -> Operation:
+        attempts = row["attempts"] + 1
+        history = json.loads(row["history"])
+        history.append({"at": now, "attempt": attempts, "kind": kind, "error": error})
+        params = {
+            "seq": row["seq"],
+            "attempts": attempts,
+            "last_error": error,
+            "history": json.dumps(history[-HISTORY_LIMIT:]),
+            "next_attempt_at": next_attempt_at if next_attempt_at is not None else now,
+        }
+        if status is OpStatus.DEAD:
+            tx.execute("bury", params)
+            tx.execute("promote_head", {"entity": row["entity"]})
+        elif status is OpStatus.CONFLICT:
+            tx.execute("hold_conflict", params)
+        else:
+            tx.execute("reschedule", params)
+        return to_operation(self.row(tx, row["id"]))
+
+    def remove(self, tx: SQLiteTx, row: Row) -> None:
+        tx.execute("delete_op", {"seq": row["seq"]})
+        tx.execute("promote_head", {"entity": row["entity"]})
+
+    def resurrect(self, tx: SQLiteTx, row: Row, now: float) -> Operation:
+        alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
+        tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
+        return to_operation(self.row(tx, row["id"]))
+
+
+def require(row: Row, *allowed: OpStatus, action: str) -> None:
+    if row["status"] not in allowed:
+        wanted = " or ".join(s.value for s in allowed)
+        raise InvalidState(
+            f"cannot {action} operation {row['id']}: it is {row['status']}, not {wanted}"
+        )
+
+
+def _from_new(new: NewOp, *, seq: int, status: OpStatus) -> Operation:
+    return Operation(
+        id=new.id,
+        type=new.type,
+        entity=new.entity,
+        payload=json.loads(new.payload),
+        idempotency_key=new.idempotency_key,
+        endpoint=new.endpoint,
+        method=new.method,
+        created_at=new.created_at,
+        clock=new.clock,
+        next_attempt_at=new.created_at,
+        base_version=new.base_version,
+        status=status,
+        seq=seq,
+    )

@@ -1,0 +1,92 @@
+"""The door of the queue: what an enqueue must look like before anything is stored. Pure.
+
+Every check runs in the caller's thread before the operation joins a group commit, so a
+bad operation fails alone, with a typed error naming the problem, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Any
+from urllib.parse import quote
+
+from pigeon.edge.operation import OpType
+from pigeon.exceptions import (
+    EmptyEntity,
+    InvalidOperation,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    UnknownOperationType,
+)
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 method token
+
+# Default routing for the three standard types on an entity "kind:id".
+_ROUTES = {
+    OpType.CREATE.value: ("POST", "/{kind}s"),
+    OpType.UPDATE.value: ("PUT", "/{kind}s/{id}"),
+    OpType.DELETE.value: ("DELETE", "/{kind}s/{id}"),
+}
+
+
+def operation_type(value: str | OpType, allowed: Collection[str] | None) -> str:
+    """The type as a plain string; ``allowed``, when given, is the closed set of types."""
+    if isinstance(value, OpType):
+        value = value.value
+    if not isinstance(value, str) or not value.strip():
+        raise UnknownOperationType(f"operation type must be a non-empty string, not {value!r}")
+    if allowed is not None and value not in allowed:
+        raise UnknownOperationType(
+            f"operation type {value!r} is not one of the allowed types {sorted(allowed)!r}"
+        )
+    return value
+
+
+def entity_name(value: str) -> str:
+    if not isinstance(value, str):
+        raise EmptyEntity(f"entity must be a string such as 'note:42', not {value!r}")
+    if not value.strip():
+        raise EmptyEntity(f"entity must be a non-empty string such as 'note:42', not {value!r}")
+    return value
+
+
+def encode_payload(payload: Any, max_bytes: int) -> str:
+    """The payload as JSON text, refused if it is not JSON or larger than ``max_bytes``."""
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"payload is {size} bytes as JSON, over the limit of {max_bytes}")
+    return text
+
+
+def route(
+    type_: str, entity: str, endpoint: str | None, method: str | None
+) -> tuple[str | None, str | None]:
+    """Endpoint and method to store. Given ones are kept (method upper-cased); for the three
+    standard types on an entity ``kind:id`` the default is ``POST /kinds`` (create),
+    ``PUT /kinds/id`` (update), ``DELETE /kinds/id`` (delete). Otherwise None: the
+    operation travels only through the batch endpoint, which carries type and entity."""
+    if method is not None:
+        if not isinstance(method, str) or not _TOKEN.match(method):
+            raise InvalidOperation(f"method must be an HTTP method such as 'PUT', not {method!r}")
+        method = method.upper()
+    if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
+        raise InvalidOperation(
+            f"endpoint must be a non-empty path such as '/notes/42', not {endpoint!r}"
+        )
+    default = _ROUTES.get(type_)
+    kind, sep, ident = entity.partition(":")
+    if default is None or not sep or not kind or not ident:
+        return endpoint, method
+    default_method, template = default
+    return (
+        endpoint
+        if endpoint is not None
+        else template.format(kind=quote(kind, safe=""), id=quote(ident, safe="")),
+        method if method is not None else default_method,
+    )

@@ -1,0 +1,179 @@
+-- Named queries of the edge offline queue (pigeon.edge.store). SQLite, :name parameters.
+-- "live" = pending, in_flight or conflict: undelivered and not dead.
+
+-- name: init_state
+INSERT OR IGNORE INTO edge_state (one, node_id) VALUES (1, :node_id);
+
+-- name: get_state
+SELECT node_id, clock, paused, coalesced FROM edge_state WHERE one = 1;
+
+-- name: bump_state
+UPDATE edge_state
+   SET clock = max(clock, :clock), coalesced = coalesced + :coalesced
+ WHERE one = 1;
+
+-- name: set_paused
+UPDATE edge_state SET paused = :paused WHERE one = 1;
+
+-- name: live_tail
+SELECT * FROM operations
+ WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict')
+ ORDER BY seq DESC LIMIT 1;
+
+-- name: insert_op
+INSERT INTO operations (
+    id, idempotency_key, type, entity, endpoint, method, payload, created_at, clock,
+    next_attempt_at, base_version, status, head
+) VALUES (
+    :id, :idempotency_key, :type, :entity, :endpoint, :method, :payload, :created_at, :clock,
+    :created_at, :base_version, 'pending', :head
+);
+
+-- name: bulk_insert_op
+-- Benchmarks and imports: operations on distinct entities, each its entity's head.
+INSERT INTO operations (
+    id, idempotency_key, type, entity, endpoint, method, payload, created_at, clock,
+    next_attempt_at, status, head
+) VALUES (
+    :id, :idempotency_key, :type, :entity, :endpoint, :method, :payload, :created_at, :clock,
+    :created_at, 'pending', 1
+);
+
+-- name: fold_op
+UPDATE operations
+   SET type = :type, payload = :payload, endpoint = :endpoint, method = :method,
+       clock = :clock
+ WHERE seq = :seq;
+
+-- name: delete_op
+DELETE FROM operations WHERE seq = :seq;
+
+-- name: promote_head
+-- The entity's earliest live operation becomes its head (no-op if it already is).
+UPDATE operations SET head = 1
+ WHERE seq = (SELECT seq FROM operations
+               WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict')
+               ORDER BY seq LIMIT 1)
+   AND head = 0;
+
+-- name: get_op
+SELECT * FROM operations WHERE id = :id;
+
+-- name: due_heads
+SELECT seq FROM operations
+ WHERE head = 1 AND status = 'pending' AND next_attempt_at <= :now
+ ORDER BY seq LIMIT :n;
+
+-- name: dispatch
+UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1
+ WHERE seq IN (SELECT value FROM json_each(:seqs))
+RETURNING *;
+
+-- name: deliver
+UPDATE operations
+   SET status = 'delivered', head = 0, delivered_at = :now, response = :response
+ WHERE seq = :seq;
+
+-- name: reschedule
+UPDATE operations
+   SET status = 'pending', attempts = :attempts, next_attempt_at = :next_attempt_at,
+       last_error = :last_error, history = :history
+ WHERE seq = :seq;
+
+-- name: bury
+UPDATE operations
+   SET status = 'dead', head = 0, attempts = :attempts, last_error = :last_error,
+       history = :history
+ WHERE seq = :seq;
+
+-- name: hold_conflict
+UPDATE operations
+   SET status = 'conflict', attempts = :attempts, last_error = :last_error,
+       history = :history
+ WHERE seq = :seq;
+
+-- name: release
+UPDATE operations
+   SET status = 'pending', dispatches = max(dispatches - 1, 0), next_attempt_at = :now
+ WHERE seq = :seq;
+
+-- name: unhold_conflict
+UPDATE operations SET status = 'pending', next_attempt_at = :now WHERE seq = :seq;
+
+-- name: resurrect
+-- A retried dead letter rejoins at the tail of the queue: the operations made after it
+-- have been sent meanwhile, so it is now the latest thing to happen to its entity.
+UPDATE operations
+   SET seq = (SELECT max(seq) + 1 FROM operations), status = 'pending', attempts = 0,
+       next_attempt_at = :now, head = :head
+ WHERE seq = :seq;
+
+-- name: recover_in_flight
+-- After a crash: whatever was in flight is sent again, same key, attempts unchanged.
+UPDATE operations SET status = 'pending', next_attempt_at = :now WHERE status = 'in_flight';
+
+-- name: pending_ops
+SELECT * FROM operations
+ WHERE status IN ('pending', 'in_flight', 'conflict')
+ ORDER BY seq;
+
+-- name: dead_ops
+SELECT * FROM operations WHERE status = 'dead' ORDER BY seq;
+
+-- name: list_ops
+SELECT * FROM operations WHERE status = :status OR :status IS NULL ORDER BY seq LIMIT :n;
+
+-- name: count_live
+SELECT count(*) AS n FROM operations
+ WHERE status IN ('pending', 'in_flight', 'conflict');
+
+-- name: count_dead
+SELECT count(*) AS n FROM operations WHERE status = 'dead';
+
+-- name: count_delivered
+SELECT count(*) AS n FROM operations WHERE status = 'delivered';
+
+-- name: count_heads
+SELECT count(*) AS n FROM operations WHERE head = 1 AND status = :status;
+
+-- name: count_blocked
+SELECT count(*) AS n FROM operations
+ WHERE head = 1 AND (status = 'conflict' OR (status = 'pending' AND attempts > 0));
+
+-- name: oldest_head
+SELECT min(created_at) AS created_at FROM (
+    SELECT created_at FROM (SELECT created_at FROM operations
+                             WHERE head = 1 AND status = 'pending' ORDER BY seq LIMIT 1)
+    UNION ALL
+    SELECT created_at FROM (SELECT created_at FROM operations
+                             WHERE head = 1 AND status = 'in_flight' ORDER BY seq LIMIT 1)
+    UNION ALL
+    SELECT created_at FROM (SELECT created_at FROM operations
+                             WHERE head = 1 AND status = 'conflict' ORDER BY seq LIMIT 1)
+);
+
+-- name: next_backoff
+SELECT next_attempt_at AS at FROM operations INDEXED BY operations_backoff
+ WHERE head = 1 AND status = 'pending' AND attempts > 0
+ ORDER BY next_attempt_at LIMIT 1;
+
+-- name: first_fresh
+SELECT next_attempt_at AS at FROM operations
+ WHERE head = 1 AND status = 'pending' AND attempts = 0
+ ORDER BY seq LIMIT 1;
+
+-- name: purge_delivered
+DELETE FROM operations WHERE status = 'delivered' AND delivered_at < :before;
+
+-- name: max_seq
+SELECT coalesce(max(seq), 0) AS seq FROM operations;
+
+-- name: get_base_version
+SELECT version FROM base_versions WHERE entity = :entity;
+
+-- name: set_base_version
+INSERT INTO base_versions (entity, version) VALUES (:entity, :version)
+ON CONFLICT (entity) DO UPDATE SET version = excluded.version;
+
+-- name: clear_base_version
+DELETE FROM base_versions WHERE entity = :entity;

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.retry import RetryPolicy
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def queue(tmp_path: Path, clock: FakeClock) -> Iterator[OfflineQueue]:
+    with OfflineQueue(
+        tmp_path / "queue.db", now=clock, durability="normal", retry_policy=RetryPolicy()
+    ) as q:
+        yield q

@@ -1,0 +1,135 @@
+"""Group commit: concurrent enqueues share transactions, each returns once durable;
+two processes on one file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pigeon.edge.commit import GroupCommit
+from pigeon.edge.queue import OfflineQueue
+
+
+def test_waiting_writers_share_one_transaction(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "q.db") as queue:
+        queue.enqueue("create", "warmup:0", {})
+        before = queue.commits
+        results: dict[int, str] = {}
+        # Hold the writer so the first enqueue leads and blocks; the others queue behind it.
+        with queue._store._writer:
+
+            def enqueue(i: int) -> None:
+                results[i] = queue.enqueue("create", f"note:{i}", {"i": i}).id
+
+            threads = [threading.Thread(target=enqueue, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 10
+            while len(queue._group._queue) < 7 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert len(queue._group._queue) == 7
+        for t in threads:
+            t.join(10)
+        assert sorted(results) == list(range(8))
+        assert queue.commits - before == 2  # the blocked leader's, then the other seven's
+        stored = {op.id for op in queue.pending}
+        assert set(results.values()) <= stored
+
+
+def test_one_item_failing_inside_the_transaction_fails_alone() -> None:
+    committed: list[list[int]] = []
+
+    def commit(items: Sequence[int]) -> list[int | BaseException]:
+        committed.append(list(items))
+        return [ValueError(f"bad {i}") if i == 3 else i * 10 for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    outcomes: dict[int, object] = {}
+    gate = threading.Barrier(6)
+
+    def run(i: int) -> None:
+        gate.wait()
+        try:
+            outcomes[i] = group.submit(lambda: i)
+        except ValueError as exc:
+            outcomes[i] = str(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert outcomes == {0: 0, 1: 10, 2: 20, 3: "bad 3", 4: 40, 5: 50}
+    assert sorted(i for batch in committed for i in batch) == list(range(6))
+
+
+def test_a_failing_transaction_fails_its_whole_batch_and_the_next_one_runs() -> None:
+    calls = 0
+
+    def commit(items: Sequence[int]) -> list[int | BaseException]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("disk full")
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    with pytest.raises(OSError, match="disk full"):
+        group.submit(lambda: 1)
+    assert group.submit(lambda: 2) == 2
+
+
+def test_many_threads_lose_nothing_and_keep_per_thread_order(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "q.db", coalesce=False) as queue:
+
+        def work(t: int) -> None:
+            for i in range(40):
+                queue.enqueue("update", f"thread:{t}", i)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        ops = queue.pending
+        assert len(ops) == 320
+        for t in range(8):
+            assert [o.payload for o in ops if o.entity == f"thread:{t}"] == list(range(40))
+        assert queue.commits <= 320
+
+
+CHILD = """
+import sys
+from pigeon.edge.queue import OfflineQueue
+with OfflineQueue(sys.argv[1], coalesce=False) as q:
+    for i in range(200):
+        q.enqueue("update", f"{sys.argv[2]}:{i % 5}", i)
+        if i % 10 == 0:
+            for op in q.next_batch(3):
+                q.mark_delivered(op.id)
+"""
+
+
+def test_two_processes_on_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    OfflineQueue(path).close()
+    children = [
+        subprocess.Popen([sys.executable, "-c", CHILD, str(path), name]) for name in ("a", "b")
+    ]
+    for child in children:
+        assert child.wait(60) == 0
+    with OfflineQueue(path) as queue:
+        ops = queue.operations(limit=10_000)
+        assert len(ops) == 400
+        assert len({o.id for o in ops}) == 400 and len({o.idempotency_key for o in ops}) == 400
+        for entity in {o.entity for o in ops}:
+            mine = [o for o in ops if o.entity == entity]
+            assert [o.payload for o in mine] == sorted(o.payload for o in mine)
+            delivered = [o.status == "delivered" for o in mine]
+            assert delivered == sorted(delivered, reverse=True)  # a prefix, never out of order

@@ -1,0 +1,116 @@
+"""Bad input is refused with a typed error naming the problem, and nothing is stored;
+a file that is not ours, or is newer than us, is refused and left untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.edge.queue import OfflineQueue
+from pigeon.exceptions import (
+    ConfigurationError,
+    EmptyEntity,
+    ForeignDatabase,
+    InvalidOperation,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    SchemaTooNew,
+    StoreUnavailable,
+    UnknownOperationType,
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        (("create", "note:1", {1, 2}), {}, PayloadNotSerializable, "JSON"),
+        (("create", "note:1", {"x": object()}), {}, PayloadNotSerializable, "JSON"),
+        (("create", "note:1", float("nan")), {}, PayloadNotSerializable, "JSON"),
+        (("create", "note:1", "x" * 2000), {}, PayloadTooLarge, "limit of 1024"),
+        (("create", "", {}), {}, EmptyEntity, "entity"),
+        (("create", "   ", {}), {}, EmptyEntity, "entity"),
+        (("create", None, {}), {}, EmptyEntity, "entity"),
+        (("", "note:1", {}), {}, UnknownOperationType, "type"),
+        (("explode", "note:1", {}), {}, UnknownOperationType, "'explode'"),
+        (("create", "note:1", {}), {"method": "GET /x"}, InvalidOperation, "method"),
+        (("create", "note:1", {}), {"endpoint": ""}, InvalidOperation, "endpoint"),
+        (("update", "note:1", {}), {"base_version": ""}, InvalidOperation, "base_version"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_stored(
+    tmp_path: Path, args: tuple[Any, ...], kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    allowed = ["create", "update", "delete"]
+    with OfflineQueue(tmp_path / "q.db", max_payload_bytes=1024, allowed_types=allowed) as q:
+        q.enqueue("update", "note:0", {"before": True})
+        with pytest.raises(error, match=message):
+            q.enqueue(*args, **kwargs)
+        assert [o.entity for o in q.pending] == ["note:0"]
+        assert q.stats().depth == 1
+
+
+def test_default_size_limit_is_one_mebibyte(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+        q.enqueue("create", "blob:1", "x" * ((1 << 20) - 2))  # the quotes make it 1 MiB
+        with pytest.raises(PayloadTooLarge):
+            q.enqueue("create", "blob:2", "x" * (1 << 20))
+
+
+def test_any_type_is_allowed_without_a_closed_set(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "q.db") as q:
+        assert q.enqueue("explode", "note:1", {}).type == "explode"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"durability": "sometimes"}, {"max_payload_bytes": 0}, {"allowed_types": [""]}],
+)
+def test_bad_configuration(tmp_path: Path, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        OfflineQueue(tmp_path / "q.db", **kwargs)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_foreign_sqlite_file_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE accounts (id INTEGER)")
+    conn.commit()
+    conn.close()
+    before = _digest(path)
+    with pytest.raises(ForeignDatabase, match="not a pigeon edge"):
+        OfflineQueue(path)
+    assert _digest(path) == before
+
+
+def test_a_file_that_is_not_sqlite_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"dear diary, " * 1000)
+    with pytest.raises(ForeignDatabase):
+        OfflineQueue(path)
+    assert path.read_bytes() == b"dear diary, " * 1000
+
+
+def test_a_newer_schema_is_refused_and_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    OfflineQueue(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    before = _digest(path)
+    with pytest.raises(SchemaTooNew, match="99"):
+        OfflineQueue(path)
+    assert _digest(path) == before
+
+
+def test_open_without_create(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="no such file"):
+        OfflineQueue(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
