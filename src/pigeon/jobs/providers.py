@@ -1,0 +1,128 @@
+"""Calls to providers outside the database (payments, e-mail), made safe to repeat.
+
+Before the first call the helper stores a durable business reference and the provider's
+idempotency key. Every later attempt reuses that key. When an attempt ends without a
+known outcome (timeout, dropped connection) the helper asks the provider
+``lookup(reference)`` and takes the original's result if it happened; it never mints a
+new key, so the provider never sees the request as a new one.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pigeon.exceptions import PermanentError, RetryableError, UnknownOutcome
+from pigeon.jobs import ledger
+from pigeon.jobs._db import dumps, loads
+from pigeon.storage.base import Database
+
+# What counts as "it may or may not have happened".
+UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (UnknownOutcome, TimeoutError, ConnectionError)
+
+
+class Provider(Protocol):
+    name: str
+
+    def call(self, reference: str, idempotency_key: str, request: Any) -> Any:
+        """Perform the effect; the provider dedups on ``idempotency_key``."""
+
+    def lookup(self, reference: str) -> Any | None:
+        """The result of the effect made for ``reference``, or None if it never happened."""
+
+
+def call_provider(
+    db: Database,
+    provider: Provider,
+    reference: str,
+    request: Any,
+    *,
+    record_id: str | None = None,
+    obligation: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Any:
+    """Make (or finish making) the provider call for ``reference``; returns its result.
+
+    Raises RetryableError when the outcome is still unknown after a lookup (run the job
+    again later: it will reuse the key), PermanentError when the provider refused."""
+    with db.transaction() as tx:
+        row = tx.fetchone("provider_get", {"reference": reference})
+        if row is None:
+            key = str(uuid.uuid4())
+            tx.execute(
+                "provider_insert",
+                {
+                    "reference": reference,
+                    "provider": provider.name,
+                    "idempotency_key": key,
+                    "request": dumps(request),
+                    "now": clock(),
+                },
+            )
+            row = {"idempotency_key": key, "status": "pending", "attempts": 0, "result": None}
+        elif row["status"] == "succeeded":
+            return loads(row["result"])
+        elif row["status"] == "failed":
+            raise PermanentError(f"provider {provider.name} refused {reference}: {row['result']}")
+        tx.execute("provider_attempt", {"reference": reference, "now": clock()})
+    key = row["idempotency_key"]
+    if int(row["attempts"]) > 0:
+        # An earlier attempt may have applied: ask before calling again.
+        found = provider.lookup(reference)
+        if found is not None:
+            return _settle(
+                db, reference, "succeeded", found, "lookup", record_id, obligation, clock
+            )
+    try:
+        result = provider.call(reference, key, request)
+    except UNKNOWN_OUTCOME as exc:
+        found = provider.lookup(reference)
+        if found is None:
+            raise RetryableError(
+                f"provider {provider.name}: outcome of {reference} unknown ({exc!r}); "
+                "will retry with the same key"
+            ) from exc
+        return _settle(db, reference, "succeeded", found, "lookup", record_id, obligation, clock)
+    except PermanentError as exc:
+        _settle(db, reference, "failed", str(exc), "call", record_id, obligation, clock)
+        raise
+    return _settle(db, reference, "succeeded", result, "call", record_id, obligation, clock)
+
+
+def _settle(
+    db: Database,
+    reference: str,
+    status: str,
+    result: Any,
+    via: str,
+    record_id: str | None,
+    obligation: str | None,
+    clock: Callable[[], float],
+) -> Any:
+    now = clock()
+    with db.transaction() as tx:
+        tx.execute(
+            "provider_settle",
+            {"reference": reference, "status": status, "result": dumps(result), "now": now},
+        )
+        if record_id:
+            ledger.event(
+                tx,
+                record_id,
+                obligation,
+                ledger.PROVIDER_RESULT,
+                {"reference": reference, "status": status, "via": via, "result": result},
+                now=now,
+            )
+    return result
+
+
+def provider_call(db: Database, reference: str) -> dict[str, Any] | None:
+    with db.transaction() as tx:
+        row = tx.fetchone("provider_get", {"reference": reference})
+    if row is not None:
+        row["request"] = loads(row["request"])
+        row["result"] = loads(row["result"])
+    return row

@@ -1,0 +1,71 @@
+"""Periodic schedules: every tick runs once across all workers and nodes.
+
+Each worker process's scheduler tries to insert the row (schedule, tick); the primary key
+lets exactly one insert win, and the winner enqueues the tick's job in the same
+transaction. A tick missed while no worker was up is not run late: only the current one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from pigeon.jobs._db import rowcount
+from pigeon.jobs.app import App, Schedule
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import enqueue
+from pigeon.storage.base import Database
+
+log = logging.getLogger("pigeon.jobs.schedule")
+
+
+class Scheduler:
+    def __init__(self, app: App, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+        self.app = app
+        self.db = db
+        self.clock = clock
+
+    def tick_once(self) -> list[tuple[str, int]]:
+        """Enqueue the current tick of every schedule no other worker has taken yet."""
+        won = []
+        now = self.clock()
+        for schedule in self.app.schedules.values():
+            tick = math.floor(now / schedule.every)
+            if self._take(schedule, tick, now):
+                won.append((schedule.name, tick))
+        return won
+
+    def _take(self, schedule: Schedule, tick: int, now: float) -> bool:
+        task = self.app.get_task(schedule.task)
+        with self.db.transaction() as tx:
+            claimed = tx.execute(
+                "tick_claim", {"schedule": schedule.name, "tick": tick, "now": now}
+            )
+            if not rowcount(claimed):
+                return False
+            payload = dict(schedule.payload)
+            job_id = enqueue(
+                tx,
+                JobSpec(
+                    task.queue,
+                    task.name,
+                    payload,
+                    max_attempts=task.max_attempts,
+                    unique_key=f"schedule:{schedule.name}:{tick}",
+                ),
+                now=now,
+            )
+            tx.execute("tick_set_job", {"schedule": schedule.name, "tick": tick, "job_id": job_id})
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        period = min(s.every for s in self.app.schedules.values())
+        while not stop.is_set():
+            try:
+                self.tick_once()
+            except Exception:
+                log.exception("schedule tick failed")
+            stop.wait(min(1.0, period / 4))

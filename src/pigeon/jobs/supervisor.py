@@ -1,0 +1,160 @@
+"""The Supervisor: worker processes for the configured queues, kept alive.
+
+``--queue grading=12 --queue notify=4`` with two processes gives each process 6 grading
+and 2 notify threads. A child that exits is replaced: after recycling (exit code 3), after
+being abandoned for a stuck job (70) or after a crash. SIGTERM to the supervisor is passed
+on to every child, which stops claiming and finishes or releases its jobs within the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.jobs.app import load_app
+from pigeon.jobs.worker import RECYCLE, STUCK, Worker
+
+log = logging.getLogger("pigeon.jobs.supervisor")
+
+
+def split(queues: Mapping[str, int], processes: int) -> list[dict[str, int]]:
+    """Spread each queue's threads over the processes as evenly as possible."""
+    if processes < 1:
+        raise ConfigurationError(f"processes must be >= 1, got {processes}")
+    shares: list[dict[str, int]] = [{} for _ in range(processes)]
+    for queue, count in queues.items():
+        for i in range(processes):
+            n = count // processes + (1 if i < count % processes else 0)
+            if n:
+                shares[i][queue] = n
+    return [s for s in shares if s]
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    recycle_jobs: int | None = None
+    recycle_mib: float | None = None
+    batch: int | None = None
+    durability: str = "full"
+    schedules: bool = True
+
+
+def child_main(app_ref: str, db_path: str, queues: dict[str, int], options: WorkerOptions) -> None:
+    """Entry point of one worker process."""
+    from pigeon.storage.server import open_server_db
+
+    logging.basicConfig(level=logging.WARNING)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
+    app = load_app(app_ref)
+    db = open_server_db(db_path, durability=options.durability)  # type: ignore[arg-type]
+    worker = Worker(
+        app,
+        db,
+        queues,
+        recycle_jobs=options.recycle_jobs,
+        recycle_mib=options.recycle_mib,
+        batch=options.batch,
+        schedules=options.schedules,
+        on_stuck=lambda: os._exit(STUCK),
+    )
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    code = worker.run()
+    db.close()
+    raise SystemExit(code)
+
+
+@dataclass
+class _Slot:
+    queues: dict[str, int]
+    process: BaseProcess | None = None
+    exits: list[int | None] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        app_ref: str,
+        db_path: str,
+        queues: Mapping[str, int],
+        *,
+        processes: int = 2,
+        options: WorkerOptions | None = None,
+    ) -> None:
+        app = load_app(app_ref)  # fail here, not in every child, if the app is wrong
+        for queue, count in queues.items():
+            app.queue_config(queue).check_workers(count)
+        self.app_ref = app_ref
+        self.db_path = db_path
+        self.options = options or WorkerOptions()
+        self.grace = max(app.queue_config(q).timeouts.lease_seconds for q in queues)
+        self.slots = [_Slot(share) for share in split(queues, processes)]
+        self._ctx: Any = multiprocessing.get_context("spawn")
+        self._stop = threading.Event()
+        self.restarts = 0
+        self.recycled = 0
+
+    def _launch(self, slot: _Slot) -> None:
+        slot.process = self._ctx.Process(
+            target=child_main,
+            args=(self.app_ref, self.db_path, slot.queues, self.options),
+            name="pigeon-worker",
+        )
+        slot.process.start()
+
+    def start(self) -> None:
+        for slot in self.slots:
+            self._launch(slot)
+
+    def pids(self) -> list[int]:
+        return [s.process.pid for s in self.slots if s.process and s.process.pid is not None]
+
+    def check(self) -> int:
+        """Replace every child that has exited; returns how many were replaced."""
+        replaced = 0
+        for slot in self.slots:
+            proc = slot.process
+            if proc is None or proc.is_alive() or self._stop.is_set():
+                continue
+            proc.join()
+            slot.exits.append(proc.exitcode)
+            if proc.exitcode == RECYCLE:
+                self.recycled += 1
+            else:
+                log.warning("worker %s exited with %s; replacing it", proc.pid, proc.exitcode)
+            self.restarts += 1
+            replaced += 1
+            self._launch(slot)
+        return replaced
+
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM every child, wait up to ``grace`` (default: the longest lease), then kill."""
+        self._stop.set()
+        grace = self.grace if grace is None else grace
+        live = [s.process for s in self.slots if s.process is not None and s.process.is_alive()]
+        for proc in live:
+            if proc.pid is not None:
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in live:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def run(self, interval: float = 0.2) -> None:
+        """Supervise until SIGTERM or SIGINT, then stop the children gracefully."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        self.start()
+        while not self._stop.wait(interval):
+            self.check()
+        self.stop()

@@ -1,0 +1,303 @@
+"""A Worker: one process's threads claiming and running jobs of its queues.
+
+Each queue gets its own threads (its share of the queue's worker budget), so a flooded
+queue can occupy only its own threads and never starves another. A separate heartbeat
+thread renews the leases of every job the process holds: job code cannot block it. The
+same thread enforces the timeout hierarchy: a job past its timeout is recorded as failed
+(retried no earlier than its supervisor deadline); a process with a job past the
+supervisor timeout is abandoned (``on_stuck``: in a worker process, a hard exit the
+supervisor replaces), and the lease, longer still, keeps the job from a second runner
+meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
+from pigeon.jobs.app import App
+from pigeon.jobs.context import JobContext
+from pigeon.jobs.job import Job
+from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.schedule import Scheduler
+from pigeon.storage.base import Database
+
+log = logging.getLogger("pigeon.jobs.worker")
+
+STOPPED = 0
+RECYCLE = 3  # exit code asking the supervisor for a fresh process
+STUCK = 70
+
+
+@dataclass
+class _Held:
+    job: Job
+    started: float = 0.0  # monotonic; 0 while claimed but not yet running
+    timed_out: bool = False
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    released: int = 0
+    lost: int = 0
+    timed_out: int = 0
+    by_queue: dict[str, int] = field(default_factory=dict)
+
+
+def rss_mib() -> float:
+    """Current resident set size (Linux /proc), else the peak as getrusage reports it."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Worker:
+    def __init__(
+        self,
+        app: App,
+        db: Database,
+        queues: Mapping[str, int],
+        *,
+        name: str | None = None,
+        recycle_jobs: int | None = None,
+        recycle_mib: float | None = None,
+        poll: float = 0.05,
+        batch: int | None = None,
+        schedules: bool = True,
+        on_stuck: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.db = db
+        # The budget (min/max) is checked on the total across processes by the supervisor;
+        # here only this process's share.
+        self.queues = {q: n for q, n in queues.items() if n > 0}
+        if not self.queues:
+            raise ConfigurationError(f"a worker needs at least one queue thread, got {queues}")
+        self.name = name or f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.recycle_jobs = recycle_jobs
+        self.recycle_mib = recycle_mib
+        self.poll = poll
+        self.batch = batch
+        self.schedules = schedules
+        self.on_stuck = on_stuck
+        self.manager = JobManager(db, app)
+        self.stats = WorkerStats()
+        self.exit_code = STOPPED
+        self._stop = threading.Event()
+        self._held: dict[int, _Held] = {}
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        for queue, count in self.queues.items():
+            for i in range(count):
+                self._spawn(f"{queue}-{i}", self._loop, queue)
+        self._spawn("heartbeat", self._heartbeat)
+        if self.schedules and self.app.schedules:
+            self._spawn("scheduler", Scheduler(self.app, self.db).run, self._stop)
+
+    def _spawn(self, label: str, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=f"pigeon-{label}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self, code: int = STOPPED) -> None:
+        """Graceful: stop claiming; running jobs finish, claimed-but-unstarted are released."""
+        if not self._stop.is_set():
+            self.exit_code = code
+            self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def join(self, grace: float | None = None) -> bool:
+        """Wait for the job threads; False if some job was still running after ``grace``."""
+        deadline = None if grace is None else time.monotonic() + grace
+        for thread in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(left)
+        return not any(t.is_alive() for t in self._threads)
+
+    def run(self, grace: float | None = None) -> int:
+        self.start()
+        self._stop.wait()
+        if grace is None:
+            grace = max(c.timeouts.job for c in map(self.app.queue_config, self.queues))
+        self.join(grace)
+        return self.exit_code
+
+    # -- the claim loop ----------------------------------------------------------------
+
+    def _loop(self, queue: str) -> None:
+        config = self.app.queue_config(queue)
+        lease = config.timeouts.lease_seconds
+        batch = self.batch or config.batch
+        idle = self.poll
+        while not self._stop.is_set():
+            try:
+                jobs = self.manager.claim(queue, self.name, batch, lease)
+            except Exception:
+                log.exception("claim on %s failed", queue)
+                self._stop.wait(1.0)
+                continue
+            if not jobs:
+                self._stop.wait(idle)
+                idle = min(idle * 2, 0.5)
+                continue
+            idle = self.poll
+            self._run_batch(queue, jobs)
+            self._maybe_recycle()
+
+    def _run_batch(self, queue: str, jobs: list[Job]) -> None:
+        with self._lock:
+            self.stats.claimed += len(jobs)
+            for job in jobs:
+                self._held[job.id] = _Held(job)
+        outcomes: list[Outcome] = []
+        flushed = time.monotonic()
+        for index, job in enumerate(jobs):
+            if self._stop.is_set():
+                rest = jobs[index:]
+                self._flush(outcomes)
+                outcomes = []
+                self.stats.released += self.manager.release(rest)
+                self._forget(rest)
+                break
+            outcome = self._execute(job)
+            if outcome is not None:
+                outcomes.append(outcome)
+            # Batched completions, but never sit on results for long.
+            if time.monotonic() - flushed > 0.2:
+                self._flush(outcomes)
+                outcomes, flushed = [], time.monotonic()
+        self._flush(outcomes)
+        with self._lock:
+            self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + len(jobs)
+
+    def _execute(self, job: Job) -> Outcome | None:
+        config = self.app.queue_config(job.queue)
+        with self._lock:
+            held = self._held[job.id]
+            held.started = time.monotonic()
+        try:
+            task = self.app.get_task(job.task)
+        except NotFound as exc:
+            return Outcome(job, PermanentError(str(exc)))
+        try:
+            if task.context:
+                task.func(JobContext(job, self.db, config.timeouts), **job.payload)
+            else:
+                task.func(**job.payload)
+            error: BaseException | None = None
+        except Exception as exc:
+            error = exc
+        with self._lock:
+            if held.timed_out:
+                # Already recorded by the heartbeat; the lease is gone.
+                self._held.pop(job.id, None)
+                return None
+        return Outcome(job, error)
+
+    def _flush(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            return
+        results = self.manager.finish(outcomes)
+        with self._lock:
+            for outcome, ok in zip(outcomes, results, strict=True):
+                if not ok:
+                    self.stats.lost += 1
+                elif outcome.error is None:
+                    self.stats.succeeded += 1
+                else:
+                    self.stats.failed += 1
+        self._forget([o.job for o in outcomes])
+
+    def _forget(self, jobs: list[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                self._held.pop(job.id, None)
+
+    def _maybe_recycle(self) -> None:
+        by_count = self.recycle_jobs is not None and self.stats.claimed >= self.recycle_jobs
+        by_memory = self.recycle_mib is not None and rss_mib() >= self.recycle_mib
+        if by_count or by_memory:
+            self.stop(RECYCLE)
+
+    # -- heartbeat and timeouts ----------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        configs = [self.app.queue_config(q) for q in self.queues]
+        lease = min(c.timeouts.lease_seconds for c in configs)
+        interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
+        while not self._threads_done():
+            self._check_timeouts()
+            with self._lock:
+                held = [h.job for h in self._held.values() if not h.timed_out]
+            by_lease: dict[float, list[Job]] = {}
+            for job in held:
+                by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
+                by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
+            for seconds, jobs in by_lease.items():
+                with contextlib.suppress(Exception):
+                    self.manager.renew(jobs, seconds)
+            # Once stopping, poll briefly: we only wait for the job threads to drain.
+            if self._stop.wait(interval):
+                time.sleep(0.02)
+
+    def _threads_done(self) -> bool:
+        if not self._stop.is_set():
+            return False
+        current = threading.current_thread()
+        return not any(t.is_alive() for t in self._threads if t is not current)
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        expired: list[Outcome] = []
+        stuck = False
+        with self._lock:
+            for held in self._held.values():
+                if not held.started:
+                    continue
+                timeouts = self.app.queue_config(held.job.queue).timeouts
+                elapsed = now - held.started
+                if elapsed > timeouts.supervisor_seconds:
+                    stuck = True
+                if elapsed > timeouts.job and not held.timed_out:
+                    held.timed_out = True
+                    self.stats.timed_out += 1
+                    wall_start = time.time() - elapsed
+                    expired.append(
+                        Outcome(
+                            held.job,
+                            JobTimeout(
+                                f"job {held.job.id} ({held.job.task}) ran {elapsed:.1f}s, "
+                                f"over its {timeouts.job:g}s timeout"
+                            ),
+                            not_before=wall_start + timeouts.supervisor_seconds,
+                        )
+                    )
+        if expired:
+            with contextlib.suppress(Exception):
+                self.manager.finish(expired)
+        if stuck:
+            log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
+            if self.on_stuck is not None:
+                self.on_stuck()
+            self.stop(STUCK)

@@ -1,0 +1,178 @@
+"""The Worker's threads on a real SQLite file: heartbeat, timeouts, starvation, stop, recycling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from pigeon.jobs.app import App
+from pigeon.jobs.failed import list_jobs, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager
+from pigeon.jobs.timeouts import Timeouts
+from pigeon.jobs.worker import RECYCLE, STOPPED, Worker
+from pigeon.storage.base import Database
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def statuses(db: Database, queue: str | None = None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for job in list_jobs(db, queue=queue, limit=10_000):
+        counts[job["status"]] = counts.get(job["status"], 0) + 1
+    return counts
+
+
+def run_in_thread(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, kwargs={"grace": 5}, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_heartbeat_renews_leases_while_jobs_run(db: Database) -> None:
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=1.0, external_call=0.1, supervisor=1.1, lease=1.2))
+
+    @app.task(queue="q")
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # pure Python, holding the GIL as much as it can
+            pass
+
+    m = JobManager(db, app)
+    for _ in range(3):
+        m.enqueue(JobSpec("q", "spin", {"seconds": 0.7}))
+    # one thread, batch of 3: the last job starts ~1.4 s after the claim, past the lease
+    worker = Worker(app, db, {"q": 1}, batch=3)
+    thief = Worker(app, db, {"q": 1}, batch=3, name="thief")
+    t1 = run_in_thread(worker)
+    time.sleep(0.1)
+    t2 = run_in_thread(thief)
+    wait_for(lambda: statuses(db) == {"succeeded": 3})
+    worker.stop()
+    thief.stop()
+    t1.join()
+    t2.join()
+    assert [j["attempts"] for j in list_jobs(db)] == [1, 1, 1]
+    assert thief.stats.claimed == 0
+
+
+def test_job_over_its_timeout_is_recorded_and_retried(db: Database) -> None:
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=0.3, external_call=0.1, supervisor=1.0, lease=1.5))
+    runs: list[int] = []
+
+    @app.task(queue="q")
+    def slow() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            time.sleep(0.6)
+
+    job_id = JobManager(db, app).enqueue(JobSpec("q", "slow"))
+    worker = Worker(app, db, {"q": 1})
+    t = run_in_thread(worker)
+    wait_for(lambda: statuses(db) == {"succeeded": 1})
+    worker.stop()
+    t.join()
+    history = show_job(db, job_id)["history"]
+    assert [a["outcome"] for a in history] == ["error", "succeeded"]
+    assert "JobTimeout" in history[0]["error"] and "over its 0.3s timeout" in history[0]["error"]
+    # the retry waited for the supervisor deadline of the overrunning attempt
+    assert history[1]["started_at"] >= history[0]["started_at"] + 1.0
+    assert worker.stats.timed_out == 1
+
+
+def test_flooded_queue_does_not_starve_another(db: Database) -> None:
+    app = App()
+    app.queue("bulk", freshness=600)
+    app.queue("urgent", freshness=1)
+    done: dict[str, float] = {}
+
+    @app.task(queue="bulk")
+    def churn() -> None:
+        time.sleep(0.01)
+
+    @app.task(queue="urgent")
+    def page(n: int) -> None:
+        done[f"page{n}"] = time.monotonic()
+
+    m = JobManager(db, app)
+    with db.transaction() as tx:
+        from pigeon.jobs.manager import enqueue
+
+        for _ in range(1000):
+            enqueue(tx, JobSpec("bulk", "churn"))
+    worker = Worker(app, db, {"bulk": 2, "urgent": 1})
+    t = run_in_thread(worker)
+    time.sleep(0.3)  # bulk is busy now
+    submitted = time.monotonic()
+    for n in range(5):
+        m.enqueue(JobSpec("urgent", "page", {"n": n}))
+    wait_for(lambda: len(done) == 5, timeout=5)
+    worst = max(done.values()) - submitted
+    backlog = statuses(db, "bulk").get("queued", 0)
+    worker.stop()
+    t.join()
+    assert worst < 1.0  # within the urgent queue's freshness objective
+    assert backlog > 100  # ... while the flooded queue was still far from drained
+
+
+def test_graceful_stop_finishes_the_running_job_and_releases_the_rest(db: Database) -> None:
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=2))
+    started = threading.Event()
+
+    @app.task(queue="q")
+    def work() -> None:
+        started.set()
+        time.sleep(0.3)
+
+    m = JobManager(db, app)
+    ids = [m.enqueue(JobSpec("q", "work")) for _ in range(4)]
+    worker = Worker(app, db, {"q": 1}, batch=4)
+    t = run_in_thread(worker)
+    assert started.wait(5)
+    worker.stop()
+    t.join()
+    assert worker.exit_code == STOPPED
+    jobs = {j["id"]: j for j in list_jobs(db)}
+    assert jobs[ids[0]]["status"] == "succeeded"
+    for job_id in ids[1:]:
+        assert (jobs[job_id]["status"], jobs[job_id]["attempts"]) == ("queued", 0)
+        assert [a["outcome"] for a in show_job(db, job_id)["history"]] == ["released"]
+
+
+def test_recycles_after_n_jobs(db: Database) -> None:
+    app = App()
+    app.queue("q", batch=5)
+
+    @app.task(queue="q")
+    def noop() -> None:
+        pass
+
+    m = JobManager(db, app)
+    for _ in range(30):
+        m.enqueue(JobSpec("q", "noop"))
+    worker = Worker(app, db, {"q": 1}, recycle_jobs=10)
+    assert worker.run(grace=5) == RECYCLE
+    assert worker.stats.claimed == 10
+    assert statuses(db) == {"succeeded": 10, "queued": 20}
+
+
+def test_recycles_over_memory_budget(db: Database) -> None:
+    app = App()
+
+    @app.task(queue="q")
+    def noop() -> None:
+        pass
+
+    JobManager(db, app).enqueue(JobSpec("q", "noop"))
+    worker = Worker(app, db, {"q": 1}, recycle_mib=1)  # any Python process is over 1 MiB
+    assert worker.run(grace=5) == RECYCLE
+    assert statuses(db) == {"succeeded": 1}
