@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,13 @@ from pigeon.server.intake import IntakeContext
 from pigeon.server.notes import create_note
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.server import open_server_db
+
+with warnings.catch_warnings():
+    # Starlette's TestClient runs on httpx here; its nudge towards another client is noise.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+__all__ = ["CountingDatabase", "FakeClock", "TestClient", "failing_handler", "live_server"]
 
 
 class FakeClock:

@@ -1,0 +1,143 @@
+"""The batch route: one transaction, one savepoint and key per operation, stop at transient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pigeon.server.app import create_app
+from pigeon.server.intake import Intake
+from pigeon.server.notes import create_note, delete_note, read_ledger
+from pigeon.storage.base import Database
+
+from .conftest import CountingDatabase, FakeClock, TestClient, failing_handler
+
+
+def op(key: str, method: str, path: str, body: Any = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"op-{key}",
+        "idempotency_key": key,
+        "method": method,
+        "path": path,
+        "body": body,
+        **extra,
+    }
+
+
+def make(db: Database, clock: FakeClock) -> tuple[Intake, CountingDatabase, TestClient]:
+    counted = CountingDatabase(db)
+    intake = Intake(counted, now=clock)
+    intake.add_operation("POST", "/notes", create_note)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note)
+    intake.add_operation("POST", "/refuse", failing_handler("4xx"))
+    intake.add_operation("POST", "/unavailable", failing_handler("5xx"))
+    intake.add_operation("POST", "/crash", failing_handler("raise"))
+    client = TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False)
+    return intake, counted, client
+
+
+def batch(client: TestClient, *ops: dict[str, Any]) -> list[dict[str, Any]]:
+    response = client.post("/pigeon/v1/batch", json={"operations": list(ops)})
+    assert response.status_code == 200, response.text
+    results: list[dict[str, Any]] = response.json()["results"]
+    return results
+
+
+def test_permanent_failures_roll_back_their_savepoint_and_the_batch_goes_on_in_one_commit(
+    db: Database, clock: FakeClock
+) -> None:
+    _, counted, client = make(db, clock)
+    results = batch(
+        client,
+        op("a", "POST", "/notes", {"id": "a"}),
+        op("b", "POST", "/refuse", {"id": "b"}),  # writes note b, then 409: rolled back
+        op("c", "DELETE", "/notes/zzz"),  # 404, stored
+        op("", "POST", "/notes", {"id": "d"}),  # bad key: refused, not stored
+        op("e", "GET", "/notes/a"),  # not an operation
+        op("f", "POST", "/notes", {"id": "f"}),
+    )
+    assert [(r["id"], r["status"]) for r in results] == [
+        ("op-a", 201),
+        ("op-b", 409),
+        ("op-c", 404),
+        ("op-", 400),
+        ("op-e", 405),
+        ("op-f", 201),
+    ]
+    assert counted.commits == 1
+    assert [e["entity"] for e in read_ledger(db)] == ["note:a", "note:f"]
+    again = batch(client, op("b", "POST", "/refuse", {"id": "b"}), op("c", "DELETE", "/notes/zzz"))
+    assert [(r["status"], r["replayed"]) for r in again] == [(409, True), (404, True)]
+
+
+def test_the_batch_stops_at_the_first_transient_failure(db: Database, clock: FakeClock) -> None:
+    intake, counted, client = make(db, clock)
+    for transient in ("/unavailable", "/crash"):
+        results = batch(
+            client,
+            op(f"1{transient}", "POST", "/notes", {"id": f"1{transient}"}),
+            op(f"2{transient}", "POST", transient, {"id": f"x{transient}"}),
+            op(f"3{transient}", "POST", "/notes", {"id": f"3{transient}"}),
+        )
+        assert [r["status"] for r in results] == [201, 503 if transient == "/unavailable" else 500]
+    assert counted.commits == 2
+    # The ops before the failure committed; the failing one left no claim and no write.
+    assert [e["idempotency_key"] for e in read_ledger(db)] == ["1/unavailable", "1/crash"]
+    with db.transaction() as tx:
+        assert intake.store.get(tx, "anonymous", "2/unavailable") is None
+        assert intake.store.get(tx, "anonymous", "3/unavailable") is None
+
+
+def test_an_operation_is_the_same_request_alone_or_in_a_batch(
+    db: Database, clock: FakeClock
+) -> None:
+    _, _, client = make(db, clock)
+    alone = client.post("/notes", json={"id": "n", "t": 1}, headers={"Idempotency-Key": "k"})
+    results = batch(
+        client,
+        op("k", "POST", "/notes", {"t": 1, "id": "n"}),
+        op("k", "POST", "/notes", {"t": 2, "id": "n"}),  # same key, other body: 422
+        op("k2", "POST", "/notes", {"id": "m"}),
+        op("k2", "POST", "/notes", {"id": "m"}),  # repeated inside one batch: replayed
+    )
+    assert results[0]["body"] == alone.json() and results[0]["replayed"] is True
+    assert results[0]["headers"]["idempotent-replayed"] == "true"
+    assert [r["status"] for r in results] == [201, 422, 201, 201]
+    assert [r["replayed"] for r in results] == [True, False, False, True]
+    assert len(read_ledger(db)) == 2
+
+
+def test_a_key_in_progress_stops_the_batch(db: Database, clock: FakeClock) -> None:
+    intake, _, client = make(db, clock)
+    from pigeon.server.fingerprint import fingerprint
+
+    with db.transaction() as tx:  # another process holds "busy" (separate claim, committed)
+        intake.store.claim(
+            tx,
+            principal="anonymous",
+            key="busy",
+            fingerprint=fingerprint("POST", "/notes", {"id": "b"}),
+            method="POST",
+            path="/notes",
+            operation_id="x",
+        )
+    results = batch(
+        client,
+        op("busy", "POST", "/notes", {"id": "b"}),
+        op("after", "POST", "/notes", {"id": "c"}),
+    )
+    assert [r["status"] for r in results] == [409]
+    assert int(results[0]["headers"]["retry-after"]) > 0
+    assert read_ledger(db) == []
+
+
+def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
+    _, _, client = make(db, clock)
+    assert client.post("/pigeon/v1/batch", content=b"not json").status_code == 400
+    assert client.post("/pigeon/v1/batch", json={"ops": []}).status_code == 400
+    assert (
+        client.post("/pigeon/v1/batch", json={"operations": ["x"]}).json()["results"][0]["status"]
+        == 400
+    )
+    bad_clock = op("k", "POST", "/notes", {"id": "1"}, clock="yesterday")
+    assert batch(client, bad_clock)[0]["status"] == 400
+    assert read_ledger(db) == []

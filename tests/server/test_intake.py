@@ -1,0 +1,247 @@
+"""The intake contract, rule by rule, through the ASGI app with a real SQLite file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.server.app import create_app
+from pigeon.server.idempotency import DAY, IdempotencyPolicy
+from pigeon.server.intake import Intake
+from pigeon.server.notes import create_note, create_notes_app, read_ledger
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+
+from .conftest import FakeClock, TestClient, failing_handler
+
+ALICE = {"Authorization": "Bearer alice.token-1"}
+
+
+@pytest.fixture
+def client(db: Database, clock: FakeClock) -> Iterator[TestClient]:
+    policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
+    app = create_notes_app(db, policy=policy, now=clock, purge_interval=None)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def post(client: TestClient, key: str | None, body: Any, **headers: str) -> Any:
+    sent = dict(ALICE) | headers
+    if key is not None:
+        sent["Idempotency-Key"] = key
+    return client.post("/notes", json=body, headers=sent)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [("Idempotency-Key", "")],
+        [("Idempotency-Key", "k" * 256)],
+        [("Idempotency-Key", "a"), ("Idempotency-Key", "b")],
+    ],
+    ids=["missing", "empty", "too-long", "two-lines"],
+)
+def test_a_bad_key_is_refused_with_400_and_nothing_runs(
+    client: TestClient, db: Database, headers: list[tuple[str, str]]
+) -> None:
+    response = client.post("/notes", json={"id": "1"}, headers=[*ALICE.items(), *headers])
+    assert response.status_code == 400
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert "Idempotency-Key" in response.json()["detail"]
+    assert read_ledger(db) == []
+    assert client.get("/notes", headers=ALICE).json() == {"notes": []}
+
+
+def test_a_replay_returns_the_stored_answer_and_runs_nothing(
+    client: TestClient, db: Database
+) -> None:
+    first = post(client, "k1", {"id": "1", "title": "a", "tags": [1, 2]})
+    assert first.status_code == 201 and "idempotent-replayed" not in first.headers
+    # Same request, other key order and spacing: the same fingerprint.
+    again = client.post(
+        "/notes",
+        content=b'{ "tags": [1, 2],   "title": "a", "id": "1" }',
+        headers=ALICE | {"Idempotency-Key": "k1", "Content-Type": "application/json"},
+    )
+    assert again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    assert again.headers["etag"] == first.headers["etag"]
+    assert len(read_ledger(db)) == 1
+
+
+def test_the_same_key_with_another_request_is_422_and_the_original_is_untouched(
+    client: TestClient, db: Database
+) -> None:
+    post(client, "k1", {"id": "1", "title": "a"})
+    response = post(client, "k1", {"id": "1", "title": "CHANGED"})
+    assert response.status_code == 422
+    assert response.headers["content-type"] == PROBLEM_JSON
+    assert client.get("/notes/1", headers=ALICE).json()["data"] == {"title": "a"}
+    assert post(client, "k1", {"id": "1", "title": "a"}).headers["idempotent-replayed"] == "true"
+    assert len(read_ledger(db)) == 1
+
+
+def test_two_keys_with_identical_bodies_are_two_effects(client: TestClient, db: Database) -> None:
+    assert post(client, "k1", {"title": "same"}).status_code == 201
+    assert post(client, "k2", {"title": "same"}).status_code == 201
+    assert len(client.get("/notes", headers=ALICE).json()["notes"]) == 2
+    assert [e["idempotency_key"] for e in read_ledger(db)] == ["k1", "k2"]
+
+
+def test_keys_are_scoped_by_principal_and_a_refreshed_token_still_replays(
+    client: TestClient, db: Database
+) -> None:
+    first = post(client, "shared-key", {"id": "1", "title": "alice's"})
+    refreshed = post(
+        client, "shared-key", {"id": "1", "title": "alice's"}, Authorization="Bearer alice.token-2"
+    )
+    assert refreshed.headers["idempotent-replayed"] == "true"
+    assert refreshed.content == first.content
+    bob = post(client, "shared-key", {"id": "1", "title": "bob's"}, Authorization="Bearer bob.x")
+    assert bob.status_code == 201 and "idempotent-replayed" not in bob.headers
+    assert bob.json()["data"] == {"title": "bob's"}
+    assert client.get("/notes/1", headers=ALICE).json()["data"] == {"title": "alice's"}
+    assert [e["principal"] for e in read_ledger(db)] == ["alice", "bob"]
+
+
+def test_deterministic_4xx_after_execution_began_is_stored(
+    client: TestClient, db: Database
+) -> None:
+    missing = client.delete("/notes/nope", headers=ALICE | {"Idempotency-Key": "d1"})
+    assert missing.status_code == 404
+    post(client, "c1", {"id": "nope"})  # now it exists; the stored 404 must not change
+    again = client.delete("/notes/nope", headers=ALICE | {"Idempotency-Key": "d1"})
+    assert again.status_code == 404 and again.headers["idempotent-replayed"] == "true"
+    assert client.get("/notes/nope", headers=ALICE).status_code == 200
+
+
+@pytest.mark.parametrize("kind", ["raise", "5xx"])
+def test_an_exception_or_5xx_rolls_everything_back_and_releases_the_key(
+    db: Database, clock: FakeClock, kind: str
+) -> None:
+    intake = Intake(db, now=clock)
+    flaky = {"fail": True}
+
+    def handler(ctx: Any) -> Any:
+        if flaky["fail"]:
+            return failing_handler(kind)(ctx)
+        return create_note(ctx)
+
+    intake.add_operation("POST", "/notes", handler)
+    with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
+        failed = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert failed.status_code >= 500
+        assert read_ledger(db) == []
+        with db.transaction() as tx:
+            assert intake.store.get(tx, "anonymous", "k") is None
+        flaky["fail"] = False
+        retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
+    assert len(read_ledger(db)) == 1
+
+
+def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(db: Database, clock: FakeClock) -> None:
+    intake = Intake(db, now=clock)
+    intake.add_operation("POST", "/notes", failing_handler("4xx"))
+    with TestClient(create_app(intake, purge_interval=None)) as c:
+        first = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        again = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+    assert (first.status_code, again.status_code) == (409, 409)
+    assert again.headers["idempotent-replayed"] == "true"
+    assert read_ledger(db) == []
+
+
+def test_retention_replay_then_already_applied_then_free(
+    client: TestClient, db: Database, clock: FakeClock
+) -> None:
+    first = post(client, "old", {"id": "1", "op": "create"}, **{"X-Pigeon-Operation-Id": "op-7"})
+    clock.advance(DAY - 1)
+    assert post(client, "old", {"id": "1", "op": "create"}).content == first.content
+    clock.advance(2)  # a week offline: the stored body is gone, the claim is not
+    late = post(client, "old", {"id": "1", "op": "create"})
+    assert late.status_code == 200 and late.headers["idempotent-replayed"] == "true"
+    assert late.json()["status"] == "already_applied"
+    assert late.json()["operation_id"] == "op-7"
+    assert late.json()["original_status"] == 201
+    assert len(read_ledger(db)) == 1
+    clock.advance(6 * DAY)  # past claim retention: the key is free (the note exists: 409)
+    assert post(client, "old", {"id": "1", "op": "create"}).status_code == 409
+
+
+def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "server.db"
+    db = open_server_db(path)
+    app = create_notes_app(db, now=clock, purge_interval=None)
+    with TestClient(app) as c:
+        assert post(c, "k1", {"id": "1"}).status_code == 201
+        db.close()
+        os.rename(path, tmp_path / "moved.db")
+        os.mkdir(path)  # the database path is now a directory: nothing can be opened
+        down = post(c, "k2", {"id": "2"})
+        batch = c.post("/pigeon/v1/batch", json={"operations": []})
+    assert down.status_code == 503 and down.headers["retry-after"]
+    assert down.headers["content-type"] == PROBLEM_JSON
+    assert batch.status_code == 503
+
+
+def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
+    db: Database, clock: FakeClock
+) -> None:
+    policy = IdempotencyPolicy(lock_timeout=30)
+    # An orphan: a process claimed the key (committed) and died before its work committed.
+    orphan_intake = Intake(db, policy=policy, now=clock)
+    with db.transaction() as tx:
+        orphan = orphan_intake.store.claim(
+            tx,
+            principal="anonymous",
+            key="k",
+            fingerprint=_print({"id": "1"}),
+            method="POST",
+            path="/notes",
+            operation_id="k",
+        )
+    assert orphan.claim is not None
+    app = create_notes_app(db, policy=policy, now=clock, claim_mode="separate", purge_interval=None)
+    with TestClient(app) as c:
+        busy = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "30"
+        assert busy.headers["content-type"] == PROBLEM_JSON
+        clock.advance(31)
+        done = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert done.status_code == 201
+        assert (
+            c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"}).headers[
+                "idempotent-replayed"
+            ]
+            == "true"
+        )
+    assert len(read_ledger(db)) == 1
+
+
+def _print(body: Any) -> str:
+    from pigeon.server.fingerprint import fingerprint
+
+    return fingerprint("POST", "/notes", body)
+
+
+def test_authentication_can_be_required(db: Database) -> None:
+    from pigeon.server.auth import BearerAuth
+
+    app = create_notes_app(db, authenticate=BearerAuth(required=True), purge_interval=None)
+    with TestClient(app) as c:
+        anonymous = c.post("/notes", json={}, headers={"Idempotency-Key": "k"})
+        malformed = c.post(
+            "/notes", json={}, headers={"Idempotency-Key": "k", "Authorization": "Basic x"}
+        )
+        ok = c.post(
+            "/notes", json={}, headers={"Idempotency-Key": "k", "Authorization": "Bearer a.b"}
+        )
+    assert (anonymous.status_code, malformed.status_code, ok.status_code) == (401, 401, 201)
+    assert read_ledger(db)[0]["principal"] == "a"
