@@ -132,13 +132,13 @@ def create_wire_app(state: WireState) -> Starlette:
         with state.lock:
             state.single_requests += 1
             state.seen_headers.append(dict(request.headers))
-        if state.delay:
+        raw = await request.body()
+        body = await request.json() if raw else None
+        if state.delay:  # after reading: a slow server still has the whole request
             await asyncio.sleep(state.delay)
         principal = _principal(state, request)
         if principal is None:
             return JSONResponse({"detail": "bad token"}, status_code=401)
-        raw = await request.body()
-        body = await request.json() if raw else None
         (status, headers, payload), replayed = await _apply(
             state,
             principal,
@@ -155,13 +155,14 @@ def create_wire_app(state: WireState) -> Starlette:
     async def batch(request: Request) -> Response:
         with state.lock:
             state.batch_requests += 1
+        operations = (await request.json())["operations"]
         if state.delay:
             await asyncio.sleep(state.delay)
         principal = _principal(state, request)
         if principal is None:
             return JSONResponse({"detail": "bad token"}, status_code=401)
         results = []
-        for op in (await request.json())["operations"]:
+        for op in operations:
             entity = op["path"].rsplit("/", 1)[-1] if op.get("path") else op["entity"]
             (status, headers, payload), replayed = await _apply(
                 state,

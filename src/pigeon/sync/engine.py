@@ -1,0 +1,271 @@
+"""`SyncEngine`: the edge's scheduler and executor, in a background thread or asyncio task.
+
+    engine = SyncEngine(queue, HttpTransport("https://api.example"), on_dead=alert)
+    engine.start()                        # or: task = asyncio.create_task(engine.run())
+    engine.enqueue("update", "note:42", {"text": "hi"}, endpoint="/notes/42")
+    engine.flush(timeout=5)               # "sync now" and wait for it
+
+How the engine learns about new operations: call ``engine.enqueue(...)``, which stores
+the operation through ``queue.enqueue`` (the caller waits for the local commit and
+nothing else) and then wakes the engine; or enqueue on the queue directly and call
+``engine.notify()``. If the queue offers ``subscribe(callback)`` for enqueues, the engine
+subscribes itself and plain ``queue.enqueue`` wakes it too. Waking is setting a flag: it
+never waits for a sync in progress, and the executor holds no database transaction while
+a request is on the wire, so enqueue is never blocked by a slow server.
+
+The asyncio mode runs each cycle in a worker thread (``asyncio.to_thread``): the queue is
+blocking SQLite and the transport a blocking httpx client, so the event loop only ever
+waits on the wake-up flag and never on I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from pigeon.edge.operation import Operation
+from pigeon.edge.retry import RetryPolicy
+from pigeon.exceptions import ConfigurationError
+from pigeon.protocol.transport import Transport
+from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF, ConnectivityMonitor, ProbeMonitor
+from pigeon.sync.events import Callbacks, CycleReport, OperationCallback, PausedCallback
+from pigeon.sync.executor import Clock, Executor, SyncQueue
+from pigeon.sync.scheduler import Waker, wait_time
+
+
+class SyncEngine:
+    """Deliver a queue's operations through a transport, in order, whenever possible.
+
+    ``connectivity`` defaults to a `ProbeMonitor` over ``transport.probe``. ``batch_size``
+    is how many operations one cycle takes from the queue (at most one per entity).
+    ``reconnect`` is the backoff between connection attempts while the server is
+    unreachable. ``idle_recheck`` bounds the sleep when an operation is due but held
+    behind its entity's earlier operation; ``batch_window`` is how late a backoff timer
+    fires on purpose, so operations due within it leave in one batch.
+    """
+
+    def __init__(
+        self,
+        queue: SyncQueue,
+        transport: Transport,
+        *,
+        connectivity: ConnectivityMonitor | None = None,
+        batch_size: int = 100,
+        on_delivered: OperationCallback | None = None,
+        on_failed: OperationCallback | None = None,
+        on_dead: OperationCallback | None = None,
+        on_conflict: OperationCallback | None = None,
+        on_paused: PausedCallback | None = None,
+        reconnect: RetryPolicy = DEFAULT_PROBE_BACKOFF,
+        idle_recheck: float = 1.0,
+        batch_window: float = 0.02,
+        clock: Clock = time.time,
+    ) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ConfigurationError(f"batch_size must be an integer >= 1, not {batch_size!r}")
+        if idle_recheck <= 0:
+            raise ConfigurationError(f"idle_recheck must be > 0 seconds, not {idle_recheck!r}")
+        self.queue = queue
+        self.transport = transport
+        self.batch_size = batch_size
+        self.callbacks = Callbacks(on_delivered, on_failed, on_dead, on_conflict, on_paused)
+        self.executor = Executor(queue, transport, self.callbacks, clock=clock)
+        self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
+        self.connectivity.subscribe(self._connectivity_changed)
+        self.totals = CycleReport()  # everything done so far (counters only)
+        self._reconnect = reconnect
+        self._idle_recheck = idle_recheck
+        self._batch_window = batch_window
+        self._clock = clock
+        self._waker = Waker()
+        self._cycle_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unreachable_until = 0.0
+        self._unreachable_streak = 0
+        subscribe = getattr(queue, "subscribe", None)
+        if callable(subscribe):
+            subscribe(self.notify)
+
+    # -- what the application calls ---------------------------------------------------
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Operation:
+        """``queue.enqueue(...)`` (same arguments), then wake the engine."""
+        op: Operation = self.queue.enqueue(*args, **kwargs)  # type: ignore[attr-defined]
+        self.notify()
+        return op
+
+    def notify(self) -> None:
+        """Something changed (new operation, app event): look at the queue soon. Never blocks."""
+        self._waker.set()
+
+    def set_online(self, online: bool) -> None:
+        self.connectivity.set_online(online)
+        self.notify()
+
+    @property
+    def online(self) -> bool:
+        return self.connectivity.online
+
+    @property
+    def paused(self) -> str | None:
+        return self.queue.paused
+
+    def resume(self) -> None:
+        """Authorisation fixed (e.g. a new token): unpause the queue and sync."""
+        self.queue.resume()
+        self.notify()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Sync now, in the calling thread, until nothing is due (True), or give up (False)
+        when ``timeout`` passes, the queue is paused, or the server cannot be reached.
+
+        Operations waiting out a backoff are not due: flush does not wait for them (see
+        `drain`). An explicit flush tries even when the monitor believes we are offline.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._unreachable_until = 0.0
+        while True:
+            if self.queue.paused is not None:
+                return False
+            report = self._cycle(deadline)
+            if report is None or report.unreachable or report.paused is not None:
+                return False
+            if report.taken == 0:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Flush, then keep waiting out backoffs until nothing is pending at all (True),
+        or until ``timeout``, a pause, or an unreachable server (False). Conflicts and dead
+        letters are not pending: they wait for a person or a resolver."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.flush(remaining):
+                return False
+            due = self.queue.next_due_at()
+            if due is None:
+                return True
+            wait = due - self._clock()
+            pause = wait + self._batch_window if wait > 0 else min(self._idle_recheck, 0.05)
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                pause = min(pause, remaining)
+            self._waker.wait(pause)
+
+    # -- thread mode ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run in a daemon thread until `stop()`."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopping.clear()
+        self.connectivity.start()
+        self._thread = threading.Thread(target=self._run_thread, name="pigeon-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop after the cycle in progress (its operations are all settled or released)."""
+        self._stopping.set()
+        self._waker.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        self.connectivity.stop()
+
+    def __enter__(self) -> SyncEngine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run_thread(self) -> None:
+        while not self._stopping.is_set():
+            self._waker.clear()
+            delay = self._step()
+            if self._stopping.is_set():
+                break
+            self._waker.wait(delay)
+
+    # -- asyncio mode -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run on the current event loop until cancelled or `stop()`."""
+        self._stopping.clear()
+        self._waker.bind()
+        self.connectivity.start()
+        try:
+            while not self._stopping.is_set():
+                self._waker.clear()
+                delay = await asyncio.to_thread(self._step)
+                if self._stopping.is_set():
+                    break
+                await self._waker.wait_async(delay)
+        finally:
+            self._waker.unbind()
+            self.connectivity.stop()
+
+    async def aflush(self, timeout: float | None = None) -> bool:
+        """`flush` without blocking the event loop."""
+        return await asyncio.to_thread(self.flush, timeout)
+
+    # -- the loop body ----------------------------------------------------------------
+
+    def _step(self) -> float | None:
+        """One scheduling decision (and maybe one cycle); returns how long to sleep."""
+        paused = self.queue.paused is not None
+        online = self.connectivity.online
+        now = self._clock()
+        if not paused and online and now >= self._unreachable_until:
+            report = self._cycle(None)
+            if (
+                report is not None
+                and report.taken
+                and not report.unreachable
+                and report.paused is None
+            ):
+                return 0.0  # more may be waiting right behind this batch
+            paused = self.queue.paused is not None
+            online = self.connectivity.online
+            now = self._clock()
+        return wait_time(
+            now=now,
+            next_due=None if paused else self.queue.next_due_at(),
+            paused=paused,
+            online=online,
+            unreachable_until=self._unreachable_until,
+            idle_recheck=self._idle_recheck,
+            batch_window=self._batch_window,
+        )
+
+    def _cycle(self, deadline: float | None) -> CycleReport | None:
+        timeout = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._cycle_lock.acquire(timeout=timeout):
+            return None
+        try:
+            report = self.executor.run_once(self.batch_size)
+        finally:
+            self._cycle_lock.release()
+        self.totals.add(report)
+        if report.unreachable:
+            self._unreachable_streak += 1
+            delay = self._reconnect.delay(self._unreachable_streak)
+            self._unreachable_until = self._clock() + delay
+            self.connectivity.report_unreachable()
+        elif report.sent:
+            self._unreachable_streak = 0
+            self._unreachable_until = 0.0
+            self.connectivity.report_reachable()
+        return report
+
+    def _connectivity_changed(self, online: bool) -> None:
+        if online:
+            self._unreachable_until = 0.0
+        self.notify()

@@ -1,0 +1,73 @@
+"""What the engine tells the application: callbacks per operation, and cycle reports.
+
+Callbacks run on the engine's thread (or the asyncio mode's worker thread) right after the
+queue recorded the transition, so an operation is already durably delivered / held / dead
+when its callback sees it. A callback that raises is logged and otherwise ignored: an
+application bug must not stop delivery or strand an operation in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.edge.operation import Operation
+from pigeon.sync.classify import Outcome
+
+log = logging.getLogger("pigeon.sync")
+
+OperationCallback = Callable[[Operation, Outcome], Any]
+PausedCallback = Callable[[str], Any]
+
+
+@dataclass(slots=True)
+class Callbacks:
+    """``on_delivered``: 2xx (the server's body and ETag are on the outcome).
+    ``on_failed``: a failed attempt that will be retried (transient, key in progress).
+    ``on_dead``: dead-lettered (permanent, or attempts/age exhausted).
+    ``on_conflict``: held for the conflict resolver (the server's version is in the body).
+    ``on_paused``: 401/403; the queue is paused until `SyncEngine.resume()`."""
+
+    on_delivered: OperationCallback | None = None
+    on_failed: OperationCallback | None = None
+    on_dead: OperationCallback | None = None
+    on_conflict: OperationCallback | None = None
+    on_paused: PausedCallback | None = None
+
+    def emit(self, name: str, *args: Any) -> None:
+        callback = getattr(self, name)
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("pigeon sync callback %s raised; delivery continues", name)
+
+
+@dataclass(slots=True)
+class CycleReport:
+    """What one executor pass did (and, summed, what an engine has done so far)."""
+
+    taken: int = 0  # operations handed out by the queue
+    delivered: int = 0
+    failed: int = 0  # transient / key in progress: rescheduled
+    dead: int = 0
+    conflicts: int = 0
+    released: int = 0  # not attempted: back to pending, no attempt spent
+    replayed: int = 0  # delivered replies the server marked Idempotent-Replayed
+    paused: str | None = None  # the reason, when this pass paused the queue
+    unreachable: bool = False  # a request could not even connect
+
+    @property
+    def sent(self) -> int:
+        return self.taken - self.released
+
+    def add(self, other: CycleReport) -> None:
+        """Sum the counters of ``other`` into this report (the flags are not summed)."""
+        for name in _COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_COUNTERS = ("taken", "delivered", "failed", "dead", "conflicts", "released", "replayed")

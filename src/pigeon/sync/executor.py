@@ -1,0 +1,167 @@
+"""The executor: one pass of "take a batch, send it in order, record what came back".
+
+Every operation the queue hands out leaves this pass in exactly one recorded state:
+delivered, rescheduled (attempt spent), held as a conflict, dead, or released back to
+pending with no attempt spent (not attempted, never sent, or authorisation needed). The
+release of whatever was not settled sits in a ``finally``, so not even a bug in a callback
+or the transport strands an operation IN_FLIGHT.
+
+Per-entity order is the queue's: ``next_batch`` hands out at most one operation per entity
+and never one that would overtake an earlier one, so everything in a batch is independent
+and a failure holds back only its own entity's tail.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
+
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.protocol.transport import Reply, Transport
+from pigeon.sync.classify import Outcome, OutcomeKind, classify
+from pigeon.sync.events import Callbacks, CycleReport
+
+Clock = Callable[[], float]
+
+
+class SyncQueue(Protocol):
+    """The part of `pigeon.edge.queue.OfflineQueue` the engine uses."""
+
+    def next_batch(self, n: int = 100) -> list[Operation]: ...
+
+    def mark_delivered(self, op_id: str, *, response: Any = None) -> Any: ...
+
+    def mark_failed(
+        self,
+        op_id: str,
+        error: str,
+        *,
+        kind: Literal["transient", "permanent", "conflict"] = "transient",
+        retry_after: float | None = None,
+    ) -> Operation: ...
+
+    def release(self, op_id: str) -> Any: ...
+
+    def next_due_at(self) -> float | None: ...
+
+    def pause(self, reason: str) -> Any: ...
+
+    def resume(self) -> Any: ...
+
+    @property
+    def paused(self) -> str | None: ...
+
+    def set_base_version(self, entity: str, version: str) -> Any: ...
+
+
+def _accepts(function: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Executor:
+    def __init__(
+        self,
+        queue: SyncQueue,
+        transport: Transport,
+        callbacks: Callbacks | None = None,
+        *,
+        clock: Clock = time.time,
+    ) -> None:
+        self.queue = queue
+        self.transport = transport
+        self.callbacks = callbacks or Callbacks()
+        self.clock = clock
+        # "Key in progress" is the server still working, not a failed attempt; a queue
+        # whose release() takes a delay lets us wait without spending one.
+        self._release_with_delay = _accepts(queue.release, "retry_after")
+
+    def run_once(self, limit: int) -> CycleReport:
+        ops = self.queue.next_batch(limit)
+        report = CycleReport(taken=len(ops))
+        if not ops:
+            return report
+        settled: set[str] = set()
+        try:
+            exchange = self.transport.send(ops, keep_going=self._keep_going)
+            now = self.clock()
+            # One failed batch request: its operations retry together, as one batch again.
+            shared_delay: dict[int, float] = {}
+            for op, reply in exchange.replies:
+                outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=now)
+                self._settle(op, reply, outcome, report, shared_delay, now)
+                settled.add(op.id)
+        finally:
+            self._release(ops, settled, report)
+        return report
+
+    def _keep_going(self, reply: Reply) -> bool:
+        outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
+        return outcome.sent and outcome.kind is not OutcomeKind.AUTH
+
+    def _release(self, ops: Sequence[Operation], settled: set[str], report: CycleReport) -> None:
+        for op in ops:
+            if op.id not in settled:
+                self.queue.release(op.id)
+                report.released += 1
+
+    def _settle(
+        self,
+        op: Operation,
+        reply: Reply,
+        outcome: Outcome,
+        report: CycleReport,
+        shared_delay: dict[int, float],
+        now: float,
+    ) -> None:
+        kind = outcome.kind
+        if kind is OutcomeKind.DELIVERED:
+            # Version first: a crash in between resends (and replays) rather than leaving
+            # the entity's next operation with a stale If-Match.
+            if outcome.etag is not None:
+                self.queue.set_base_version(op.entity, outcome.etag)
+            response = {"status": outcome.status, "body": outcome.body, "etag": outcome.etag}
+            self.queue.mark_delivered(op.id, response=response)
+            report.delivered += 1
+            report.replayed += reply.replayed
+            self.callbacks.emit("on_delivered", op, outcome)
+            return
+        if kind is OutcomeKind.AUTH:
+            self.queue.release(op.id)
+            report.released += 1
+            if report.paused is None:
+                report.paused = outcome.reason
+                self.queue.pause(outcome.reason)
+                self.callbacks.emit("on_paused", outcome.reason)
+            return
+        if not outcome.sent:
+            self.queue.release(op.id)
+            report.released += 1
+            report.unreachable = True
+            return
+        if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
+            self.queue.release(op.id, retry_after=outcome.retry_after)  # type: ignore[call-arg]
+            report.failed += 1
+            self.callbacks.emit("on_failed", op, outcome)
+            return
+        retry_after = outcome.retry_after
+        if retry_after is None and reply.shared:
+            retry_after = shared_delay.get(id(reply))
+        updated = self.queue.mark_failed(
+            op.id, outcome.reason, kind=outcome.failure_kind, retry_after=retry_after
+        )
+        if updated.status is OpStatus.DEAD:
+            report.dead += 1
+            self.callbacks.emit("on_dead", updated, outcome)
+        elif updated.status is OpStatus.CONFLICT:
+            report.conflicts += 1
+            self.callbacks.emit("on_conflict", updated, outcome)
+        else:
+            report.failed += 1
+            if reply.shared:
+                shared_delay.setdefault(id(reply), max(0.0, updated.next_attempt_at - now))
+            self.callbacks.emit("on_failed", updated, outcome)

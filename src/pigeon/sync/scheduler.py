@@ -1,0 +1,92 @@
+"""When the next sync should start: a pure rule, and a wake-up signal for both modes.
+
+Sync starts on enqueue (while online), connectivity regained, a backoff timer due, and an
+explicit flush. The first, second and fourth arrive as `Waker.set()` from any thread; the
+third is the timeout the engine sleeps with, computed by `wait_time` from the queue's
+earliest due operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+
+def wait_time(
+    *,
+    now: float,
+    next_due: float | None,
+    paused: bool,
+    online: bool,
+    unreachable_until: float,
+    idle_recheck: float,
+    batch_window: float = 0.0,
+) -> float | None:
+    """Seconds to sleep before the next cycle, or None to sleep until woken.
+
+    Paused (authorisation needed) or offline: only an event can help, so no timer. Server
+    unreachable: not before the reconnect backoff ends. Otherwise until the earliest due
+    operation; if that is already due yet the last cycle found nothing to send (its entity
+    waits behind an operation in backoff), look again after ``idle_recheck``. A timer
+    wakes ``batch_window`` late so that operations due within a few milliseconds of each
+    other (a batch that failed together) leave together again.
+    """
+    if paused or not online:
+        return None
+    if unreachable_until > now:
+        return unreachable_until - now
+    if next_due is None:
+        return None
+    if next_due <= now:
+        return idle_recheck
+    return next_due - now + batch_window
+
+
+class Waker:
+    """A wake-up flag settable from any thread, awaitable from one asyncio loop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_event: asyncio.Event | None = None
+
+    def set(self) -> None:
+        self._event.set()
+        with self._lock:
+            loop, event = self._loop, self._async_event
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed under us
+                loop.call_soon_threadsafe(event.set)
+
+    def clear(self) -> None:
+        self._event.clear()
+        if self._async_event is not None:
+            self._async_event.clear()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+    def bind(self) -> None:
+        """Attach to the running loop (call from it) so `wait_async` can be awaited."""
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+            self._async_event = asyncio.Event()
+            if self._event.is_set():
+                self._async_event.set()
+
+    def unbind(self) -> None:
+        with self._lock:
+            self._loop = None
+            self._async_event = None
+
+    async def wait_async(self, timeout: float | None) -> bool:
+        event = self._async_event
+        if event is None:
+            raise RuntimeError("Waker.wait_async needs bind() on the running loop first")
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.retry import RetryPolicy
+from pigeon.protocol.http import HttpTransport
+from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
+from tests.protocol.wire_app import LiveServer, WireState, live_server
+
+# Fast backoff so retries happen within a test; Retry-After from the server still wins.
+FAST = RetryPolicy(base=0.05, factor=2.0, cap=0.2, max_attempts=8)
+
+
+@pytest.fixture
+def state() -> WireState:
+    return WireState()
+
+
+@pytest.fixture
+def server(state: WireState) -> Iterator[LiveServer]:
+    with live_server(state) as running:
+        yield running
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
+    # coalesce=False: tests count every operation on the wire, in order.
+    q = OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False)
+    yield q
+    q.close()
+
+
+MakeEngine = Callable[..., SyncEngine]
+
+
+@pytest.fixture
+def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]:
+    made: list[tuple[SyncEngine, HttpTransport]] = []
+
+    def make(transport: HttpTransport | None = None, **options: Any) -> SyncEngine:
+        transport = transport or HttpTransport(server.url)
+        options.setdefault("connectivity", ManualMonitor())
+        engine = SyncEngine(queue, transport, **options)
+        made.append((engine, transport))
+        return engine
+
+    yield make
+    for engine, transport in made:
+        engine.stop()
+        transport.close()
