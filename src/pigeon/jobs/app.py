@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
 from pigeon.jobs.backoff import Backoff
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pigeon.storage.base import Database
 
 AlertHook = Callable[["FailedJob"], None]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,34 @@ class App:
 
     def queue_config(self, name: str) -> QueueConfig:
         return self.queues.get(name) or self.queue(name)
+
+    @overload
+    def task(
+        self,
+        func: F,
+        *,
+        queue: str = "default",
+        name: str | None = None,
+        context: bool = False,
+        owner: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_age: float | None = None,
+        permanent: tuple[type[BaseException], ...] = (),
+    ) -> F: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        *,
+        queue: str = "default",
+        name: str | None = None,
+        context: bool = False,
+        owner: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_age: float | None = None,
+        permanent: tuple[type[BaseException], ...] = (),
+    ) -> Callable[[F], F]: ...
 
     def task(
         self,

@@ -1,0 +1,95 @@
+"""Worker processes under the Supervisor: SIGTERM mid-job, recycling, one run per tick."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.jobs.failed import list_jobs, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, enqueue
+from pigeon.jobs.supervisor import Supervisor, WorkerOptions, split
+from pigeon.storage.base import Database
+
+from .test_worker import statuses, wait_for
+
+APP = "tests.jobs.chaos_app:app"
+
+
+def test_split_spreads_threads_evenly() -> None:
+    assert split({"grading": 12, "notify": 4}, 2) == [
+        {"grading": 6, "notify": 2},
+        {"grading": 6, "notify": 2},
+    ]
+    assert split({"a": 3}, 2) == [{"a": 2}, {"a": 1}]
+    assert split({"a": 1}, 3) == [{"a": 1}]
+
+
+def test_budget_is_checked(db_path: Path) -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"'chaos': 9 workers is outside its budget 1\.\.8"
+    ):
+        Supervisor(APP, str(db_path), {"chaos": 9})
+    with pytest.raises(ConfigurationError, match="module:attr"):
+        Supervisor("nocolon", str(db_path), {"chaos": 1})
+
+
+def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_path: Path) -> None:
+    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 1.0, "n": 1}))
+    sup = Supervisor(
+        APP, str(db_path), {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
+    )
+    sup.start()
+    wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    sup.stop()  # SIGTERM while the job sleeps
+    assert [s.process.exitcode for s in sup.slots if s.process] == [0]
+    info = show_job(db, job_id)
+    assert (info["status"], info["attempts"]) == ("succeeded", 1)
+    assert [a["outcome"] for a in info["history"]] == ["succeeded"]
+
+
+def test_supervisor_replaces_recycled_workers(db: Database, db_path: Path) -> None:
+    with db.transaction() as tx:
+        for n in range(120):
+            enqueue(tx, JobSpec("chaos", "bump", {"n": n * 250}))  # n*250 % 250 != 7
+    sup = Supervisor(
+        APP,
+        str(db_path),
+        {"chaos": 2},
+        processes=1,
+        options=WorkerOptions(recycle_jobs=40, batch=4, schedules=False),
+    )
+    sup.start()
+    try:
+        deadline = time.monotonic() + 40
+        while statuses(db).get("succeeded", 0) < 120:
+            assert time.monotonic() < deadline
+            sup.check()
+            time.sleep(0.05)
+    finally:
+        sup.stop(grace=5)
+    assert sup.recycled >= 2
+    assert statuses(db) == {"succeeded": 120}
+
+
+def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_path: Path) -> None:
+    sup = Supervisor(APP, str(db_path), {"chaos": 3}, processes=3)
+    assert len(sup.slots) == 3
+    sup.start()
+    try:
+        wait_for(lambda: statuses(db).get("succeeded", 0) >= 5, timeout=30)
+    finally:
+        sup.stop(grace=5)
+    with db.transaction() as tx:
+        ticks = tx.fetchall("tick_list", {"schedule": "every-half-second"})
+    jobs = list_jobs(db, limit=1000)
+    keys = [j["unique_key"] for j in jobs]
+    assert len(keys) == len(set(keys)) == len(ticks) >= 5
+    assert {f"schedule:every-half-second:{t['tick']}" for t in ticks} == set(keys)
+    assert all(j["attempts"] == 1 for j in jobs if j["status"] == "succeeded")
+    numbers = sorted(t["tick"] for t in ticks)
+    # consecutive ticks while the workers were up, none taken twice
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
