@@ -20,6 +20,7 @@ import typer
 import uvicorn
 from starlette.applications import Starlette
 
+from pigeon.exceptions import StoreError
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import ClaimMode
@@ -90,7 +91,11 @@ def serve(
     os.environ.update({_ENV + k: v for k, v in settings.items()})
     # Open (and migrate) once here: a bad file fails now, with its message, not per worker.
     durable: Durability = "full" if durability == "full" else "normal"
-    open_server_db(settings["DB"], durability=durable).close()
+    try:
+        open_server_db(settings["DB"], durability=durable).close()
+    except StoreError as exc:
+        typer.echo(f"pigeon serve: {exc}", err=True)
+        raise typer.Exit(2) from exc
     config = uvicorn.Config(
         "pigeon.cli.serve_cmd:app_from_env",
         factory=True,

@@ -1,0 +1,78 @@
+"""``pigeon serve``: the reference server as a process that can be killed and restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
+
+
+def start(db: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("pigeon serving on http://"), line
+    url = line.split()[3]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("pigeon serve did not answer")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, workers: str) -> None:
+    db = tmp_path / "server.db"
+    proc, url = start(db, "--workers", workers)
+    try:
+        first = httpx.post(url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert first.status_code == 201
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    # Nothing is left serving: with workers, they die with their supervisor.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/pigeon/v1/health", timeout=0.5)
+            time.sleep(0.1)
+        except httpx.TransportError:
+            break
+    else:
+        raise AssertionError("a worker outlived the SIGKILLed supervisor")
+    proc, url = start(db)
+    try:
+        again = httpx.post(url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        ledger = httpx.get(url + "/pigeon/v1/ledger").json()["entries"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
+    assert len(ledger) == 1
+
+
+def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.db"
+    foreign.write_bytes(b"this is not a database at all" * 100)
+    result = subprocess.run(
+        [*PIGEON, "serve", "--db", str(foreign), "--port", "0"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("pigeon serve: ") and "not a" in result.stderr

@@ -1,0 +1,95 @@
+"""The reference notes application: versions, If-Match, merge patch, tombstones, ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pigeon.server.notes import create_notes_app, merge_patch, read_ledger
+from pigeon.storage.base import Database
+
+from .conftest import TestClient
+
+_counter = iter(range(10**9))
+
+
+def send(client: TestClient, method: str, path: str, body: Any = None, **headers: str) -> Any:
+    headers = {"Idempotency-Key": f"k{next(_counter)}"} | headers
+    return client.request(method, path, json=body, headers=headers)
+
+
+@pytest.fixture
+def client(db: Database) -> Any:
+    with TestClient(create_notes_app(db, purge_interval=None)) as test_client:
+        yield test_client
+
+
+def test_versions_etags_and_if_match(client: TestClient, db: Database) -> None:
+    created = send(client, "POST", "/notes", {"id": "1", "title": "a", "tags": ["x"]})
+    assert created.status_code == 201 and created.headers["etag"] == '"1"'
+    stale = send(client, "PUT", "/notes/1", {"title": "b"}, **{"If-Match": '"7"'})
+    assert stale.status_code == 412 and stale.json()["version"] == 1
+    assert stale.json()["data"] == {"title": "a", "tags": ["x"]}
+    put = send(client, "PUT", "/notes/1", {"title": "b"}, **{"If-Match": '"1"'})
+    assert put.headers["etag"] == '"2"' and put.json()["data"] == {"title": "b"}
+    patched = send(client, "PATCH", "/notes/1", {"title": None, "body": "c"})
+    assert patched.json()["data"] == {"body": "c"} and patched.json()["version"] == 3
+    got = client.get("/notes/1")
+    assert got.headers["etag"] == '"3"' and got.json()["data"] == {"body": "c"}
+    assert send(client, "POST", "/notes", {"id": "1"}).status_code == 409
+    assert send(client, "PUT", "/notes/1", {"id": "2"}).status_code == 400
+
+
+def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
+    client: TestClient, db: Database
+) -> None:
+    send(
+        client,
+        "POST",
+        "/notes",
+        {"id": "1"},
+        **{"X-Pigeon-Clock": "000000000000005-0000000000-dev"},
+    )
+    assert send(client, "DELETE", "/notes/1").json() == {"id": "1", "deleted": True, "version": 2}
+    assert client.get("/notes/1").status_code == 404
+    assert send(client, "DELETE", "/notes/1").status_code == 404
+    assert send(client, "PATCH", "/notes/1", {"a": 1}).status_code == 404
+    assert send(client, "POST", "/notes", {"id": "1"}).json()["version"] == 3
+    ledger = read_ledger(db)
+    assert [(e["method"], e["version"]) for e in ledger] == [
+        ("POST", 1),
+        ("DELETE", 2),
+        ("POST", 3),
+    ]
+    assert ledger[0]["clock"] == "000000000000005-0000000000-dev"  # the operation's own clock
+    assert ledger[1]["clock"] > ledger[0]["clock"]  # the server clock never falls behind it
+    assert client.get("/pigeon/v1/ledger", params={"after": 1}).json()["entries"] == ledger[1:]
+
+
+def test_server_generated_ids_and_listing(client: TestClient) -> None:
+    ids = {send(client, "POST", "/notes", {"n": i}).json()["id"] for i in range(3)}
+    assert len(ids) == 3
+    assert {n["id"] for n in client.get("/notes").json()["notes"]} == ids
+    assert client.get("/pigeon/v1/health").json() == {"status": "ok"}
+
+
+json_objects = st.dictionaries(
+    st.sampled_from("abc"),
+    st.none() | st.integers() | st.dictionaries(st.sampled_from("xy"), st.none() | st.integers()),
+)
+
+
+@given(json_objects, json_objects)
+def test_merge_patch_sets_what_the_patch_sets_and_removes_nulls(target: Any, patch: Any) -> None:
+    merged = merge_patch(target, patch)
+    for name, value in patch.items():
+        if value is None:
+            assert name not in merged
+        elif not isinstance(value, dict):
+            assert merged[name] == value
+    for name in target.keys() - patch.keys():
+        assert merged[name] == target[name]
+    assert merge_patch(merged, patch) == merged  # idempotent
