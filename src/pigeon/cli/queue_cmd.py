@@ -1,7 +1,187 @@
-"""``pigeon queue``: inspect and repair an edge queue file."""
+"""``pigeon queue``: inspect and repair an edge queue file.
+
+Opening never creates a file and never moves in-flight operations: the app that owns the
+queue may be running.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.queue import OfflineQueue
+from pigeon.exceptions import PigeonError
 
 app = typer.Typer(help="Inspect and repair an offline queue file.", no_args_is_help=True)
+
+QueueFile = Annotated[
+    Path,
+    typer.Option(
+        "--file", "-f", envvar="PIGEON_QUEUE", help="The queue file ($PIGEON_QUEUE).",
+        show_default=False,
+    ),
+]  # fmt: skip
+OpId = Annotated[str, typer.Argument(help="Operation id (see `pigeon queue list`).")]
+
+out = Console()
+err = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[OfflineQueue]:
+    try:
+        with OfflineQueue(path, create=False, recover=False) as queue:
+            yield queue
+    except PigeonError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _table(title: str, ops: list[Operation]) -> Table:
+    table = Table(title=title)
+    for column in ("seq", "id", "status", "type", "entity", "request", "attempts", "age"):
+        table.add_column(column, no_wrap=column in ("id", "seq"))
+    table.add_column("last error", overflow="fold")
+    now = time.time()
+    for op in ops:
+        request = f"{op.method or ''} {op.endpoint or '(batch)'}".strip()
+        table.add_row(
+            str(op.seq),
+            op.id,
+            op.status.value,
+            op.type,
+            op.entity,
+            request,
+            str(op.attempts),
+            _age(now - op.created_at),
+            op.last_error or "",
+        )
+    return table
+
+
+@app.command("list")
+def list_(
+    file: QueueFile,
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only this status: pending, in_flight, conflict, delivered, dead."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 100,
+) -> None:
+    """Operations in queue order (by default the live ones: not delivered, not dead)."""
+    with _open(file) as queue:
+        if status is None:
+            ops = queue.pending[:limit]
+        else:
+            try:
+                wanted = OpStatus(status)
+            except ValueError:
+                err.print(f"[red]error:[/red] unknown status {status!r}", highlight=False)
+                raise typer.Exit(2) from None
+            ops = queue.operations(wanted, limit)
+        out.print(_table(f"{file}: {len(ops)} operation(s)", ops))
+
+
+@app.command()
+def show(file: QueueFile, op_id: OpId) -> None:
+    """Everything about one operation, its payload and its history of failures."""
+    with _open(file) as queue:
+        try:
+            op = queue.get(op_id)
+        except PigeonError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from exc
+        table = Table(title=f"operation {op.id}", show_header=False)
+        table.add_column("field", style="bold")
+        table.add_column("value", overflow="fold")
+        for name in (
+            "id", "idempotency_key", "status", "type", "entity", "method", "endpoint",
+            "seq", "clock", "attempts", "last_error", "base_version",
+        ):  # fmt: skip
+            value = getattr(op, name)
+            table.add_row(name, "" if value is None else str(value))
+        table.add_row("created_at", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(op.created_at)))
+        table.add_row(
+            "next_attempt_at", _age(max(op.next_attempt_at - time.time(), 0)) + " from now"
+        )
+        table.add_row("payload", json.dumps(op.payload, indent=2, ensure_ascii=False))
+        for entry in op.history:
+            table.add_row(
+                f"attempt {entry.get('attempt')}", f"{entry.get('kind')}: {entry.get('error')}"
+            )
+        out.print(table)
+
+
+@app.command()
+def dead(file: QueueFile) -> None:
+    """Dead letters: operations that will not be sent again unless retried."""
+    with _open(file) as queue:
+        ops = queue.dead_letters()
+        out.print(_table(f"{file}: {len(ops)} dead letter(s)", ops))
+
+
+def _repair(file: Path, op_id: str, verb: str) -> None:
+    with _open(file) as queue:
+        try:
+            if verb == "retry":
+                op = queue.retry_dead(op_id)
+                out.print(f"{op.id} is pending again (same key {op.idempotency_key})")
+            else:
+                queue.discard(op_id)
+                out.print(f"{op_id} discarded")
+        except PigeonError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from exc
+
+
+@app.command()
+def retry(file: QueueFile, op_id: OpId) -> None:
+    """Send a dead letter again, with its original idempotency key."""
+    _repair(file, op_id, "retry")
+
+
+@app.command()
+def discard(file: QueueFile, op_id: OpId) -> None:
+    """Drop a dead letter (or a conflict-held operation) for good."""
+    _repair(file, op_id, "discard")
+
+
+@app.command()
+def stats(file: QueueFile) -> None:
+    """Depth, oldest age, in flight, dead letters, blocked entities, pause state."""
+    with _open(file) as queue:
+        s = queue.stats()
+        table = Table(title=str(file), show_header=False)
+        table.add_column("metric", style="bold")
+        table.add_column("value", justify="right")
+        for name, value in (
+            ("depth", s.depth),
+            ("oldest age", _age(s.oldest_age)),
+            ("in flight", s.in_flight),
+            ("conflicts", s.conflicts),
+            ("dead letters", s.dead),
+            ("entities blocked", s.entities_blocked),
+            ("delivered (kept)", s.delivered),
+            ("sends saved by coalescing", s.coalesced),
+            ("paused", s.paused or "no"),
+        ):
+            table.add_row(name, str(value))
+        out.print(table)

@@ -1,0 +1,97 @@
+"""`pigeon queue ...` on real queue files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pigeon.cli import app
+from pigeon.edge.operation import OpStatus
+from pigeon.edge.queue import OfflineQueue
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def queue_file(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    path = tmp_path / "queue.db"
+    with OfflineQueue(path) as queue:
+        ids = {
+            "live": queue.enqueue("create", "note:1", {"title": "groceries"}).id,
+            "dead": queue.enqueue("update", "note:2", {"title": "x"}).id,
+        }
+        queue.next_batch()
+        queue.mark_failed(ids["dead"], "422 unprocessable: title too short", kind="permanent")
+        queue.release(ids["live"])
+    return path, ids
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["queue", *args], env={"COLUMNS": "200"})
+    return result.exit_code, result.output
+
+
+def test_list_show_stats(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, ids = queue_file
+    code, output = run("list", "-f", str(path))
+    assert code == 0 and ids["live"] in output and "note:1" in output
+    assert ids["dead"] not in output
+    code, output = run("list", "-f", str(path), "--status", "dead")
+    assert code == 0 and ids["dead"] in output
+    code, output = run("show", "-f", str(path), ids["dead"])
+    assert code == 0 and "title too short" in output and "permanent" in output
+    code, output = run("stats", "-f", str(path))
+    assert code == 0 and "dead letters" in output and "depth" in output
+
+
+def test_dead_retry_discard(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, ids = queue_file
+    code, output = run("dead", "-f", str(path))
+    assert code == 0 and ids["dead"] in output
+    code, output = run("retry", "-f", str(path), ids["dead"])
+    assert code == 0 and "pending again" in output
+    with OfflineQueue(path) as queue:
+        assert queue.get(ids["dead"]).status is OpStatus.PENDING
+        [op] = [o for o in queue.next_batch() if o.id == ids["dead"]]
+        queue.mark_failed(op.id, "still 422", kind="permanent")
+    code, output = run("discard", "-f", str(path), ids["dead"])
+    assert code == 0 and "discarded" in output
+    code, output = run("discard", "-f", str(path), ids["dead"])
+    assert code == 1 and "no operation" in output
+    code, output = run("retry", "-f", str(path), ids["live"])
+    assert code == 1 and "not dead" in output
+
+
+def test_the_queue_file_can_come_from_the_environment(
+    queue_file: tuple[Path, dict[str, str]],
+) -> None:
+    path, _ = queue_file
+    env = {"PIGEON_QUEUE": str(path), "COLUMNS": "200"}
+    result = runner.invoke(app, ["queue", "list"], env=env)
+    assert result.exit_code == 0 and "note:1" in result.output
+
+
+def test_missing_and_foreign_files_fail_clearly(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    code, output = run("stats", "-f", str(missing))
+    assert code == 1 and "no such file" in output
+    assert not missing.exists()
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    code, output = run("list", "-f", str(foreign))
+    assert code == 1 and "not a pigeon edge database" in output
+    text = tmp_path / "notes.txt"
+    text.write_text("hello " * 200)
+    code, output = run("list", "-f", str(text))
+    assert code == 1 and "not a SQLite database" in output
+
+
+def test_unknown_status_is_refused(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, _ = queue_file
+    code, output = run("list", "-f", str(path), "--status", "lost")
+    assert code == 2 and "unknown status" in output
