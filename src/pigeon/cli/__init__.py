@@ -21,6 +21,11 @@ def _register() -> None:
     from pigeon.cli import serve_cmd
 
     app.command("serve")(serve_cmd.serve)
+    from pigeon.cli import jobs_cmd, plan_cmd, worker_cmd
+
+    app.add_typer(jobs_cmd.app, name="jobs")
+    app.command("worker")(worker_cmd.worker)
+    app.command("plan")(plan_cmd.plan)
 
 
 _register()

@@ -1,0 +1,114 @@
+"""``pigeon jobs``: list jobs, inspect the failed store, retry or cancel after review."""
+
+from __future__ import annotations
+
+import getpass
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pigeon.exceptions import PigeonError
+from pigeon.jobs.failed import FailedStore, list_jobs
+from pigeon.storage.server import open_server_db
+
+app = typer.Typer(help="Inspect and repair server jobs.", no_args_is_help=True)
+console = Console()
+
+DbOption = Annotated[Path, typer.Option("--db", help="The server database file.")]
+
+
+def _open(db: Path) -> Any:
+    if not db.exists():
+        raise typer.BadParameter(f"{db}: no such database file", param_hint="--db")
+    return open_server_db(db)
+
+
+def _age(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    seconds = max(0.0, time.time() - ts)
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
+    table = Table(title=title)
+    for column in ("id", "queue", "task", "status", "attempts", "age"):
+        table.add_column(column, justify="right" if column in ("id", "attempts") else "left")
+    if failed:
+        table.add_column("owner")
+        table.add_column("last error", overflow="fold", max_width=60)
+    for row in rows:
+        cells = [
+            str(row["id"]),
+            row["queue"],
+            row["task"],
+            row["status"],
+            f"{row['attempts']}/{row['max_attempts']}",
+            _age(row["created_at"]),
+        ]
+        if failed:
+            cells += [
+                row["owner"] or "-",
+                (row["last_error"] or "").splitlines()[-1:][0] if row["last_error"] else "-",
+            ]
+        table.add_row(*cells)
+    return table
+
+
+@app.command("list")
+def list_cmd(
+    db: DbOption,
+    status: Annotated[
+        str | None, typer.Option(help="queued, reserved, succeeded, failed, cancelled")
+    ] = None,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    limit: int = 50,
+) -> None:
+    """The most recent jobs."""
+    rows = list_jobs(_open(db), status=status, queue=queue, limit=limit)
+    console.print(_table(rows, f"{len(rows)} jobs", failed=False))
+
+
+@app.command("failed")
+def failed_cmd(db: DbOption, queue: str | None = None, limit: int = 50) -> None:
+    """The failed store: jobs awaiting review, with their owner and last error."""
+    rows = FailedStore(_open(db)).list(queue=queue, limit=limit)
+    console.print(_table(rows, f"{len(rows)} failed jobs awaiting review", failed=True))
+
+
+def _review(action: str, db: Path, job_id: int, reason: str, reviewer: str | None) -> None:
+    store = FailedStore(_open(db))
+    who = reviewer or getpass.getuser()
+    try:
+        getattr(store, action)(job_id, reviewer=who, reason=reason)
+    except PigeonError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    done = "queued again with fresh budgets" if action == "retry" else "cancelled"
+    console.print(f"job {job_id} {done} (reviewer {who}: {reason})")
+
+
+@app.command("retry")
+def retry_cmd(
+    job_id: Annotated[int, typer.Argument(metavar="ID")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is safe to run again.")],
+    db: DbOption,
+    reviewer: Annotated[str | None, typer.Option(help="Defaults to the current user.")] = None,
+) -> None:
+    """Queue a failed job again after review, with fresh attempt and age budgets."""
+    _review("retry", db, job_id, reason, reviewer)
+
+
+@app.command("cancel")
+def cancel_cmd(
+    job_id: Annotated[int, typer.Argument(metavar="ID")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it will never run.")],
+    db: DbOption,
+    reviewer: Annotated[str | None, typer.Option(help="Defaults to the current user.")] = None,
+) -> None:
+    """Cancel a failed or queued job after review; its obligation is closed as cancelled."""
+    _review("cancel", db, job_id, reason, reviewer)

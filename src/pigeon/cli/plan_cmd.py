@@ -1,0 +1,95 @@
+"""``pigeon plan``: how many workers a queue needs, and how long its backlog takes."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pigeon.exceptions import PigeonError
+from pigeon.jobs import planner
+from pigeon.jobs._db import reading
+from pigeon.storage.server import open_server_db
+
+console = Console()
+
+
+def measured_service_time(db: Path, queue: str, limit: int = 1000) -> tuple[float, int]:
+    """Median duration of the latest successful attempts of ``queue``."""
+    with reading(open_server_db(db)) as tx:
+        rows = tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
+    if not rows:
+        raise typer.BadParameter(f"no finished jobs of queue {queue!r} in {db}", param_hint="--db")
+    return statistics.median(r["seconds"] for r in rows), len(rows)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.2f}".rstrip("0").rstrip(".")
+
+
+def plan(
+    backlog: Annotated[int, typer.Option("--backlog", help="Jobs waiting now (B).")],
+    arrival_rate: Annotated[float, typer.Option("--arrival-rate", help="New jobs per second (L).")],
+    target: Annotated[float, typer.Option("--target", help="Drain within this many seconds (T).")],
+    service_time: Annotated[
+        float | None, typer.Option("--service-time", help="Seconds per job (S).")
+    ] = None,
+    workers: Annotated[
+        str | None, typer.Option("--workers", help="Counts to compare, e.g. 6,12,18.")
+    ] = None,
+    memory_per_worker: Annotated[
+        float | None, typer.Option("--memory-per-worker", help="MiB each.")
+    ] = None,
+    db: Annotated[
+        Path | None, typer.Option("--db", help="Take S from this database's history.")
+    ] = None,
+    queue: Annotated[str, typer.Option("--queue", help="Queue whose history gives S.")] = "default",
+) -> None:
+    """Ideal throughput, net drain and drain time per worker count; the minimum workers."""
+    if db is not None:
+        service_time, samples = measured_service_time(db, queue)
+        console.print(f"S = {service_time:.4f} s (median of {samples} jobs of {queue!r})")
+    if service_time is None:
+        raise typer.BadParameter("give --service-time or --db", param_hint="--service-time")
+    try:
+        counts = [int(w) for w in workers.split(",")] if workers else None
+        result = planner.plan(
+            backlog, service_time, arrival_rate, target, counts, memory_per_worker
+        )
+    except (PigeonError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    table = Table(
+        title=f"B={backlog} S={_num(service_time)}s L={_num(arrival_rate)}/s T={_num(target)}s"
+    )
+    for column in ("workers", "throughput/s", "net drain/s", "fluid drain", "waves", "wave bound"):
+        table.add_column(column, justify="right")
+    if memory_per_worker is not None:
+        table.add_column("memory", justify="right")
+    for row in result.rows:
+        cells = [
+            str(row.workers),
+            _num(row.throughput),
+            _num(row.net_drain),
+            "no drain" if row.drain_seconds is None else f"{_num(row.drain_seconds)} s",
+            str(row.waves),
+            # Waves bound the drain only when nothing new arrives meanwhile.
+            f"{_num(row.wave_seconds)} s" if arrival_rate == 0 else "-",
+        ]
+        if row.memory_mib is not None:
+            cells.append(f"{row.memory_mib:,.0f} MiB")
+        table.add_row(*cells)
+    console.print(table)
+    console.print(
+        f"minimum workers for T={_num(target)} s: {result.min_workers} "
+        f"(w >= S x (L + B/T) = {_num(service_time)} x ({_num(arrival_rate)} + "
+        f"{backlog}/{_num(target)}))"
+    )
+    if memory_per_worker is not None:
+        console.print(
+            f"memory budget at {result.min_workers} workers: "
+            f"{planner.memory_budget(result.min_workers, memory_per_worker):,.0f} MiB"
+        )
