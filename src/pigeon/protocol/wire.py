@@ -15,10 +15,10 @@ at least ``ETag`` (the entity's new version) and ``Retry-After`` when the server
 Problems (RFC 9457, ``application/problem+json``) carry a ``type`` URI from the
 ``PROBLEM_*`` constants below. Two of them share status 409 and are told apart only by
 ``type``: ``PROBLEM_KEY_IN_PROGRESS`` (send the same request again later, with
-``Retry-After``) and ``PROBLEM_VERSION_CONFLICT`` (the ``If-Match`` version is stale; the
-body's ``current`` member holds the server's version of the entity when it has one).
-412 always means a version conflict. A 409 without a known ``type`` is read as "key in
-progress" when it carries ``Retry-After`` and as a version conflict otherwise.
+``Retry-After``) and any other 409, such as ``PROBLEM_VERSION_CONFLICT``, which the
+client hands to the conflict resolver. 412 (``If-Match`` is stale; the body holds the
+server's current version) always means a version conflict. A 409 with no ``type`` is
+read as "key in progress" when it carries ``Retry-After`` and as a conflict otherwise.
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ HEALTH_PATH = "/pigeon/v1/health"
 MAX_KEY_LENGTH = 255
 PROBLEM_JSON = "application/problem+json"
 
-_PROBLEMS = "https://pigeon.dev/problems/"
-PROBLEM_KEY_MISSING = _PROBLEMS + "idempotency-key-missing"  # 400: absent or malformed key
-PROBLEM_KEY_IN_PROGRESS = _PROBLEMS + "key-in-progress"  # 409 + Retry-After
-PROBLEM_KEY_MISMATCH = _PROBLEMS + "key-reused"  # 422: same key, different fingerprint
-PROBLEM_VERSION_CONFLICT = _PROBLEMS + "version-conflict"  # 409 or 412: stale If-Match
-PROBLEM_UNAVAILABLE = _PROBLEMS + "store-unavailable"  # 503: intake fails closed
+# Problem types are URNs: stable, and not tied to a host (pigeon.server.problems makes
+# them as PROBLEM_PREFIX + slug).
+PROBLEM_PREFIX = "urn:pigeon:problem:"
+PROBLEM_KEY_MISSING = PROBLEM_PREFIX + "bad-idempotency-key"  # 400: absent or malformed key
+PROBLEM_KEY_IN_PROGRESS = PROBLEM_PREFIX + "key-in-progress"  # 409 + Retry-After
+PROBLEM_KEY_MISMATCH = PROBLEM_PREFIX + "key-reused"  # 422: same key, different fingerprint
+PROBLEM_VERSION_CONFLICT = PROBLEM_PREFIX + "version-conflict"  # 409: stale version
+PROBLEM_UNAVAILABLE = PROBLEM_PREFIX + "store-unavailable"  # 503: intake fails closed
 
 
 def canonical_json(value: Any) -> str:

@@ -1,0 +1,122 @@
+"""The engine in the background: thread mode, asyncio mode, and enqueue never blocked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+from pigeon.edge.operation import Operation
+from pigeon.edge.queue import OfflineQueue
+from pigeon.sync.classify import Outcome
+from pigeon.sync.connectivity import ManualMonitor
+from tests.protocol.wire_app import Fault, LiveServer, WireState
+from tests.sync.conftest import MakeEngine
+
+
+def wait_until(predicate: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_thread_mode_syncs_on_enqueue_and_on_backoff_timer(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    delivered = threading.Semaphore(0)
+    engine = make_engine(on_delivered=lambda op, outcome: delivered.release())
+    state.faults["b"].append(Fault(503, retry_after="0.3"))
+    with engine:
+        engine.enqueue("update", "thing:a", {"x": 1})
+        assert delivered.acquire(timeout=5)  # woken by enqueue
+        started = time.monotonic()
+        engine.enqueue("update", "thing:b", {"x": 1})
+        assert delivered.acquire(timeout=5)  # woken by its own backoff timer
+        assert time.monotonic() - started >= 0.25
+    assert queue.stats().depth == 0 and len(state.effects()) == 2
+
+
+def test_asyncio_mode(make_engine: MakeEngine, queue: OfflineQueue, state: WireState) -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        seen: list[str] = []
+
+        def delivered(op: Operation, outcome: Outcome) -> None:
+            seen.append(op.entity)
+            if len(seen) == 3:
+                loop.call_soon_threadsafe(done.set)
+
+        engine = make_engine(on_delivered=delivered)
+        task = asyncio.create_task(engine.run())
+        for entity in ("thing:a", "thing:b", "thing:a"):
+            await asyncio.to_thread(engine.enqueue, "update", entity, {"e": entity})
+        await asyncio.wait_for(done.wait(), 5)
+        assert await engine.aflush(timeout=5)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return seen
+
+    seen = asyncio.run(main())
+    assert sorted(seen) == ["thing:a", "thing:a", "thing:b"]
+    assert queue.stats().depth == 0
+
+
+def test_enqueue_is_never_blocked_by_a_slow_sync(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    state.delay = 1.5  # every request sits on the server this long
+    engine = make_engine()
+    with engine:
+        engine.enqueue("update", "thing:slow", {"x": 0})
+        assert wait_until(lambda: state.single_requests >= 1)
+        started = time.monotonic()
+        timings = []
+        for i in range(20):
+            t0 = time.perf_counter()
+            engine.enqueue("update", f"thing:{i}", {"x": i})
+            timings.append(time.perf_counter() - t0)
+        assert time.monotonic() - started < 1.0  # all 20 while the request is on the wire
+        assert state.effects() == []  # nothing was answered yet
+    assert max(timings) < 0.25, timings
+
+
+def test_offline_holds_everything_until_set_online(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    monitor = ManualMonitor(online=False)
+    engine = make_engine(connectivity=monitor)
+    with engine:
+        engine.enqueue("update", "thing:a", {"x": 1})
+        time.sleep(0.3)
+        assert state.single_requests == 0 and queue.stats().depth == 1
+        engine.set_online(True)
+        assert wait_until(lambda: queue.stats().depth == 0)
+    assert len(state.effects("a")) == 1
+
+
+def test_server_outage_releases_without_spending_attempts_and_probe_brings_it_back(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState, server: LiveServer
+) -> None:
+    from pigeon.edge.retry import RetryPolicy
+    from pigeon.protocol.http import HttpTransport
+    from pigeon.sync.connectivity import ProbeMonitor
+
+    transport = HttpTransport(server.url)
+    monitor = ProbeMonitor(transport.probe, backoff=RetryPolicy(base=0.05, cap=0.1))
+    engine = make_engine(transport, connectivity=monitor)
+    server.stop()
+    with engine:
+        op = engine.enqueue("update", "thing:a", {"x": 1})
+        assert wait_until(lambda: not monitor.online)
+        assert wait_until(lambda: monitor.probes >= 2)
+        stored = queue.get(op.id)
+        assert stored.attempts == 0 and stored.status.value == "pending"
+        server.start()
+        assert wait_until(lambda: queue.stats().depth == 0)
+    assert monitor.online and len(state.effects("a")) == 1
