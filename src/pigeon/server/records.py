@@ -1,0 +1,35 @@
+"""``GET /pigeon/v1/records/{id}``: a record's accepted data and every recorded state since.
+
+Read-only and keyless: ``create_app(intake, routes=records_routes(db))`` mounts it. The
+answer is the current approved state (``received`` with its pending obligations, or
+``completed``), never an invented result.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from pigeon.exceptions import NotFound
+from pigeon.jobs import records
+from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.storage.base import Database
+
+RECORDS_PATH = "/pigeon/v1/records/{record_id}"
+
+
+def records_routes(db: Database) -> list[BaseRoute]:
+    async def get_record(request: Request) -> JSONResponse:
+        record_id = request.path_params["record_id"]
+        try:
+            view = records.get(db, record_id)
+        except NotFound as exc:
+            return JSONResponse(
+                {"type": "about:blank", "title": "Not Found", "status": 404, "detail": str(exc)},
+                status_code=404,
+                media_type=PROBLEM_JSON,
+            )
+        return JSONResponse(view)
+
+    return [Route(RECORDS_PATH, get_record, methods=["GET"], name="pigeon_record")]

@@ -1,0 +1,74 @@
+"""The records route served by real uvicorn on a loopback port, read with real httpx."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+
+from pigeon.jobs import records
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.server.records import records_routes
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Database]]:
+    db = open_server_db(tmp_path / "s.db")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(Starlette(routes=records_routes(db)), log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", db
+    server.should_exit = True
+    thread.join(5)
+    db.close()
+
+
+def test_record_states_over_http(served: tuple[str, Database]) -> None:
+    base, db = served
+    with db.transaction() as tx:
+        rid = records.accept(
+            tx,
+            kind="answer",
+            data={"answer": "42"},
+            obligations={"grading": JobSpec("grading", "grade")},
+        )
+    body = httpx.get(f"{base}/pigeon/v1/records/{rid}").json()
+    assert (body["status"], body["pending"], body["data"]) == (
+        "received",
+        ["grading"],
+        {"answer": "42"},
+    )
+    m = JobManager(db)
+    (job,) = m.claim("grading", "w", 1, lease=10)
+    m.finish([Outcome(job)])
+    body = httpx.get(f"{base}/pigeon/v1/records/{rid}").json()
+    assert body["status"] == "completed" and body["pending"] == []
+    assert [e["state"] for e in body["events"]] == [
+        "accepted",
+        "attempt",
+        "obligation_completed",
+        "completed",
+    ]
+
+
+def test_unknown_record_is_a_problem_404(served: tuple[str, Database]) -> None:
+    base, _ = served
+    response = httpx.get(f"{base}/pigeon/v1/records/nope")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "nope" in response.json()["detail"]
