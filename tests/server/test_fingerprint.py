@@ -54,7 +54,11 @@ def test_method_and_path_are_part_of_the_fingerprint() -> None:
     assert len(prints) == 3
 
 
-@given(st.text(min_size=1, max_size=255).filter(lambda s: s.strip() == s and s.isprintable()))
+def _plain_key(key: str) -> bool:
+    return key.strip() == key and key.isprintable() and not (key[0] == key[-1] == '"')
+
+
+@given(st.text(min_size=1, max_size=255).filter(_plain_key))
 def test_any_printable_key_up_to_255_is_accepted(key: str) -> None:
     assert validate_key([key]) == key
 
@@ -75,6 +79,12 @@ def test_bad_keys_are_refused_with_a_message_naming_the_problem(
 ) -> None:
     with pytest.raises(InvalidIdempotencyKey, match=message):
         validate_key(values)
+
+
+def test_a_quoted_key_is_the_same_key() -> None:
+    assert validate_key(['"abc-1"']) == validate_key(["abc-1"]) == "abc-1"
+    with pytest.raises(InvalidIdempotencyKey, match="empty"):
+        validate_key(['""'])
 
 
 def test_a_batch_key_must_be_a_string() -> None:

@@ -171,6 +171,8 @@ def test_retention_replay_then_already_applied_then_free(
     assert late.json()["operation_id"] == "op-7"
     assert late.json()["original_status"] == 201
     assert len(read_ledger(db)) == 1
+    assert client.app.state.intake.purge() == (1, 0)  # type: ignore[attr-defined]
+    assert post(client, "old", {"id": "1", "op": "create"}).json() == late.json()
     clock.advance(6 * DAY)  # past claim retention: the key is free (the note exists: 409)
     assert post(client, "old", {"id": "1", "op": "create"}).status_code == 409
 

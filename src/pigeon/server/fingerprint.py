@@ -39,6 +39,9 @@ def check_key(key: object) -> str:
     if not isinstance(key, str):
         raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must be a string, not {type(key).__name__}")
     stripped = key.strip()
+    if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"':
+        # The IETF draft sends the key as a structured-field string: "abc" is abc.
+        stripped = stripped[1:-1]
     if not stripped:
         raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must not be empty")
     if len(stripped) > MAX_KEY_LENGTH:

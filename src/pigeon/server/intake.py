@@ -212,7 +212,7 @@ class Intake:
         except _Failed as failed:
             return failed.result
         except STORE_DOWN as exc:
-            return self._unavailable(exc)
+            return store_unavailable(exc)
         self._notify([result])
         return result
 
@@ -274,7 +274,7 @@ class Intake:
         try:
             with self._transaction() as tx:
                 if not self.store.fence(tx, claim):
-                    return self._lost(op)
+                    return self._lost_result(op.key)
                 result = self._run(tx, claim, route, params, principal, op)
                 self._complete(tx, claim, result)
             return result
@@ -407,9 +407,6 @@ class Intake:
             operation_id=decision.operation_id,
         )
 
-    def _lost(self, op: OperationRequest) -> OpResult:
-        return self._lost_result(op.key)
-
     def _lost_result(self, key: str) -> OpResult:
         # Our lock expired and another request took the key over: it now owns the effect.
         result = problem_result(
@@ -421,9 +418,6 @@ class Intake:
         return dataclasses.replace(
             result, transient=True, headers=(*result.headers, ("retry-after", "1"))
         )
-
-    def _unavailable(self, exc: BaseException) -> OpResult:
-        return store_unavailable(exc)
 
     def _notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]

@@ -132,7 +132,7 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
     existing = _current(ctx, note_id)
     if existing is not None:
-        body = problem(409, "note-exists", "Conflict", f"note {note_id!r} already exists")
+        body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
         return 409, body | {"current": note_json(existing)}, {"content-type": PROBLEM_JSON}
     return _applied(ctx, _write(ctx, note_id, data), 201)
 
