@@ -1,1 +1,63 @@
-"""Accountable background work: queues, leases, workers, failed store, effects, schedules."""
+"""Accountable background work: queues, leases, workers, failed store, effects, schedules.
+
+from pigeon import jobs
+
+app = jobs.App()
+
+@app.task(queue="grading", context=True)
+def grade(ctx: jobs.JobContext, answer_id: str) -> None:
+    ctx.effect(f"answer:{answer_id}", lambda tx: ...)
+
+# inside the intake handler's transaction:
+jobs.records.accept(ctx.tx, kind="answer", data=answer,
+                    obligations={"grading": jobs.JobSpec("grading", "grade", {...})})
+"""
+
+from __future__ import annotations
+
+from pigeon.jobs import outbox, planner, records
+from pigeon.jobs.app import App, QueueConfig, Schedule, load_app
+from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.context import JobContext
+from pigeon.jobs.effects import effect
+from pigeon.jobs.failed import FailedStore
+from pigeon.jobs.job import Job, JobSpec, JobStatus
+from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
+from pigeon.jobs.providers import Provider, call_provider
+from pigeon.jobs.relay import CallablePublisher, Message, RedisStreamPublisher, Relay
+from pigeon.jobs.schedule import Scheduler
+from pigeon.jobs.supervisor import Supervisor, WorkerOptions
+from pigeon.jobs.timeouts import Timeouts
+from pigeon.jobs.worker import Worker
+
+__all__ = [
+    "App",
+    "Backoff",
+    "CallablePublisher",
+    "FailedJob",
+    "FailedStore",
+    "Job",
+    "JobContext",
+    "JobManager",
+    "JobSpec",
+    "JobStatus",
+    "Message",
+    "Outcome",
+    "Provider",
+    "QueueConfig",
+    "RedisStreamPublisher",
+    "Relay",
+    "Schedule",
+    "Scheduler",
+    "Supervisor",
+    "Timeouts",
+    "Worker",
+    "WorkerOptions",
+    "call_provider",
+    "effect",
+    "enqueue",
+    "load_app",
+    "outbox",
+    "planner",
+    "records",
+]
