@@ -15,7 +15,9 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported here so that `import pigeon` stays free of CLI dependencies.
-    from pigeon.cli import queue_cmd
+    from pigeon.cli import demo_cmd, queue_cmd
+
+    app.command("demo")(demo_cmd.demo)
 
     app.add_typer(queue_cmd.app, name="queue")
     from pigeon.cli import serve_cmd

@@ -1,0 +1,93 @@
+"""A `pigeon serve` process that can be killed with SIGKILL and started again on its port.
+
+The demo and the chaos tests use it: the server is a real, separate process, so a kill is
+a real crash (no finally blocks, no flushed buffers), exactly what a power cut does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from pigeon.protocol.wire import HEALTH_PATH
+
+_SERVING = re.compile(r"pigeon serving on (http://\S+) \(pid (\d+)\)")
+
+
+@dataclass
+class ServerProcess:
+    db: Path | str
+    port: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    startup_timeout: float = 30.0
+    _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
+    kills: int = field(default=0, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        args = [sys.executable, "-m", "pigeon", "serve", "--db", str(self.db)]
+        args += ["--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
+        self._proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        match = _SERVING.search(line)
+        if match is None:
+            self._proc.kill()
+            raise RuntimeError(f"pigeon serve did not start: {line!r}")
+        self.port = int(match.group(1).rsplit(":", 1)[1])
+        self._wait_healthy()
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + HEALTH_PATH, timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"pigeon serve on {self.url} never became healthy")
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to clean up."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+            self.kills += 1
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
