@@ -17,7 +17,7 @@ from starlette.types import ASGIApp
 from pigeon.server.intake import IntakeContext
 from pigeon.server.notes import create_note
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.server import open_server_db
+from pigeon.storage.server import open_server_db, server_queries
 
 with warnings.catch_warnings():
     # Starlette's TestClient runs on httpx here; its nudge towards another client is noise.
@@ -58,9 +58,28 @@ class CountingDatabase:
         self.inner.close()
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_server_db(tmp_path / "server.db")
+def _postgres_store_built() -> bool:
+    """The backend exists and speaks the intake's and the notes' named queries."""
+    try:
+        queries = server_queries("postgres")
+    except (FileNotFoundError, NotImplementedError):
+        return False
+    return {"claim_insert", "note_insert", "ledger_all"} <= queries.keys()
+
+
+POSTGRES_STORE_BUILT = _postgres_store_built()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """The server database on each backend: the intake tests are its conformance suite."""
+    if request.param == "postgres":
+        if not POSTGRES_STORE_BUILT:
+            pytest.skip("postgres/intake.sql and postgres/notes.sql are not written yet")
+        url: str = request.getfixturevalue("pg_url")
+    else:
+        url = str(tmp_path / "server.db")
+    database = open_server_db(url)
     yield database
     database.close()
 
