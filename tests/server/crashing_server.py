@@ -11,6 +11,7 @@ import sys
 
 import uvicorn
 
+from pigeon.cli.serve_cmd import listen_socket
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 
@@ -24,7 +25,7 @@ def main() -> None:
 
     app = create_notes_app(open_server_db(path), after_commit=after_commit)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-    sock = config.bind_socket()
+    sock = listen_socket("127.0.0.1", 0)
     print(f"port {sock.getsockname()[1]}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
 
