@@ -41,7 +41,8 @@ def test_failing_entity_holds_back_only_itself_and_retries_with_the_same_key(
 ) -> None:
     failed: list[Outcome] = []
     engine = make_engine(on_failed=lambda op, outcome: failed.append(outcome))
-    state.faults["a"] += [Fault(503), Fault(500, after_effect=True)]
+    # Retry-After pins the first backoff, so flush() surely returns before a's retry.
+    state.faults["a"] += [Fault(503, retry_after="0.5"), Fault(500, after_effect=True)]
     first_a = engine.enqueue("update", "thing:a", {"i": 0})
     engine.enqueue("update", "thing:a", {"i": 1})
     engine.enqueue("update", "thing:b", {"i": 0})
@@ -190,7 +191,7 @@ def test_a_batch_whose_reply_was_lost_retries_together_and_is_replayed(
     assert report.failed == 3
     retries = [queue.get(op.id).next_attempt_at for op in ops]
     assert max(retries) - min(retries) < 0.01  # one delay for the whole batch
-    time.sleep(0.5)  # let the server finish the first request
+    time.sleep(0.8)  # let the server finish the first request
     state.delay = 0.0
     assert engine.drain(timeout=5)
     assert sorted(e["entity"] for e in state.effects()) == ["a", "b", "c"]
