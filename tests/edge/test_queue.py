@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -285,3 +286,29 @@ def test_clock_never_goes_back_across_restarts(tmp_path: Path) -> None:
         before = queue.enqueue("create", "note:1", {}).clock
     with OfflineQueue(path, now=FakeClock(1_000.0)) as queue:  # the device clock jumped back
         assert queue.enqueue("create", "note:2", {}).clock > before
+
+
+def test_batch_groups_calls_into_one_transaction(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "q.db"
+    with OfflineQueue(path, now=clock) as queue:
+        for i in range(5):
+            queue.enqueue("create", f"note:{i}", i)
+        ops = queue.next_batch()
+        with queue.batch():
+            for op in ops[:3]:
+                queue.mark_delivered(op.id)
+            extra = queue.enqueue("update", "note:0", "after")  # joins the transaction
+            other = sqlite3.connect(path)  # nothing is visible before the commit
+            seen = other.execute("SELECT count(*) FROM operations WHERE status = 'delivered'")
+            assert seen.fetchone() == (0,)
+            other.close()
+        assert queue.stats().delivered == 3 and queue.get(extra.id).payload == "after"
+        with pytest.raises(RuntimeError), queue.batch():
+            queue.mark_delivered(ops[3].id)
+            raise RuntimeError("the app crashed while handling the response")
+        assert queue.get(ops[3].id).status is OpStatus.IN_FLIGHT  # rolled back
+        with queue.batch():  # a refused call inside a batch leaves the rest intact
+            queue.mark_delivered(ops[3].id)
+            with pytest.raises(NotFound):
+                queue.mark_delivered("nope")
+        assert queue.get(ops[3].id).status is OpStatus.DELIVERED

@@ -8,6 +8,7 @@ one transaction and one fsync (group commit); each returns once its own row is d
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -23,7 +24,7 @@ from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.retry import RetryPolicy
 from pigeon.edge.validate import encode_payload, entity_name, operation_type, route
-from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState
+from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 
@@ -95,9 +96,18 @@ class OfflineQueue:
         assert state is not None
         self.node_id: str = node_id or state["node_id"]
         self._clock = HybridLogicalClock(self.node_id, wall=lambda: int(self._now() * 1000))
-        if state["clock"]:
-            self._clock.observe(HLCTimestamp.decode(state["clock"]))
+        self._restore_clock(state["clock"])
+        self._issued = False
         self._group: GroupCommit[st.NewOp, Operation] = GroupCommit(self._commit)
+
+    def _restore_clock(self, folded: str) -> None:
+        """Never issue a stamp below one already stored, even if the device clock went
+        back: the greatest stamp is on one of the newest rows, or on a folded row (whose
+        stamp the state row keeps), or was saved by close()."""
+        row = self._store.read().fetchone("latest_clock")
+        stamps = [s for s in (folded, None if row is None else row["clock"]) if s]
+        if stamps:
+            self._clock.observe(HLCTimestamp.decode(max(stamps)))
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -127,6 +137,7 @@ class OfflineQueue:
                 f"base_version must be a non-empty string or None, not {base_version!r}"
             )
         op_id, key = uuid7(), uuid4()
+        self._issued = True
 
         def make() -> st.NewOp:
             return st.NewOp(
@@ -142,7 +153,18 @@ class OfflineQueue:
                 base_version=base_version,
             )
 
+        if self._store.in_batch():  # our own open transaction: join it, do not queue
+            outcome = self._commit([make()])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         return self._group.submit(make)
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Group this thread's calls into one transaction and one fsync, e.g. marking a
+        whole batch response delivered. Durable, all together, when the block exits; an
+        exception out of the block rolls all of it back."""
+        return self._store.batch()
 
     def _commit(self, batch: Sequence[st.NewOp]) -> list[Operation | BaseException]:
         outcomes: list[Operation | BaseException] = []
@@ -162,7 +184,10 @@ class OfflineQueue:
                     continue
                 saved += n
                 outcomes.append(op)
-            tx.execute("bump_state", {"clock": batch[-1].clock, "coalesced": saved})
+            if saved:
+                # Only folds need this row: it keeps the coalescing count, and the clock a
+                # folded operation got without a new row (see _restore_clock).
+                tx.execute("bump_state", {"clock": batch[-1].clock, "coalesced": saved})
         return outcomes
 
     # -- reading -------------------------------------------------------------------------
@@ -202,13 +227,9 @@ class OfflineQueue:
 
     def mark_delivered(self, op_id: str, *, response: Any = None) -> None:
         """A 2xx came back. Repeating it is harmless."""
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            if row["status"] == OpStatus.DELIVERED:
-                return
-            if not (row["status"] == OpStatus.PENDING and row["dispatches"] > 0):
-                st.require(row, OpStatus.IN_FLIGHT, action="mark delivered")
-            self._store.deliver(tx, row, response, self._now())
+        # No savepoint needed inside batch(): nothing is written unless it is deliverable.
+        with self._store.write(savepoint=False) as tx:
+            self._store.deliver(tx, op_id, response, self._now())
 
     def mark_failed(
         self,
@@ -370,6 +391,9 @@ class OfflineQueue:
         return self._group.transactions
 
     def close(self) -> None:
+        if self._issued:  # so a restart on a clock that went back still stays ahead
+            with contextlib.suppress(PigeonError), self._store.write() as tx:
+                tx.execute("bump_state", {"clock": self._clock.now().encode(), "coalesced": 0})
         self._store.close()
 
     def __enter__(self) -> OfflineQueue:

@@ -95,10 +95,14 @@ class EdgeStore:
             queries=load_queries("sqlite", "edge"),
             durability=durability,
             create=create,
+            # Savepoints (group commit, batch()) journal the pages they touch; in memory,
+            # not in a temporary file, or every enqueue pays for file writes.
+            pragmas={"temp_store": "MEMORY", "cache_size": -16384},
         )
         # One writer per process at a time: SQLite would serialise us anyway, but its busy
         # handler sleeps in steps of milliseconds; a lock hands over at once.
         self._writer = threading.Lock()
+        self._local = threading.local()
         self._lock_fd: int | None = None
         if recover:
             self._recover(now)
@@ -126,9 +130,34 @@ class EdgeStore:
             fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[SQLiteTx]:
+    def write(self, *, savepoint: bool = True) -> Iterator[SQLiteTx]:
+        """A write transaction; inside ``batch()`` on this thread, a savepoint of it."""
+        outer: SQLiteTx | None = getattr(self._local, "tx", None)
+        if outer is not None:
+            if not savepoint:
+                yield outer
+                return
+            with outer.savepoint():
+                yield outer
+            return
         with self._writer, self.db.transaction() as tx:
             yield tx
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Make every write of this thread inside the block one transaction (one fsync)."""
+        if getattr(self._local, "tx", None) is not None:
+            yield
+            return
+        with self._writer, self.db.transaction() as tx:
+            self._local.tx = tx
+            try:
+                yield
+            finally:
+                self._local.tx = None
+
+    def in_batch(self) -> bool:
+        return getattr(self._local, "tx", None) is not None
 
     def read(self) -> SQLiteTx:
         return self.db.read()
@@ -203,10 +232,15 @@ class EdgeStore:
         rows = tx.fetchall("dispatch", {"seqs": json.dumps(seqs)})
         return sorted((to_operation(r) for r in rows), key=lambda op: op.seq)
 
-    def deliver(self, tx: SQLiteTx, row: Row, response: Any, now: float) -> None:
+    def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
         text = None if response is None else json.dumps(response, default=str)
-        tx.execute("deliver", {"seq": row["seq"], "now": now, "response": text})
-        tx.execute("promote_head", {"entity": row["entity"]})
+        done = tx.fetchone("deliver", {"id": op_id, "now": now, "response": text})
+        if done is None:  # not deliverable: say why (or nothing, if already delivered)
+            row = self.row(tx, op_id)
+            if row["status"] != OpStatus.DELIVERED:
+                require(row, OpStatus.IN_FLIGHT, action="mark delivered")
+            return
+        tx.execute("promote_head", {"entity": done["entity"]})
 
     def fail(
         self,

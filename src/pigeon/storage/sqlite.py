@@ -158,10 +158,13 @@ class SQLiteDatabase:
         queries: Mapping[str, str],
         durability: Durability = "full",
         create: bool = True,
+        pragmas: Mapping[str, str | int] | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.durability: Durability = durability
         self.queries = queries
+        # Extra per-connection settings (e.g. temp_store), applied to every connection.
+        self.pragmas = dict(pragmas or {})
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
@@ -185,6 +188,8 @@ class SQLiteDatabase:
                 raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+            for name, value in self.pragmas.items():
+                conn.execute(f"PRAGMA {name} = {value}")
             self._local.conn = conn
             with self._all_lock:
                 self._all.append(conn)

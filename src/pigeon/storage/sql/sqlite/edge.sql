@@ -12,6 +12,10 @@ UPDATE edge_state
    SET clock = max(clock, :clock), coalesced = coalesced + :coalesced
  WHERE one = 1;
 
+-- name: latest_clock
+-- Stamps grow with seq; a retried dead letter keeps its old stamp at a new seq, hence 100.
+SELECT max(clock) AS clock FROM (SELECT clock FROM operations ORDER BY seq DESC LIMIT 100);
+
 -- name: set_paused
 UPDATE edge_state SET paused = :paused WHERE one = 1;
 
@@ -70,9 +74,12 @@ UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1
 RETURNING *;
 
 -- name: deliver
+-- In flight, or pending after a restart or release while the server may have it.
 UPDATE operations
    SET status = 'delivered', head = 0, delivered_at = :now, response = :response
- WHERE seq = :seq;
+ WHERE id = :id
+   AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0))
+RETURNING entity;
 
 -- name: reschedule
 UPDATE operations
