@@ -76,3 +76,16 @@ def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.startswith("pigeon serve: ") and "not a" in result.stderr
+
+
+def test_the_listening_socket_says_tcp_so_responses_are_not_delayed_by_nagle() -> None:
+    import socket
+
+    from pigeon.cli.serve_cmd import listen_socket
+
+    sock = listen_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockname()[1] > 0
+    finally:
+        sock.close()
