@@ -57,6 +57,10 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    # A worker still starting when the supervisor died was re-parented before prctl:
+    # the death signal will never come, so leave now instead of serving as an orphan.
+    if str(os.getppid()) != os.environ.get(_ENV + "SUPERVISOR"):
+        os._exit(1)
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -107,6 +111,7 @@ def serve(
         "CLAIM_RETENTION": str(claim_retention),
         "REQUIRE_AUTH": "1" if require_auth else "0",
         "SUPERVISED": "1" if workers > 1 else "0",
+        "SUPERVISOR": str(os.getpid()),
     }
     os.environ.update({_ENV + k: v for k, v in settings.items()})
     # Open (and migrate) once here: a bad file fails now, with its message, not per worker.
