@@ -13,6 +13,7 @@ and a failure holds back only its own entity's tail.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -91,13 +92,25 @@ class Executor:
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.
             shared_delay: dict[int, float] = {}
-            for op, reply in exchange.replies:
-                outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=now)
-                self._settle(op, reply, outcome, report, shared_delay, now)
-                settled.add(op.id)
+            done: set[str] = set()
+            # One transaction (one fsync) for the whole reply: settling a batch of 100 must
+            # not cost 100 commits. If settling fails part-way, nothing of it is kept and
+            # every operation is released, to be resent with its key (and replayed).
+            with self._together():
+                for op, reply in exchange.replies:
+                    outcome = classify(
+                        reply.status, reply.headers, reply.body, reply.error, now=now
+                    )
+                    self._settle(op, reply, outcome, report, shared_delay, now)
+                    done.add(op.id)
+            settled |= done
         finally:
             self._release(ops, settled, report)
         return report
+
+    def _together(self) -> contextlib.AbstractContextManager[None]:
+        batch = getattr(self.queue, "batch", None)
+        return batch() if callable(batch) else contextlib.nullcontext()
 
     def _keep_going(self, reply: Reply) -> bool:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())

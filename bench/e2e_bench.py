@@ -1,0 +1,87 @@
+"""End-to-end delivery over loopback, beside the floor, in one run.
+
+pigeon: a queue (durability full) pre-filled with creates on distinct notes is drained by
+the sync engine into a `pigeon serve` process (SQLite, durability full) — one operation
+per request, and batches of 10 and 100. Rate = operations delivered per second of drain.
+
+The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
+process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL
+SQLite insert per request.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench._report import Row, rate, row
+from bench._servers import process, uvicorn_app
+from pigeon.demo.processes import ServerProcess
+from pigeon.edge.queue import OfflineQueue
+from pigeon.protocol.http import HttpTransport
+from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
+
+BODY = {"title": "shopping list", "body": "milk, eggs, bread, coffee"}
+
+
+def _floor(path: str, n: int) -> float:
+    app = uvicorn_app("bench._floor_app:app")
+    with process(app, probe_path="/none") as url, httpx.Client(base_url=url) as client:
+        for i in range(50):  # warm up the connection and the app
+            client.post(path, json={"id": i, **BODY})
+        started = time.perf_counter()
+        for i in range(n):
+            client.post(path, json={"id": i, **BODY})
+        return rate(n, time.perf_counter() - started)
+
+
+def _pigeon(tmp: Path, n: int, batch: int | bool) -> float:
+    with ServerProcess(tmp / f"server-{batch}.db") as server:
+        queue = OfflineQueue(tmp / f"edge-{batch}.db", durability="full")
+        with queue.batch():
+            for i in range(n):
+                queue.enqueue("create", f"note:b{i}", {"id": f"b{i}", **BODY})
+        transport = HttpTransport(server.url, batch=batch, timeout=30.0)
+        size = 100 if batch is False else int(batch)
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True), batch_size=size)
+        started = time.perf_counter()
+        drained = engine.drain(timeout=600)
+        elapsed = time.perf_counter() - started
+        delivered = queue.stats().delivered
+        transport.close()
+        queue.close()
+        if not drained or delivered != n:
+            raise RuntimeError(f"drain incomplete: {delivered}/{n} delivered")
+        return rate(n, elapsed)
+
+
+def run(*, quick: bool = False) -> list[Row]:
+    n_floor = 1000 if quick else 3000
+    n_single = 500 if quick else 2000
+    n_batch = 2000 if quick else 10000
+    floor = _floor("/plain", n_floor)
+    floor_sqlite = _floor("/sqlite", n_floor)
+    rows: list[Row] = [
+        row("floor + 1 SQLite insert/request", floor_sqlite, floor, unit="req/s",
+            baseline_name="floor: plain httpx -> Starlette", target="-", ok=True),
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="pigeon-e2e-") as tmp:
+        single = _pigeon(Path(tmp), n_single, False)
+        rows.append(
+            row("e2e delivered, 1 op/request", single, floor, unit="ops/s",
+                baseline_name="floor: plain httpx -> Starlette", target=">= 0.6x",
+                ok=single >= 0.6 * floor)
+        )  # fmt: skip
+        for size, target in ((10, None), (100, 10.0)):
+            batched = _pigeon(Path(tmp), n_batch, size)
+            rows.append(
+                row(f"e2e delivered, batches of {size}", batched, floor, unit="ops/s",
+                    baseline_name="floor: plain httpx -> Starlette",
+                    target=f">= {target:g}x" if target else "-",
+                    ok=target is None or batched >= target * floor)
+            )  # fmt: skip
+    return rows
