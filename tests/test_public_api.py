@@ -3,6 +3,17 @@
 import pigeon
 
 EXPECTED = {
+    "OfflineQueue",
+    "QueueStats",
+    "RetryPolicy",
+    "JobTimeout",
+    "HttpTransport",
+    "InProcessTransport",
+    "Transport",
+    "ConnectivityMonitor",
+    "ManualMonitor",
+    "ProbeMonitor",
+    "SyncEngine",
     "AuthorizationRequired",
     "ConfigurationError",
     "ConflictError",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.queue import OfflineQueue, QueueStats
+from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import (
     AuthorizationRequired,
     ConfigurationError,
@@ -13,6 +15,7 @@ from pigeon.exceptions import (
     ForeignDatabase,
     InvalidOperation,
     InvalidState,
+    JobTimeout,
     KeyInProgress,
     NotFound,
     PayloadNotSerializable,
@@ -26,6 +29,11 @@ from pigeon.exceptions import (
     UnknownOperationType,
     UnknownOutcome,
 )
+from pigeon.protocol.http import HttpTransport
+from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.protocol.transport import Transport
+from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
+from pigeon.sync.engine import SyncEngine
 
 __version__ = "0.1.0"
 
@@ -33,15 +41,21 @@ __all__ = [
     "AuthorizationRequired",
     "ConfigurationError",
     "ConflictError",
+    "ConnectivityMonitor",
     "DeliveryError",
     "EmptyEntity",
     "ForeignDatabase",
     "HLCTimestamp",
+    "HttpTransport",
     "HybridLogicalClock",
+    "InProcessTransport",
     "InvalidOperation",
     "InvalidState",
+    "JobTimeout",
     "KeyInProgress",
+    "ManualMonitor",
     "NotFound",
+    "OfflineQueue",
     "OpStatus",
     "OpType",
     "Operation",
@@ -49,10 +63,15 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "PigeonError",
+    "ProbeMonitor",
+    "QueueStats",
+    "RetryPolicy",
     "RetryableError",
     "SchemaTooNew",
     "StoreError",
     "StoreUnavailable",
+    "SyncEngine",
+    "Transport",
     "UnknownOperationType",
     "UnknownOutcome",
     "__version__",
