@@ -83,7 +83,9 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(
-    db: Annotated[str, typer.Option("--db", help="Server database: a SQLite path.")],
+    db: Annotated[
+        str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+    ],
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one (printed).")] = 8765,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
@@ -103,7 +105,8 @@ def serve(
     if claim_mode not in ("inline", "separate"):
         raise typer.BadParameter("claim-mode must be 'inline' or 'separate'")
     settings = {
-        "DB": os.path.abspath(db),
+        # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
+        "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
         "DURABILITY": durability,
         "CLAIM_MODE": claim_mode,
         "LOCK_TIMEOUT": str(lock_timeout),

@@ -29,6 +29,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.storage.base import Row, Tx
 
 DAY = 24 * 3600.0
+PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +209,13 @@ class IdempotencyStore:
     def get(self, tx: Tx, principal: str, key: str) -> Row | None:
         return tx.fetchone("claim_get", {"principal": principal, "idem_key": key})
 
-    def purge(self, tx: Tx) -> tuple[int, int]:
-        """Drop expired responses and expired claims: (responses purged, claims deleted)."""
-        params = {"now": self.now()}
+    def purge(self, tx: Tx, limit: int = PURGE_BATCH) -> tuple[int, int]:
+        """Drop expired responses and expired claims: (responses purged, claims deleted).
+
+        A backend may stop at ``limit`` rows of each (PostgreSQL does): call again, in a
+        new transaction, while a count reaches it.
+        """
+        params = {"now": self.now(), "limit": limit}
         return len(tx.fetchall("purge_responses", params)), len(tx.fetchall("purge_claims", params))
 
     def stats(self, tx: Tx) -> Mapping[str, int]:

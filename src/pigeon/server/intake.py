@@ -43,6 +43,7 @@ from pigeon.exceptions import InvalidOperation, StoreUnavailable
 from pigeon.protocol.wire import PROBLEM_JSON, REPLAYED, canonical_json
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
+    PURGE_BATCH,
     Claim,
     Decision,
     IdempotencyPolicy,
@@ -243,9 +244,16 @@ class Intake:
         self._notify(results)
         return results
 
-    def purge(self) -> tuple[int, int]:
-        with self._transaction() as tx:
-            return self.store.purge(tx)
+    def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
+        """Purge in bounded batches, one short transaction each, until nothing is due."""
+        responses = claims = 0
+        while True:
+            with self._transaction() as tx:
+                purged, deleted = self.store.purge(tx, batch)
+            responses += purged
+            claims += deleted
+            if purged < batch and deleted < batch:
+                return responses, claims
 
     # -- internals -------------------------------------------------------------------
 

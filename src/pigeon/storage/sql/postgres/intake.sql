@@ -1,0 +1,99 @@
+-- Idempotency claims of the intake (pigeon.server.idempotency.IdempotencyStore): the
+-- same names and meaning as sqlite/intake.sql. Under READ COMMITTED a second inserter of
+-- a key waits on the primary key until the first commits (then ON CONFLICT DO NOTHING
+-- and the next statement's fresh snapshot sees the winner's row) or rolls back (then it
+-- inserts). UPDATEs re-check their WHERE on the latest row version after waiting for its
+-- lock, so a take-over, a fence or a completion can only win once.
+
+-- name: claim_insert
+INSERT INTO idempotency_claims (
+    principal, idem_key, fingerprint, method, path, operation_id, state,
+    lock_token, locked_until, created_at, claim_expires_at
+) VALUES (
+    %(principal)s, %(idem_key)s, %(fingerprint)s, %(method)s, %(path)s, %(operation_id)s,
+    'in_progress', %(lock_token)s, %(locked_until)s, %(now)s, %(claim_expires_at)s
+)
+ON CONFLICT (principal, idem_key) DO NOTHING
+RETURNING idem_key
+
+-- name: claim_get
+SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
+       locked_until, status, response_headers, response_body, body_format, created_at,
+       completed_at, response_expires_at, claim_expires_at
+FROM idempotency_claims
+WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+
+-- name: claim_take_over
+-- Only a dead claim can be taken: an expired lock, or a claim past its retention.
+UPDATE idempotency_claims
+SET fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s,
+    operation_id = %(operation_id)s, state = 'in_progress', lock_token = %(lock_token)s,
+    locked_until = %(locked_until)s, status = NULL, response_headers = NULL,
+    response_body = NULL, body_format = NULL, created_at = %(now)s, completed_at = NULL,
+    response_expires_at = NULL, claim_expires_at = %(claim_expires_at)s
+WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+  AND ((state = 'in_progress' AND locked_until <= %(now)s) OR claim_expires_at <= %(now)s)
+RETURNING idem_key
+
+-- name: claim_fence
+-- Touching the row takes its row lock for the rest of the transaction: a taker waits.
+UPDATE idempotency_claims
+SET locked_until = locked_until
+WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+  AND state = 'in_progress' AND lock_token = %(lock_token)s
+RETURNING idem_key
+
+-- name: claim_complete
+UPDATE idempotency_claims
+SET state = 'completed', status = %(status)s, response_headers = %(response_headers)s,
+    response_body = %(response_body)s, body_format = %(body_format)s,
+    completed_at = %(now)s, response_expires_at = %(response_expires_at)s,
+    lock_token = NULL, locked_until = NULL
+WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+  AND state = 'in_progress' AND lock_token = %(lock_token)s
+RETURNING idem_key
+
+-- name: claim_release
+DELETE FROM idempotency_claims
+WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+  AND state = 'in_progress' AND lock_token = %(lock_token)s
+RETURNING idem_key
+
+-- name: purge_responses
+-- At most %(limit)s rows per call (the caller loops, one short transaction per batch);
+-- SKIP LOCKED: the purge never waits behind, nor blocks, a request holding a key.
+UPDATE idempotency_claims AS c
+SET response_body = NULL, response_headers = NULL
+FROM (
+    SELECT principal, idem_key
+    FROM idempotency_claims
+    WHERE response_body IS NOT NULL AND response_expires_at <= %(now)s
+      AND state = 'completed'
+    ORDER BY response_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE c.principal = due.principal AND c.idem_key = due.idem_key
+RETURNING c.idem_key
+
+-- name: purge_claims
+DELETE FROM idempotency_claims AS c
+USING (
+    SELECT principal, idem_key
+    FROM idempotency_claims
+    WHERE claim_expires_at <= %(now)s AND (state = 'completed' OR locked_until <= %(now)s)
+    ORDER BY claim_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE c.principal = due.principal AND c.idem_key = due.idem_key
+RETURNING c.idem_key
+
+-- name: claim_stats
+SELECT count(*) AS claims,
+       count(*) FILTER (WHERE state = 'in_progress') AS in_progress,
+       count(*) FILTER (WHERE response_body IS NOT NULL) AS responses
+FROM idempotency_claims
+
+-- name: health_probe
+SELECT 1 AS ok
