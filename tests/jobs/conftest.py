@@ -1,7 +1,8 @@
+"""Every jobs test opens its database through ``db`` / ``db_url``: it runs on both backends."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +22,14 @@ class FakeClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "server.db"
+def db_url(server_db_url: str) -> str:
+    """The server database of one test: a SQLite file, then a fresh PostgreSQL database."""
+    return server_db_url
 
 
 @pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_server_db(db_path, durability="normal")
+def db(db_url: str) -> Iterator[Database]:
+    database = open_server_db(db_url, durability="normal")
     yield database
     database.close()
 

@@ -6,7 +6,6 @@ import os
 import random
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +20,8 @@ ROUNDS = 20
 
 
 @pytest.mark.slow
-def test_sigkill_rounds_leave_every_effect_exactly_once(tmp_path: Path) -> None:
-    path = str(tmp_path / "chaos.db")
+def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
+    path = db_url
     db = open_server_db(path, durability="normal")
     with db.transaction() as tx:
         for n in range(JOBS):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,20 +27,18 @@ def test_split_spreads_threads_evenly() -> None:
     assert split({"a": 1}, 3) == [{"a": 1}]
 
 
-def test_budget_is_checked(db_path: Path) -> None:
+def test_budget_is_checked(db_url: str) -> None:
     with pytest.raises(
         ConfigurationError, match=r"'chaos': 9 workers is outside its budget 1\.\.8"
     ):
-        Supervisor(APP, str(db_path), {"chaos": 9})
+        Supervisor(APP, db_url, {"chaos": 9})
     with pytest.raises(ConfigurationError, match="module:attr"):
-        Supervisor("nocolon", str(db_path), {"chaos": 1})
+        Supervisor("nocolon", db_url, {"chaos": 1})
 
 
-def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_path: Path) -> None:
+def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_url: str) -> None:
     job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 1.0, "n": 1}))
-    sup = Supervisor(
-        APP, str(db_path), {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
-    )
+    sup = Supervisor(APP, db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False))
     sup.start()
     wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
     sup.stop()  # SIGTERM while the job sleeps
@@ -51,13 +48,13 @@ def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_path: Pat
     assert [a["outcome"] for a in info["history"]] == ["succeeded"]
 
 
-def test_supervisor_replaces_recycled_workers(db: Database, db_path: Path) -> None:
+def test_supervisor_replaces_recycled_workers(db: Database, db_url: str) -> None:
     with db.transaction() as tx:
         for n in range(120):
             enqueue(tx, JobSpec("chaos", "bump", {"n": n * 250}))  # n*250 % 250 != 7
     sup = Supervisor(
         APP,
-        str(db_path),
+        db_url,
         {"chaos": 2},
         processes=1,
         options=WorkerOptions(recycle_jobs=40, batch=4, schedules=False),
@@ -75,8 +72,8 @@ def test_supervisor_replaces_recycled_workers(db: Database, db_path: Path) -> No
     assert statuses(db) == {"succeeded": 120}
 
 
-def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_path: Path) -> None:
-    sup = Supervisor(APP, str(db_path), {"chaos": 3}, processes=3)
+def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_url: str) -> None:
+    sup = Supervisor(APP, db_url, {"chaos": 3}, processes=3)
     assert len(sup.slots) == 3
     sup.start()
     try:

@@ -120,10 +120,18 @@ class Relay:
                 )
         return published
 
-    def purge(self) -> int:
-        with self.db.transaction() as tx:
-            cursor = tx.execute("outbox_purge", {"before": self.clock() - self.retention})
-            return rowcount(cursor)
+    def purge(self, batch: int = 1000) -> int:
+        """Delete published rows past retention, ``batch`` rows per short transaction, so
+        a large backlog never holds one long transaction (PostgreSQL deletes in bounded
+        batches; SQLite, one writer anyway, deletes what it finds in one go)."""
+        before = self.clock() - self.retention
+        total = 0
+        while True:
+            with self.db.transaction() as tx:
+                deleted = rowcount(tx.execute("outbox_purge", {"before": before, "limit": batch}))
+            total += deleted
+            if deleted < batch:
+                return total
 
     def drain(self) -> int:
         total = 0

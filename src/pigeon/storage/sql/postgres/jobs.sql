@@ -1,0 +1,321 @@
+-- Named queries of pigeon.jobs on PostgreSQL: every name of sqlite/jobs.sql with the same
+-- meaning, plus a few set-based twins (``*_many``, ``job_claim_start``) that let a worker
+-- claim, start and finish a whole batch in one statement each. Claims take rows with
+-- FOR UPDATE SKIP LOCKED, so workers on many nodes never wait for each other's rows.
+
+-- name: rec_insert
+INSERT INTO pigeon_records (id, kind, data, status, created_at)
+VALUES (%(id)s, %(kind)s, %(data)s, %(status)s, %(now)s)
+
+-- name: rec_get
+SELECT id, kind, data, status, created_at, completed_at FROM pigeon_records WHERE id = %(id)s
+
+-- name: rec_complete
+UPDATE pigeon_records SET status = 'completed', completed_at = %(now)s
+WHERE id = %(id)s AND status <> 'completed'
+
+-- name: rec_counts
+SELECT status, count(*) AS n FROM pigeon_records GROUP BY status
+
+-- name: obl_insert
+INSERT INTO pigeon_obligations (record_id, name, job_id, status, updated_at)
+VALUES (%(record_id)s, %(name)s, %(job_id)s, %(status)s, %(now)s)
+
+-- name: obl_list
+SELECT record_id, name, job_id, status, updated_at FROM pigeon_obligations
+WHERE record_id = %(record_id)s ORDER BY name
+
+-- name: obl_set_status
+UPDATE pigeon_obligations SET status = %(status)s, updated_at = %(now)s
+WHERE record_id = %(record_id)s AND name = %(name)s
+
+-- name: obl_open_count
+SELECT count(*) AS n FROM pigeon_obligations
+WHERE record_id = %(record_id)s AND status <> 'completed'
+
+-- name: obl_counts
+SELECT name, status, count(*) AS n FROM pigeon_obligations GROUP BY name, status
+
+-- name: rec_event_insert
+INSERT INTO pigeon_record_events (record_id, obligation, state, detail, at)
+VALUES (%(record_id)s, %(obligation)s, %(state)s, %(detail)s, %(now)s)
+
+-- name: rec_events
+SELECT id, obligation, state, detail, at FROM pigeon_record_events
+WHERE record_id = %(record_id)s ORDER BY id
+
+-- name: job_insert
+-- The statement trigger pigeon_jobs_inserted sends the queue's NOTIFY (at commit).
+INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
+                         budget_start, scheduled_at, owner, record_id, obligation, unique_key)
+VALUES (%(queue)s, %(task)s, %(payload)s, 'queued', %(max_attempts)s, %(max_age)s, %(now)s,
+        %(now)s, %(scheduled_at)s, %(owner)s, %(record_id)s, %(obligation)s, %(unique_key)s)
+ON CONFLICT (unique_key) DO NOTHING
+RETURNING id
+
+-- name: job_by_unique_key
+SELECT id FROM pigeon_jobs WHERE unique_key = %(unique_key)s
+
+-- name: job_claim
+-- Expired leases and ready jobs come from their own partial indexes; SKIP LOCKED passes
+-- over rows another worker is claiming right now instead of queueing behind it.
+WITH expired AS (
+    SELECT id, scheduled_at FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+    ORDER BY reserved_until
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), ready AS (
+    SELECT id, scheduled_at FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+    ORDER BY scheduled_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
+    ORDER BY scheduled_at, id
+    LIMIT %(n)s
+), claimed AS (
+    UPDATE pigeon_jobs AS j
+    SET status = 'reserved', attempts = j.attempts + 1, lease_token = %(token)s,
+        worker = %(worker)s, reserved_until = %(until)s, started_at = %(now)s
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
+              j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
+              j.obligation, j.lease_token
+)
+SELECT * FROM claimed ORDER BY scheduled_at, id
+
+-- name: job_claim_start
+-- job_claim and job_attempt_start for the whole batch in one statement.
+WITH expired AS (
+    SELECT id, scheduled_at FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+    ORDER BY reserved_until
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), ready AS (
+    SELECT id, scheduled_at FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+    ORDER BY scheduled_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
+    ORDER BY scheduled_at, id
+    LIMIT %(n)s
+), claimed AS (
+    UPDATE pigeon_jobs AS j
+    SET status = 'reserved', attempts = j.attempts + 1, lease_token = %(token)s,
+        worker = %(worker)s, reserved_until = %(until)s, started_at = %(now)s
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
+              j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
+              j.obligation, j.lease_token
+), started AS (
+    INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
+    SELECT id, attempts, %(worker)s, %(now)s, 'running' FROM claimed
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET worker = excluded.worker, started_at = excluded.started_at, outcome = 'running',
+        finished_at = NULL, error = NULL
+)
+SELECT * FROM claimed ORDER BY scheduled_at, id
+
+-- name: job_attempt_start
+INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
+VALUES (%(job_id)s, %(attempt)s, %(worker)s, %(now)s, 'running')
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET worker = excluded.worker, started_at = excluded.started_at, outcome = 'running',
+    finished_at = NULL, error = NULL
+
+-- name: job_attempt_lost
+UPDATE pigeon_job_attempts SET outcome = 'lease_expired', finished_at = %(now)s
+WHERE job_id = %(job_id)s AND attempt < %(attempt)s AND outcome = 'running'
+
+-- name: job_attempt_finish
+UPDATE pigeon_job_attempts SET outcome = %(outcome)s, error = %(error)s, finished_at = %(now)s
+WHERE job_id = %(job_id)s AND attempt = %(attempt)s
+
+-- name: job_attempts
+SELECT attempt, worker, started_at, finished_at, outcome, error FROM pigeon_job_attempts
+WHERE job_id = %(job_id)s ORDER BY attempt
+
+-- name: job_renew
+UPDATE pigeon_jobs SET reserved_until = %(until)s
+WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
+  AND status = 'reserved'
+
+-- name: job_renew_many
+-- job_renew for parallel arrays of (id, attempt, token); returns the leases still held.
+UPDATE pigeon_jobs AS j SET reserved_until = %(until)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[])
+     AS held (id, attempt, token)
+WHERE j.id = held.id AND j.attempts = held.attempt AND j.lease_token = held.token
+  AND j.status = 'reserved'
+RETURNING j.id
+
+-- name: job_succeed
+UPDATE pigeon_jobs
+SET status = 'succeeded', finished_at = %(now)s, reserved_until = NULL, last_error = NULL
+WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
+  AND status = 'reserved'
+
+-- name: job_succeed_many
+-- job_succeed and job_attempt_finish(succeeded) for parallel arrays of (id, attempt,
+-- token); returns the jobs whose lease was still held (the others were rescued).
+WITH done AS (
+    UPDATE pigeon_jobs AS j
+    SET status = 'succeeded', finished_at = %(now)s, reserved_until = NULL, last_error = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[])
+         AS held (id, attempt, token)
+    WHERE j.id = held.id AND j.attempts = held.attempt AND j.lease_token = held.token
+      AND j.status = 'reserved'
+    RETURNING j.id, j.attempts
+), attempts AS (
+    UPDATE pigeon_job_attempts AS a
+    SET outcome = 'succeeded', error = NULL, finished_at = %(now)s
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+
+-- name: job_requeue
+UPDATE pigeon_jobs
+SET status = 'queued', scheduled_at = %(scheduled_at)s, reserved_until = NULL,
+    last_error = %(error)s, attempts = attempts - %(refund)s
+WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
+  AND status = 'reserved'
+
+-- name: job_fail
+UPDATE pigeon_jobs
+SET status = 'failed', finished_at = %(now)s, reserved_until = NULL, last_error = %(error)s,
+    owner = %(owner)s
+WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
+  AND status = 'reserved'
+
+-- name: job_notify
+-- Wake the idle workers of a queue (at commit) when a job becomes ready other than by
+-- insert: a release or a reviewed retry.
+SELECT pg_notify(pigeon_jobs_channel(%(queue)s), '')
+
+-- name: job_get
+SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
+       created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+FROM pigeon_jobs WHERE id = %(id)s
+
+-- name: job_list
+SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
+       created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+FROM pigeon_jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: job_review_retry
+UPDATE pigeon_jobs
+SET status = 'queued', attempt_base = attempts, budget_start = %(now)s, scheduled_at = %(now)s,
+    reserved_until = NULL, lease_token = NULL, finished_at = NULL
+WHERE id = %(id)s AND status = 'failed'
+
+-- name: job_review_cancel
+UPDATE pigeon_jobs
+SET status = 'cancelled', finished_at = %(now)s, reserved_until = NULL, lease_token = NULL
+WHERE id = %(id)s AND status IN ('failed', 'queued')
+
+-- name: job_review_insert
+INSERT INTO pigeon_job_reviews (job_id, action, reviewer, reason, at)
+VALUES (%(job_id)s, %(action)s, %(reviewer)s, %(reason)s, %(now)s)
+
+-- name: job_reviews
+SELECT action, reviewer, reason, at FROM pigeon_job_reviews
+WHERE job_id = %(job_id)s ORDER BY id
+
+-- name: job_queue_stats
+SELECT queue,
+       count(*) FILTER (WHERE status = 'queued' AND scheduled_at <= %(now)s) AS ready,
+       count(*) FILTER (WHERE status = 'queued' AND scheduled_at > %(now)s) AS delayed,
+       count(*) FILTER (WHERE status = 'reserved' AND reserved_until >= %(now)s) AS reserved,
+       count(*) FILTER (WHERE status = 'reserved' AND reserved_until < %(now)s) AS stuck,
+       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       min(scheduled_at) FILTER (WHERE status = 'queued' AND scheduled_at <= %(now)s)
+           AS oldest_ready_at
+FROM pigeon_jobs GROUP BY queue ORDER BY queue
+
+-- name: job_service_times
+SELECT a.finished_at - a.started_at AS seconds
+FROM pigeon_job_attempts AS a JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE j.queue = %(queue)s AND a.outcome = 'succeeded' AND a.finished_at IS NOT NULL
+ORDER BY a.finished_at DESC
+LIMIT %(limit)s
+
+-- name: outbox_insert
+INSERT INTO pigeon_outbox (message_id, topic, payload, created_at)
+VALUES (%(message_id)s, %(topic)s, %(payload)s, %(now)s)
+
+-- name: outbox_pending
+SELECT id, message_id, topic, payload, created_at, attempts FROM pigeon_outbox
+WHERE published_at IS NULL ORDER BY id LIMIT %(limit)s
+
+-- name: outbox_mark_published
+UPDATE pigeon_outbox SET published_at = %(now)s, attempts = attempts + 1
+WHERE id = %(id)s AND published_at IS NULL
+
+-- name: outbox_mark_error
+UPDATE pigeon_outbox SET attempts = attempts + 1, last_error = %(error)s WHERE id = %(id)s
+
+-- name: outbox_purge
+-- One bounded batch (oldest first): the relay repeats it, one short transaction each.
+DELETE FROM pigeon_outbox WHERE id IN (
+    SELECT id FROM pigeon_outbox
+    WHERE published_at IS NOT NULL AND published_at < %(before)s
+    ORDER BY published_at
+    LIMIT %(limit)s
+)
+
+-- name: outbox_counts
+SELECT count(*) FILTER (WHERE published_at IS NULL) AS pending,
+       count(*) FILTER (WHERE published_at IS NOT NULL) AS published
+FROM pigeon_outbox
+
+-- name: effect_get
+SELECT result FROM pigeon_effects WHERE scope = %(scope)s AND key = %(key)s
+
+-- name: effect_insert
+INSERT INTO pigeon_effects (scope, key, result, created_at)
+VALUES (%(scope)s, %(key)s, %(result)s, %(now)s)
+
+-- name: provider_get
+SELECT reference, provider, idempotency_key, request, status, result, attempts, created_at,
+       updated_at
+FROM pigeon_provider_calls WHERE reference = %(reference)s
+
+-- name: provider_insert
+INSERT INTO pigeon_provider_calls (reference, provider, idempotency_key, request, status,
+                                   created_at, updated_at)
+VALUES (%(reference)s, %(provider)s, %(idempotency_key)s, %(request)s, 'pending', %(now)s,
+        %(now)s)
+
+-- name: provider_attempt
+UPDATE pigeon_provider_calls SET attempts = attempts + 1, updated_at = %(now)s
+WHERE reference = %(reference)s
+
+-- name: provider_settle
+UPDATE pigeon_provider_calls SET status = %(status)s, result = %(result)s, updated_at = %(now)s
+WHERE reference = %(reference)s
+
+-- name: tick_claim
+INSERT INTO pigeon_schedule_ticks (schedule, tick, created_at)
+VALUES (%(schedule)s, %(tick)s, %(now)s)
+ON CONFLICT (schedule, tick) DO NOTHING
+
+-- name: tick_set_job
+UPDATE pigeon_schedule_ticks SET job_id = %(job_id)s
+WHERE schedule = %(schedule)s AND tick = %(tick)s
+
+-- name: tick_list
+SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
+WHERE schedule = %(schedule)s ORDER BY tick
