@@ -31,6 +31,8 @@ def migrations(backend: str, component: str) -> list[tuple[int, str]]:
     """Numbered migration scripts ``sql/<backend>/migrations/<component>_NNNN.sql`` in order."""
     folder = resources.files("pigeon.storage").joinpath("sql", backend, "migrations")
     found: list[tuple[int, str]] = []
+    if not folder.is_dir():  # a backend with no migrations yet (git keeps no empty folder)
+        return found
     for entry in folder.iterdir():
         name = entry.name
         if name.startswith(component + "_") and name.endswith(".sql"):
