@@ -23,6 +23,7 @@ EXPECTED = {
     "HLCTimestamp",
     "HybridLogicalClock",
     "InvalidOperation",
+    "InvalidIdempotencyKey",
     "InvalidState",
     "KeyInProgress",
     "NotFound",
@@ -65,3 +66,28 @@ def test_exception_tree() -> None:
         assert issubclass(cls, pigeon.DeliveryError)
     assert issubclass(pigeon.PayloadTooLarge, ValueError)
     assert issubclass(pigeon.DeliveryError, pigeon.PigeonError)
+
+
+def test_server_api() -> None:
+    import pigeon.server
+
+    assert set(pigeon.server.__all__) == {
+        "BearerAuth",
+        "IdempotencyMiddleware",
+        "IdempotencyPolicy",
+        "IdempotencyStore",
+        "Intake",
+        "IntakeContext",
+        "create_app",
+        "create_notes_app",
+        "read_ledger",
+    }
+    for name in pigeon.server.__all__:
+        assert getattr(pigeon.server, name) is not None
+
+
+def test_jobs_api_resolves() -> None:
+    import pigeon.jobs
+
+    for name in pigeon.jobs.__all__:
+        assert getattr(pigeon.jobs, name) is not None, name

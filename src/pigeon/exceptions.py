@@ -5,7 +5,8 @@ PigeonError
 │   ├── PayloadNotSerializable
 │   ├── PayloadTooLarge
 │   ├── EmptyEntity
-│   └── UnknownOperationType
+│   ├── UnknownOperationType
+│   └── InvalidIdempotencyKey   server: missing or malformed key; nothing executed
 ├── StoreError                  the database file cannot be used as asked
 │   ├── ForeignDatabase         not a pigeon file of this kind; never rewritten
 │   ├── SchemaTooNew            written by a newer pigeon; never rewritten
@@ -48,6 +49,10 @@ class EmptyEntity(InvalidOperation):
 
 class UnknownOperationType(InvalidOperation):
     pass
+
+
+class InvalidIdempotencyKey(InvalidOperation):
+    """The Idempotency-Key is missing or malformed; nothing was executed."""
 
 
 class StoreError(PigeonError):

@@ -11,12 +11,10 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from pigeon.exceptions import InvalidOperation
+from pigeon.exceptions import InvalidIdempotencyKey
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH, canonical_json
 
-
-class InvalidIdempotencyKey(InvalidOperation):
-    """The Idempotency-Key is missing or malformed; nothing was executed."""
+__all__ = ["InvalidIdempotencyKey", "check_key", "fingerprint", "validate_key"]
 
 
 def validate_key(values: Sequence[str]) -> str:
