@@ -22,11 +22,13 @@ from starlette.routing import Route
 
 from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.server.answers import add_answers
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
+from pigeon.server.records import records_routes
 from pigeon.storage.base import Database, Row, Tx
 
 LEDGER_PATH = "/pigeon/v1/ledger"
@@ -209,6 +211,7 @@ def create_notes_app(
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     intake.add_operation("PATCH", "/notes/{id}", patch_note)
     intake.add_operation("DELETE", "/notes/{id}", delete_note)
+    add_answers(intake)  # the accountable resource: records, obligations, jobs (202)
 
     async def list_notes(request: Request) -> Response:
         try:
@@ -244,6 +247,7 @@ def create_notes_app(
         Route("/notes", list_notes, methods=["GET"]),
         Route("/notes/{id}", get_note, methods=["GET"]),
         Route(LEDGER_PATH, ledger, methods=["GET"]),
+        *records_routes(db),
     ]
     app = create_app(
         intake,

@@ -1,0 +1,67 @@
+"""The reference app's accountable resource: answers that must be graded and acknowledged.
+
+``POST /answers`` commits, in the intake's one transaction, the idempotency claim, the
+answer as a record, its obligations (``grading``, and ``notify`` when the answer names
+someone to tell), their jobs, and an outbox message announcing the answer. Only then does
+it answer ``202 {"status": "received", "pending": [...]}``: a fast "received", never an
+invented grade. The grade appears in the record (``GET /pigeon/v1/records/{id}``) when a
+worker has done it; a replay of the POST returns the stored acceptance, whose ``Location``
+names the record holding the current, approved state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pigeon.jobs import outbox, records
+from pigeon.jobs.job import JobSpec
+from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+from pigeon.server.problems import problem
+
+ANSWERS_PATH = "/answers"
+ANSWER_TOPIC = "answers.received"
+
+
+def accept_answer(ctx: IntakeContext) -> HandlerResult:
+    body = ctx.body
+    error = _invalid(body)
+    if error is not None:
+        detail = problem(422, "invalid-answer", "Invalid answer", error)
+        return 422, detail, {"content-type": PROBLEM_JSON}
+    assert isinstance(body, dict)
+    data = {k: body[k] for k in ("question", "answer", "expected", "notify") if k in body}
+    data["principal"] = ctx.principal
+    record_id = str(uuid.uuid4())
+    grading = {"answer_id": record_id, "answer": body["answer"], "expected": body.get("expected")}
+    obligations = {"grading": JobSpec("grading", "grade", grading)}
+    if body.get("notify"):
+        message = f"answer to {body['question']!r} received"
+        obligations["notify"] = JobSpec(
+            "notify", "send", {"to": body["notify"], "message": message}
+        )
+    records.accept(
+        ctx.tx, kind="answer", data=data, obligations=obligations, record_id=record_id, now=ctx.now
+    )
+    announce = {"record": record_id, "question": body["question"]}
+    outbox.add(ctx.tx, ANSWER_TOPIC, announce, now=ctx.now)
+    location = f"/pigeon/v1/records/{record_id}"
+    reply = {"status": "received", "record": record_id, "pending": sorted(obligations)}
+    return 202, reply, {"Location": location}
+
+
+def _invalid(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    for field in ("question", "answer"):
+        if not isinstance(body.get(field), str) or not body[field].strip():
+            return f"{field!r} must be a non-empty string"
+    for field in ("expected", "notify"):
+        if field in body and body[field] is not None and not isinstance(body[field], str):
+            return f"{field!r} must be a string when given"
+    return None
+
+
+def add_answers(intake: Intake) -> None:
+    intake.add_operation("POST", ANSWERS_PATH, accept_answer)
