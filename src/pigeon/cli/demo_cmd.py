@@ -24,8 +24,7 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,
     timeout: Annotated[float, typer.Option(help="Give up syncing after this many s.")] = 120,
 ) -> None:
-    """Edit notes offline, reconnect through dropped, duplicated and failed requests, and
-    show that every edit took effect on the server exactly once."""
+    """Edit notes offline, sync through a faulty network, prove every edit landed once."""
     console = Console()
     console.rule("[bold]pigeon demo")
     console.print(
