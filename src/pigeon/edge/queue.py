@@ -9,6 +9,8 @@ one transaction and one fsync (group commit); each returns once its own row is d
 from __future__ import annotations
 
 import contextlib
+import enum
+import math
 import os
 import random
 import time
@@ -27,6 +29,15 @@ from pigeon.edge.validate import encode_payload, entity_name, operation_type, ro
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
 
 FailureKind = Literal["transient", "permanent", "conflict"]
+
+
+class _NotSent(enum.Enum):
+    """``release()`` without ``retry_after``: the operation never reached the server."""
+
+    NOT_SENT = "not sent"
+
+
+NOT_SENT = _NotSent.NOT_SENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,12 +285,43 @@ class OfflineQueue:
                 next_attempt_at=now + delay,
             )
 
-    def release(self, op_id: str) -> None:
-        """IN_FLIGHT back to PENDING without spending an attempt: it was not sent."""
+    def release(self, op_id: str, *, retry_after: float | _NotSent | None = NOT_SENT) -> Operation:
+        """IN_FLIGHT back to PENDING without spending an attempt.
+
+        Without ``retry_after``: it was not sent (offline, never attempted), so it is due
+        at once and, if it was never sent before, may still be folded into or cancelled.
+
+        With ``retry_after`` (409 "key in progress"): the server holds the key and is still
+        working on it. That is not a failure, so no attempt is spent, but the operation
+        stays marked as sent (never folded into, never cancelled: the server may complete
+        it) and is due again ``retry_after`` seconds from now; ``None`` means the server
+        named no delay, and the policy's first backoff (``base``) is used."""
+        sent = retry_after is not NOT_SENT
+        delay = self._release_delay(retry_after)
         with self._store.write() as tx:
             row = self._store.row(tx, op_id)
             st.require(row, OpStatus.IN_FLIGHT, action="release")
-            tx.execute("release", {"seq": row["seq"], "now": self._now()})
+            due = self._now() + delay
+            tx.execute("release", {"seq": row["seq"], "at": due, "unsent": int(not sent)})
+            return st.to_operation(
+                {**row, "status": OpStatus.PENDING.value, "next_attempt_at": due}
+                | ({} if sent else {"dispatches": max(row["dispatches"] - 1, 0)})
+            )
+
+    def _release_delay(self, retry_after: float | _NotSent | None) -> float:
+        if isinstance(retry_after, _NotSent):
+            return 0.0
+        if retry_after is None:
+            return self.retry_policy.backoff(1)
+        if (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, int | float)
+            or not math.isfinite(retry_after)
+        ):
+            raise InvalidOperation(
+                f"retry_after must be a finite number of seconds or None, not {retry_after!r}"
+            )
+        return max(float(retry_after), 0.0)
 
     # -- repair --------------------------------------------------------------------------
 

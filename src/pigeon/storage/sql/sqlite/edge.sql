@@ -100,8 +100,10 @@ UPDATE operations
  WHERE seq = :seq;
 
 -- name: release
+-- :unsent is 1 when the operation never reached the server (it may be folded into again
+-- if no earlier dispatch reached it either), 0 when the server holds its key (409).
 UPDATE operations
-   SET status = 'pending', dispatches = max(dispatches - 1, 0), next_attempt_at = :now
+   SET status = 'pending', dispatches = max(dispatches - :unsent, 0), next_attempt_at = :at
  WHERE seq = :seq;
 
 -- name: unhold_conflict
@@ -160,13 +162,15 @@ SELECT min(created_at) AS created_at FROM (
 );
 
 -- name: next_backoff
+-- Heads that were sent before (failed, or released after 409) wait until their time.
 SELECT next_attempt_at AS at FROM operations INDEXED BY operations_backoff
- WHERE head = 1 AND status = 'pending' AND attempts > 0
+ WHERE head = 1 AND status = 'pending' AND (attempts > 0 OR dispatches > 0)
  ORDER BY next_attempt_at LIMIT 1;
 
 -- name: first_fresh
+-- Never-sent heads are due from the moment they were made (or released unsent).
 SELECT next_attempt_at AS at FROM operations
- WHERE head = 1 AND status = 'pending' AND attempts = 0
+ WHERE head = 1 AND status = 'pending' AND attempts = 0 AND dispatches = 0
  ORDER BY seq LIMIT 1;
 
 -- name: purge_delivered
