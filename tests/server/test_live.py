@@ -64,7 +64,7 @@ def test_two_keys_with_identical_bodies_over_http_are_two_effects(db: Database) 
 
 @contextmanager
 def crashing_server(
-    path: Path, die_on: str | None = None
+    path: Path | str, die_on: str | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     args = [sys.executable, str(HERE / "crashing_server.py"), str(path)]
     proc = subprocess.Popen(
@@ -88,8 +88,8 @@ def crashing_server(
 
 
 @pytest.mark.slow
-def test_killed_after_commit_before_response_then_the_resend_replays(tmp_path: Path) -> None:
-    path = tmp_path / "server.db"
+def test_killed_after_commit_before_response_then_the_resend_replays(server_db_url: str) -> None:
+    path = server_db_url
     open_server_db(path).close()
     single = {"id": "n1", "title": "survives"}
     ops = [

@@ -39,7 +39,7 @@ from starlette.convertors import Convertor
 from starlette.routing import compile_path
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
-from pigeon.exceptions import InvalidOperation, StoreUnavailable
+from pigeon.exceptions import ConfigurationError, InvalidOperation, StoreUnavailable
 from pigeon.protocol.wire import PROBLEM_JSON, REPLAYED, canonical_json
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
@@ -246,6 +246,8 @@ class Intake:
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""
+        if batch < 1:
+            raise ConfigurationError(f"the purge batch must be at least 1, not {batch}")
         responses = claims = 0
         while True:
             with self._transaction() as tx:

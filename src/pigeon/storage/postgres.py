@@ -1,14 +1,20 @@
 """PostgreSQL backend: many intake processes and worker nodes on one database.
 
 A psycopg 3 connection pool; every transaction borrows one connection for its duration.
-Broken connections (a restarted server) are checked out of the pool and replaced, so a
-process survives the database going away and coming back. Migrations are numbered like
-SQLite's and applied under an advisory lock, so two processes starting at once do not race.
+A connection whose backend went away (a restarted server, a terminated backend) is found
+at checkout and replaced at once, so a process survives the database going away and
+coming back. While it is away a transaction waits at most ``acquire_timeout`` for a
+connection and then raises ``StoreUnavailable`` (the intake answers 503: fail closed,
+never run without the claim). A pool slot whose reconnection keeps failing gives up after
+``reconnect_timeout`` and is re-grown on demand, so recovery after a long outage does not
+wait out a long backoff. Migrations are numbered like SQLite's and applied under an
+advisory lock, so two processes starting at once do not race.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,6 +27,7 @@ from pigeon.exceptions import SchemaTooNew, StoreUnavailable
 from pigeon.storage.queries import migrations
 
 Row = dict[str, Any]
+Connection = psycopg.Connection[Row]
 
 _VERSION_TABLE = """
 CREATE TABLE IF NOT EXISTS pigeon_schema (
@@ -30,12 +37,31 @@ CREATE TABLE IF NOT EXISTS pigeon_schema (
 """
 
 
+def usable(conn: Connection) -> bool:
+    """Is this idle pooled connection still connected? Costs a round trip only if in doubt.
+
+    An idle connection has nothing to read unless its server went away: a terminated
+    backend leaves its FATAL message and EOF on the socket. Only then is it probed.
+    """
+    if conn.closed or conn.broken:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        if not poller.poll(0):
+            return True
+        ConnectionPool.check_connection(conn)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return True
+
+
 class PostgresTx:
     """An open transaction on one pooled connection, with named queries and savepoints."""
 
     backend = "postgres"
 
-    def __init__(self, conn: psycopg.Connection[Row], queries: Mapping[str, str]) -> None:
+    def __init__(self, conn: Connection, queries: Mapping[str, str]) -> None:
         self.conn = conn
         self.queries = queries
 
@@ -70,17 +96,23 @@ class PostgresDatabase:
         min_size: int = 1,
         max_size: int = 8,
         timeout: float = 30.0,
+        acquire_timeout: float = 10.0,
+        reconnect_timeout: float = 10.0,
+        connect_timeout: int = 5,
     ) -> None:
         self.url = url
         self.queries = queries
-        self.pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+        self.connect_timeout = connect_timeout
+        # No pool-side check: its failure path sleeps a backoff per dead connection
+        # (1 s, 2 s, ...), where ``usable`` discards them and moves on at once.
+        self.pool: ConnectionPool[Connection] = ConnectionPool(
             url,
-            connection_class=psycopg.Connection[Row],
-            kwargs={"row_factory": dict_row},
+            connection_class=Connection,
+            kwargs={"row_factory": dict_row, "connect_timeout": connect_timeout},
             min_size=min_size,
             max_size=max_size,
-            timeout=timeout,
-            check=ConnectionPool.check_connection,
+            timeout=acquire_timeout,
+            reconnect_timeout=reconnect_timeout,
             open=False,
         )
         try:
@@ -88,12 +120,16 @@ class PostgresDatabase:
         except Exception as exc:
             self.pool.close()
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
-        for component in components:
-            self._migrate(component)
+        try:
+            for component in components:
+                self._migrate(component)
+        except BaseException:
+            self.pool.close()
+            raise
 
     def _migrate(self, component: str) -> None:
         steps = migrations("postgres", component)
-        with self.pool.connection() as conn, conn.transaction():
+        with self.connection() as conn, conn.transaction():
             # One migrator at a time across processes; the lock ends with the transaction.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"pigeon-migrate"),))
             conn.execute(_VERSION_TABLE)
@@ -115,19 +151,50 @@ class PostgresDatabase:
                     (component, len(steps)),
                 )
 
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[PostgresTx]:
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                yield PostgresTx(conn, self.queries)
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+    def _checkout(self) -> Connection:
+        # Every pooled connection may be dead after an outage: at most max_size discards
+        # (each replaced in the background), then a fresh one or the acquire timeout.
+        for _ in range(self.pool.max_size + 1):
+            conn = self.pool.getconn()
+            if usable(conn):
+                return conn
+            self.pool.putconn(conn)  # closed: the pool drops it and connects a new one
+        raise StoreUnavailable("PostgreSQL unavailable: every pooled connection was dead")
 
     @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Row]]:
-        """A pooled connection outside any transaction (LISTEN, advisory locks)."""
-        with self.pool.connection() as conn:
+    def connection(self) -> Iterator[Connection]:
+        """A pooled connection outside any transaction (short-lived advisory locks)."""
+        try:
+            conn = self._checkout()
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        try:
             yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        finally:
+            self.pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[PostgresTx]:
+        with self.connection() as conn, conn.transaction():
+            yield PostgresTx(conn, self.queries)
+
+    def dedicated_connection(self) -> Connection:
+        """A new autocommit connection of its own, outside the pool, for the caller to close.
+
+        For what holds a connection indefinitely (``LISTEN``): borrowing a pooled one for
+        that would shrink the pool the transactions share.
+        """
+        try:
+            return Connection.connect(
+                self.url,
+                autocommit=True,
+                row_factory=dict_row,
+                connect_timeout=self.connect_timeout,
+            )
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
 
     def close(self) -> None:
         self.pool.close()

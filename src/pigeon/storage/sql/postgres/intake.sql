@@ -61,33 +61,33 @@ RETURNING idem_key
 
 -- name: purge_responses
 -- At most %(limit)s rows per call (the caller loops, one short transaction per batch);
--- SKIP LOCKED: the purge never waits behind, nor blocks, a request holding a key.
-UPDATE idempotency_claims AS c
+-- SKIP LOCKED: the purge never waits behind, nor blocks, a request holding a key. The
+-- rows are addressed by ctid (a TID scan: no join plan can turn into a table scan) and
+-- the condition is checked again, so a row changed meanwhile is left for the next round.
+UPDATE idempotency_claims
 SET response_body = NULL, response_headers = NULL
-FROM (
-    SELECT principal, idem_key
-    FROM idempotency_claims
-    WHERE response_body IS NOT NULL AND response_expires_at <= %(now)s
-      AND state = 'completed'
-    ORDER BY response_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) AS due
-WHERE c.principal = due.principal AND c.idem_key = due.idem_key
-RETURNING c.idem_key
+WHERE ctid = ANY (ARRAY(
+        SELECT ctid
+        FROM idempotency_claims
+        WHERE response_body IS NOT NULL AND response_expires_at <= %(now)s
+          AND state = 'completed'
+        ORDER BY response_expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED))
+  AND response_body IS NOT NULL AND response_expires_at <= %(now)s AND state = 'completed'
+RETURNING idem_key
 
 -- name: purge_claims
-DELETE FROM idempotency_claims AS c
-USING (
-    SELECT principal, idem_key
-    FROM idempotency_claims
-    WHERE claim_expires_at <= %(now)s AND (state = 'completed' OR locked_until <= %(now)s)
-    ORDER BY claim_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) AS due
-WHERE c.principal = due.principal AND c.idem_key = due.idem_key
-RETURNING c.idem_key
+DELETE FROM idempotency_claims
+WHERE ctid = ANY (ARRAY(
+        SELECT ctid
+        FROM idempotency_claims
+        WHERE claim_expires_at <= %(now)s AND (state = 'completed' OR locked_until <= %(now)s)
+        ORDER BY claim_expires_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED))
+  AND claim_expires_at <= %(now)s AND (state = 'completed' OR locked_until <= %(now)s)
+RETURNING idem_key
 
 -- name: claim_stats
 SELECT count(*) AS claims,
