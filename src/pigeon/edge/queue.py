@@ -13,9 +13,9 @@ import enum
 import math
 import os
 import random
+import threading
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -25,6 +25,9 @@ from pigeon.edge.commit import GroupCommit
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.retry import RetryPolicy
+from pigeon.edge.stats import QueueStats as QueueStats
+from pigeon.edge.stats import collect_stats
+from pigeon.edge.subscribers import Subscribers
 from pigeon.edge.validate import encode_payload, entity_name, operation_type, route
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
 
@@ -38,19 +41,6 @@ class _NotSent(enum.Enum):
 
 
 NOT_SENT = _NotSent.NOT_SENT
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    depth: int  # live operations: pending + in flight + conflict-held
-    oldest_age: float | None  # seconds since the oldest live operation was made
-    in_flight: int
-    dead: int
-    conflicts: int
-    delivered: int  # kept until purge_delivered()
-    entities_blocked: int  # entities whose head is conflict-held or backing off
-    paused: str | None  # why sending is paused (e.g. authorisation needed), or None
-    coalesced: int = 0  # sends saved by coalescing since the file was made
 
 
 class OfflineQueue:
@@ -110,6 +100,8 @@ class OfflineQueue:
         self._restore_clock(state["clock"])
         self._issued = False
         self._group: GroupCommit[st.NewOp, Operation] = GroupCommit(self._commit)
+        self._subscribers = Subscribers()
+        self._local = threading.local()  # enqueues inside batch(), told once it commits
 
     def _restore_clock(self, folded: str) -> None:
         """Never issue a stamp below one already stored, even if the device clock went
@@ -168,14 +160,31 @@ class OfflineQueue:
             outcome = self._commit([make()])[0]
             if isinstance(outcome, BaseException):
                 raise outcome
+            self._local.enqueued = True
             return outcome
-        return self._group.submit(make)
+        stored = self._group.submit(make)
+        self._subscribers.notify()
+        return stored
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Group this thread's calls into one transaction and one fsync, e.g. marking a
         whole batch response delivered. Durable, all together, when the block exits; an
         exception out of the block rolls all of it back."""
-        return self._store.batch()
+        return self._batch()
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        if self._store.in_batch():
+            yield
+            return
+        self._local.enqueued = False
+        try:
+            with self._store.batch():
+                yield
+        finally:
+            enqueued, self._local.enqueued = self._local.enqueued, False
+        if enqueued:  # committed: only now may a subscriber see the operations
+            self._subscribers.notify()
 
     def _commit(self, batch: Sequence[st.NewOp]) -> list[Operation | BaseException]:
         outcomes: list[Operation | BaseException] = []
@@ -200,6 +209,18 @@ class OfflineQueue:
                 # folded operation got without a new row (see _restore_clock).
                 tx.execute("bump_state", {"clock": batch[-1].clock, "coalesced": saved})
         return outcomes
+
+    # -- subscribers ---------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` after every enqueue has committed (e.g. to wake a sync
+        engine). It runs in the enqueuing thread, outside any transaction, so it may use
+        the queue; it should be quick. An exception it raises is logged, never raised."""
+        self._subscribers.add(callback)
+
+    def unsubscribe(self, callback: Callable[[], object]) -> None:
+        """Stop calling ``callback`` (once per time it was subscribed); unknown: no-op."""
+        self._subscribers.remove(callback)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -369,26 +390,7 @@ class OfflineQueue:
 
     def stats(self) -> QueueStats:
         with self._store.write() as tx:  # one snapshot for every count
-            state = tx.fetchone("get_state")
-            assert state is not None
-            oldest = tx.fetchone("oldest_head")
-            created = None if oldest is None else oldest["created_at"]
-
-            def count(name: str, **params: Any) -> int:
-                row = tx.fetchone(name, params)
-                return 0 if row is None else int(row["n"])
-
-            return QueueStats(
-                depth=count("count_live"),
-                oldest_age=None if created is None else max(self._now() - created, 0.0),
-                in_flight=count("count_heads", status="in_flight"),
-                dead=count("count_dead"),
-                conflicts=count("count_heads", status="conflict"),
-                delivered=count("count_delivered"),
-                entities_blocked=count("count_blocked"),
-                paused=state["paused"],
-                coalesced=int(state["coalesced"]),
-            )
+            return collect_stats(tx, self._now())
 
     def next_due_at(self) -> float | None:
         """When the next operation is due (the scheduler's timer); at or before ``now``
