@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,7 +25,9 @@ def parse_queues(values: list[str]) -> dict[str, int]:
 
 
 def worker(
-    db: Annotated[Path, typer.Option("--db", help="The server database file.")],
+    db: Annotated[
+        str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+    ],
     queue: Annotated[list[str], typer.Option("--queue", help="NAME=THREADS, repeatable.")],
     app: Annotated[str, typer.Option("--app", help="module:attr of a pigeon.jobs.App.")] = DEMO_APP,
     processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
