@@ -51,6 +51,8 @@ class FailedStore:
                 raise NotFound(f"no job {job_id}")
             if not rowcount(tx.execute(query, {"id": job_id, "now": now})):
                 raise InvalidState(f"job {job_id} is {job['status']}; cannot {action} it")
+            if action == "retry" and tx.backend == "postgres":
+                tx.execute("job_notify", {"queue": job["queue"]})  # wake idle workers
             tx.execute(
                 "job_review_insert",
                 {

@@ -1,9 +1,11 @@
 """The JobManager: every state change of a job, each one a single transaction.
 
-Claiming is "up to n jobs of queue q for worker w with lease L" in one statement, so the
-PostgreSQL twin can do it with ``FOR UPDATE SKIP LOCKED``. Finishing is a compare-and-set
-on (job, attempt, lease token): a worker whose lease expired and whose job was rescued by
-another worker cannot overwrite the rescuer's outcome.
+Claiming is "up to n jobs of queue q for worker w with lease L" in one statement (on
+PostgreSQL with ``FOR UPDATE SKIP LOCKED``, the attempts started in the same statement).
+Finishing is a compare-and-set on (job, attempt, lease token): a worker whose lease expired
+and whose job was rescued by another worker cannot overwrite the rescuer's outcome. On
+PostgreSQL, where every statement is a round trip, a batch's successes and lease renewals
+are one set-based statement each.
 """
 
 from __future__ import annotations
@@ -86,6 +88,16 @@ class FailedJob:
     record_id: str | None
 
 
+def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
+    """Parallel arrays of (id, attempt, token) for the set-based PostgreSQL statements."""
+    return {
+        "ids": [j.id for j in jobs],
+        "attempts": [j.attempt for j in jobs],
+        "tokens": [j.token for j in jobs],
+        "until": until,
+    }
+
+
 def describe(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
 
@@ -114,28 +126,30 @@ class JobManager:
         now = self.clock()
         token = uuid.uuid4().hex
         alerts: list[FailedJob | None] = []
+        params = {
+            "queue": queue,
+            "worker": worker,
+            "token": token,
+            "now": now,
+            "until": now + lease,
+            "n": n,
+        }
         with self.db.transaction() as tx:
-            rows = tx.fetchall(
-                "job_claim",
-                {
-                    "queue": queue,
-                    "worker": worker,
-                    "token": token,
-                    "now": now,
-                    "until": now + lease,
-                    "n": n,
-                },
-            )
-            jobs = [Job.from_row(row, now) for row in rows]
-            if not jobs:
-                return []
-            tx.executemany(
-                "job_attempt_start",
-                [
-                    {"job_id": j.id, "attempt": j.attempt, "worker": worker, "now": now}
-                    for j in jobs
-                ],
-            )
+            if tx.backend == "postgres":
+                jobs = [Job.from_row(row, now) for row in tx.fetchall("job_claim_start", params)]
+                if not jobs:
+                    return []
+            else:
+                jobs = [Job.from_row(row, now) for row in tx.fetchall("job_claim", params)]
+                if not jobs:
+                    return []
+                tx.executemany(
+                    "job_attempt_start",
+                    [
+                        {"job_id": j.id, "attempt": j.attempt, "worker": worker, "now": now}
+                        for j in jobs
+                    ],
+                )
             runnable = []
             for job in jobs:
                 if job.attempt > 1:
@@ -157,6 +171,9 @@ class JobManager:
         until = self.clock() + lease
         lost = []
         with self.db.transaction() as tx:
+            if tx.backend == "postgres":
+                held = {row["id"] for row in tx.fetchall("job_renew_many", _arrays(jobs, until))}
+                return [job for job in jobs if job.id not in held]
             for job in jobs:
                 if not rowcount(tx.execute("job_renew", {**job.key(), "until": until})):
                     lost.append(job)
@@ -167,15 +184,44 @@ class JobManager:
         if not outcomes:
             return []
         now = self.clock()
-        results, alerts = [], []
+        results: dict[int, bool] = {}
+        alerts = []
         with self.db.transaction() as tx:
-            for outcome in outcomes:
+            rest = list(enumerate(outcomes))
+            if tx.backend == "postgres":
+                rest = self._succeed_many(tx, rest, results, now)
+            for index, outcome in rest:
                 ok, alert = self._finish_one(tx, outcome, now)
-                results.append(ok)
+                results[index] = ok
                 if alert is not None:
                     alerts.append(alert)
         self._alert(alerts)
-        return results
+        return [results[i] for i in range(len(outcomes))]
+
+    def _succeed_many(
+        self, tx: Tx, items: list[tuple[int, Outcome]], results: dict[int, bool], now: float
+    ) -> list[tuple[int, Outcome]]:
+        """Record every success of the batch in one statement; returns the other outcomes.
+        Successes that belong to a record then settle their obligation one by one."""
+        wins = [(i, o) for i, o in items if o.error is None]
+        if not wins:
+            return items
+        params = _arrays([o.job for _, o in wins], None)
+        done = {row["id"] for row in tx.fetchall("job_succeed_many", {**params, "now": now})}
+        for index, outcome in wins:
+            job = outcome.job
+            results[index] = job.id in done
+            if job.id in done and job.record_id:
+                self._record_success(tx, job, now)
+        return [(i, o) for i, o in items if o.error is not None]
+
+    def _record_success(self, tx: Tx, job: Job, now: float) -> None:
+        """The ledger side of a success: the attempt event, then the obligation."""
+        self._attempt_event(tx, job, "succeeded", None, now)
+        if job.record_id and job.obligation:
+            ledger.settle_obligation(
+                tx, job.record_id, job.obligation, "completed", {"job_id": job.id}, now=now
+            )
 
     def release(self, jobs: Sequence[Job]) -> int:
         """Give jobs back untouched (graceful stop): ready at once, the attempt refunded."""
@@ -189,6 +235,8 @@ class JobManager:
                 )
                 if rowcount(cursor):
                     released += 1
+                    if tx.backend == "postgres":  # ready again at once: wake idle workers
+                        tx.execute("job_notify", {"queue": job.queue})
                     tx.execute(
                         "job_attempt_finish",
                         {
@@ -206,11 +254,8 @@ class JobManager:
         if error is None:
             if not rowcount(tx.execute("job_succeed", {**job.key(), "now": now})):
                 return False, None
-            self._attempt_done(tx, job, "succeeded", None, now)
-            if job.record_id and job.obligation:
-                ledger.settle_obligation(
-                    tx, job.record_id, job.obligation, "completed", {"job_id": job.id}, now=now
-                )
+            self._attempt_done(tx, job, "succeeded", None, now, event=False)
+            self._record_success(tx, job, now)
             return True, None
         message = describe(error)
         reason = None
@@ -244,7 +289,9 @@ class JobManager:
             return f"older than its max age ({now - job.budget_start:.1f}s > {job.max_age:g}s)"
         return None
 
-    def _attempt_done(self, tx: Tx, job: Job, outcome: str, error: str | None, now: float) -> None:
+    def _attempt_done(
+        self, tx: Tx, job: Job, outcome: str, error: str | None, now: float, *, event: bool = True
+    ) -> None:
         tx.execute(
             "job_attempt_finish",
             {
@@ -255,6 +302,10 @@ class JobManager:
                 "now": now,
             },
         )
+        if event:
+            self._attempt_event(tx, job, outcome, error, now)
+
+    def _attempt_event(self, tx: Tx, job: Job, outcome: str, error: str | None, now: float) -> None:
         if job.record_id:
             detail = {
                 "job_id": job.id,

@@ -13,6 +13,7 @@ meanwhile.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import resource
@@ -21,8 +22,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
+from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.job import Job
@@ -31,6 +34,7 @@ from pigeon.jobs.schedule import Scheduler
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.worker")
+T = TypeVar("T")
 
 STOPPED = 0
 RECYCLE = 3  # exit code asking the supervisor for a fresh process
@@ -42,6 +46,7 @@ class _Held:
     job: Job
     started: float = 0.0  # monotonic; 0 while claimed but not yet running
     timed_out: bool = False
+    lost: bool = False  # the heartbeat found the lease gone (expired and rescued)
 
 
 @dataclass
@@ -52,6 +57,7 @@ class WorkerStats:
     released: int = 0
     lost: int = 0
     timed_out: int = 0
+    unrecorded: int = 0  # outcomes the database never heard of (left to lease expiry)
     by_queue: dict[str, int] = field(default_factory=dict)
 
 
@@ -76,6 +82,7 @@ class Worker:
         recycle_jobs: int | None = None,
         recycle_mib: float | None = None,
         poll: float = 0.05,
+        poll_max: float = 0.5,
         batch: int | None = None,
         schedules: bool = True,
         on_stuck: Callable[[], None] | None = None,
@@ -91,6 +98,9 @@ class Worker:
         self.recycle_jobs = recycle_jobs
         self.recycle_mib = recycle_mib
         self.poll = poll
+        # Polling backs off from ``poll`` to ``poll_max`` while a queue stays empty; on
+        # PostgreSQL a NOTIFY wakes the queue's threads at once, polling is the fallback.
+        self.poll_max = max(poll, poll_max)
         self.batch = batch
         self.schedules = schedules
         self.on_stuck = on_stuck
@@ -98,13 +108,17 @@ class Worker:
         self.stats = WorkerStats()
         self.exit_code = STOPPED
         self._stop = threading.Event()
-        self._held: dict[int, _Held] = {}
+        # Keyed by (job, lease token): after a lease expires, another thread of this very
+        # process may hold the same job under a new token.
+        self._held: dict[tuple[int, str], _Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self.wakeup = wakeup.for_database(db, self.queues)
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
+        self.wakeup.start()
         for queue, count in self.queues.items():
             for i in range(count):
                 self._spawn(f"{queue}-{i}", self._loop, queue)
@@ -122,6 +136,7 @@ class Worker:
         if not self._stop.is_set():
             self.exit_code = code
             self._stop.set()
+            self.wakeup.wake_all()
 
     @property
     def stopping(self) -> bool:
@@ -133,7 +148,10 @@ class Worker:
         for thread in self._threads:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(left)
-        return not any(t.is_alive() for t in self._threads)
+        done = not any(t.is_alive() for t in self._threads)
+        if done:
+            self.wakeup.close()
+        return done
 
     def run(self, grace: float | None = None) -> int:
         self.start()
@@ -151,15 +169,16 @@ class Worker:
         batch = self.batch or config.batch
         idle = self.poll
         while not self._stop.is_set():
+            seen = self.wakeup.generation(queue)
             try:
                 jobs = self.manager.claim(queue, self.name, batch, lease)
-            except Exception:
-                log.exception("claim on %s failed", queue)
-                self._stop.wait(1.0)
+            except Exception as exc:
+                log.warning("claim on %s failed (%s); retrying", queue, exc)
+                self._stop.wait(min(1.0, lease / 4))
                 continue
             if not jobs:
-                self._stop.wait(idle)
-                idle = min(idle * 2, 0.5)
+                self.wakeup.wait(queue, seen, idle)
+                idle = min(idle * 2, self.poll_max)
                 continue
             idle = self.poll
             self._run_batch(queue, jobs)
@@ -169,7 +188,7 @@ class Worker:
         with self._lock:
             self.stats.claimed += len(jobs)
             for job in jobs:
-                self._held[job.id] = _Held(job)
+                self._held[job.id, job.token] = _Held(job)
         outcomes: list[Outcome] = []
         flushed = time.monotonic()
         for index, job in enumerate(jobs):
@@ -177,7 +196,8 @@ class Worker:
                 rest = jobs[index:]
                 self._flush(outcomes)
                 outcomes = []
-                self.stats.released += self.manager.release(rest)
+                released = self._persist(rest, functools.partial(self.manager.release, rest))
+                self.stats.released += released or 0
                 self._forget(rest)
                 break
             outcome = self._execute(job)
@@ -194,7 +214,12 @@ class Worker:
     def _execute(self, job: Job) -> Outcome | None:
         config = self.app.queue_config(job.queue)
         with self._lock:
-            held = self._held[job.id]
+            held = self._held.get((job.id, job.token))
+            if held is None or held.lost:
+                # Never start a job whose lease is gone: its rescuer runs it.
+                self._held.pop((job.id, job.token), None)
+                self.stats.lost += 1
+                return None
             held.started = time.monotonic()
         try:
             task = self.app.get_task(job.task)
@@ -211,14 +236,41 @@ class Worker:
         with self._lock:
             if held.timed_out:
                 # Already recorded by the heartbeat; the lease is gone.
-                self._held.pop(job.id, None)
+                self._held.pop((job.id, job.token), None)
                 return None
         return Outcome(job, error)
+
+    def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
+        """Run a write about held jobs, retrying while the database is away. Past the
+        shortest of their leases the jobs may have been rescued: give up, and leave them
+        to be recovered after lease expiry (their effects are claims, so never doubled)."""
+        lease = min(self.app.queue_config(j.queue).timeouts.lease_seconds for j in jobs)
+        give_up = time.monotonic() + lease
+        delay = 0.05
+        while True:
+            try:
+                return write()
+            except Exception as exc:
+                if time.monotonic() + delay > give_up:
+                    log.warning(
+                        "could not record %d jobs (%s); they are recovered after lease expiry",
+                        len(jobs),
+                        exc,
+                    )
+                    with self._lock:
+                        self.stats.unrecorded += len(jobs)
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     def _flush(self, outcomes: list[Outcome]) -> None:
         if not outcomes:
             return
-        results = self.manager.finish(outcomes)
+        jobs = [o.job for o in outcomes]
+        results = self._persist(jobs, functools.partial(self.manager.finish, outcomes))
+        if results is None:
+            self._forget(jobs)
+            return
         with self._lock:
             for outcome, ok in zip(outcomes, results, strict=True):
                 if not ok:
@@ -232,7 +284,7 @@ class Worker:
     def _forget(self, jobs: list[Job]) -> None:
         with self._lock:
             for job in jobs:
-                self._held.pop(job.id, None)
+                self._held.pop((job.id, job.token), None)
 
     def _maybe_recycle(self) -> None:
         by_count = self.recycle_jobs is not None and self.stats.claimed >= self.recycle_jobs
@@ -255,8 +307,16 @@ class Worker:
                 by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
                 by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
             for seconds, jobs in by_lease.items():
-                with contextlib.suppress(Exception):
-                    self.manager.renew(jobs, seconds)
+                try:
+                    lost = self.manager.renew(jobs, seconds)
+                except Exception as exc:
+                    log.warning("renewing %d leases failed (%s)", len(jobs), exc)
+                    continue
+                with self._lock:
+                    for job in lost:
+                        held_job = self._held.get((job.id, job.token))
+                        if held_job is not None:
+                            held_job.lost = True
             # Once stopping, poll briefly: we only wait for the job threads to drain.
             if self._stop.wait(interval):
                 time.sleep(0.02)

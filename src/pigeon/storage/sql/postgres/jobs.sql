@@ -269,12 +269,13 @@ UPDATE pigeon_outbox SET attempts = attempts + 1, last_error = %(error)s WHERE i
 
 -- name: outbox_purge
 -- One bounded batch (oldest first): the relay repeats it, one short transaction each.
-DELETE FROM pigeon_outbox WHERE id IN (
+-- (= ANY of an array keeps the delete on the primary key; IN would hash-join the table.)
+DELETE FROM pigeon_outbox WHERE id = ANY (ARRAY(
     SELECT id FROM pigeon_outbox
     WHERE published_at IS NOT NULL AND published_at < %(before)s
     ORDER BY published_at
     LIMIT %(limit)s
-)
+))
 
 -- name: outbox_counts
 SELECT count(*) FILTER (WHERE published_at IS NULL) AS pending,
