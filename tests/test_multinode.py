@@ -20,9 +20,11 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -149,6 +151,27 @@ def test_multinode_exactly_once_under_sigkill(pg_url: str, tmp_path: Path) -> No
     print(f"faults: {[dict(p.counts) for p in proxies]}")
     assert kills[0] >= INTAKE_KILLS and kills[1] >= WORKER_KILLS, kills
     _check(pg_url, tmp_path, jobs)
+
+
+def test_serve_with_two_worker_processes_on_postgres(pg_url: str) -> None:
+    """`pigeon serve --db postgresql://... --workers 2` (each process opens its own pool):
+    one key sent 20 times concurrently is one effect, 40 other keys are 40."""
+    with ServerProcess(pg_url, extra_args=["--workers", "2"]) as server:
+
+        def send(i: int) -> httpx.Response:
+            key = "same" if i % 3 == 0 else f"k{i}"
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                return client.post("/notes", json={"id": key}, headers={"Idempotency-Key": key})
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            responses = list(pool.map(send, range(60)))
+    assert [r.status_code for r in responses] == [201] * 60
+    same = [r for i, r in enumerate(responses) if i % 3 == 0]
+    assert len({r.content for r in same}) == 1
+    assert sum(r.headers.get("idempotent-replayed") != "true" for r in same) == 1
+    with psycopg.connect(pg_url) as conn:
+        keys = [k for (k,) in conn.execute("SELECT idempotency_key FROM effect_ledger")]
+    assert sorted(keys) == sorted({"same"} | {f"k{i}" for i in range(60) if i % 3})
 
 
 def _edge_operations(tmp_path: Path) -> list[Any]:

@@ -1,0 +1,123 @@
+"""Intake throughput of the reference app on PostgreSQL vs SQLite, side by side.
+
+The same `pigeon serve --workers 2` (two uvicorn processes, inline claims) on a fresh
+PostgreSQL database and on a SQLite file (synchronous=FULL), driven by 8 client threads
+each with its own keep-alive connection: single-operation POST /notes with a new key
+each, then batches of 20 through POST /pigeon/v1/batch. Rate = operations answered 201
+per second. The ratio is what the issue asks for (report it; no target): PostgreSQL pays
+a network round trip per statement where SQLite pays a function call, but it lets many
+processes and machines write at once.
+
+PostgreSQL is the one named by PIGEON_BENCH_PG_DSN (default: the local server).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+from bench._report import Row, rate, row
+from pigeon.demo.processes import ServerProcess
+
+ADMIN_DSN = os.environ.get("PIGEON_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+THREADS = 8
+BATCH = 20
+
+
+@contextmanager
+def _pg_database() -> Iterator[str]:
+    name = f"pigeon_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
+    info["dbname"] = name
+    try:
+        yield "postgresql://{user}@{host}:{port}/{dbname}".format(
+            user=info.get("user", "postgres"),
+            host=info.get("host", "127.0.0.1"),
+            port=info.get("port", 5432),
+            dbname=name,
+        )
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _single(client: httpx.Client, tag: str, i: int) -> int:
+    key = f"{tag}-{i}"
+    body = {"id": key, "title": "shopping list", "body": "milk, eggs"}
+    response = client.post("/notes", json=body, headers={"Idempotency-Key": key})
+    return 1 if response.status_code == 201 else 0
+
+
+def _batch(client: httpx.Client, tag: str, i: int) -> int:
+    ops = [
+        {
+            "idempotency_key": f"{tag}-{i}-{j}",
+            "method": "POST",
+            "path": "/notes",
+            "body": {"id": f"{tag}-{i}-{j}", "title": "shopping list", "body": "milk"},
+        }
+        for j in range(BATCH)
+    ]
+    response = client.post("/pigeon/v1/batch", json={"operations": ops})
+    if response.status_code != 200:
+        return 0
+    return sum(r["status"] == 201 for r in response.json()["results"])
+
+
+def _drive(url: str, requests: int, send: Any) -> float:
+    """``requests`` requests over THREADS connections; operations that succeeded per second."""
+    done = [0] * THREADS
+    barrier = threading.Barrier(THREADS + 1)
+
+    def client(t: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            send(http, f"warm{t}-{uuid.uuid4().hex[:6]}", 0)  # connect before the clock
+            barrier.wait()
+            tag = f"t{t}-{uuid.uuid4().hex[:6]}"
+            done[t] = sum(send(http, tag, i) for i in range(requests // THREADS))
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return rate(sum(done), time.perf_counter() - started)
+
+
+def _measure(db: str, singles: int, batches: int) -> tuple[float, float]:
+    with ServerProcess(db, extra_args=["--workers", "2"]) as server:
+        return _drive(server.url, singles, _single), _drive(server.url, batches, _batch)
+
+
+def run(*, quick: bool = False) -> list[Row]:
+    singles, batches = (800, 80) if quick else (4000, 400)
+    with tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp:
+        lite_single, lite_batch = _measure(str(Path(tmp) / "server.db"), singles, batches)
+    with _pg_database() as url:
+        pg_single, pg_batch = _measure(url, singles, batches)
+    base = "SQLite, same 2 uvicorn processes"
+    return [
+        row("intake on PostgreSQL, 2 procs, 1 op/request", pg_single, lite_single,
+            unit="ops/s", baseline_name=base, target="report", ok=True),
+        row(f"intake on PostgreSQL, 2 procs, batches of {BATCH}", pg_batch, lite_batch,
+            unit="ops/s", baseline_name=base, target="report", ok=True),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    for r in run(quick=True):
+        print(r)
