@@ -3,7 +3,12 @@
 Every write appends one row to the effect ledger inside the intake's transaction, so the
 ledger holds exactly the effects that committed: a duplicate there is a double effect.
 Notes are scoped by principal, like the keys that write them. Versions are integers sent
-as ETags (``"3"``); ``If-Match`` with another version gets 412 and the current note.
+as ETags (``"3"``); ``If-Match`` with another version gets 412 and the current note, its
+version and the clock of the write that made it: the client resolves the conflict.
+
+Beside ``/notes`` the app can serve collections whose conflicts the server settles itself,
+one strategy per entity type, e.g. ``/lww-notes`` (last write wins by hybrid logical clock,
+`pigeon.server.lww`) and ``/docs`` (CRDT documents, `pigeon.server.crdt`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,8 +30,19 @@ from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server.answers import add_answers
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.conflicts import (
+    DEFAULT_MAX_SKEW,
+    OUTCOMES_PATH,
+    BoundedClock,
+    DeviceClockMiddleware,
+    read_outcomes,
+    read_resource,
+    resource_json,
+)
+from pigeon.server.crdt import CrdtCollection
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
+from pigeon.server.lww import LwwCollection
 from pigeon.server.problems import problem
 from pigeon.server.records import records_routes
 from pigeon.storage.base import Database, Row, Tx
@@ -198,19 +214,32 @@ def create_notes_app(
     authenticate: Authenticator | None = None,
     after_commit: Callable[[list[str]], None] | None = None,
     purge_interval: float | None = 3600.0,
+    lww_collections: Sequence[str] = (),
+    crdt_collections: Sequence[str] = (),
+    max_skew: float = DEFAULT_MAX_SKEW,
 ) -> Starlette:
+    """The notes app. ``lww_collections`` / ``crdt_collections`` name collections the
+    server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
+    ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
+    ahead of the server's clock before it is no longer believed (`pigeon.server.conflicts`)."""
     auth: Authenticator = authenticate or BearerAuth()
+    max_skew_ms = int(max_skew * 1000)
     intake = Intake(
         db,
         policy=policy or IdempotencyPolicy(),
         now=now,
         claim_mode=claim_mode,
         after_commit=after_commit,
+        clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
     )
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     intake.add_operation("PATCH", "/notes/{id}", patch_note)
     intake.add_operation("DELETE", "/notes/{id}", delete_note)
+    for name in lww_collections:
+        LwwCollection(name, max_skew=max_skew).register(intake)
+    for name in crdt_collections:
+        CrdtCollection(name, max_skew=max_skew).register(intake)
     add_answers(intake)  # the accountable resource: records, obligations, jobs (202)
 
     async def list_notes(request: Request) -> Response:
@@ -243,11 +272,41 @@ def create_notes_app(
         rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)
         return JSONResponse({"entries": rows})
 
+    def get_resource(collection: str) -> Callable[[Request], Awaitable[Response]]:
+        async def get(request: Request) -> Response:
+            try:
+                principal = auth(request)
+            except AuthorizationRequired as exc:
+                return JSONResponse({"detail": str(exc)}, status_code=401)
+            found = request.path_params["id"]
+            row = await run_in_threadpool(read_resource, db, principal, collection, found)
+            if row is None or row["deleted"]:
+                body = problem(404, "no-such-resource", "Not found", f"no {collection} {found!r}")
+                return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
+            etag = {ETAG: quote_etag(str(row["version"]))}
+            return JSONResponse(resource_json(row), headers=etag)
+
+        return get
+
+    async def outcomes(request: Request) -> Response:
+        try:
+            principal = auth(request)
+        except AuthorizationRequired as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=401)
+        after = int(request.query_params.get("after", "0"))
+        rows = await run_in_threadpool(read_outcomes, db, principal, after=after)
+        return JSONResponse({"outcomes": rows})
+
     routes = [
         Route("/notes", list_notes, methods=["GET"]),
         Route("/notes/{id}", get_note, methods=["GET"]),
         Route(LEDGER_PATH, ledger, methods=["GET"]),
         *records_routes(db),
+        Route(OUTCOMES_PATH, outcomes, methods=["GET"]),
+        *(
+            Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"])
+            for name in (*lww_collections, *crdt_collections)
+        ),
     ]
     app = create_app(
         intake,
@@ -257,4 +316,5 @@ def create_notes_app(
         title="pigeon notes",
     )
     app.state.db = db
+    app.add_middleware(DeviceClockMiddleware)
     return app

@@ -9,7 +9,7 @@ from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, SQLiteDatabase
 
 SERVER_APPLICATION_ID = 0x50474E53  # "PGNS": a pigeon server database
-SERVER_COMPONENTS = ("intake", "notes", "jobs")
+SERVER_COMPONENTS = ("intake", "notes", "jobs", "conflicts")
 
 
 def server_queries(backend: str) -> dict[str, str]:

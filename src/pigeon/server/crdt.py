@@ -1,0 +1,108 @@
+"""CRDT documents: the payload is a Yjs update, the server merges it into its copy.
+
+``PUT /<collection>/{id}`` (or ``POST /<collection>`` with an ``id``) carries
+``{"update": "<base64 Yjs update>"}``. The server applies it to the stored document and
+stores the merged state; the answer (and ``GET``) holds ``{"state": "<base64>"}``, the
+whole merged document, which the client applies to its replica. Yjs updates commute and
+are idempotent, so replicas converge whatever the order and duplication of delivery:
+there is nothing to conflict, and every write is recorded as ``merged``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from pycrdt import Doc, merge_updates
+
+from pigeon.exceptions import InvalidOperation
+from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.server import conflicts as cf
+from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+from pigeon.server.problems import problem
+
+
+def encode(update: bytes) -> str:
+    return base64.b64encode(update).decode("ascii")
+
+
+def decode(text: Any) -> bytes:
+    """A base64 Yjs update; raises InvalidOperation naming what is wrong with it."""
+    if not isinstance(text, str) or not text:
+        raise InvalidOperation(f"a CRDT update is a non-empty base64 string, not {text!r}")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise InvalidOperation(f"the CRDT update is not base64: {exc}") from exc
+
+
+def merge(*updates: bytes) -> bytes:
+    """One update holding every given update (pure). Order and repeats do not matter.
+
+    Merged at the encoding level, not by applying to a document and re-encoding: an update
+    that arrives before one it depends on is kept as it is, not dropped as "pending".
+    """
+    for update in updates:
+        try:
+            Doc().apply_update(update)  # decodes it: garbage is refused here, at the door
+        except ValueError as exc:
+            raise InvalidOperation(f"not a Yjs update: {exc}") from exc
+    return bytes(merge_updates(*updates)) if len(updates) > 1 else bytes(updates[0])
+
+
+class CrdtCollection:
+    """The handlers of one collection of CRDT documents, registered on an intake."""
+
+    def __init__(self, name: str = "docs", *, max_skew: float = cf.DEFAULT_MAX_SKEW) -> None:
+        self.name = name
+        self.max_skew_ms = int(max_skew * 1000)
+
+    def register(self, intake: Intake) -> None:
+        intake.add_operation("POST", f"/{self.name}", self.create)
+        intake.add_operation("PUT", f"/{self.name}/{{id}}", self.update)
+
+    def create(self, ctx: IntakeContext) -> HandlerResult:
+        if not isinstance(ctx.body, dict) or ctx.body.get("id") in (None, ""):
+            return _bad(f"POST /{self.name} needs a JSON object with an 'id' and an 'update'")
+        return self._merge(ctx, str(ctx.body["id"]))
+
+    def update(self, ctx: IntakeContext) -> HandlerResult:
+        return self._merge(ctx, str(ctx.path_params["id"]))
+
+    def _merge(self, ctx: IntakeContext, doc_id: str) -> HandlerResult:
+        if not isinstance(ctx.body, dict):
+            return _bad('a document write is {"update": "<base64 Yjs update>"}')
+        try:
+            update = decode(ctx.body.get("update"))
+            row = cf.load(ctx, self.name, doc_id)
+            stored = b"" if row is None else decode(json.loads(row["data"])["state"])
+            state = merge(stored, update) if stored else merge(update)
+        except InvalidOperation as exc:
+            return _bad(str(exc))
+        stamped = cf.Stamped.of(ctx, self.max_skew_ms)
+        if row is not None and state == stored:
+            # Already holds this update (a duplicate made under another key): no new version.
+            cf.record(ctx, row, "merged", stamped, ctx.body, row["clock"])
+            cf.ledger(ctx, row, 200)
+            return _answer(row, 200)
+        # The document's clock is the greatest stamp merged into it.
+        if row is not None and not stamped.supersedes(cf.Stamped.stored(row)):
+            stamped = cf.Stamped.stored(row)
+        other = None if row is None else row["clock"]
+        row = cf.store(ctx, self.name, doc_id, {"state": encode(state)}, stamped)
+        if other is not None:
+            cf.record(ctx, row, "merged", cf.Stamped.of(ctx, self.max_skew_ms), ctx.body, other)
+        cf.ledger(ctx, row, 200 if other else 201)
+        return _answer(row, 200 if other else 201)
+
+
+def _bad(detail: str) -> HandlerResult:
+    return 400, problem(400, "bad-update", "Bad request", detail), {"content-type": PROBLEM_JSON}
+
+
+def _answer(row: dict[str, Any], status: int) -> HandlerResult:
+    current = cf.resource_json(row)
+    body = {"outcome": "merged", "current": current, "state": current["data"]["state"]}
+    return status, body, {ETAG: quote_etag(str(row["version"]))}

@@ -1,0 +1,94 @@
+"""Last-write-wins collections: the server decides, by hybrid logical clock.
+
+``PUT /<collection>/{id}`` (and ``POST /<collection>`` with an ``id`` in the body, and
+``DELETE``) writes iff the operation's stamp supersedes the stored one (see
+`pigeon.server.conflicts.Stamped`); ``If-Match`` is not consulted, the clock is. An older
+write is acknowledged, 200 with ``{"outcome": "lost", "current": ...}``, and changes
+nothing; a newer one answers ``{"outcome": "won" | "created", "current": ...}``. Either way
+the write, its stamps and its payload are recorded in ``write_outcomes`` and its key in
+the effect ledger: an edit that lost is never dropped without a trace. A delete leaves a
+tombstone with its stamp, so a late older write loses to it instead of resurrecting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.server import conflicts as cf
+from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+from pigeon.server.problems import problem
+
+
+def _bad(detail: str) -> HandlerResult:
+    return 400, problem(400, "bad-resource", "Bad request", detail), {"content-type": PROBLEM_JSON}
+
+
+class LwwCollection:
+    """The handlers of one last-write-wins collection, registered on an intake."""
+
+    def __init__(self, name: str, *, max_skew: float = cf.DEFAULT_MAX_SKEW) -> None:
+        self.name = name
+        self.max_skew_ms = int(max_skew * 1000)
+
+    def register(self, intake: Intake) -> None:
+        intake.add_operation("POST", f"/{self.name}", self.create)
+        intake.add_operation("PUT", f"/{self.name}/{{id}}", self.replace)
+        intake.add_operation("DELETE", f"/{self.name}/{{id}}", self.delete)
+
+    def create(self, ctx: IntakeContext) -> HandlerResult:
+        if not isinstance(ctx.body, dict) or ctx.body.get("id") in (None, ""):
+            return _bad(f"POST /{self.name} needs a JSON object with an 'id'")
+        resource_id = str(ctx.body["id"])
+        return self._write(ctx, resource_id, _without_id(ctx.body), deleted=False)
+
+    def replace(self, ctx: IntakeContext) -> HandlerResult:
+        resource_id = str(ctx.path_params["id"])
+        if not isinstance(ctx.body, dict):
+            return _bad("a resource is a JSON object")
+        body_id = ctx.body.get("id")
+        if body_id is not None and str(body_id) != resource_id:
+            return _bad(f"the body names {body_id!r} but the path names {resource_id!r}")
+        return self._write(ctx, resource_id, _without_id(ctx.body), deleted=False)
+
+    def delete(self, ctx: IntakeContext) -> HandlerResult:
+        resource_id = str(ctx.path_params["id"])
+        row = cf.load(ctx, self.name, resource_id)
+        if row is None:
+            body = problem(404, "no-such-resource", "Not found", f"no {self.name} {resource_id!r}")
+            return 404, body, {"content-type": PROBLEM_JSON}
+        return self._write(ctx, resource_id, None, deleted=True)
+
+    def _write(
+        self, ctx: IntakeContext, resource_id: str, data: Any, *, deleted: bool
+    ) -> HandlerResult:
+        stamped = cf.Stamped.of(ctx, self.max_skew_ms)
+        row = cf.load(ctx, self.name, resource_id)
+        if row is None:
+            row = cf.store(ctx, self.name, resource_id, data or {}, stamped, deleted=deleted)
+            cf.ledger(ctx, row, 201)
+            return _answer(row, "created", 201)
+        current = cf.Stamped.stored(row)
+        if not stamped.supersedes(current):
+            cf.record(ctx, row, "lost", stamped, data, row["clock"])
+            cf.ledger(ctx, row, 200)
+            return _answer(row, "lost", 200)
+        # A delete keeps the last data under the tombstone: what was deleted stays readable.
+        kept = row_data(row) if deleted else data
+        row = cf.store(ctx, self.name, resource_id, kept, stamped, deleted=deleted)
+        cf.record(ctx, row, "won", stamped, data, current.effective.encode())
+        cf.ledger(ctx, row, 200)
+        return _answer(row, "won", 200)
+
+
+def row_data(row: dict[str, Any]) -> Any:
+    return cf.resource_json(row)["data"]
+
+
+def _without_id(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "id"}
+
+
+def _answer(row: dict[str, Any], outcome: str, status: int) -> HandlerResult:
+    body = {"outcome": outcome, "current": cf.resource_json(row)}
+    return status, body, {ETAG: quote_etag(str(row["version"]))}

@@ -1,0 +1,46 @@
+-- Server-resolved resources (pigeon.server.lww, pigeon.server.crdt) and write outcomes.
+
+-- name: resource_get
+-- FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the only write lock.
+SELECT principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+       updated_at
+FROM resources
+WHERE principal = :principal AND collection = :collection AND id = :id
+
+-- name: resource_read
+SELECT principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+       updated_at
+FROM resources
+WHERE principal = :principal AND collection = :collection AND id = :id
+
+-- name: resource_insert
+INSERT INTO resources (
+    principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+    updated_at
+) VALUES (
+    :principal, :collection, :id, 1, :data, :deleted, :clock, :raw_clock, :now, :now
+)
+
+-- name: resource_write
+UPDATE resources
+SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
+    raw_clock = :raw_clock, updated_at = :now
+WHERE principal = :principal AND collection = :collection AND id = :id
+RETURNING version
+
+-- name: outcome_append
+INSERT INTO write_outcomes (
+    principal, collection, id, idempotency_key, operation_id, outcome, clock, raw_clock,
+    other_clock, version, payload, recorded_at
+) VALUES (
+    :principal, :collection, :id, :idempotency_key, :operation_id, :outcome, :clock,
+    :raw_clock, :other_clock, :version, :payload, :now
+)
+
+-- name: outcome_list
+SELECT seq, principal, collection, id, idempotency_key, operation_id, outcome, clock,
+       raw_clock, other_clock, version, payload, recorded_at
+FROM write_outcomes
+WHERE principal = :principal AND seq > :after
+ORDER BY seq
+LIMIT :limit
