@@ -28,6 +28,7 @@ def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> 
         if {"$ref": "#/components/parameters/IdempotencyKey"} in operation.get("parameters", [])
     }
     assert keyed == {
+        ("/answers", "post"),
         ("/notes", "post"),
         ("/notes/{id}", "put"),
         ("/notes/{id}", "patch"),
