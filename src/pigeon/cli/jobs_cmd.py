@@ -18,13 +18,18 @@ from pigeon.storage.server import open_server_db
 app = typer.Typer(help="Inspect and repair server jobs.", no_args_is_help=True)
 console = Console()
 
-DbOption = Annotated[Path, typer.Option("--db", help="The server database file.")]
+DbOption = Annotated[
+    str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+]
 
 
-def _open(db: Path) -> Any:
-    if not db.exists():
+def _open(db: str) -> Any:
+    if not db.startswith(("postgresql://", "postgres://")) and not Path(db).exists():
         raise typer.BadParameter(f"{db}: no such database file", param_hint="--db")
-    return open_server_db(db)
+    try:
+        return open_server_db(db)
+    except PigeonError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--db") from exc
 
 
 def _age(ts: float | None) -> str:
@@ -80,7 +85,7 @@ def failed_cmd(db: DbOption, queue: str | None = None, limit: int = 50) -> None:
     console.print(_table(rows, f"{len(rows)} failed jobs awaiting review", failed=True))
 
 
-def _review(action: str, db: Path, job_id: int, reason: str, reviewer: str | None) -> None:
+def _review(action: str, db: str, job_id: int, reason: str, reviewer: str | None) -> None:
     store = FailedStore(_open(db))
     who = reviewer or getpass.getuser()
     try:
