@@ -3,6 +3,7 @@ two processes on one file."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.commit import GroupCommit
+from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.queue import OfflineQueue
 
 
@@ -37,7 +38,9 @@ def test_waiting_writers_share_one_transaction(tmp_path: Path) -> None:
         for t in threads:
             t.join(10)
         assert sorted(results) == list(range(8))
-        assert queue.commits - before == 2  # the blocked leader's, then the other seven's
+        # The blocked leader writes its own item, then takes the seven that queued while
+        # it waited into the same transaction before committing (late joiners).
+        assert queue.commits - before == 1
         stored = {op.id for op in queue.pending}
         assert set(results.values()) <= stored
 
@@ -45,9 +48,9 @@ def test_waiting_writers_share_one_transaction(tmp_path: Path) -> None:
 def test_one_item_failing_inside_the_transaction_fails_alone() -> None:
     committed: list[list[int]] = []
 
-    def commit(items: Sequence[int]) -> list[int | BaseException]:
-        committed.append(list(items))
-        return [ValueError(f"bad {i}") if i == 3 else i * 10 for i in items]
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        committed.append([*items, *more()])
+        return [ValueError(f"bad {i}") if i == 3 else i * 10 for i in committed[-1]]
 
     group: GroupCommit[int, int] = GroupCommit(commit)
     outcomes: dict[int, object] = {}
@@ -72,7 +75,7 @@ def test_one_item_failing_inside_the_transaction_fails_alone() -> None:
 def test_a_failing_transaction_fails_its_whole_batch_and_the_next_one_runs() -> None:
     calls = 0
 
-    def commit(items: Sequence[int]) -> list[int | BaseException]:
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
         nonlocal calls
         calls += 1
         if calls == 1:
@@ -83,6 +86,83 @@ def test_a_failing_transaction_fails_its_whole_batch_and_the_next_one_runs() -> 
     with pytest.raises(OSError, match="disk full"):
         group.submit(lambda: 1)
     assert group.submit(lambda: 2) == 2
+
+
+def test_late_joiners_enter_the_transaction_before_it_commits() -> None:
+    group: GroupCommit[int, int] = GroupCommit(lambda items, more: [])
+    writing, go = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        taken = list(items)
+        if taken == [0]:
+            writing.set()
+            assert go.wait(10)  # others queue while the leader "writes"
+        while extra := more():
+            taken.extend(extra)
+        batches.append(taken)
+        return [i * 10 for i in taken]
+
+    group._commit = commit
+    results: dict[int, int] = {}
+    first = threading.Thread(target=lambda: results.update({0: group.submit(lambda: 0)}))
+    first.start()
+    assert writing.wait(10)
+    others = [
+        threading.Thread(target=lambda i=i: results.update({i: group.submit(lambda: i)}))
+        for i in (1, 2, 3)
+    ]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(group._queue) < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    go.set()
+    for t in (first, *others):
+        t.join(10)
+    assert results == {0: 0, 1: 10, 2: 20, 3: 30}
+    assert len(batches) == 1 and batches[0][0] == 0 and sorted(batches[0]) == [0, 1, 2, 3]
+
+
+def test_a_failing_item_in_a_shared_transaction_fails_alone_in_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pigeon.edge.queue as queue_module
+
+    with OfflineQueue(tmp_path / "q.db") as queue:
+        taken = queue.enqueue("create", "note:0", {}).id
+        real_uuid7 = queue_module.uuid7
+        # A duplicate id breaks the UNIQUE index: the one item fails, its batch-mates not.
+        monkeypatch.setattr(
+            queue_module,
+            "uuid7",
+            lambda: taken if threading.current_thread().name == "dup" else real_uuid7(),
+        )
+        outcomes: dict[str, object] = {}
+
+        def enqueue(name: str) -> None:
+            try:
+                outcomes[name] = queue.enqueue("create", f"note:{name}", {}).id
+            except sqlite3.IntegrityError as exc:
+                outcomes[name] = exc
+
+        with queue._store._writer:
+            threads = [
+                threading.Thread(target=enqueue, args=(n,), name=n) for n in ["a", "dup", "b", "c"]
+            ]
+            threads[0].start()  # "a" leads, and waits for the writer's lock
+            deadline = time.monotonic() + 10
+            while not queue._group._leading and time.monotonic() < deadline:
+                time.sleep(0.001)
+            for t in threads[1:]:
+                t.start()
+            while len(queue._group._queue) < 3 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        for t in threads:
+            t.join(10)
+        assert isinstance(outcomes.pop("dup"), sqlite3.IntegrityError)
+        assert sorted(o.entity for o in queue.pending) == ["note:0", "note:a", "note:b", "note:c"]
+        assert set(outcomes.values()) <= {o.id for o in queue.pending}
 
 
 def test_many_threads_lose_nothing_and_keep_per_thread_order(tmp_path: Path) -> None:

@@ -8,6 +8,12 @@ therefore pays no hand-off at all, and under contention the batch grows by itsel
 number of writers. Every caller returns only after the transaction holding its own item
 committed; an item that fails inside the transaction (the commit function reports it)
 fails alone.
+
+Late joiners: the commit function is handed ``more()``, which it calls after writing what
+it has and before it commits, to take whatever was queued meanwhile into the same
+transaction. The writers just released by the previous commit are queuing again while the
+leader writes; without this they would wait a whole fsync for the next leader, and batches
+would settle at about half the writers.
 """
 
 from __future__ import annotations
@@ -32,14 +38,18 @@ class _Ticket(Generic[T]):
     waiter: threading.Event = field(default_factory=threading.Event)
 
 
+More = Callable[[], Sequence[T]]
+
+
 class GroupCommit(Generic[T, R]):
-    """``commit(items)`` writes a batch in one transaction and returns, per item, its
-    result or the exception that item alone raised; if ``commit`` itself raises, every
-    item of the batch gets that error (the transaction rolled back)."""
+    """``commit(items, more)`` writes a batch in one transaction and returns, per item
+    (those given, then those ``more()`` returned, in that order), its result or the
+    exception that item alone raised; if ``commit`` itself raises, every item of the batch
+    gets that error (the transaction rolled back)."""
 
     def __init__(
         self,
-        commit: Callable[[Sequence[T]], list[R | BaseException]],
+        commit: Callable[[Sequence[T], More[T]], list[R | BaseException]],
         *,
         max_batch: int = 1000,
     ) -> None:
@@ -75,12 +85,22 @@ class GroupCommit(Generic[T, R]):
     def _finished(ticket: _Ticket[T]) -> bool:
         return ticket.done
 
-    def _lead(self) -> None:
+    def _take(self, limit: int) -> list[_Ticket[T]]:
         with self._lock:
-            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            taken, self._queue = self._queue[:limit], self._queue[limit:]
+        return taken
+
+    def _lead(self) -> None:
+        batch = self._take(self._max_batch)
+
+        def more() -> list[T]:
+            extra = self._take(self._max_batch - len(batch))
+            batch.extend(extra)
+            return [t.item for t in extra]
+
         try:
             try:
-                outcomes = self._commit([t.item for t in batch])
+                outcomes = self._commit([t.item for t in batch], more)
             except BaseException as exc:  # the whole transaction rolled back
                 outcomes = [exc] * len(batch)
             self.transactions += 1

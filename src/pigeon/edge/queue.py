@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.edge import store as st
-from pigeon.edge.commit import GroupCommit
+from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.retry import RetryPolicy
@@ -30,6 +30,7 @@ from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
 from pigeon.edge.validate import encode_payload, entity_name, operation_type, route
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
+from pigeon.storage.sqlite import SQLiteTx
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 
@@ -99,7 +100,7 @@ class OfflineQueue:
         self._clock = HybridLogicalClock(self.node_id, wall=lambda: int(self._now() * 1000))
         self._restore_clock(state["clock"])
         self._issued = False
-        self._group: GroupCommit[st.NewOp, Operation] = GroupCommit(self._commit)
+        self._group: GroupCommit[st.NewOp, st.Built] = GroupCommit(self._commit)
         self._subscribers = Subscribers()
         self._local = threading.local()  # enqueues inside batch(), told once it commits
 
@@ -161,8 +162,8 @@ class OfflineQueue:
             if isinstance(outcome, BaseException):
                 raise outcome
             self._local.enqueued = True
-            return outcome
-        stored = self._group.submit(make)
+            return outcome()
+        stored = self._group.submit(make)()  # built here, not under the writer's lock
         self._subscribers.notify()
         return stored
 
@@ -186,29 +187,56 @@ class OfflineQueue:
         if enqueued:  # committed: only now may a subscriber see the operations
             self._subscribers.notify()
 
-    def _commit(self, batch: Sequence[st.NewOp]) -> list[Operation | BaseException]:
-        outcomes: list[Operation | BaseException] = []
+    def _commit(
+        self, first: Sequence[st.NewOp], more: More[st.NewOp] = tuple
+    ) -> list[st.Built | BaseException]:
+        """Write ``first`` (and what ``more()`` adds while we write) in one transaction.
+        No savepoint per item: an item fails only on a broken file or a duplicate id, so
+        the common path does not pay two statements per item for the rare one. If an
+        item does fail, the whole batch is written again with a savepoint each."""
+        items = list(first)
+        try:
+            with self._store.write() as tx:
+                built: list[st.Built | BaseException] = []
+                saved = 0
+                while True:
+                    for new in items[len(built) :]:
+                        op, n = self._store.append(tx, new, coalesce=self.coalesce)
+                        built.append(op)
+                        saved += n
+                    extra = more()
+                    if not extra:
+                        break
+                    items.extend(extra)
+                self._bump_state(tx, items, saved)
+            return built
+        except Exception:
+            if len(items) == 1:
+                raise
+        return self._commit_each(items)
+
+    def _commit_each(self, items: Sequence[st.NewOp]) -> list[st.Built | BaseException]:
+        outcomes: list[st.Built | BaseException] = []
         saved = 0
         with self._store.write() as tx:
-            for new in batch:
+            for new in items:
                 try:
-                    if len(batch) == 1:
+                    with tx.savepoint():  # one caller's failure stays its own
                         op, n = self._store.append(tx, new, coalesce=self.coalesce)
-                    else:
-                        with tx.savepoint():  # one caller's failure stays its own
-                            op, n = self._store.append(tx, new, coalesce=self.coalesce)
                 except Exception as exc:
-                    if len(batch) == 1:
-                        raise
                     outcomes.append(exc)
                     continue
                 saved += n
                 outcomes.append(op)
-            if saved:
-                # Only folds need this row: it keeps the coalescing count, and the clock a
-                # folded operation got without a new row (see _restore_clock).
-                tx.execute("bump_state", {"clock": batch[-1].clock, "coalesced": saved})
+            self._bump_state(tx, items, saved)
         return outcomes
+
+    @staticmethod
+    def _bump_state(tx: SQLiteTx, items: Sequence[st.NewOp], saved: int) -> None:
+        if saved:
+            # Only folds need this row: it keeps the coalescing count, and the clock a
+            # folded operation got without a new row (see _restore_clock).
+            tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
 
     # -- subscribers ---------------------------------------------------------------------
 
@@ -428,6 +456,15 @@ class OfflineQueue:
                 tx.execute("clear_base_version", {"entity": entity})
             else:
                 tx.execute("set_base_version", {"entity": entity, "version": version})
+
+    def transaction(self) -> contextlib.AbstractContextManager[SQLiteTx]:
+        """A write transaction on the queue file (a savepoint of it inside ``batch()``), for
+        parts that keep their own tables in it (pigeon.edge.conflicts)."""
+        return self._store.write()
+
+    def stamp(self) -> HLCTimestamp:
+        """A stamp of the queue's clock, the clock its operations are stamped with."""
+        return self._clock.now()
 
     @property
     def commits(self) -> int:

@@ -10,10 +10,11 @@ and only heads are ever handed to a sender.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,9 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks, recover on
 APPLICATION_ID = 0x50474E45  # "PGNE": a pigeon edge queue file
 LIVE = (OpStatus.PENDING, OpStatus.IN_FLIGHT, OpStatus.CONFLICT)
 HISTORY_LIMIT = 100  # failed attempts remembered per operation
+
+
+Built = Callable[[], Operation]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +174,10 @@ class EdgeStore:
 
     # -- inside a write transaction ------------------------------------------------------
 
-    def append(self, tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Operation, int]:
-        """Store ``new`` (folded into its entity's tail if allowed). Returns the operation as
-        stored and how many sends coalescing saved."""
+    def append(self, tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
+        """Store ``new`` (folded into its entity's tail if allowed). Returns what builds the
+        operation as stored (called after the commit, outside the writer's lock) and how
+        many sends coalescing saved."""
         tail = tx.fetchone("live_tail", {"entity": new.entity})
         incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
         if coalesce and tail is not None:
@@ -197,11 +202,10 @@ class EdgeStore:
                     "clock": new.clock,
                 }
                 tx.execute("fold_op", params)
-                return to_operation({**tail, **params}), 1
+                return functools.partial(to_operation, {**tail, **params}), 1
             if decision.fold is Fold.DROP:
                 tx.execute("delete_op", {"seq": tail["seq"]})
-                gone = _from_new(new, seq=0, status=OpStatus.COALESCED)
-                return gone, 2
+                return functools.partial(_from_new, new, seq=0, status=OpStatus.COALESCED), 2
         params = {
             "id": new.id,
             "idempotency_key": new.idempotency_key,
@@ -217,7 +221,7 @@ class EdgeStore:
         }
         seq = tx.execute("insert_op", params).lastrowid
         assert seq is not None
-        return _from_new(new, seq=seq, status=OpStatus.PENDING), 0
+        return functools.partial(_from_new, new, seq=seq, status=OpStatus.PENDING), 0
 
     def row(self, tx: SQLiteTx, op_id: str) -> Row:
         row = tx.fetchone("get_op", {"id": op_id})

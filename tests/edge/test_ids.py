@@ -1,0 +1,42 @@
+"""Operation ids and idempotency keys: valid RFC 9562 UUIDs, canonical text, distinct."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from pigeon.edge.ids import uuid4, uuid7
+
+
+def test_uuid7_is_a_canonical_version_7_uuid_carrying_the_time() -> None:
+    before = time.time_ns() // 1_000_000
+    text = uuid7()
+    after = time.time_ns() // 1_000_000
+    value = uuid.UUID(text)
+    assert str(value) == text  # canonical lower-case 8-4-4-4-12 form
+    assert value.version == 7 and value.variant == uuid.RFC_4122
+    assert before <= value.int >> 80 <= after
+
+
+def test_uuid7_sorts_by_millisecond() -> None:
+    first = uuid7()
+    time.sleep(0.002)
+    assert uuid7()[:13] > first[:13]
+
+
+def test_uuid4_is_a_canonical_random_version_4_uuid() -> None:
+    keys = [uuid4() for _ in range(2000)]
+    assert len(set(keys)) == len(keys)
+    for text in keys:
+        value = uuid.UUID(text)
+        assert str(value) == text
+        assert value.version == 4 and value.variant == uuid.RFC_4122
+    # Every one of the 122 random bits takes both values somewhere in 2000 keys.
+    fixed = (0xF << 76) | (0b11 << 62)
+    ones = 0
+    zeros = 0
+    for text in keys:
+        v = uuid.UUID(text).int
+        ones |= v
+        zeros |= ~v
+    assert ones & zeros & ~fixed & ((1 << 128) - 1) == ((1 << 128) - 1) & ~fixed
