@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server.answers import add_answers
@@ -58,19 +59,6 @@ def note_json(row: Row) -> dict[str, Any]:
         "clock": row["clock"],
         "updated_at": row["updated_at"],
     }
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7396 JSON merge patch: objects merge, ``null`` removes, anything else replaces."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for name, value in patch.items():
-        if value is None:
-            result.pop(name, None)
-        else:
-            result[name] = merge_patch(result.get(name), value)
-    return result
 
 
 def _bad(detail: str) -> HandlerResult:

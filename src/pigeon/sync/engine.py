@@ -32,6 +32,7 @@ from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF, ConnectivityMonitor, ProbeMonitor
 from pigeon.sync.events import Callbacks, CycleReport, OperationCallback, PausedCallback
 from pigeon.sync.executor import Clock, Executor, SyncQueue
+from pigeon.sync.resolver import ConflictResolver
 from pigeon.sync.scheduler import Waker, wait_time
 
 
@@ -62,6 +63,7 @@ class SyncEngine:
         idle_recheck: float = 1.0,
         batch_window: float = 0.02,
         clock: Clock = time.time,
+        resolver: ConflictResolver | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigurationError(f"batch_size must be an integer >= 1, not {batch_size!r}")
@@ -70,6 +72,10 @@ class SyncEngine:
         self.queue = queue
         self.transport = transport
         self.batch_size = batch_size
+        if resolver is not None:  # it sees every delivery and conflict before the app does
+            on_delivered = _chain(resolver.on_delivered, on_delivered)
+            on_conflict = _chain(resolver.on_conflict, on_conflict)
+        self.resolver = resolver
         self.callbacks = Callbacks(on_delivered, on_failed, on_dead, on_conflict, on_paused)
         self.executor = Executor(queue, transport, self.callbacks, clock=clock)
         self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
@@ -269,3 +275,14 @@ class SyncEngine:
         if online:
             self._unreachable_until = 0.0
         self.notify()
+
+
+def _chain(first: OperationCallback, then: OperationCallback | None) -> OperationCallback:
+    def both(op: Operation, outcome: Any) -> None:
+        try:
+            first(op, outcome)
+        finally:
+            if then is not None:
+                then(op, outcome)
+
+    return both

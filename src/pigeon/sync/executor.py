@@ -88,6 +88,7 @@ class Executor:
             return report
         settled: set[str] = set()
         try:
+            self._fill_base_versions(ops)
             exchange = self.transport.send(ops, keep_going=self._keep_going)
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.
@@ -107,6 +108,17 @@ class Executor:
         finally:
             self._release(ops, settled, report)
         return report
+
+    def _fill_base_versions(self, ops: Sequence[Operation]) -> None:
+        """An operation made without a base version is sent against the version of its
+        entity known NOW, not when it was made: the entity's earlier operations, delivered
+        meanwhile, moved it on (a stale If-Match would make it conflict with itself)."""
+        known = getattr(self.queue, "base_version", None)
+        if not callable(known):
+            return
+        for op in ops:
+            if op.base_version is None and op.type != "create":
+                op.base_version = known(op.entity)
 
     def _together(self) -> contextlib.AbstractContextManager[None]:
         batch = getattr(self.queue, "batch", None)

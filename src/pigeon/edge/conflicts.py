@@ -1,0 +1,320 @@
+"""The edge's record of conflicts: base snapshots, conflicted copies, settled outcomes.
+
+Kept in the queue's own file (tables of migration edge_0003) and written in the queue's
+transaction, so settling a conflict is one atomic step: the conflicted operation leaves
+the queue, the operations waiting behind it are folded into the resolution (each recorded
+as ``superseded``), the resolution is enqueued as a NEW operation with a NEW key against
+the server's current version, and the conflict row says what happened. Nothing about an
+edit is ever deleted without a row here that keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pigeon.edge.merge import merge_patch
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.store import to_operation
+from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
+from pigeon.storage.queries import load_queries
+from pigeon.storage.sqlite import Row, SQLiteTx
+
+Outcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
+Keep = Literal["local", "remote", "both", "merged"]
+KEEPS: tuple[str, ...] = ("local", "remote", "both", "merged")
+
+
+class _Deleted:
+    def __repr__(self) -> str:
+        return "DELETED"
+
+
+DELETED: Any = _Deleted()  # the local intent "this entity is gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    entity: str
+    version: str | None
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ConflictRecord:
+    id: int
+    entity: str
+    op_id: str
+    idempotency_key: str
+    op_type: str
+    strategy: str
+    outcome: str
+    base: Any
+    local: Any
+    remote: Any
+    remote_version: str | None
+    result: Any
+    resolution: str | None
+    new_op_id: str | None
+    detail: str | None
+    created_at: float
+    resolved_at: float | None
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dump(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps("<deleted>" if value is DELETED else value, ensure_ascii=False)
+
+
+def _record(row: Row) -> ConflictRecord:
+    return ConflictRecord(
+        id=row["id"],
+        entity=row["entity"],
+        op_id=row["op_id"],
+        idempotency_key=row["idempotency_key"],
+        op_type=row["op_type"],
+        strategy=row["strategy"],
+        outcome=row["outcome"],
+        base=_load(row["base"]),
+        local=_load(row["local"]),
+        remote=_load(row["remote"]),
+        remote_version=row["remote_version"],
+        result=_load(row["result"]),
+        resolution=row["resolution"],
+        new_op_id=row["new_op_id"],
+        detail=row["detail"],
+        created_at=row["created_at"],
+        resolved_at=row["resolved_at"],
+    )
+
+
+def local_state(ops: Sequence[Operation], base: Any) -> Any:
+    """What this device believes the entity is after its live operations (pure): creates
+    and PUT updates replace, PATCH updates merge (RFC 7396), deletes leave `DELETED`."""
+    state = base
+    for op in ops:
+        method = (op.method or "").upper()
+        if op.type == "delete" or method == "DELETE":
+            state = DELETED
+        elif method == "PATCH":
+            state = merge_patch({} if state in (None, DELETED) else state, op.payload)
+        else:
+            state = op.payload
+    return state
+
+
+def _route(op: Operation, *, delete: bool) -> tuple[str, str | None, str | None]:
+    """(type, method, endpoint) of an operation that writes the entity ``op`` wrote."""
+    method = (op.method or "").upper()
+    endpoint = op.endpoint
+    if endpoint is not None and method == "POST":
+        ident = op.payload.get("id") if isinstance(op.payload, dict) else None
+        ident = ident if ident not in (None, "") else op.entity.partition(":")[2]
+        endpoint = f"{endpoint.rstrip('/')}/{ident}"
+    if endpoint is None:
+        return ("delete" if delete else op.type), None, None
+    return ("delete" if delete else "update"), ("DELETE" if delete else "PUT"), endpoint
+
+
+class ConflictStore:
+    """Conflict records and base snapshots of one `OfflineQueue`."""
+
+    def __init__(self, queue: OfflineQueue, *, now: Callable[[], float] = time.time) -> None:
+        self.queue = queue
+        self._now = now
+        self._queries = load_queries("sqlite", "edge_conflicts")
+
+    def _tx(self, tx: SQLiteTx) -> SQLiteTx:
+        return SQLiteTx(tx.conn, self._queries)
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def snapshot(self, entity: str) -> Snapshot | None:
+        with self.queue.transaction() as outer:
+            row = self._tx(outer).fetchone("snapshot_get", {"entity": entity})
+        if row is None:
+            return None
+        return Snapshot(entity, row["version"], json.loads(row["data"]))
+
+    def remember(self, entity: str, version: str | None, data: Any) -> None:
+        """The server holds ``data`` at ``version``: the base of the next merge."""
+        with self.queue.transaction() as outer:
+            params = {"entity": entity, "version": version, "data": json.dumps(data)}
+            self._tx(outer).execute("snapshot_put", params | {"now": self._now()})
+
+    # -- records -------------------------------------------------------------------------
+
+    def get(self, conflict_id: int) -> ConflictRecord:
+        with self.queue.transaction() as outer:
+            row = self._tx(outer).fetchone("conflict_get", {"id": conflict_id})
+        if row is None:
+            raise NotFound(f"no conflict {conflict_id} in {self.queue.path}")
+        return _record(row)
+
+    def records(self, outcome: str | None = None, limit: int = 1000) -> list[ConflictRecord]:
+        with self.queue.transaction() as outer:
+            rows = self._tx(outer).fetchall("conflict_list", {"outcome": outcome, "n": limit})
+        return [_record(r) for r in rows]
+
+    def record(
+        self,
+        op: Operation,
+        outcome: Outcome,
+        *,
+        strategy: str,
+        base: Any = None,
+        local: Any = None,
+        remote: Any = None,
+        remote_version: str | None = None,
+        result: Any = None,
+        resolution: str | None = None,
+        new_op_id: str | None = None,
+        detail: str | None = None,
+    ) -> int:
+        params = {
+            "entity": op.entity,
+            "op_id": op.id,
+            "idempotency_key": op.idempotency_key,
+            "op_type": op.type,
+            "strategy": strategy,
+            "outcome": outcome,
+            "base": _dump(base),
+            "local": _dump(local),
+            "remote": _dump(remote),
+            "remote_version": remote_version,
+            "result": _dump(result),
+            "resolution": resolution,
+            "new_op_id": new_op_id,
+            "detail": detail,
+            "now": self._now(),
+        }
+        with self.queue.transaction() as outer:
+            cursor = self._tx(outer).execute("conflict_insert", params)
+        assert cursor.lastrowid is not None
+        return int(cursor.lastrowid)
+
+    # -- settling ------------------------------------------------------------------------
+
+    def tail(self, entity: str) -> list[Operation]:
+        """The entity's live operations, oldest first."""
+        with self.queue.transaction() as outer:
+            rows = self._tx(outer).fetchall("entity_tail", {"entity": entity})
+        return [to_operation(r) for r in rows]
+
+    def settle(
+        self,
+        op: Operation,
+        *,
+        result: Any,
+        remote: Any,
+        remote_version: str | None,
+        write: bool,
+    ) -> Operation | None:
+        """Replace the conflicted ``op`` and the operations waiting behind it by ONE new
+        operation writing ``result`` (``DELETED`` for a delete) against ``remote_version``,
+        or by nothing when ``write`` is False (the server already holds what we want).
+        The superseded operations are recorded; returns the new operation, if any. Call
+        inside ``queue.batch()`` so that every step commits together."""
+        ops = self.tail(op.entity)
+        if not ops or ops[0].id != op.id or ops[0].status is not OpStatus.CONFLICT:
+            raise InvalidState(f"operation {op.id} is no longer the held head of {op.entity}")
+        self.queue.discard(op.id)
+        later: list[Operation] = []
+        for waiting in ops[1:]:
+            try:
+                self.queue.cancel(waiting.id)
+            except InvalidState:
+                break  # sent once already: the server may hold it, so it stays and goes
+            later.append(waiting)
+        self.queue.set_base_version(op.entity, remote_version)
+        self.remember(op.entity, remote_version, remote)
+        new = None
+        if write:
+            type_, method, endpoint = _route(op, delete=result is DELETED)
+            payload = {} if result is DELETED else result
+            new = self.queue.enqueue(
+                type_,
+                op.entity,
+                payload,
+                endpoint=endpoint,
+                method=method,
+                base_version=remote_version,
+            )
+        for waiting in later:
+            self.record(
+                waiting,
+                "superseded",
+                strategy="fold",
+                local=waiting.payload,
+                new_op_id=None if new is None else new.id,
+                detail=f"folded into the resolution of {op.id}",
+            )
+        return new
+
+    def resolve(self, conflict_id: int, keep: Keep, merged: Any = None) -> Operation | None:
+        """The user's choice for a held conflict. ``local``: send this device's version;
+        ``remote``: keep the server's, send nothing; ``both``: keep the server's and save
+        this device's as a new entity (the conflicted copy); ``merged``: send ``merged``.
+        Returns the new operation (the copy's create for ``both``)."""
+        if keep not in KEEPS:
+            raise InvalidOperation(f"keep must be one of {', '.join(KEEPS)}, not {keep!r}")
+        if keep == "merged" and merged is None:
+            raise InvalidOperation("keep='merged' needs the merged value")
+        record = self.get(conflict_id)
+        if record.outcome != "held":
+            raise InvalidState(f"conflict {conflict_id} is {record.outcome}, not held")
+        with self.queue.batch():
+            ops = self.tail(record.entity)
+            held = next((o for o in ops if o.id == record.op_id), None)
+            if held is None:
+                raise InvalidState(f"the operation of conflict {conflict_id} left the queue")
+            snap = self.snapshot(record.entity)
+            local = local_state(ops, None if snap is None else snap.data)
+            result = {"local": local, "remote": record.remote, "both": local}.get(keep, merged)
+            write = keep in ("local", "merged")
+            new = self.settle(
+                held,
+                result=result,
+                remote=record.remote,
+                remote_version=record.remote_version,
+                write=write,
+            )
+            if keep == "both" and local is not DELETED:
+                new = self._copy(held, local, conflict_id)
+            with self.queue.transaction() as outer:
+                self._tx(outer).execute(
+                    "conflict_resolve",
+                    {
+                        "id": conflict_id,
+                        "resolution": keep,
+                        "result": _dump(result),
+                        "new_op_id": None if new is None else new.id,
+                        "now": self._now(),
+                    },
+                )
+        return new
+
+    def _copy(self, held: Operation, local: Any, conflict_id: int) -> Operation:
+        kind, _, ident = held.entity.partition(":")
+        copy_id = f"{ident or kind}-conflicted-copy-{conflict_id}"
+        payload = dict(local) if isinstance(local, dict) else {"value": local}
+        payload["id"] = copy_id
+        endpoint = held.endpoint
+        if endpoint is not None and (held.method or "").upper() != "POST":
+            endpoint = endpoint.rstrip("/").rsplit("/", 1)[0]
+        return self.queue.enqueue(
+            "create",
+            f"{kind}:{copy_id}" if ident else copy_id,
+            payload,
+            endpoint=endpoint,
+            method=None if endpoint is None else "POST",
+        )

@@ -1,0 +1,224 @@
+"""The conflict resolver: one strategy per entity type, applied when the server says 412.
+
+    resolver = ConflictResolver(queue, {
+        "card": Strategy.FIELD_MERGE,                      # different fields both survive
+        "note": Policy(Strategy.CUSTOM, merge=notes_merge),  # (base, local, remote) -> merged
+        "draft": Strategy.USER,                            # conflicted copy, the user decides
+        "lww-note": Strategy.LWW,                          # settled on the server
+        "doc": Strategy.CRDT,                              # merged on the server
+    })
+    transport = HttpTransport(url, headers=resolver.headers)   # the device clock, see below
+    engine = SyncEngine(queue, transport, resolver=resolver)
+
+The entity type is what comes before the ``:`` of the entity (``card:42`` -> ``card``).
+Client-side strategies (field merge, custom merge, user) act on a version conflict: the
+server's 412 carries its current state; the base is the state this device last saw
+(`pigeon.edge.conflicts.ConflictStore` keeps a snapshot per entity). Server-side
+strategies (LWW, CRDT) never see a 412: the server settles, the resolver records what it
+said (an LWW write that lost is recorded with the value that beat it).
+
+`decide` is the pure heart: every conflict ends in exactly one of ``merged`` (a new value
+built from both sides is sent), ``won`` (this device's value is sent against the current
+version), ``lost`` (the server's value stays; this device's edit is recorded) or ``held``
+(a conflicted copy waits for the user: ``pigeon conflicts``).
+
+``resolver.headers`` gives the transport the device's clock stamp on every request, so the
+server can measure this device's clock offset and correct its operations' stamps
+(`pigeon.server.conflicts`): a phone whose clock is hours off neither wins nor loses by it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pigeon.edge.conflicts import DELETED, ConflictStore, local_state
+from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
+from pigeon.edge.operation import Operation
+from pigeon.edge.queue import OfflineQueue
+from pigeon.exceptions import ConfigurationError
+from pigeon.sync.classify import Outcome
+
+log = logging.getLogger("pigeon.sync")
+
+DEVICE_CLOCK = "X-Pigeon-Device-Clock"  # the same name as pigeon.server.conflicts.DEVICE_CLOCK
+
+
+class Strategy(enum.StrEnum):
+    LWW = "lww"  # server: last write wins by (corrected) hybrid logical clock
+    CRDT = "crdt"  # server: Yjs updates merged
+    FIELD_MERGE = "field-merge"  # client: field by field, clashes to the tie-break
+    CUSTOM = "custom"  # client: a function (base, local, remote) -> merged
+    USER = "user"  # client: keep both, hold the entity, let the user choose
+
+
+SERVER_SIDE = frozenset({Strategy.LWW, Strategy.CRDT})
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one entity type resolves. ``tie``: for FIELD_MERGE, who wins a field both sides
+    changed ("local", "remote" or a function). ``merge``: the CUSTOM function."""
+
+    strategy: Strategy
+    tie: TieBreak = "remote"
+    merge: MergeFunction | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, Strategy):
+            raise ConfigurationError(f"strategy must be a Strategy, not {self.strategy!r}")
+        if self.strategy is Strategy.CUSTOM and not callable(self.merge):
+            raise ConfigurationError("Strategy.CUSTOM needs merge=a function (base, local, remote)")
+        if self.tie not in ("local", "remote") and not callable(self.tie):
+            raise ConfigurationError(f"tie must be 'local', 'remote' or a function: {self.tie!r}")
+
+
+Kind = Literal["merged", "won", "lost", "held"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: Kind
+    value: Any = None  # what to send (merged / won); the server's value when lost
+
+
+def decide(policy: Policy, base: Any, local: Any, remote: Any) -> Decision:
+    """What to do about one version conflict (pure). ``local`` may be `DELETED`; ``remote``
+    None means the server's state is unknown (only the user can decide then)."""
+    if policy.strategy is Strategy.USER or policy.strategy in SERVER_SIDE or remote is None:
+        return Decision("held")
+    if local is DELETED:
+        # A delete against a concurrent edit: the tie-break of the type decides.
+        keep_local = policy.tie == "local"
+        return Decision("won", DELETED) if keep_local else Decision("lost", remote)
+    if policy.strategy is Strategy.CUSTOM:
+        assert policy.merge is not None
+        merged = policy.merge(base, local, remote)
+    else:
+        if not isinstance(local, Mapping) or not isinstance(remote, Mapping):
+            return Decision("held")  # not objects: no fields to merge
+        merged = field_merge(base, local, remote, policy.tie)
+    if merged == remote:
+        return Decision("lost", remote)
+    if merged == local:
+        return Decision("won", local)
+    return Decision("merged", merged)
+
+
+def entity_type(entity: str) -> str:
+    return entity.partition(":")[0]
+
+
+def _current(body: Any) -> tuple[Any, str | None] | None:
+    """(data, version) of the server's entity in a reply body, if it holds one."""
+    if not isinstance(body, Mapping):
+        return None
+    current = body.get("current", body)
+    if not isinstance(current, Mapping) or "data" not in current:
+        return None
+    version = current.get("version")
+    return current["data"], None if version is None else str(version)
+
+
+class ConflictResolver:
+    """Resolve version conflicts of a queue's operations by the policy of their type, and
+    keep the base snapshots merges need. Give it to `SyncEngine(resolver=...)`."""
+
+    def __init__(
+        self,
+        queue: OfflineQueue,
+        policies: Mapping[str, Strategy | Policy] | None = None,
+        *,
+        default: Strategy | Policy = Strategy.USER,
+        on_resolved: Callable[[Operation, Decision], Any] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.store = ConflictStore(queue)
+        self.policies = {name: _policy(p) for name, p in (policies or {}).items()}
+        self.default = _policy(default)
+        self.on_resolved = on_resolved
+
+    def policy_for(self, entity: str) -> Policy:
+        return self.policies.get(entity_type(entity), self.default)
+
+    @property
+    def headers(self) -> Callable[[], dict[str, str]]:
+        """For ``HttpTransport(headers=...)``: this device's clock, asked per request."""
+        return lambda: {DEVICE_CLOCK: self.queue.stamp().encode()}
+
+    # -- engine callbacks ----------------------------------------------------------------
+
+    def on_delivered(self, op: Operation, outcome: Outcome) -> None:
+        found = _current(outcome.body)
+        if found is None:
+            return
+        data, version = found
+        version = outcome.etag or version
+        self.store.remember(op.entity, version, data)
+        if isinstance(outcome.body, Mapping) and outcome.body.get("outcome") == "lost":
+            # Last write wins, and this one did not: acknowledged, not applied. Recorded.
+            self.store.record(
+                op,
+                "lost",
+                strategy=self.policy_for(op.entity).strategy.value,
+                local=op.payload,
+                remote=data,
+                remote_version=version,
+                result=data,
+                detail="the server kept a write with a greater clock",
+            )
+            self._tell(op, Decision("lost", data))
+
+    def on_conflict(self, op: Operation, outcome: Outcome) -> None:
+        policy = self.policy_for(op.entity)
+        found = _current(outcome.body)
+        remote, version = found if found is not None else (None, None)
+        with self.queue.batch():
+            snapshot = self.store.snapshot(op.entity)
+            base = None if snapshot is None else snapshot.data
+            local = local_state(self.store.tail(op.entity), base)
+            decision = decide(policy, base, local, remote)
+            common = {
+                "strategy": policy.strategy.value,
+                "base": base,
+                "local": local,
+                "remote": remote,
+                "remote_version": version,
+            }
+            if decision.kind == "held":
+                self.store.record(op, "held", **common, detail=outcome.reason)
+            else:
+                new = self.store.settle(
+                    op,
+                    result=decision.value,
+                    remote=remote,
+                    remote_version=version,
+                    write=decision.kind != "lost",
+                )
+                self.store.record(
+                    op,
+                    decision.kind,
+                    **common,
+                    result=decision.value,
+                    new_op_id=None if new is None else new.id,
+                )
+        self._tell(op, decision)
+
+    def _tell(self, op: Operation, decision: Decision) -> None:
+        if self.on_resolved is None:
+            return
+        try:
+            self.on_resolved(op, decision)
+        except Exception:
+            log.exception("on_resolved raised; the resolution stands")
+
+
+def _policy(value: Strategy | Policy) -> Policy:
+    if isinstance(value, Policy):
+        return value
+    if isinstance(value, Strategy):
+        return Policy(value)
+    raise ConfigurationError(f"a policy is a Strategy or a Policy, not {value!r}")
