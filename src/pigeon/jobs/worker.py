@@ -8,6 +8,12 @@ same thread enforces the timeout hierarchy: a job past its timeout is recorded a
 supervisor timeout is abandoned (``on_stuck``: in a worker process, a hard exit the
 supervisor replaces), and the lease, longer still, keeps the job from a second runner
 meanwhile.
+
+An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
+``wakeup``) or its polling back-off runs out. When the database goes away, claims and
+lease renewals fail and are retried; an outcome that cannot be recorded within the lease
+is dropped, and the job is claimed again once its lease has expired: never lost, and its
+effects, being claims, never doubled.
 """
 
 from __future__ import annotations
