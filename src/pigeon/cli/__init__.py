@@ -28,6 +28,9 @@ def _register() -> None:
     app.add_typer(jobs_cmd.app, name="jobs")
     app.command("worker")(worker_cmd.worker)
     app.command("plan")(plan_cmd.plan)
+    from pigeon.cli import conflicts_cmd
+
+    app.add_typer(conflicts_cmd.app, name="conflicts")
 
 
 _register()

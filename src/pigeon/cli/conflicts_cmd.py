@@ -1,0 +1,142 @@
+"""``pigeon conflicts``: the conflicts of an edge queue, and the user's choice for held ones.
+
+    pigeon conflicts list -f queue.db              # held (waiting for you) by default
+    pigeon conflicts list -f queue.db --all        # every recorded outcome
+    pigeon conflicts show -f queue.db 3
+    pigeon conflicts resolve -f queue.db 3 --keep local|remote|both
+    pigeon conflicts resolve -f queue.db 3 --merged merged.json
+
+A resolution enqueues a NEW operation (new idempotency key) against the server's current
+version; the app's sync engine sends it the next time it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pigeon.edge.conflicts import KEEPS, ConflictStore
+from pigeon.edge.queue import OfflineQueue
+from pigeon.exceptions import PigeonError
+
+app = typer.Typer(help="List, inspect and resolve conflicts of a queue.", no_args_is_help=True)
+
+QueueFile = Annotated[
+    Path,
+    typer.Option(
+        "--file", "-f", envvar="PIGEON_QUEUE", help="The queue file ($PIGEON_QUEUE).",
+        show_default=False,
+    ),
+]  # fmt: skip
+ConflictId = Annotated[int, typer.Argument(help="Conflict id (see `pigeon conflicts list`).")]
+
+out = Console()
+err = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[ConflictStore]:
+    try:
+        with OfflineQueue(path, create=False, recover=False) as queue:
+            yield ConflictStore(queue)
+    except PigeonError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = "" if value is None else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("list")
+def list_(
+    file: QueueFile,
+    all_: Annotated[bool, typer.Option("--all", help="Every outcome, not only held.")] = False,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 100,
+) -> None:
+    """Conflicts waiting for you (or, with --all, everything recorded)."""
+    with _open(file) as store:
+        records = store.records(None if all_ else "held", limit)
+        table = Table(title=f"{file}: {len(records)} conflict(s)")
+        for column in ("id", "entity", "strategy", "outcome", "local", "remote"):
+            table.add_column(column, overflow="fold")
+        for r in records:
+            table.add_row(
+                str(r.id), r.entity, r.strategy, r.outcome, _short(r.local), _short(r.remote)
+            )
+        out.print(table)
+
+
+@app.command()
+def show(file: QueueFile, conflict_id: ConflictId) -> None:
+    """Everything about one conflict: base, local and remote versions, the outcome."""
+    with _open(file) as store:
+        try:
+            r = store.get(conflict_id)
+        except PigeonError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from exc
+        table = Table(title=f"conflict {r.id}", show_header=False)
+        table.add_column("field", style="bold")
+        table.add_column("value", overflow="fold")
+        for name in (
+            "entity", "outcome", "strategy", "op_id", "idempotency_key", "op_type",
+            "remote_version", "resolution", "new_op_id", "detail",
+        ):  # fmt: skip
+            value = getattr(r, name)
+            table.add_row(name, "" if value is None else str(value))
+        for name in ("base", "local", "remote", "result"):
+            table.add_row(name, json.dumps(getattr(r, name), indent=2, ensure_ascii=False))
+        table.add_row("recorded", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at)))
+        out.print(table)
+
+
+@app.command()
+def resolve(
+    file: QueueFile,
+    conflict_id: ConflictId,
+    keep: Annotated[
+        str | None, typer.Option(help="local, remote or both (both: a conflicted copy).")
+    ] = None,
+    merged: Annotated[
+        Path | None, typer.Option(help="A JSON file holding the merged value to send.")
+    ] = None,
+) -> None:
+    """Decide a held conflict; the decision is sent as a new operation."""
+    if (keep is None) == (merged is None):
+        err.print("[red]error:[/red] give exactly one of --keep or --merged", highlight=False)
+        raise typer.Exit(2)
+    if keep is not None and keep not in KEEPS[:3]:
+        err.print(f"[red]error:[/red] --keep must be local, remote or both, not {keep!r}")
+        raise typer.Exit(2)
+    value = None
+    if merged is not None:
+        try:
+            value = json.loads(merged.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            err.print(f"[red]error:[/red] cannot read {merged} as JSON: {exc}", highlight=False)
+            raise typer.Exit(2) from exc
+    with _open(file) as store:
+        try:
+            new = store.resolve(conflict_id, "merged" if merged else keep, value)  # type: ignore[arg-type]
+        except PigeonError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from exc
+        if new is None:
+            out.print(
+                f"conflict {conflict_id} resolved: the server's version stays; nothing to send"
+            )
+        else:
+            out.print(
+                f"conflict {conflict_id} resolved: operation {new.id} ({new.type} {new.entity}, "
+                f"key {new.idempotency_key}) queued against version {new.base_version or '-'}"
+            )
