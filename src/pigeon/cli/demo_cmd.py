@@ -23,8 +23,17 @@ def demo(
     batch: Annotated[int, typer.Option(min=0, help="Batch size; 0 sends one by one.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,
     timeout: Annotated[float, typer.Option(help="Give up syncing after this many s.")] = 120,
+    conflicts: Annotated[
+        bool,
+        typer.Option("--conflicts", help="Two offline devices edit the same notes instead."),
+    ] = False,
 ) -> None:
     """Edit notes offline, sync through a faulty network, prove every edit landed once."""
+    if conflicts:
+        from pigeon.cli.demo_conflicts import show_conflicts_demo
+
+        show_conflicts_demo()
+        return
     console = Console()
     console.rule("[bold]pigeon demo")
     console.print(
