@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import tempfile
@@ -29,35 +30,113 @@ from pigeon.edge.store import EdgeStore
 PAYLOAD = {"title": "shopping list", "body": "milk, eggs, bread, coffee " * 6, "pinned": False}
 
 
-def _raw_per_op(path: Path, n: int) -> float:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("CREATE TABLE ops (id TEXT PRIMARY KEY, key TEXT, entity TEXT, payload TEXT)")
-    import json
+class _Raw:
+    """sqlite3 INSERT + COMMIT per operation, WAL, synchronous=FULL: the floor."""
 
-    text = json.dumps(PAYLOAD)
-    started = time.perf_counter()
-    for i in range(n):
-        conn.execute("BEGIN")
-        conn.execute(
-            "INSERT INTO ops VALUES (?, ?, ?, ?)",
-            (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{i}", text),
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute(
+            "CREATE TABLE ops (id TEXT PRIMARY KEY, key TEXT, entity TEXT, payload TEXT)"
         )
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - started
-    conn.close()
-    return rate(n, elapsed)
+        self.text = json.dumps(PAYLOAD)
+        self.i = 0
+
+    def step(self, k: int) -> float:
+        started = time.perf_counter()
+        for _ in range(k):
+            self.i += 1
+            self.conn.execute("BEGIN")
+            self.conn.execute(
+                "INSERT INTO ops VALUES (?, ?, ?, ?)",
+                (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{self.i}", self.text),
+            )
+            self.conn.execute("COMMIT")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.conn.close()
 
 
-def _persist_put(path: Path, n: int) -> float:
-    import persistqueue
+class _PersistPut:
+    def __init__(self, path: Path) -> None:
+        import persistqueue
 
-    queue = persistqueue.SQLiteAckQueue(str(path), auto_commit=True)
-    started = time.perf_counter()
-    for i in range(n):
-        queue.put({"entity": f"note:{i}", **PAYLOAD})
-    return rate(n, time.perf_counter() - started)
+        self.queue = persistqueue.SQLiteAckQueue(str(path), auto_commit=True)
+        self.i = 0
+
+    def step(self, k: int) -> float:
+        started = time.perf_counter()
+        for _ in range(k):
+            self.i += 1
+            self.queue.put({"entity": f"note:{self.i}", **PAYLOAD})
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        pass
+
+
+class _EnqueueOne:
+    def __init__(self, path: Path) -> None:
+        self.queue = OfflineQueue(path, durability="full")
+        self.i = 0
+
+    def step(self, k: int) -> float:
+        started = time.perf_counter()
+        for _ in range(k):
+            self.i += 1
+            self.queue.enqueue("update", f"note:{self.i}", PAYLOAD)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+class _EnqueueThreads:
+    """``threads`` writers enqueueing at once; each step runs ``k`` enqueues across them."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self.queue = OfflineQueue(path, durability="full")
+        self.threads = threads
+        self.per = 0
+        self.start = threading.Barrier(threads + 1)
+        self.end = threading.Barrier(threads + 1)
+        self.stop = False
+        self.workers = [
+            threading.Thread(target=self._work, args=(t,), daemon=True) for t in range(threads)
+        ]
+        for w in self.workers:
+            w.start()
+
+    def _work(self, t: int) -> None:
+        i = 0
+        while True:
+            self.start.wait()
+            if self.stop:
+                return
+            for _ in range(self.per):
+                i += 1
+                self.queue.enqueue("update", f"note:{t}:{i}", PAYLOAD)
+            self.end.wait()
+
+    def step(self, k: int) -> float:
+        self.per = k // self.threads
+        self.start.wait()
+        started = time.perf_counter()
+        self.end.wait()
+        return time.perf_counter() - started
+
+    @property
+    def ops_per_commit(self) -> float:
+        return self.queue._group.items / max(self.queue.commits, 1)
+
+    def close(self) -> None:
+        self.stop = True
+        self.start.wait()
+        for w in self.workers:
+            w.join()
+        self.queue.close()
 
 
 def _persist_cycle(path: Path, n: int) -> float:
@@ -73,39 +152,8 @@ def _persist_cycle(path: Path, n: int) -> float:
     return rate(n, time.perf_counter() - started)
 
 
-def _enqueue_one_thread(path: Path, n: int) -> float:
-    with OfflineQueue(path, durability="full") as queue:
-        started = time.perf_counter()
-        for i in range(n):
-            queue.enqueue("update", f"note:{i}", PAYLOAD)
-        return rate(n, time.perf_counter() - started)
-
-
-def _enqueue_threads(path: Path, n: int, threads: int) -> tuple[float, float]:
-    with OfflineQueue(path, durability="full") as queue:
-        per = n // threads
-        gate = threading.Barrier(threads + 1)
-
-        def work(t: int) -> None:
-            gate.wait()
-            for i in range(per):
-                queue.enqueue("update", f"note:{t}:{i}", PAYLOAD)
-
-        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        gate.wait()
-        started = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - started
-        return rate(per * threads, elapsed), per * threads / max(queue.commits, 1)
-
-
 def bulk_fill(path: Path, n: int, *, chunk: int = 50_000) -> None:
     """Fill a queue file with ``n`` pending operations on distinct entities, fast."""
-    import json
-
     OfflineQueue(path, durability="normal").close()
     store = EdgeStore(path, durability="normal", create=False, recover=False, now=time.time())
     text = json.dumps(PAYLOAD)
@@ -172,6 +220,19 @@ def _depth_costs(path: Path, depth: int, samples: int) -> tuple[float, float]:
         return enq[len(enq) // 2], nb[len(nb) // 2]
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _remove(folder: Path, *names: str) -> None:
+    """Free the disk space of queue files already measured (the deep file is large)."""
+    for name in names:
+        for suffix in ("", "-wal", "-shm", "-lock"):
+            path = folder / (name + suffix)
+            if path.exists():
+                os.remove(path)
+
+
 def run(*, quick: bool = False) -> list[Row]:
     n_single = 1000 if quick else 3000
     n_threads = 4000 if quick else 16000
@@ -181,14 +242,27 @@ def run(*, quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="pigeon-bench-") as tmp:
         d = Path(tmp)
-        # Interleaved rounds, median rate: the load of a shared machine drifts, and a
-        # baseline measured a minute apart from pigeon would compare two machines.
-        raws, puts, ones = [], [], []
-        for r in range(5):
-            raws.append(_raw_per_op(d / f"raw{r}.db", n_single // 5))
-            puts.append(_persist_put(d / f"pq-put{r}", n_single // 5))
-            ones.append(_enqueue_one_thread(d / f"one{r}.db", n_single // 5))
-        raw, pq_put, one = (sorted(x)[2] for x in (raws, puts, ones))
+        # Finely interleaved: every contender runs a small step in turn, 50 times over, so
+        # the fsync latency of a shared machine (it follows the other tenants' writes from
+        # one second to the next) weighs on each of them alike.
+        raw_c, put_c, one_c = (
+            _Raw(d / "raw.db"),
+            _PersistPut(d / "pq-put"),
+            _EnqueueOne(d / "one.db"),
+        )
+        eight_c = _EnqueueThreads(d / "eight.db", 8)
+        contenders = (raw_c, put_c, one_c, eight_c)
+        sizes = (n_single // 50,) * 3 + (n_threads // 50,)
+        spent = [0.0] * 4
+        try:
+            for _ in range(50):
+                for index, (contender, k) in enumerate(zip(contenders, sizes, strict=True)):
+                    spent[index] += contender.step(k)
+            per_commit = eight_c.ops_per_commit
+        finally:
+            for contender in contenders:
+                contender.close()
+        raw, pq_put, one, eight = (rate(50 * k, t) for k, t in zip(sizes, spent, strict=True))
         rows.append(
             row("enqueue, 1 thread, full", one, raw, unit="ops/s", baseline_name="raw sqlite3",
                 target=">= 0.9x", ok=one >= 0.9 * raw)
@@ -197,25 +271,24 @@ def run(*, quick: bool = False) -> list[Row]:
             row("enqueue, 1 thread, full", one, pq_put, unit="ops/s",
                 baseline_name="persist-queue put", target="-", ok=True)
         )  # fmt: skip
-        eight, per_commit = _enqueue_threads(d / "eight.db", n_threads, 8)
         rows.append(
             row(f"enqueue, 8 threads, full ({per_commit:.1f} ops/commit)", eight, raw,
                 unit="ops/s", baseline_name="raw sqlite3, 1 thread", target=">= 4x",
                 ok=eight >= 4 * raw)
         )  # fmt: skip
-        cycle = _delivery_cycle(d / "cycle.db", n_cycle)
-        pq_cycle = _persist_cycle(d / "pq-cycle", n_pq_cycle)
+        cycles, pq_cycles = [], []
+        for r in range(3):
+            cycles.append(_delivery_cycle(d / f"cycle{r}.db", n_cycle))
+            pq_cycles.append(_persist_cycle(d / f"pq-cycle{r}", n_pq_cycle))
+            _remove(d, f"cycle{r}.db")
+        cycle, pq_cycle = _median(cycles), _median(pq_cycles)
         rows.append(
             row(f"delivery cycle over {n_cycle:,}", cycle, pq_cycle, unit="ops/s",
                 baseline_name="persist-queue get+ack", target=">= 10x",
                 ok=cycle >= 10 * pq_cycle)
         )  # fmt: skip
         shallow_enq, shallow_nb = _depth_costs(d / "shallow.db", 1000, 400)
-        for name in ("shallow.db", "cycle.db", "eight.db"):
-            for suffix in ("", "-wal", "-shm", "-lock"):
-                with_suffix = d / (name + suffix)
-                if with_suffix.exists():
-                    os.remove(with_suffix)
+        _remove(d, "shallow.db", "eight.db")
         deep_enq, deep_nb = _depth_costs(d / "deep.db", deep, 400)
         for label, at_deep, at_shallow in (
             ("enqueue", deep_enq, shallow_enq),

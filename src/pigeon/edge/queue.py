@@ -279,6 +279,10 @@ class OfflineQueue:
         one in flight per entity. Nothing while the queue is paused."""
         if n <= 0:
             return []
+        # Durable, although IN_FLIGHT itself is volatile (recovery resets it): the same
+        # write counts the dispatch, and that count is what forbids folding into or
+        # cancelling an operation the server may hold. Lost to an OS crash after the
+        # request left, a later edit would be folded under the old key (422, dead letter).
         with self._store.write() as tx:
             state = tx.fetchone("get_state")
             if state is not None and state["paused"] is not None:
