@@ -188,55 +188,11 @@ class OfflineQueue:
             self._subscribers.notify()
 
     def _commit(
-        self, first: Sequence[st.NewOp], more: More[st.NewOp] = tuple
+        self,
+        first: Sequence[st.NewOp],
+        more: More[st.NewOp] = tuple,  # tuple() == (): nobody joins late
     ) -> list[st.Built | BaseException]:
-        """Write ``first`` (and what ``more()`` adds while we write) in one transaction.
-        No savepoint per item: an item fails only on a broken file or a duplicate id, so
-        the common path does not pay two statements per item for the rare one. If an
-        item does fail, the whole batch is written again with a savepoint each."""
-        items = list(first)
-        try:
-            with self._store.write() as tx:
-                built: list[st.Built | BaseException] = []
-                saved = 0
-                while True:
-                    for new in items[len(built) :]:
-                        op, n = self._store.append(tx, new, coalesce=self.coalesce)
-                        built.append(op)
-                        saved += n
-                    extra = more()
-                    if not extra:
-                        break
-                    items.extend(extra)
-                self._bump_state(tx, items, saved)
-            return built
-        except Exception:
-            if len(items) == 1:
-                raise
-        return self._commit_each(items)
-
-    def _commit_each(self, items: Sequence[st.NewOp]) -> list[st.Built | BaseException]:
-        outcomes: list[st.Built | BaseException] = []
-        saved = 0
-        with self._store.write() as tx:
-            for new in items:
-                try:
-                    with tx.savepoint():  # one caller's failure stays its own
-                        op, n = self._store.append(tx, new, coalesce=self.coalesce)
-                except Exception as exc:
-                    outcomes.append(exc)
-                    continue
-                saved += n
-                outcomes.append(op)
-            self._bump_state(tx, items, saved)
-        return outcomes
-
-    @staticmethod
-    def _bump_state(tx: SQLiteTx, items: Sequence[st.NewOp], saved: int) -> None:
-        if saved:
-            # Only folds need this row: it keeps the coalescing count, and the clock a
-            # folded operation got without a new row (see _restore_clock).
-            tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
+        return self._store.append_all(first, more, coalesce=self.coalesce)
 
     # -- subscribers ---------------------------------------------------------------------
 

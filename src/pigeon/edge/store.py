@@ -14,7 +14,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,6 +223,52 @@ class EdgeStore:
         assert seq is not None
         return functools.partial(_from_new, new, seq=seq, status=OpStatus.PENDING), 0
 
+    def append_all(
+        self, first: Sequence[NewOp], more: Callable[[], Sequence[NewOp]], *, coalesce: bool
+    ) -> list[Built | BaseException]:
+        """Write ``first`` (and what ``more()`` adds while we write) in one transaction.
+        No savepoint per item: an item fails only on a broken file or a duplicate id, so
+        the common path does not pay two statements per item for the rare one. If an
+        item does fail, the whole batch is written again with a savepoint each."""
+        items = list(first)
+        try:
+            with self.write() as tx:
+                built: list[Built | BaseException] = []
+                saved = 0
+                while True:
+                    for new in items[len(built) :]:
+                        op, n = self.append(tx, new, coalesce=coalesce)
+                        built.append(op)
+                        saved += n
+                    extra = more()
+                    if not extra:
+                        break
+                    items.extend(extra)
+                _bump_state(tx, items, saved)
+            return built
+        except Exception:
+            if len(items) == 1:
+                raise
+        return self._append_each(items, coalesce=coalesce)
+
+    def _append_each(
+        self, items: Sequence[NewOp], *, coalesce: bool
+    ) -> list[Built | BaseException]:
+        outcomes: list[Built | BaseException] = []
+        saved = 0
+        with self.write() as tx:
+            for new in items:
+                try:
+                    with tx.savepoint():  # one caller's failure stays its own
+                        op, n = self.append(tx, new, coalesce=coalesce)
+                except Exception as exc:
+                    outcomes.append(exc)
+                    continue
+                saved += n
+                outcomes.append(op)
+            _bump_state(tx, items, saved)
+        return outcomes
+
     def row(self, tx: SQLiteTx, op_id: str) -> Row:
         row = tx.fetchone("get_op", {"id": op_id})
         if row is None:
@@ -284,6 +330,13 @@ class EdgeStore:
         alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
         tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
         return to_operation(self.row(tx, row["id"]))
+
+
+def _bump_state(tx: SQLiteTx, items: Sequence[NewOp], saved: int) -> None:
+    if saved:
+        # Only folds need the state row: it keeps the coalescing count, and the clock a
+        # folded operation got without a new row (see OfflineQueue._restore_clock).
+        tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
 
 
 def require(row: Row, *allowed: OpStatus, action: str) -> None:
