@@ -35,7 +35,7 @@ def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
     )
     rng = random.Random(2024)
     sup.start()
-    kills = 0
+    kills = mid_work = 0
     started = time.monotonic()
     try:
         while time.monotonic() - started < 90:
@@ -43,15 +43,19 @@ def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
             open_jobs = [
                 j for j in list_jobs(db, limit=JOBS + 10) if j["status"] in ("queued", "reserved")
             ]
-            if kills >= ROUNDS and not open_jobs:
-                break
+            if kills >= ROUNDS:
+                # the rounds are done: the survivors drain the rest, no more kills
+                if not open_jobs:
+                    break
+                time.sleep(0.1)
+                continue
             time.sleep(rng.uniform(0.15, 0.45))
-            if kills < ROUNDS or open_jobs:
-                pid = rng.choice(sup.pids())
-                os.kill(pid, signal.SIGKILL)
-                kills += 1
-                # give the children time to come back before the next round
-                sup.check()
+            pid = rng.choice(sup.pids())
+            os.kill(pid, signal.SIGKILL)
+            kills += 1
+            mid_work += bool(open_jobs)
+            # give the children time to come back before the next round
+            sup.check()
     finally:
         sup.stop(grace=5)
     # drain what the last kill left behind with one clean pass
@@ -76,6 +80,7 @@ def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
 
     jobs = list_jobs(db, limit=JOBS + 10)
     assert kills >= ROUNDS
+    assert mid_work >= ROUNDS, f"only {mid_work} kills landed while jobs were open"
     assert len(jobs) == JOBS
     by_status: dict[str, int] = {}
     for job in jobs:
