@@ -89,3 +89,21 @@ def test_the_listening_socket_says_tcp_so_responses_are_not_delayed_by_nagle() -
         assert sock.getsockname()[1] > 0
     finally:
         sock.close()
+
+
+def test_serve_offers_the_server_settled_conflict_collections(tmp_path: Path) -> None:
+    from pigeon.demo.processes import ServerProcess
+
+    with ServerProcess(tmp_path / "server.db") as server:
+        spec = httpx.get(server.url + "/pigeon/v1/openapi.json").json()
+        for path in ("/lww-notes", "/lww-notes/{id}", "/docs", "/docs/{id}"):
+            assert path in spec["paths"], path
+        reply = httpx.post(
+            server.url + "/lww-notes",
+            json={"id": "n1", "title": "t", "body": "b"},
+            headers={
+                "Idempotency-Key": "serve-lww-1",
+                "X-Pigeon-Clock": "000001700000000000-0000000000-dev",
+            },
+        )
+        assert reply.status_code in (200, 201), reply.text

@@ -30,6 +30,8 @@ from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
 
 _ENV = "PIGEON_SERVE_"
+REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
+REFERENCE_CRDT = ("docs",)  # Yjs documents merged on the server
 
 
 def app_from_env() -> Starlette:
@@ -48,6 +50,9 @@ def app_from_env() -> Starlette:
         ),
         claim_mode=claim_mode,
         authenticate=BearerAuth(required=env.get(_ENV + "REQUIRE_AUTH") == "1"),
+        # The reference server shows every conflict strategy the server settles itself.
+        lww_collections=REFERENCE_LWW,
+        crdt_collections=REFERENCE_CRDT,
     )
 
 
