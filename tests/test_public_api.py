@@ -3,6 +3,11 @@
 import pigeon
 
 EXPECTED = {
+    "ConflictResolver",
+    "Policy",
+    "Strategy",
+    "field_merge",
+    "notes_merge",
     "OfflineQueue",
     "QueueStats",
     "RetryPolicy",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.edge.merge import field_merge, notes_merge
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.queue import OfflineQueue, QueueStats
 from pigeon.edge.retry import RetryPolicy
@@ -35,6 +36,7 @@ from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
 
 __version__ = "0.1.0"
 
@@ -42,6 +44,7 @@ __all__ = [
     "AuthorizationRequired",
     "ConfigurationError",
     "ConflictError",
+    "ConflictResolver",
     "ConnectivityMonitor",
     "DeliveryError",
     "EmptyEntity",
@@ -65,6 +68,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "PigeonError",
+    "Policy",
     "ProbeMonitor",
     "QueueStats",
     "RetryPolicy",
@@ -72,9 +76,12 @@ __all__ = [
     "SchemaTooNew",
     "StoreError",
     "StoreUnavailable",
+    "Strategy",
     "SyncEngine",
     "Transport",
     "UnknownOperationType",
     "UnknownOutcome",
     "__version__",
+    "field_merge",
+    "notes_merge",
 ]
