@@ -87,8 +87,14 @@ class Executor:
         if not ops:
             return report
         settled: set[str] = set()
+        # Until the exchange is read, any of these may have reached the server: if we fail
+        # before settling them they are released as *sent* (never folded into or cancelled,
+        # whose old key the server may hold). Those the server reports as not attempted are
+        # released as unsent.
+        maybe_sent = False
         try:
             self._fill_base_versions(ops)
+            maybe_sent = True
             exchange = self.transport.send(ops, keep_going=self._keep_going)
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.
@@ -105,8 +111,9 @@ class Executor:
                     self._settle(op, reply, outcome, report, shared_delay, now)
                     done.add(op.id)
             settled |= done
+            maybe_sent = False
         finally:
-            self._release(ops, settled, report)
+            self._release(ops, settled, report, sent=maybe_sent)
         return report
 
     def _fill_base_versions(self, ops: Sequence[Operation]) -> None:
@@ -128,10 +135,15 @@ class Executor:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
         return outcome.sent and outcome.kind is not OutcomeKind.AUTH
 
-    def _release(self, ops: Sequence[Operation], settled: set[str], report: CycleReport) -> None:
+    def _release(
+        self, ops: Sequence[Operation], settled: set[str], report: CycleReport, *, sent: bool
+    ) -> None:
         for op in ops:
             if op.id not in settled:
-                self.queue.release(op.id)
+                if sent and self._release_with_delay:
+                    self.queue.release(op.id, retry_after=0.0)  # type: ignore[call-arg]
+                else:
+                    self.queue.release(op.id)
                 report.released += 1
 
     def _settle(

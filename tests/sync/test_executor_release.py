@@ -1,0 +1,61 @@
+"""An exchange that fails after the request may have reached the server releases its
+operations as *sent*: a later edit is never folded into them under a key the server holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.queue import OfflineQueue
+from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.protocol.transport import Exchange
+from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.storage.server import open_server_db
+from pigeon.sync.executor import Executor
+
+
+class BreaksAfterSending:
+    """The real transport, which then fails before the caller can read the answer."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self.inner = inner
+
+    def send(self, ops: list[Operation], *, keep_going: Callable[..., bool]) -> Exchange:
+        self.inner.send(ops, keep_going=keep_going)
+        raise RuntimeError("lost the answer after the server applied it")
+
+    def probe(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_failure_after_send_keeps_the_operation_marked_sent(tmp_path: Path) -> None:
+    db = open_server_db(tmp_path / "server.db")
+    transport = InProcessTransport(create_notes_app(db, purge_interval=None))
+    queue = OfflineQueue(tmp_path / "edge.db")
+    try:
+        first = queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "one"})
+        executor: Any = Executor(queue, BreaksAfterSending(transport))  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="lost the answer"):
+            executor.run_once(10)
+        assert queue.get(first.id).status is OpStatus.PENDING
+        # The server has applied the create under its key: the edit must not fold into it.
+        queue.enqueue("update", "note:1", {"id": "1", "title": "t", "body": "two"})
+        assert [op.type for op in queue.pending] == ["create", "update"]
+
+        good = Executor(queue, transport)
+        while queue.stats().depth:
+            good.run_once(10)
+        assert queue.stats().dead == 0
+        ledger = read_ledger(db)
+        assert [row["method"] for row in ledger] == ["POST", "PUT"]
+    finally:
+        queue.close()
+        transport.close()
+        db.close()
