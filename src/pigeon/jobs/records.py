@@ -61,11 +61,16 @@ def accept(
 def get(db: Database, record_id: str) -> dict[str, Any]:
     """The record as the world may see it: data, status, obligations and every state."""
     with reading(db) as tx:
-        row = tx.fetchone("rec_get", {"id": record_id})
-        if row is None:
-            raise NotFound(f"no record {record_id!r}")
-        obligations = tx.fetchall("obl_list", {"record_id": record_id})
-        events = tx.fetchall("rec_events", {"record_id": record_id})
+        return view(tx, record_id)
+
+
+def view(tx: Tx, record_id: str) -> dict[str, Any]:
+    """``get`` inside a transaction the caller already holds (e.g. the intake's replay)."""
+    row = tx.fetchone("rec_get", {"id": record_id})
+    if row is None:
+        raise NotFound(f"no record {record_id!r}")
+    obligations = tx.fetchall("obl_list", {"record_id": record_id})
+    events = tx.fetchall("rec_events", {"record_id": record_id})
     return {
         "id": row["id"],
         "kind": row["kind"],
