@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from pigeon.exceptions import InvalidOperation, PermanentError, RetryableError
 from pigeon.jobs import records
-from pigeon.jobs.effects import applied, effect
+from pigeon.jobs.effects import applied, effect, effect_in
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.providers import call_provider, provider_call
 from pigeon.storage.base import Database, Tx
@@ -38,18 +39,43 @@ def test_failed_mutation_leaves_no_claim(db: Database) -> None:
 
 def test_concurrent_workers_apply_once(db: Database) -> None:
     calls: list[int] = []
+    results: list[object] = []
+    errors: list[BaseException] = []
     barrier = threading.Barrier(8)
+
+    def slow_mutation(tx: Tx) -> int:
+        calls.append(1)
+        time.sleep(0.05)  # hold the claim while the twins arrive: a wide race window
+        return len(calls)
 
     def run() -> None:
         barrier.wait()
-        effect(db, "pay", "order:9", lambda tx: calls.append(1) or len(calls))
+        try:
+            results.append(effect(db, "pay", "order:9", slow_mutation))
+        except BaseException as exc:  # a twin that raised would be a lost result
+            errors.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert errors == []
     assert calls == [1]
+    assert results == [1] * 8
+
+
+def test_effect_in_a_caller_transaction_rolls_its_claim_back_with_the_mutation(
+    db: Database,
+) -> None:
+    def broken(tx: Tx) -> None:
+        raise RuntimeError("half-way")
+
+    with db.transaction() as tx:
+        with pytest.raises(RuntimeError):
+            effect_in(tx, "grade", "k", broken, now=1.0)
+        assert effect_in(tx, "grade", "other", lambda tx: 2, now=1.0) == 2
+    assert not applied(db, "grade", "k") and applied(db, "grade", "other")
 
 
 def test_effect_needs_scope_and_key(db: Database) -> None:

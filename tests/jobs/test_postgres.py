@@ -279,10 +279,17 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
     app = App()
     app.queue("q", timeouts=Timeouts(job=0.5, external_call=0.2, supervisor=0.8, lease=1.0))
 
+    hold_next, holding, released = threading.Event(), threading.Event(), threading.Event()
+
     @app.task(queue="q", context=True)
     def work(ctx: JobContext, n: int) -> None:
         time.sleep(0.01)
         ctx.effect(f"work:{n}", lambda tx: n)
+        if hold_next.is_set() and not holding.is_set():
+            # One job is surely held when the database goes away (not left to timing):
+            # its effect is done; its success is reported during the outage.
+            holding.set()
+            released.wait(0.45)  # within its job timeout
 
     jobs = 300
     with pg.transaction() as tx:
@@ -295,8 +302,12 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
         wait_for(lambda: _succeeded(pg, jobs) >= 20)
         assert _admin_terminate(dbname) >= 2  # the pool's and the listener's connections
         time.sleep(0.3)
+        hold_next.set()
+        assert holding.wait(10)
         with _outage(dbname):
-            time.sleep(1.6)  # longer than the lease: held jobs can no longer be finished
+            time.sleep(0.25)
+            released.set()
+            time.sleep(1.4)  # longer than the lease: held jobs can no longer be finished
         wait_for(lambda: _backends(dbname) >= 2)  # reconnected, then cut once more
         assert _admin_terminate(dbname) >= 2
         wait_for(lambda: _succeeded(pg, jobs) == jobs, 60)
@@ -318,6 +329,9 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
     assert effects == jobs + 1  # every effect exactly once
     # Jobs the worker held when the database went away were recovered after their lease
     # expired, by a later claim (attempt 2+), not lost.
+    # (A report that got through late, once the database was back, is recorded by its
+    # original holder: finishing compares the lease token, not the clock.)
     histories = [show_job(pg, r["id"])["history"] for r in rows if r["attempts"] > 1]
     assert all(h[-1]["outcome"] == "succeeded" for h in histories)
-    assert any(a["outcome"] == "lease_expired" for h in histories for a in h[:-1])
+    if worker.stats.unrecorded:
+        assert any(a["outcome"] == "lease_expired" for h in histories for a in h[:-1])

@@ -8,19 +8,29 @@ from typing import Annotated
 
 import typer
 
-from pigeon.exceptions import PigeonError
+from pigeon.exceptions import ConfigurationError, PigeonError
+from pigeon.jobs.autoscale import Budget, parse_budget
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions
 
 DEMO_APP = "pigeon.jobs.demo:app"
 
 
-def parse_queues(values: list[str]) -> dict[str, int]:
-    queues: dict[str, int] = {}
+def parse_queues(values: list[str]) -> dict[str, int | Budget]:
+    """``NAME=MAX`` (the queue's own minimum is the floor) or ``NAME=MIN:MAX``."""
+    queues: dict[str, int | Budget] = {}
     for value in values:
-        name, sep, count = value.partition("=")
-        if not sep or not name or not count.isdigit() or int(count) < 1:
-            raise typer.BadParameter(f"expected NAME=THREADS, got {value!r}", param_hint="--queue")
-        queues[name] = int(count)
+        name, sep, spec = value.partition("=")
+        try:
+            if not sep or not name:
+                raise ConfigurationError("missing '='")
+            budget = parse_budget(spec)
+            if isinstance(budget, int) and budget < 1:
+                raise ConfigurationError("at least 1 thread")
+        except ConfigurationError:
+            raise typer.BadParameter(
+                f"expected NAME=MAX or NAME=MIN:MAX threads, got {value!r}", param_hint="--queue"
+            ) from None
+        queues[name] = budget
     return queues
 
 
@@ -28,7 +38,14 @@ def worker(
     db: Annotated[
         str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
     ],
-    queue: Annotated[list[str], typer.Option("--queue", help="NAME=THREADS, repeatable.")],
+    queue: Annotated[
+        list[str],
+        typer.Option(
+            "--queue",
+            help="NAME=MAX or NAME=MIN:MAX threads across all processes, repeatable; "
+            "threads scale between them with the backlog.",
+        ),
+    ],
     app: Annotated[str, typer.Option("--app", help="module:attr of a pigeon.jobs.App.")] = DEMO_APP,
     processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
     recycle_jobs: Annotated[
@@ -51,5 +68,6 @@ def worker(
         )
     except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    typer.echo(f"pigeon worker: {len(supervisor.slots)} processes for {dict(parse_queues(queue))}")
+    budgets = {q: str(b) for q, b in supervisor.budgets.items()}
+    typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {budgets}")
     supervisor.run()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
+from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS
 from pigeon.jobs.timeouts import Timeouts
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from pigeon.storage.base import Database
 
 AlertHook = Callable[["FailedJob"], None]
+# (queue, oldest eligible-ready age in seconds, the queue's freshness objective in seconds)
+FreshnessHook = Callable[[str, float, float], None]
+DEFAULT_RETENTION = 7 * 24 * 3600.0  # finished jobs are purged after a week
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -63,6 +67,19 @@ class QueueConfig:
             )
         return workers
 
+    def budget(self, spec: int | Budget) -> Budget:
+        """The run-time budget for ``spec``: a bare number is a maximum (the queue's own
+        minimum, capped by it, is the floor); ``Budget(min, max)`` must fit in the queue's."""
+        if isinstance(spec, int):
+            self.check_workers(spec)
+            return Budget(min(self.min_workers, spec), spec)
+        if spec.max > self.max_workers:
+            raise ConfigurationError(
+                f"queue {self.name!r}: {spec} workers is outside its budget "
+                f"{self.min_workers}..{self.max_workers}"
+            )
+        return spec
+
 
 @dataclass(frozen=True)
 class Task:
@@ -94,9 +111,18 @@ class App:
         alert: AlertHook | None = None,
         permanent: tuple[type[BaseException], ...] = (PermanentError,),
         default_owner: str = "operations",
+        on_freshness_breach: FreshnessHook | None = None,
+        retention: float | None = DEFAULT_RETENTION,
     ) -> None:
+        if retention is not None and not retention > 0:
+            raise ConfigurationError(f"retention must be > 0 seconds or None, got {retention}")
         self.db = db
         self.alert = alert
+        # Called once per breach episode (see pigeon.jobs.stats.FreshnessMonitor).
+        self.on_freshness_breach = on_freshness_breach
+        # Succeeded and cancelled jobs older than this are purged by the workers'
+        # maintenance; None keeps them forever. Failed jobs are never purged.
+        self.retention = retention
         self.permanent = permanent
         self.default_owner = default_owner
         self.tasks: dict[str, Task] = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs import ledger
-from pigeon.jobs._db import rowcount
+from pigeon.jobs._db import reading, rowcount
 from pigeon.jobs.app import App
 from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.storage.base import Database, Tx
@@ -163,6 +163,18 @@ class JobManager:
                     alerts.append(self._fail(tx, job, reason, now))
         self._alert(alerts)
         return runnable
+
+    def pressure(self, queue: str, cap: int) -> tuple[int, float | None]:
+        """The ready backlog of ``queue`` (counted up to ``cap``) and when its oldest
+        eligible-ready job became ready (None: nothing ready)."""
+        with reading(self.db) as tx:
+            row = tx.fetchone(
+                "job_queue_pressure", {"queue": queue, "now": self.clock(), "cap": cap}
+            )
+        if row is None:
+            return 0, None
+        oldest = row["oldest_ready_at"]
+        return int(row["backlog"] or 0), None if oldest is None else float(oldest)
 
     def renew(self, jobs: Sequence[Job], lease: float) -> list[Job]:
         """Extend the leases; returns the jobs whose lease was lost (rescued or finished)."""

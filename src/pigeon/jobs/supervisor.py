@@ -1,7 +1,9 @@
 """The Supervisor: worker processes for the configured queues, kept alive.
 
-``--queue grading=12 --queue notify=4`` with two processes gives each process 6 grading
-and 2 notify threads. A child that exits is replaced: after recycling (exit code 3), after
+``--queue grading=12 --queue notify=4`` with two processes lets each process run up to 6
+grading and 2 notify threads (``grading=2:12`` also sets the minimum, split the same
+way); each process scales its threads within its share, so together they never exceed
+the App's ``max_workers``. A child that exits is replaced: after recycling (exit code 3), after
 being abandoned for a stuck job (70) or after a crash. SIGTERM to the supervisor is passed
 on to every child, which stops claiming and finishes or releases its jobs within the lease.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
+from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
 
 log = logging.getLogger("pigeon.jobs.supervisor")
@@ -39,6 +42,19 @@ def split(queues: Mapping[str, int], processes: int) -> list[dict[str, int]]:
     return [s for s in shares if s]
 
 
+def split_budgets(budgets: Mapping[str, Budget], processes: int) -> list[dict[str, Budget]]:
+    """Each queue's min and max spread over the processes like ``split``; a process
+    whose share of a queue's maximum is 0 does not serve it."""
+    maxes = split({q: b.max for q, b in budgets.items()}, processes)
+    mins = split({q: b.min for q, b in budgets.items()}, processes)
+    mins += [{}] * (len(maxes) - len(mins))
+    # The larger minimum shares go with the larger maximum shares (both front-loaded).
+    return [
+        {q: Budget(min(low.get(q, 0), high), high) for q, high in share.items()}
+        for share, low in zip(maxes, mins, strict=False)
+    ]
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     recycle_jobs: int | None = None
@@ -48,7 +64,9 @@ class WorkerOptions:
     schedules: bool = True
 
 
-def child_main(app_ref: str, db_path: str, queues: dict[str, int], options: WorkerOptions) -> None:
+def child_main(
+    app_ref: str, db_path: str, queues: dict[str, Budget], options: WorkerOptions
+) -> None:
     """Entry point of one worker process."""
     from pigeon.storage.server import open_server_db
 
@@ -74,7 +92,7 @@ def child_main(app_ref: str, db_path: str, queues: dict[str, int], options: Work
 
 @dataclass
 class _Slot:
-    queues: dict[str, int]
+    queues: dict[str, Budget]
     process: BaseProcess | None = None
     exits: list[int | None] = field(default_factory=list)
 
@@ -84,19 +102,18 @@ class Supervisor:
         self,
         app_ref: str,
         db_path: str,
-        queues: Mapping[str, int],
+        queues: Mapping[str, int | Budget],
         *,
         processes: int = 2,
         options: WorkerOptions | None = None,
     ) -> None:
         app = load_app(app_ref)  # fail here, not in every child, if the app is wrong
-        for queue, count in queues.items():
-            app.queue_config(queue).check_workers(count)
+        self.budgets = {q: app.queue_config(q).budget(spec) for q, spec in queues.items()}
         self.app_ref = app_ref
         self.db_path = db_path
         self.options = options or WorkerOptions()
         self.grace = max(app.queue_config(q).timeouts.lease_seconds for q in queues)
-        self.slots = [_Slot(share) for share in split(queues, processes)]
+        self.slots = [_Slot(share) for share in split_budgets(self.budgets, processes)]
         self._ctx: Any = multiprocessing.get_context("spawn")
         self._stop = threading.Event()
         self.restarts = 0

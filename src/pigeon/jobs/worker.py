@@ -1,13 +1,17 @@
 """A Worker: one process's threads claiming and running jobs of its queues.
 
-Each queue gets its own threads (its share of the queue's worker budget), so a flooded
-queue can occupy only its own threads and never starves another. A separate heartbeat
-thread renews the leases of every job the process holds: job code cannot block it. The
-same thread enforces the timeout hierarchy: a job past its timeout is recorded as failed
-(retried no earlier than its supervisor deadline); a process with a job past the
-supervisor timeout is abandoned (``on_stuck``: in a worker process, a hard exit the
-supervisor replaces), and the lease, longer still, keeps the job from a second runner
-meanwhile.
+Each queue gets its own threads, so a flooded queue can occupy only its own threads and
+never starves another. Their number moves within the queue's budget (``autoscale``): a
+control thread grows it while jobs wait and every thread is busy, and idle threads retire
+after ``keepalive`` seconds without backlog (``scaling``). The same thread runs the
+maintenance: the freshness alert (``stats.FreshnessMonitor``) and the retention purge.
+
+A separate heartbeat thread renews the leases of every job the process holds: job code
+cannot block it. The heartbeat also enforces the timeout hierarchy: a job past its
+timeout is recorded as failed (retried no earlier than its supervisor deadline); a
+process with a job past the supervisor timeout is abandoned (``on_stuck``: in a worker
+process, a hard exit the supervisor replaces), and the lease, longer still, keeps the
+job from a second runner meanwhile.
 
 An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
@@ -33,10 +37,14 @@ from typing import TypeVar
 from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
 from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
+from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
+from pigeon.jobs.stats import FreshnessMonitor
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.worker")
@@ -65,6 +73,7 @@ class WorkerStats:
     timed_out: int = 0
     unrecorded: int = 0  # outcomes the database never heard of (left to lease expiry)
     by_queue: dict[str, int] = field(default_factory=dict)
+    purged: int = 0
 
 
 def rss_mib() -> float:
@@ -82,7 +91,7 @@ class Worker:
         self,
         app: App,
         db: Database,
-        queues: Mapping[str, int],
+        queues: Mapping[str, int | Budget],
         *,
         name: str | None = None,
         recycle_jobs: int | None = None,
@@ -92,12 +101,23 @@ class Worker:
         batch: int | None = None,
         schedules: bool = True,
         on_stuck: Callable[[], None] | None = None,
+        keepalive: float = DEFAULT_KEEPALIVE,
+        control_every: float = 0.2,
+        maintenance: bool = True,
+        purge_every: float = 60.0,
     ) -> None:
         self.app = app
         self.db = db
-        # The budget (min/max) is checked on the total across processes by the supervisor;
-        # here only this process's share.
-        self.queues = {q: n for q, n in queues.items() if n > 0}
+        # This process's share of each queue's budget: a bare number is a maximum, with
+        # the queue's minimum (capped by it) as the floor. The supervisor checks the
+        # shares of all its processes against the App's budget.
+        self.queues: dict[str, Budget] = {}
+        for queue, spec in queues.items():
+            if isinstance(spec, int):
+                if spec < 1:
+                    continue
+                spec = Budget(min(app.queue_config(queue).min_workers, spec), spec)
+            self.queues[queue] = spec
         if not self.queues:
             raise ConfigurationError(f"a worker needs at least one queue thread, got {queues}")
         self.name = name or f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -110,6 +130,10 @@ class Worker:
         self.batch = batch
         self.schedules = schedules
         self.on_stuck = on_stuck
+        self.keepalive = keepalive
+        self.control_every = control_every
+        self.maintenance = maintenance
+        self.purge_every = purge_every
         self.manager = JobManager(db, app)
         self.stats = WorkerStats()
         self.exit_code = STOPPED
@@ -119,23 +143,32 @@ class Worker:
         self._held: dict[tuple[int, str], _Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self.scaler = Scaler(
+            self.queues,
+            lambda queue, label: self._spawn(label, self._loop, queue),
+            self._wake,
+            batch={q: batch or app.queue_config(q).batch for q in self.queues},
+            keepalive=keepalive,
+        )
+        self.monitor = FreshnessMonitor(app, db)
         self.wakeup = wakeup.for_database(db, self.queues)
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
         self.wakeup.start()
-        for queue, count in self.queues.items():
-            for i in range(count):
-                self._spawn(f"{queue}-{i}", self._loop, queue)
+        for queue, budget in self.queues.items():
+            self.scaler.resize(queue, budget.min)
         self._spawn("heartbeat", self._heartbeat)
+        self._spawn("control", self._control)
         if self.schedules and self.app.schedules:
             self._spawn("scheduler", Scheduler(self.app, self.db).run, self._stop)
 
     def _spawn(self, label: str, target: Callable[..., None], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=f"pigeon-{label}", daemon=True)
         thread.start()
-        self._threads.append(thread)
+        with self._lock:  # retired threads leave the list, so scaling never grows it
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
     def stop(self, code: int = STOPPED) -> None:
         """Graceful: stop claiming; running jobs finish, claimed-but-unstarted are released."""
@@ -151,10 +184,10 @@ class Worker:
     def join(self, grace: float | None = None) -> bool:
         """Wait for the job threads; False if some job was still running after ``grace``."""
         deadline = None if grace is None else time.monotonic() + grace
-        for thread in self._threads:
+        for thread in list(self._threads):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(left)
-        done = not any(t.is_alive() for t in self._threads)
+        done = not any(t.is_alive() for t in list(self._threads))
         if done:
             self.wakeup.close()
         return done
@@ -174,7 +207,7 @@ class Worker:
         lease = config.timeouts.lease_seconds
         batch = self.batch or config.batch
         idle = self.poll
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.scaler.retire(queue):
             seen = self.wakeup.generation(queue)
             try:
                 jobs = self.manager.claim(queue, self.name, batch, lease)
@@ -187,7 +220,8 @@ class Worker:
                 idle = min(idle * 2, self.poll_max)
                 continue
             idle = self.poll
-            self._run_batch(queue, jobs)
+            with self.scaler.busy(queue):
+                self._run_batch(queue, jobs)
             self._maybe_recycle()
 
     def _run_batch(self, queue: str, jobs: list[Job]) -> None:
@@ -298,6 +332,36 @@ class Worker:
         if by_count or by_memory:
             self.stop(RECYCLE)
 
+    # -- budgets and maintenance --------------------------------------------------------
+
+    def _wake(self, queue: str) -> None:
+        self.wakeup.wake(queue)
+
+    def threads(self, queue: str) -> int:
+        """Live claim threads of ``queue`` in this process."""
+        return self.scaler.threads(queue)
+
+    def _control(self) -> None:
+        """A few times a second: each queue's backlog sizes its threads and is checked
+        against its freshness objective; now and then finished jobs are purged."""
+        last_purge = time.monotonic()
+        while not self._stop.wait(self.control_every):
+            for queue in self.queues:
+                try:
+                    backlog, oldest = self.manager.pressure(queue, self.scaler.cap(queue))
+                    self.scaler.observe(queue, backlog)
+                    if self.maintenance:
+                        self.monitor.observe(queue, oldest)
+                except Exception as exc:
+                    log.warning("checking queue %s failed (%s)", queue, exc)
+            retention = self.app.retention
+            if self.maintenance and retention and time.monotonic() - last_purge > self.purge_every:
+                last_purge = time.monotonic()
+                try:
+                    self.stats.purged += purge_finished(self.db, retention, max_batches=20)
+                except Exception as exc:
+                    log.warning("purging finished jobs failed (%s)", exc)
+
     # -- heartbeat and timeouts ----------------------------------------------------------
 
     def _heartbeat(self) -> None:
@@ -331,7 +395,7 @@ class Worker:
         if not self._stop.is_set():
             return False
         current = threading.current_thread()
-        return not any(t.is_alive() for t in self._threads if t is not current)
+        return not any(t.is_alive() for t in list(self._threads) if t is not current)
 
     def _check_timeouts(self) -> None:
         now = time.monotonic()

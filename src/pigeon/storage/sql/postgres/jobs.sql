@@ -285,9 +285,16 @@ FROM pigeon_outbox
 -- name: effect_get
 SELECT result FROM pigeon_effects WHERE scope = %(scope)s AND key = %(key)s
 
--- name: effect_insert
+-- name: effect_claim
+-- The claim comes first: a concurrent twin's insert waits on the primary key until the
+-- first transaction ends, then finds the key taken (or takes it, if that one rolled back).
 INSERT INTO pigeon_effects (scope, key, result, created_at)
-VALUES (%(scope)s, %(key)s, %(result)s, %(now)s)
+VALUES (%(scope)s, %(key)s, 'null', %(now)s)
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING scope
+
+-- name: effect_set_result
+UPDATE pigeon_effects SET result = %(result)s WHERE scope = %(scope)s AND key = %(key)s
 
 -- name: provider_get
 SELECT reference, provider, idempotency_key, request, status, result, attempts, created_at,
@@ -320,3 +327,71 @@ WHERE schedule = %(schedule)s AND tick = %(tick)s
 -- name: tick_list
 SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = %(schedule)s ORDER BY tick
+
+-- name: job_queue_pressure
+-- What a worker's scaler and freshness monitor need of one queue, from the two partial
+-- claim indexes: the ready backlog (counted up to :cap rows) and when the oldest
+-- eligible-ready job became ready. Delayed and reserved jobs are not ready; an expired
+-- lease is claimable, so it counts as backlog.
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
+            WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+            LIMIT %(cap)s) AS r) +
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
+            WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+            LIMIT %(cap)s) AS e) AS backlog,
+       (SELECT min(scheduled_at) FROM pigeon_jobs
+        WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s)
+           AS oldest_ready_at
+
+-- name: job_failed_by_owner
+SELECT owner, queue, count(*) AS n, max(finished_at) AS latest FROM pigeon_jobs
+WHERE status = 'failed' GROUP BY owner, queue ORDER BY owner, queue
+
+-- name: job_failed_recent
+SELECT id, queue, task, owner, attempts, last_error, finished_at, record_id FROM pigeon_jobs
+WHERE status = 'failed' ORDER BY finished_at DESC, id DESC LIMIT %(limit)s
+
+-- name: job_purge_attempts
+-- Kept in step with SQLite's three-statement purge; job_purge_finished does all three
+-- here in one statement (the foreign keys are checked at its end).
+DELETE FROM pigeon_job_attempts WHERE job_id = ANY (ARRAY(
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < %(before)s
+    ORDER BY finished_at, id LIMIT %(limit)s))
+
+-- name: job_purge_reviews
+DELETE FROM pigeon_job_reviews WHERE job_id = ANY (ARRAY(
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < %(before)s
+    ORDER BY finished_at, id LIMIT %(limit)s))
+
+-- name: job_purge_finished
+-- One bounded batch of retention: the oldest :limit finished jobs that no other purger
+-- holds, their attempts and reviews, in one statement and one short transaction.
+WITH doomed AS (
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < %(before)s
+    ORDER BY finished_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM pigeon_job_attempts WHERE job_id = ANY (ARRAY(SELECT id FROM doomed))
+), reviews AS (
+    DELETE FROM pigeon_job_reviews WHERE job_id = ANY (ARRAY(SELECT id FROM doomed))
+)
+DELETE FROM pigeon_jobs WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id
+
+-- name: breach_open
+-- A breach episode begins once: the one insert that wins fires the alert.
+INSERT INTO pigeon_freshness_breaches (queue, since, age, objective)
+VALUES (%(queue)s, %(now)s, %(age)s, %(objective)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue
+
+-- name: breach_close
+DELETE FROM pigeon_freshness_breaches WHERE queue = %(queue)s
+
+-- name: breach_list
+SELECT queue, since, age, objective FROM pigeon_freshness_breaches ORDER BY queue

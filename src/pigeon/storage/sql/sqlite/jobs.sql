@@ -188,8 +188,15 @@ FROM pigeon_outbox
 -- name: effect_get
 SELECT result FROM pigeon_effects WHERE scope = :scope AND key = :key
 
--- name: effect_insert
-INSERT INTO pigeon_effects (scope, key, result, created_at) VALUES (:scope, :key, :result, :now)
+-- name: effect_claim
+-- The claim comes first: a concurrent twin waits on the key (the write lock here, the
+-- primary key on PostgreSQL) and then finds the claim taken, never runs the mutation.
+INSERT INTO pigeon_effects (scope, key, result, created_at) VALUES (:scope, :key, 'null', :now)
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING scope
+
+-- name: effect_set_result
+UPDATE pigeon_effects SET result = :result WHERE scope = :scope AND key = :key
 
 -- name: provider_get
 SELECT reference, provider, idempotency_key, request, status, result, attempts, created_at,
@@ -219,3 +226,61 @@ UPDATE pigeon_schedule_ticks SET job_id = :job_id WHERE schedule = :schedule AND
 -- name: tick_list
 SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = :schedule ORDER BY tick
+
+-- name: job_queue_pressure
+-- What a worker's scaler and freshness monitor need of one queue, from the claim index:
+-- the ready backlog (counted up to :cap, so a huge backlog costs no more than :cap rows)
+-- and when the oldest eligible-ready job became ready. Delayed and reserved jobs are not
+-- ready; an expired lease is claimable, so it counts as backlog.
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
+            WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+            LIMIT :cap)) +
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
+            WHERE queue = :queue AND status = 'reserved' AND reserved_until < :now
+            LIMIT :cap)) AS backlog,
+       (SELECT min(scheduled_at) FROM pigeon_jobs
+        WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now) AS oldest_ready_at
+
+-- name: job_failed_by_owner
+SELECT owner, queue, count(*) AS n, max(finished_at) AS latest FROM pigeon_jobs
+WHERE status = 'failed' GROUP BY owner, queue ORDER BY owner, queue
+
+-- name: job_failed_recent
+SELECT id, queue, task, owner, attempts, last_error, finished_at, record_id FROM pigeon_jobs
+WHERE status = 'failed' ORDER BY finished_at DESC, id DESC LIMIT :limit
+
+-- name: job_purge_attempts
+-- Retention, one bounded batch in one transaction: attempts and reviews of the batch's
+-- jobs first (foreign keys), then the jobs. Under the write lock the three statements see
+-- the same oldest :limit finished jobs.
+DELETE FROM pigeon_job_attempts WHERE job_id IN (
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < :before
+    ORDER BY finished_at, id LIMIT :limit)
+
+-- name: job_purge_reviews
+DELETE FROM pigeon_job_reviews WHERE job_id IN (
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < :before
+    ORDER BY finished_at, id LIMIT :limit)
+
+-- name: job_purge_finished
+DELETE FROM pigeon_jobs WHERE id IN (
+    SELECT id FROM pigeon_jobs
+    WHERE status IN ('succeeded', 'cancelled') AND finished_at < :before
+    ORDER BY finished_at, id LIMIT :limit)
+
+-- name: breach_open
+-- A breach episode begins once: the one insert that wins fires the alert.
+INSERT INTO pigeon_freshness_breaches (queue, since, age, objective)
+VALUES (:queue, :now, :age, :objective)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue
+
+-- name: breach_close
+DELETE FROM pigeon_freshness_breaches WHERE queue = :queue
+
+-- name: breach_list
+SELECT queue, since, age, objective FROM pigeon_freshness_breaches ORDER BY queue

@@ -1,0 +1,56 @@
+"""Retention of finished jobs: succeeded and cancelled jobs, with their attempts and
+reviews, are deleted once older than the retention (a week by default), in bounded
+batches of one short transaction each, so a purge never holds the write lock (SQLite) or
+many row locks (PostgreSQL) for long, and workers keep claiming in between.
+
+Failed jobs wait in the failed store for review and are never purged here; records,
+obligations and their events stay too: the ledger outlives the jobs that served it. A
+job purged with its ``unique_key`` frees the key (a schedule's ticks stay in their own
+table, so a purged tick is not run again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.jobs._db import rowcount
+from pigeon.storage.base import Database
+
+DEFAULT_BATCH = 500
+
+
+def purge_finished(
+    db: Database,
+    older_than: float,
+    *,
+    batch: int = DEFAULT_BATCH,
+    max_batches: int | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Delete finished jobs that ended more than ``older_than`` seconds ago; returns how
+    many. Stops after ``max_batches`` batches (None: until none is left)."""
+    if not older_than > 0:
+        raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
+    if batch < 1:
+        raise ConfigurationError(f"purge batch must be >= 1, got {batch}")
+    params = {"before": clock() - older_than, "limit": batch}
+    total = 0
+    done = 0
+    while max_batches is None or done < max_batches:
+        purged = _purge_batch(db, params)
+        total += purged
+        done += 1
+        if purged < batch:
+            break
+    return total
+
+
+def _purge_batch(db: Database, params: dict[str, float]) -> int:
+    with db.transaction() as tx:
+        if tx.backend == "postgres":
+            return len(tx.fetchall("job_purge_finished", params))
+        tx.execute("job_purge_attempts", params)
+        tx.execute("job_purge_reviews", params)
+        return rowcount(tx.execute("job_purge_finished", params))

@@ -1,0 +1,202 @@
+"""What the queues look like now, against their objectives: the numbers behind
+``pigeon jobs stats``, the dashboard and the metrics, and the freshness alert.
+
+A queue's freshness is the age of its oldest *eligible-ready* job: queued and due
+(``scheduled_at`` passed). Delayed jobs are not ready yet and reserved ones are being
+worked on, so neither makes a queue stale; a reserved job whose lease expired is
+counted as *stuck* instead. A queue is in breach while that age exceeds its objective.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.jobs._db import reading
+from pigeon.jobs.app import App, QueueConfig
+from pigeon.storage.base import Database
+
+log = logging.getLogger("pigeon.jobs.stats")
+
+DEFAULT_OBJECTIVE = QueueConfig.freshness  # of a queue no App declares
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    ready: int
+    delayed: int
+    reserved: int  # leased and within the lease
+    stuck: int  # reserved with an expired lease: a worker died or hangs
+    succeeded: int
+    failed: int  # in the failed store, awaiting review
+    cancelled: int
+    oldest_ready_age: float | None  # seconds; None when nothing is ready
+    objective: float  # the queue's freshness objective, seconds
+    owners: dict[str, int]  # failed jobs by owner
+
+    @property
+    def breach(self) -> bool:
+        return is_breach(self.oldest_ready_age, self.objective)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "ready": self.ready,
+            "delayed": self.delayed,
+            "reserved": self.reserved,
+            "stuck": self.stuck,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "oldest_ready_age": self.oldest_ready_age,
+            "objective": self.objective,
+            "breach": self.breach,
+            "failed_owners": self.owners,
+        }
+
+
+def is_breach(oldest_ready_age: float | None, objective: float) -> bool:
+    return oldest_ready_age is not None and oldest_ready_age > objective
+
+
+def ready_age(oldest_ready_at: float | None, now: float) -> float | None:
+    return None if oldest_ready_at is None else max(0.0, now - float(oldest_ready_at))
+
+
+def queue_stats(
+    db: Database, app: App | None = None, *, now: float | None = None
+) -> list[QueueStats]:
+    """One row per queue that has jobs or is declared in ``app``, sorted by name."""
+    app = app or App()
+    now = time.time() if now is None else now
+    with reading(db) as tx:
+        rows = {r["queue"]: r for r in tx.fetchall("job_queue_stats", {"now": now})}
+        owners_rows = tx.fetchall("job_failed_by_owner", {})
+    owners: dict[str, dict[str, int]] = {}
+    for row in owners_rows:
+        owners.setdefault(row["queue"], {})[row["owner"] or "-"] = int(row["n"])
+    result = []
+    for queue in sorted(rows.keys() | app.queues.keys()):
+        row = rows.get(queue) or {}
+        result.append(
+            QueueStats(
+                queue=queue,
+                ready=int(row.get("ready") or 0),
+                delayed=int(row.get("delayed") or 0),
+                reserved=int(row.get("reserved") or 0),
+                stuck=int(row.get("stuck") or 0),
+                succeeded=int(row.get("succeeded") or 0),
+                failed=int(row.get("failed") or 0),
+                cancelled=int(row.get("cancelled") or 0),
+                oldest_ready_age=ready_age(row.get("oldest_ready_at"), now),
+                objective=app.queues[queue].freshness if queue in app.queues else DEFAULT_OBJECTIVE,
+                owners=owners.get(queue, {}),
+            )
+        )
+    return result
+
+
+def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) -> dict[str, float]:
+    """``{"p50": ..., ...}`` by the inclusive method (exact on small samples); empty → {}."""
+    if not samples:
+        return {}
+    if len(samples) == 1:
+        return {f"p{p}": float(samples[0]) for p in points}
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {f"p{p}": cuts[p - 1] for p in points}
+
+
+def service_times(db: Database, queue: str, *, limit: int = 1000) -> list[float]:
+    """Occupied time of the latest successful attempts of ``queue``, in seconds."""
+    with reading(db) as tx:
+        rows = tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
+    return [float(r["seconds"]) for r in rows]
+
+
+def failed_by_owner(db: Database, *, recent: int = 5) -> dict[str, dict[str, Any]]:
+    """Failed jobs awaiting review, by owner: how many per queue and the latest errors."""
+    with reading(db) as tx:
+        counts = tx.fetchall("job_failed_by_owner", {})
+        latest = tx.fetchall("job_failed_recent", {"limit": 200})
+    owners: dict[str, dict[str, Any]] = {}
+    for row in counts:
+        entry = owners.setdefault(row["owner"] or "-", {"failed": 0, "queues": {}, "recent": []})
+        entry["failed"] += int(row["n"])
+        entry["queues"][row["queue"]] = int(row["n"])
+    for row in latest:
+        found = owners.get(row["owner"] or "-")
+        if found is not None and len(found["recent"]) < recent:
+            found["recent"].append(
+                {
+                    "job_id": row["id"],
+                    "queue": row["queue"],
+                    "task": row["task"],
+                    "attempts": row["attempts"],
+                    "error": row["last_error"],
+                    "failed_at": row["finished_at"],
+                    "record_id": row["record_id"],
+                }
+            )
+    return owners
+
+
+class FreshnessMonitor:
+    """Fires ``app.on_freshness_breach(queue, age, objective)`` once per breach episode.
+
+    An episode is a row in ``pigeon_freshness_breaches``: the observer whose insert
+    creates it fires the hook (after its commit: at most once, even across processes and
+    nodes); the row is deleted when the queue is seen fresh again, ending the episode.
+    """
+
+    def __init__(self, app: App, db: Database, *, clock: Callable[[], float] = time.time):
+        self.app = app
+        self.db = db
+        self.clock = clock
+        self._open: set[str] = set()  # episodes this monitor has seen open
+
+    def observe(self, queue: str, oldest_ready_at: float | None) -> bool:
+        """Record what was seen of ``queue``; True if this call fired the alert."""
+        now = self.clock()
+        objective = self.app.queue_config(queue).freshness
+        age = ready_age(oldest_ready_at, now)
+        if not is_breach(age, objective):
+            if queue in self._open:
+                with self.db.transaction() as tx:
+                    tx.execute("breach_close", {"queue": queue})
+                self._open.discard(queue)
+            return False
+        if queue in self._open:
+            return False
+        assert age is not None
+        params = {"queue": queue, "now": now, "age": age, "objective": objective}
+        with self.db.transaction() as tx:
+            won = tx.fetchone("breach_open", params) is not None
+        self._open.add(queue)
+        hook = self.app.on_freshness_breach
+        if won and hook is not None:
+            try:
+                hook(queue, age, objective)
+            except Exception:
+                log.exception("freshness alert hook failed for queue %s", queue)
+        return won
+
+    def check(self, queues: Iterable[str]) -> list[str]:
+        """Observe every queue now; returns those whose alert this call fired."""
+        now = self.clock()
+        fired = []
+        for queue in queues:
+            with reading(self.db) as tx:
+                row = tx.fetchone("job_queue_pressure", {"queue": queue, "now": now, "cap": 1})
+            if self.observe(queue, None if row is None else row["oldest_ready_at"]):
+                fired.append(queue)
+        return fired
+
+
+def open_breaches(db: Database) -> list[dict[str, Any]]:
+    with reading(db) as tx:
+        return tx.fetchall("breach_list", {})
