@@ -10,7 +10,7 @@ counted as *stuck* instead. A queue is in breach while that age exceeds its obje
 from __future__ import annotations
 
 import logging
-import statistics
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -102,13 +102,13 @@ def queue_stats(
 
 
 def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) -> dict[str, float]:
-    """``{"p50": ..., ...}`` by the inclusive method (exact on small samples); empty → {}."""
+    """``{"p50": ..., ...}`` by nearest rank: always one of the samples, never decreasing
+    with p (interpolation can round a hair out of order); no samples: ``{}``."""
     if not samples:
         return {}
-    if len(samples) == 1:
-        return {f"p{p}": float(samples[0]) for p in points}
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return {f"p{p}": cuts[p - 1] for p in points}
+    ordered = sorted(samples)
+    n = len(ordered)
+    return {f"p{p}": float(ordered[max(0, math.ceil(p * n / 100) - 1)]) for p in points}
 
 
 def service_times(db: Database, queue: str, *, limit: int = 1000) -> list[float]:

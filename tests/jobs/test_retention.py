@@ -1,0 +1,86 @@
+"""Retention: finished jobs purged in bounded batches; failed and live jobs never."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pigeon.exceptions import ConfigurationError, PermanentError
+from pigeon.jobs.app import App
+from pigeon.jobs.failed import FailedStore, list_jobs, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.worker import Worker
+from pigeon.storage.base import Database
+
+from .conftest import FakeClock
+from .test_worker import run_in_thread, wait_for
+
+DAY = 86400.0
+
+
+def _finish_all(m: JobManager, queue: str, error: BaseException | None = None) -> list[int]:
+    jobs = m.claim(queue, "w", 1000, lease=60)
+    m.finish([Outcome(j, error) for j in jobs])
+    return [j.id for j in jobs]
+
+
+def test_purges_old_finished_jobs_in_batches_and_keeps_the_rest(
+    db: Database, clock: FakeClock
+) -> None:
+    m = JobManager(db, App(), clock=clock)
+    with db.transaction() as tx:
+        for n in range(25):
+            enqueue(tx, JobSpec("done", "t", {"n": n}), now=clock())
+        enqueue(tx, JobSpec("broken", "t", max_attempts=1), now=clock())
+        enqueue(tx, JobSpec("dropped", "t"), now=clock())
+        enqueue(tx, JobSpec("waiting", "t"), now=clock())
+    old = _finish_all(m, "done")
+    _finish_all(m, "broken", PermanentError("no"))
+    (dropped,) = list_jobs(db, queue="dropped")
+    FailedStore(db, clock=clock).cancel(dropped["id"], reviewer="ann", reason="duplicate")
+    clock.advance(8 * DAY)
+    with db.transaction() as tx:
+        enqueue(tx, JobSpec("done", "t", {"n": 99}), now=clock())
+    (recent,) = _finish_all(m, "done")
+    assert purge_finished(db, 7 * DAY, batch=10, max_batches=2, clock=clock) == 20
+    assert purge_finished(db, 7 * DAY, batch=10, clock=clock) == 6  # 5 done + the cancelled
+    assert purge_finished(db, 7 * DAY, batch=10, clock=clock) == 0
+    left = {j["id"]: j["status"] for j in list_jobs(db, limit=100)}
+    assert sorted(left.values()) == ["failed", "queued", "succeeded"]
+    assert recent in left and not set(old) & set(left)
+    with db.transaction() as tx:
+        for job_id in old:
+            assert tx.fetchall("job_attempts", {"job_id": job_id}) == []
+        assert tx.fetchall("job_reviews", {"job_id": dropped["id"]}) == []
+    failed = next(i for i, s in left.items() if s == "failed")
+    assert show_job(db, failed)["history"]  # the failed store keeps its history
+
+
+def test_retention_must_be_positive(db: Database) -> None:
+    with pytest.raises(ConfigurationError, match="retention must be > 0"):
+        purge_finished(db, 0)
+    with pytest.raises(ConfigurationError, match="retention must be > 0"):
+        App(retention=-1)
+
+
+def test_worker_maintenance_purges(db: Database) -> None:
+    app = App(retention=0.2)
+    ran = threading.Event()
+
+    @app.task(queue="q")
+    def noop() -> None:
+        ran.set()
+
+    JobManager(db, app).enqueue(JobSpec("q", "noop"))
+    worker = Worker(app, db, {"q": 1}, control_every=0.05, purge_every=0.1)
+    thread = run_in_thread(worker)
+    try:
+        assert ran.wait(10)
+        wait_for(lambda: list_jobs(db) == [])
+    finally:
+        worker.stop()
+        thread.join()
+    assert worker.stats.purged == 1
