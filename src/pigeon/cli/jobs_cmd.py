@@ -12,8 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from pigeon.exceptions import PigeonError
+from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
+from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.stats import queue_stats
 from pigeon.storage.server import open_server_db
+
+DEMO_APP = "pigeon.jobs.demo:app"
 
 app = typer.Typer(help="Inspect and repair server jobs.", no_args_is_help=True)
 console = Console()
@@ -117,3 +122,63 @@ def cancel_cmd(
 ) -> None:
     """Cancel a failed or queued job after review; its obligation is closed as cancelled."""
     _review("cancel", db, job_id, reason, reviewer)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
+
+
+@app.command("stats")
+def stats_cmd(
+    db: DbOption,
+    app_ref: Annotated[
+        str, typer.Option("--app", help="module:attr of the App whose objectives apply.")
+    ] = DEMO_APP,
+) -> None:
+    """Per queue: ready, delayed, reserved, stuck, failed by owner, freshness vs objective."""
+    try:
+        jobs_app = load_app(app_ref)
+    except PigeonError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--app") from exc
+    rows = queue_stats(_open(db), jobs_app)
+    table = Table(title="queues (ready = queued and due; stuck = reserved, lease expired)")
+    for column in ("queue", "ready", "delayed", "reserved", "stuck", "failed"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    table.add_column("failed by owner")
+    table.add_column("oldest ready", justify="right")
+    table.add_column("objective", justify="right")
+    table.add_column("breach")
+    for row in rows:
+        owners = ", ".join(f"{o}: {n}" for o, n in sorted(row.owners.items())) or "-"
+        table.add_row(
+            row.queue,
+            str(row.ready),
+            str(row.delayed),
+            str(row.reserved),
+            str(row.stuck),
+            str(row.failed),
+            owners,
+            _seconds(row.oldest_ready_age),
+            _seconds(row.objective),
+            "[red]yes[/red]" if row.breach else "no",
+        )
+    console.print(table)
+
+
+@app.command("purge")
+def purge_cmd(
+    db: DbOption,
+    older_than: Annotated[
+        float, typer.Option("--older-than", help="Seconds since a job finished.")
+    ] = 7 * 24 * 3600.0,
+    batch: Annotated[int, typer.Option(help="Jobs per transaction.")] = 500,
+) -> None:
+    """Delete succeeded and cancelled jobs (and their history) finished before the
+    retention; failed jobs stay in the failed store."""
+    try:
+        purged = purge_finished(_open(db), older_than, batch=batch)
+    except PigeonError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    console.print(f"purged {purged} finished jobs older than {_seconds(older_than)}")
