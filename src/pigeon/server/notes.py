@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import AuthorizationRequired
+from pigeon.jobs.demo import app as demo_jobs
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server.answers import add_answers
 from pigeon.server.app import create_app
@@ -41,6 +42,7 @@ from pigeon.server.conflicts import (
     resource_json,
 )
 from pigeon.server.crdt import CrdtCollection
+from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
 from pigeon.server.lww import LwwCollection
@@ -290,6 +292,7 @@ def create_notes_app(
         Route("/notes/{id}", get_note, methods=["GET"]),
         Route(LEDGER_PATH, ledger, methods=["GET"]),
         *records_routes(db),
+        *dashboard_routes(db, demo_jobs),  # the 9 a.m. question and /metrics
         Route(OUTCOMES_PATH, outcomes, methods=["GET"]),
         *(
             Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"])
