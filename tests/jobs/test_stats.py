@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,9 +20,11 @@ from pigeon.jobs.stats import (
     percentiles,
     queue_stats,
 )
+from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
+from .test_worker import run_in_thread, wait_for
 
 
 def test_stats_count_only_due_queued_jobs_as_ready(db: Database, clock: FakeClock) -> None:
@@ -116,3 +121,28 @@ def test_percentiles_of_known_samples() -> None:
     }
     assert percentiles([0.3]) == {"p50": 0.3, "p90": 0.3, "p99": 0.3}
     assert percentiles([]) == {}
+
+
+def test_worker_fires_the_breach_alert_once_while_a_job_waits(db: Database) -> None:
+    alerts: list[str] = []
+    gate = threading.Event()
+    app = App(on_freshness_breach=lambda q, age, objective: alerts.append(q))
+    app.queue("q", min_workers=1, max_workers=1, freshness=0.2, batch=1)
+
+    @app.task(queue="q")
+    def block() -> None:
+        gate.wait(10)
+
+    m = JobManager(db, app)
+    m.enqueue(JobSpec("q", "block"))
+    m.enqueue(JobSpec("q", "block"))  # waits behind the first: its age grows
+    worker = Worker(app, db, {"q": 1}, control_every=0.05)
+    thread = run_in_thread(worker)
+    try:
+        wait_for(lambda: alerts == ["q"])
+        time.sleep(0.3)  # still in breach: no second alert
+        assert alerts == ["q"]
+    finally:
+        gate.set()
+        worker.stop()
+        thread.join()
