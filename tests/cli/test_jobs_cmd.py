@@ -174,7 +174,7 @@ def test_worker_refuses_bad_queue_spec(tmp_path: Path) -> None:
         env={"COLUMNS": "200"},
         args=["worker", "--db", str(tmp_path / "w.db"), "--queue", "grading"],
     )
-    assert result.exit_code != 0 and "NAME=THREADS" in result.output
+    assert result.exit_code != 0 and "NAME=MAX or NAME=MIN:MAX" in result.output
     result = runner.invoke(
         app,
         env={"COLUMNS": "200"},
