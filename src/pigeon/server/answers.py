@@ -5,8 +5,10 @@ answer as a record, its obligations (``grading``, and ``notify`` when the answer
 someone to tell), their jobs, and an outbox message announcing the answer. Only then does
 it answer ``202 {"status": "received", "pending": [...]}``: a fast "received", never an
 invented grade. The grade appears in the record (``GET /pigeon/v1/records/{id}``) when a
-worker has done it; a replay of the POST returns the stored acceptance, whose ``Location``
-names the record holding the current, approved state.
+worker has done it. A replay of the POST never accepts again: it answers the stored 202
+and ``Location`` with ``Idempotent-Replayed: true`` and a body of the record's current,
+approved state, e.g. ``{"status": "completed", "record": id, "pending": []}`` once the
+workers are done (see ``pigeon.server.replay`` for why the status stays 202).
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from pigeon.exceptions import NotFound
 from pigeon.jobs import outbox, records
 from pigeon.jobs.job import JobSpec
 from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
+from pigeon.server.replay import ReplayInfo
+from pigeon.storage.base import Tx
 
 ANSWERS_PATH = "/answers"
 ANSWER_TOPIC = "answers.received"
@@ -51,6 +56,18 @@ def accept_answer(ctx: IntakeContext) -> HandlerResult:
     return 202, reply, {"Location": location}
 
 
+def current_answer(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
+    """A replay's body: the acceptance as it stands now (status and pending obligations)."""
+    record_id = stored.get("record") if isinstance(stored, dict) else None
+    if not isinstance(record_id, str):
+        return None  # a stored refusal (422): nothing was recorded, it replays verbatim
+    try:
+        view = records.view(tx, record_id)
+    except NotFound:
+        return None
+    return {"status": view["status"], "record": record_id, "pending": view["pending"]}
+
+
 def _invalid(body: Any) -> str | None:
     if not isinstance(body, dict):
         return "the body must be a JSON object"
@@ -64,4 +81,4 @@ def _invalid(body: Any) -> str | None:
 
 
 def add_answers(intake: Intake) -> None:
-    intake.add_operation("POST", ANSWERS_PATH, accept_answer)
+    intake.add_operation("POST", ANSWERS_PATH, accept_answer, on_replay=current_answer)

@@ -32,15 +32,9 @@ from pigeon.protocol.wire import (
 )
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
-from pigeon.server.intake import (
-    STORE_DOWN,
-    Intake,
-    OperationRequest,
-    OpResult,
-    problem_result,
-    store_unavailable,
-)
+from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
+from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
 
 log = logging.getLogger(__name__)
 

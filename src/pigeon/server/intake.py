@@ -13,6 +13,18 @@ Outcomes of running a handler:
 - 5xx or an exception: everything of that operation rolls back, the claim included, so a
   retry runs again. In a batch this is a transient failure that stops the batch.
 
+Each operation costs ONE savepoint, around the handler and its completion. The claim is
+written before it, in the enclosing transaction, so (on PostgreSQL) its row lock is held
+until the commit and no request with the same key slips in when the savepoint rolls
+back; a transient failure then deletes the claim by its token. On PostgreSQL every
+savepoint that writes is a subtransaction, and past 64 in one transaction the backend's
+subxid cache overflows, which slows every other session's snapshots: so a PostgreSQL
+batch also commits every ``batch_chunk`` operations (each still atomic with its claim;
+a retried batch replays the chunks that committed).
+
+A replay answers the stored response; a route with ``on_replay`` answers the current
+state instead (``pigeon.server.replay``).
+
 Claim modes. ``inline`` (default) inserts the claim in the handler's transaction: one
 commit per request. Concurrent requests with the same key then wait on the database
 (SQLite's single writer, PostgreSQL's unique index) and see the completed result: one
@@ -29,7 +41,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -39,8 +50,8 @@ from starlette.convertors import Convertor
 from starlette.routing import compile_path
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
-from pigeon.exceptions import ConfigurationError, InvalidOperation, StoreUnavailable
-from pigeon.protocol.wire import PROBLEM_JSON, REPLAYED, canonical_json
+from pigeon.exceptions import ConfigurationError, InvalidOperation
+from pigeon.protocol.wire import canonical_json
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
     PURGE_BATCH,
@@ -51,7 +62,14 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
-from pigeon.server.problems import problem
+from pigeon.server.replay import ReplayHook, ReplayInfo, hooked, refresh_all, refusal
+from pigeon.server.results import (
+    STORE_DOWN,
+    OpResult,
+    lost_claim,
+    problem_result,
+    store_unavailable,
+)
 from pigeon.storage.base import Database, Tx
 
 log = logging.getLogger(__name__)
@@ -60,19 +78,9 @@ ClaimMode = Literal["inline", "separate"]
 HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 Handler = Callable[["IntakeContext"], HandlerResult]
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-def _store_down_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [StoreUnavailable, sqlite3.OperationalError]
-    with contextlib.suppress(ImportError):
-        import psycopg
-
-        errors.append(psycopg.OperationalError)
-    return tuple(errors)
-
-
-# Errors that mean "the store cannot be used right now": the intake fails closed (503).
-STORE_DOWN = _store_down_errors()
+# Operations per PostgreSQL batch transaction: one writing savepoint each, so never more
+# subtransactions than a backend caches (PGPROC_MAX_CACHED_SUBXIDS = 64).
+PG_BATCH_CHUNK = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,25 +115,6 @@ class OperationRequest:
     entity: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OpResult:
-    status: int
-    body_text: str  # exactly what goes on the wire (stored text for replays)
-    headers: tuple[tuple[str, str], ...] = ()
-    replayed: bool = False
-    transient: bool = False  # a batch stops after this result
-    committed_key: str | None = None  # set when this result's effect was committed now
-
-    @property
-    def body(self) -> Any:
-        return json.loads(self.body_text) if self.body_text else None
-
-
-def problem_result(status: int, slug: str, title: str, detail: str, **extra: Any) -> OpResult:
-    body = canonical_json(problem(status, slug, title, detail, **extra))
-    return OpResult(status, body, (("content-type", PROBLEM_JSON),), transient=status >= 500)
-
-
 class _Failed(Exception):
     """A handler outcome that must roll back its savepoint (4xx) or the whole op (5xx)."""
 
@@ -141,6 +130,7 @@ class _Route:
     handler: Handler
     regex: Any
     convertors: dict[str, Convertor[Any]]
+    on_replay: ReplayHook | None = None
 
 
 @dataclass
@@ -156,27 +146,40 @@ class Intake:
     # the hook the crash tests use to die in exactly that gap.
     after_commit: Callable[[list[str]], None] | None = None
     routes: list[_Route] = field(default_factory=list)
+    # Operations per batch transaction; None: PG_BATCH_CHUNK on PostgreSQL, the whole
+    # batch in one transaction on SQLite (where a savepoint is only a journal mark).
+    batch_chunk: int | None = None
 
     def __post_init__(self) -> None:
         if self.claim_mode not in ("inline", "separate"):
             raise InvalidOperation("claim_mode must be 'inline' or 'separate'")
+        if self.batch_chunk is None:
+            self.batch_chunk = PG_BATCH_CHUNK if self.db.backend == "postgres" else 0
+        elif self.batch_chunk < 1:
+            raise ConfigurationError(f"batch_chunk must be at least 1, not {self.batch_chunk}")
         self.store = IdempotencyStore(self.policy, now=self.now)
 
     # -- registration ----------------------------------------------------------------
 
-    def operation(self, method: str, path: str) -> Callable[[Handler], Handler]:
+    def operation(
+        self, method: str, path: str, *, on_replay: ReplayHook | None = None
+    ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
-            self.add_operation(method, path, handler)
+            self.add_operation(method, path, handler, on_replay=on_replay)
             return handler
 
         return register
 
-    def add_operation(self, method: str, path: str, handler: Handler) -> None:
+    def add_operation(
+        self, method: str, path: str, handler: Handler, *, on_replay: ReplayHook | None = None
+    ) -> None:
+        """Register ``handler``; ``on_replay(tx, stored_body, info)`` answers its replays
+        with the current state (``pigeon.server.replay``)."""
         method = method.upper()
         if method not in WRITE_METHODS:
             raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
         regex, _, convertors = compile_path(path)
-        self.routes.append(_Route(method, path, handler, regex, convertors))
+        self.routes.append(_Route(method, path, handler, regex, convertors, on_replay))
 
     def match(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
         """The route for (method, path), or None; raises if the path matches another method."""
@@ -215,33 +218,45 @@ class Intake:
         except STORE_DOWN as exc:
             return store_unavailable(exc)
         self._notify([result])
-        return result
+        return refresh_all(self.db, [result])[0]
 
     def execute_batch(
         self, principal: str, ops: list[OperationRequest | OpResult]
     ) -> list[OpResult]:
-        """Apply ops in order in ONE transaction; each under its own key and savepoint.
+        """Apply ops in order, each under its own key and savepoint, in ONE transaction
+        (in transactions of ``batch_chunk`` operations on PostgreSQL).
 
         An ``OpResult`` in ``ops`` is an entry refused before parsing (bad key, bad
         JSON): it is reported in place and the batch goes on, as for any permanent
         failure. The batch stops after the first transient result.
         """
         results: list[OpResult] = []
-        # STORE_DOWN propagates: the caller answers 503 for the whole batch.
+        chunk = self.batch_chunk or len(ops) or 1
+        # STORE_DOWN propagates: the caller answers 503 for what did not commit. The
+        # chunks before it committed, and a retry of the batch replays them.
+        # Even an empty batch opens its transaction: a dead store answers 503, not 200.
+        for start in range(0, len(ops), chunk) or [0]:
+            done = self._chunk(principal, ops[start : start + chunk])
+            self._notify(done)
+            results.extend(done)
+            if done and done[-1].transient:
+                break
+        return refresh_all(self.db, results)
+
+    def _chunk(self, principal: str, ops: list[OperationRequest | OpResult]) -> list[OpResult]:
+        results: list[OpResult] = []
         with self._transaction() as tx:
             for op in ops:
                 if isinstance(op, OpResult):
                     results.append(op)
                     continue
                 try:
-                    with tx.savepoint():
-                        result = self._apply(tx, principal, op)
+                    result = self._apply(tx, principal, op)
                 except _Failed as failed:
                     result = failed.result
                 results.append(result)
                 if result.transient:
                     break
-        self._notify(results)
         return results
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
@@ -269,25 +284,21 @@ class Intake:
         route, params = self._route(op)
         decision = self._claim(tx, principal, op)
         if decision.claim is None:
-            return self._refused(decision, op)
-        result = self._run(tx, decision.claim, route, params, principal, op)
-        self._complete(tx, decision.claim, result)
-        return result
+            return self._refused(decision, route, params, principal, op)
+        return self._run(tx, decision.claim, route, params, principal, op)
 
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         route, params = self._route(op)
         with self._transaction() as tx:
             decision = self._claim(tx, principal, op)
         if decision.claim is None:
-            return self._refused(decision, op)
+            return self._refused(decision, route, params, principal, op)
         claim = decision.claim
         try:
             with self._transaction() as tx:
                 if not self.store.fence(tx, claim):
-                    return self._lost_result(op.key)
-                result = self._run(tx, claim, route, params, principal, op)
-                self._complete(tx, claim, result)
-            return result
+                    return lost_claim(op.key)
+                return self._run(tx, claim, route, params, principal, op)
         except BaseException:
             with contextlib.suppress(*STORE_DOWN), self._transaction() as tx:
                 self.store.release(tx, claim)
@@ -345,6 +356,8 @@ class Intake:
             now=self.now(),
         )
         try:
+            # The one savepoint of this operation: the handler's writes and, for a 2xx,
+            # the stored response (a claim lost meanwhile takes the writes back with it).
             with tx.savepoint():
                 status, body, headers = _normalise(route.handler(ctx))
                 result = OpResult(
@@ -355,96 +368,65 @@ class Intake:
                 )
                 if status >= 400:
                     raise _Failed(result)
+                self._complete(tx, claim, result)
+            return result
         except _Failed as failed:
-            if failed.result.status >= 500:
-                raise _Failed(
-                    dataclasses.replace(failed.result, transient=True, committed_key=None)
-                ) from None
-            return failed.result  # a 4xx: writes rolled back, the answer is stored
+            if failed.result.transient:  # the claim was lost: not ours to release
+                raise
+            if failed.result.status < 500:  # a 4xx: writes rolled back, the answer stored
+                self._complete(tx, claim, failed.result)
+                return failed.result
+            self.store.release(tx, claim)
+            raise _Failed(
+                dataclasses.replace(failed.result, transient=True, committed_key=None)
+            ) from None
         except STORE_DOWN:
             raise
         except Exception as exc:
             log.exception("handler for %s %s failed", op.method, op.path)
+            self.store.release(tx, claim)
             raise _Failed(
                 problem_result(
                     500, "handler-failed", "Internal error", f"{type(exc).__name__}: {exc}"
                 )
             ) from exc
-        return result
 
     def _complete(self, tx: Tx, claim: Claim, result: OpResult) -> None:
         stored = StoredResponse(result.status, result.body_text, result.headers)
         if not self.store.complete(tx, claim, stored):
-            raise _Failed(self._lost_result(claim.key))
+            raise _Failed(lost_claim(claim.key))
 
-    def _refused(self, decision: Decision, op: OperationRequest) -> OpResult:
-        replayed = ((REPLAYED.lower(), "true"),)
-        if decision.outcome is Outcome.REPLAY:
-            assert decision.response is not None
-            response = decision.response
-            return OpResult(
-                response.status, response.body, response.headers + replayed, replayed=True
-            )
-        if decision.outcome is Outcome.ALREADY_APPLIED:
-            body = {
-                "status": "already_applied",
-                "operation_id": decision.operation_id,
-                "idempotency_key": op.key,
-                "original_status": decision.original_status,
-                "completed_at": decision.completed_at,
-            }
-            return OpResult(200, canonical_json(body), replayed, replayed=True)
-        if decision.outcome is Outcome.IN_PROGRESS:
-            result = problem_result(
-                409,
-                "key-in-progress",
-                "Request in progress",
-                "a request with this Idempotency-Key is still running; "
-                f"retry in {decision.retry_after} s",
-                operation_id=decision.operation_id,
-            )
-            return dataclasses.replace(
-                result,
-                transient=True,
-                headers=(*result.headers, ("retry-after", str(decision.retry_after))),
-            )
-        return problem_result(
-            422,
-            "key-reused",
-            "Idempotency-Key reused",
-            "this Idempotency-Key was used for a different request (method, path or body); "
-            "the original is unchanged",
-            operation_id=decision.operation_id,
+    def _refused(
+        self,
+        decision: Decision,
+        route: _Route,
+        params: dict[str, Any],
+        principal: str,
+        op: OperationRequest,
+    ) -> OpResult:
+        hook = route.on_replay
+        if hook is None or decision.outcome is not Outcome.REPLAY:
+            return refusal(decision, op.key)
+        assert decision.response is not None
+        stored = decision.response
+        info = ReplayInfo(
+            principal=principal,
+            idempotency_key=op.key,
+            operation_id=decision.operation_id or op.operation_id,
+            method=op.method.upper(),
+            path=op.path,
+            path_params=params,
+            body=op.body,
+            status=stored.status,
+            completed_at=decision.completed_at,
         )
-
-    def _lost_result(self, key: str) -> OpResult:
-        # Our lock expired and another request took the key over: it now owns the effect.
-        result = problem_result(
-            409,
-            "key-in-progress",
-            "Request in progress",
-            f"the claim on key {key!r} expired and was taken over; retry later",
-        )
-        return dataclasses.replace(
-            result, transient=True, headers=(*result.headers, ("retry-after", "1"))
-        )
+        body = json.loads(stored.body) if stored.body and stored.body_format == "json" else None
+        return refusal(decision, op.key, hooked(hook, body, info))
 
     def _notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.after_commit is not None:
             self.after_commit(keys)
-
-
-def store_unavailable(exc: BaseException) -> OpResult:
-    """Fail closed: without the store there is no dedup, so nothing may run."""
-    log.warning("idempotency store unavailable: %s", exc)
-    result = problem_result(
-        503,
-        "store-unavailable",
-        "Service unavailable",
-        "the idempotency store cannot be reached; nothing was executed",
-    )
-    return dataclasses.replace(result, headers=(*result.headers, ("retry-after", "1")))
 
 
 def _normalise(out: HandlerResult) -> tuple[int, Any, tuple[tuple[str, str], ...]]:

@@ -42,7 +42,8 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
-from pigeon.server.intake import STORE_DOWN, WRITE_METHODS, problem_result, store_unavailable
+from pigeon.server.intake import WRITE_METHODS
+from pigeon.server.results import STORE_DOWN, problem_result, store_unavailable
 from pigeon.storage.base import Database
 
 _NOT_STORED = {b"content-length", b"date", b"server", b"transfer-encoding", b"connection"}

@@ -97,3 +97,7 @@ FROM idempotency_claims
 
 -- name: health_probe
 SELECT 1 AS ok
+
+-- name: replay_read_only
+-- The replay hook's transaction (pigeon.server.replay.read_only); the first statement.
+SET TRANSACTION READ ONLY

@@ -74,3 +74,11 @@ FROM idempotency_claims
 
 -- name: health_probe
 SELECT 1 AS ok
+
+-- name: replay_read_only
+-- The replay hook's transaction (pigeon.server.replay.read_only): a connection setting
+-- on SQLite, so replay_read_write hands the connection back writable afterwards.
+PRAGMA query_only = ON
+
+-- name: replay_read_write
+PRAGMA query_only = OFF

@@ -1,0 +1,139 @@
+"""What a request meets when its key was used before: a replay, "already applied", "in
+progress" or "reused for another request", and the per-route replay hook.
+
+A replay answers the stored status and headers with ``Idempotent-Replayed: true``. A
+route registered with ``on_replay`` answers a replay with the *current, approved* state
+instead of the stored body: ``on_replay(tx, stored_body, info)`` returns the body to
+send (``None`` keeps the stored one). The hook runs after the transaction that decided
+the replay has ended, in a transaction of its own that the database itself holds
+read-only (SQLite ``query_only``, PostgreSQL ``SET TRANSACTION READ ONLY``): it can
+never re-run the handler, nor clear or rewrite the stored claim and response. If it
+fails, or the store is gone by then, the stored body is sent: the effect is committed,
+so the original answer is still a true one.
+
+The status stays the stored one. For an acceptance that is ``202``, whose body
+RFC 9110 (15.3.3) says "ought to describe the request's current status": exactly what a
+hook returns. Clients classify by status, so a retry is never a different class of
+answer than the first attempt. The hook runs only while the stored response is kept;
+after that the key answers "already applied" with the original operation id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.protocol.wire import REPLAYED, canonical_json
+from pigeon.server.idempotency import Decision, Outcome
+from pigeon.server.results import OpResult, problem_result
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.sqlite import SQLiteDatabase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayInfo:
+    """The replayed request and its stored outcome, as a replay hook sees them."""
+
+    principal: str
+    idempotency_key: str
+    operation_id: str  # the original operation's id
+    method: str
+    path: str
+    path_params: Mapping[str, Any]
+    body: Any  # the request body (identical to the original's: same fingerprint)
+    status: int  # the stored status, which the replay keeps
+    completed_at: float | None
+
+
+ReplayHook = Callable[[Tx, Any, ReplayInfo], Any]
+
+
+def refusal(decision: Decision, key: str, refresh: Callable[[Tx], Any] | None = None) -> OpResult:
+    """The answer to a request that must not run; ``refresh`` marks a hooked replay."""
+    replayed = ((REPLAYED.lower(), "true"),)
+    if decision.outcome is Outcome.REPLAY:
+        assert decision.response is not None
+        response = decision.response
+        headers = response.headers + replayed
+        return OpResult(response.status, response.body, headers, replayed=True, refresh=refresh)
+    if decision.outcome is Outcome.ALREADY_APPLIED:
+        body = {
+            "status": "already_applied",
+            "operation_id": decision.operation_id,
+            "idempotency_key": key,
+            "original_status": decision.original_status,
+            "completed_at": decision.completed_at,
+        }
+        return OpResult(200, canonical_json(body), replayed, replayed=True)
+    if decision.outcome is Outcome.IN_PROGRESS:
+        result = problem_result(
+            409,
+            "key-in-progress",
+            "Request in progress",
+            "a request with this Idempotency-Key is still running; "
+            f"retry in {decision.retry_after} s",
+            operation_id=decision.operation_id,
+        )
+        return dataclasses.replace(
+            result,
+            transient=True,
+            headers=(*result.headers, ("retry-after", str(decision.retry_after))),
+        )
+    return problem_result(
+        422,
+        "key-reused",
+        "Idempotency-Key reused",
+        "this Idempotency-Key was used for a different request (method, path or body); "
+        "the original is unchanged",
+        operation_id=decision.operation_id,
+    )
+
+
+def hooked(hook: ReplayHook, stored: Any, info: ReplayInfo) -> Callable[[Tx], Any]:
+    return lambda tx: hook(tx, stored, info)
+
+
+@contextlib.contextmanager
+def read_only(db: Database) -> Iterator[Tx]:
+    """A transaction the database refuses to write in."""
+    if isinstance(db, SQLiteDatabase):
+        context: contextlib.AbstractContextManager[Tx] = db.transaction(immediate=False)
+    else:  # PostgreSQL, or a wrapper (whose SQLite BEGIN IMMEDIATE only costs the lock)
+        context = db.transaction()
+    with context as tx:
+        tx.execute("replay_read_only")
+        try:
+            yield tx
+        finally:
+            if tx.backend == "sqlite":  # a connection setting there: hand it back writable
+                tx.execute("replay_read_write")
+
+
+def refresh_all(db: Database, results: list[OpResult]) -> list[OpResult]:
+    """Run the replay hooks of ``results`` (one read-only transaction for all of them)."""
+    if not any(r.refresh is not None for r in results):
+        return results
+    try:
+        with read_only(db) as tx:
+            return [_refreshed(tx, r) for r in results]
+    except Exception:
+        log.warning("replay hooks skipped, the stored responses are sent", exc_info=True)
+        return [dataclasses.replace(r, refresh=None) for r in results]
+
+
+def _refreshed(tx: Tx, result: OpResult) -> OpResult:
+    if result.refresh is None:
+        return result
+    try:
+        body = result.refresh(tx)
+    except Exception:
+        log.exception("replay hook failed, the stored response is sent")
+        return dataclasses.replace(result, refresh=None)
+    text = result.body_text if body is None else canonical_json(body)
+    return dataclasses.replace(result, body_text=text, refresh=None)
