@@ -17,9 +17,10 @@ from pigeon.server.idempotency import (
     StoredResponse,
     decide,
 )
+from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 
-from .conftest import FakeClock
+from .conftest import CountingDatabase, FakeClock
 
 times = st.floats(min_value=0, max_value=1e7, allow_nan=False)
 
@@ -146,3 +147,40 @@ def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
             tx, principal="b", key="k", fingerprint="2", method="POST", path="/", operation_id="y"
         )
     assert a.outcome is Outcome.FRESH and b.outcome is Outcome.FRESH
+
+
+def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: FakeClock) -> None:
+    policy = IdempotencyPolicy(response_retention=DAY, claim_retention=2 * DAY)
+    store = IdempotencyStore(policy, now=clock)
+    with db.transaction() as tx:
+        for i in range(12):
+            claim = store.claim(
+                tx,
+                principal="p",
+                key=f"k{i}",
+                fingerprint="f",
+                method="POST",
+                path="/x",
+                operation_id=f"op{i}",
+            ).claim
+            assert claim is not None and store.complete(tx, claim, StoredResponse(201, "{}"))
+            clock.advance(1)  # k0 expires first
+    clock.advance(DAY)
+    with db.transaction() as tx:
+        assert store.purge(tx, limit=5) == (5, 0)
+        rows = [store.get(tx, "p", f"k{i}") for i in range(12)]
+    # The oldest five went first; a purged row leaves the expiry range (no rescans).
+    assert [r is not None and r["response_body"] is None for r in rows] == [True] * 5 + [False] * 7
+    assert all(r is not None and r["response_expires_at"] is None for r in rows[:5])
+    assert _claim(store, db, key="k0").outcome is Outcome.ALREADY_APPLIED
+
+    counted = CountingDatabase(db)
+    intake = Intake(counted, policy=policy, now=clock)
+    assert intake.purge(batch=5) == (7, 0)
+    assert counted.commits == 2  # 5 + 2, one short transaction each
+    clock.advance(DAY)
+    counted.commits = 0
+    assert intake.purge(batch=5) == (0, 12)
+    assert counted.commits == 3  # 5 + 5 + 2
+    with db.transaction() as tx:
+        assert store.stats(tx)["claims"] == 0

@@ -212,8 +212,8 @@ class IdempotencyStore:
     def purge(self, tx: Tx, limit: int = PURGE_BATCH) -> tuple[int, int]:
         """Drop expired responses and expired claims: (responses purged, claims deleted).
 
-        A backend may stop at ``limit`` rows of each (PostgreSQL does): call again, in a
-        new transaction, while a count reaches it.
+        Every backend stops at ``limit`` rows of each, oldest expiry first: call again,
+        in a new transaction, while a count reaches it (``Intake.purge`` does).
         """
         params = {"now": self.now(), "limit": limit}
         return len(tx.fetchall("purge_responses", params)), len(tx.fetchall("purge_claims", params))

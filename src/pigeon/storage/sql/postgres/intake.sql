@@ -64,8 +64,10 @@ RETURNING idem_key
 -- SKIP LOCKED: the purge never waits behind, nor blocks, a request holding a key. The
 -- rows are addressed by ctid (a TID scan: no join plan can turn into a table scan) and
 -- the condition is checked again, so a row changed meanwhile is left for the next round.
+-- response_expires_at goes to NULL with the body, so a purged row leaves the expiry
+-- index's range and later rounds never walk past it again.
 UPDATE idempotency_claims
-SET response_body = NULL, response_headers = NULL
+SET response_body = NULL, response_headers = NULL, response_expires_at = NULL
 WHERE ctid = ANY (ARRAY(
         SELECT ctid
         FROM idempotency_claims

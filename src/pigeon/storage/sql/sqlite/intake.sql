@@ -56,14 +56,29 @@ WHERE principal = :principal AND idem_key = :idem_key
 RETURNING idem_key
 
 -- name: purge_responses
+-- At most :limit rows per call (the caller loops, one short transaction per batch).
+-- response_expires_at goes to NULL with the body: a purged row leaves the expiry index's
+-- range, so later rounds never walk past what earlier ones already purged. Nothing reads
+-- the expiry of a purged response (no body: "already applied", whatever the time).
 UPDATE idempotency_claims
-SET response_body = NULL, response_headers = NULL
-WHERE state = 'completed' AND response_expires_at <= :now AND response_body IS NOT NULL
+SET response_body = NULL, response_headers = NULL, response_expires_at = NULL
+WHERE rowid IN (
+        SELECT rowid
+        FROM idempotency_claims
+        WHERE response_expires_at <= :now AND response_body IS NOT NULL
+          AND state = 'completed'
+        ORDER BY response_expires_at
+        LIMIT :limit)
 RETURNING idem_key
 
 -- name: purge_claims
 DELETE FROM idempotency_claims
-WHERE claim_expires_at <= :now AND (state = 'completed' OR locked_until <= :now)
+WHERE rowid IN (
+        SELECT rowid
+        FROM idempotency_claims
+        WHERE claim_expires_at <= :now AND (state = 'completed' OR locked_until <= :now)
+        ORDER BY claim_expires_at
+        LIMIT :limit)
 RETURNING idem_key
 
 -- name: claim_stats
