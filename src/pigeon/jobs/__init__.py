@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pigeon.jobs import outbox, planner, records
 from pigeon.jobs.app import App, QueueConfig, Schedule, load_app
+from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.effects import effect
@@ -25,7 +26,9 @@ from pigeon.jobs.job import Job, JobSpec, JobStatus
 from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
 from pigeon.jobs.providers import Provider, call_provider
 from pigeon.jobs.relay import CallablePublisher, Message, RedisStreamPublisher, Relay
+from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
+from pigeon.jobs.stats import FreshnessMonitor, QueueStats, queue_stats
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
@@ -33,9 +36,11 @@ from pigeon.jobs.worker import Worker
 __all__ = [
     "App",
     "Backoff",
+    "Budget",
     "CallablePublisher",
     "FailedJob",
     "FailedStore",
+    "FreshnessMonitor",
     "Job",
     "JobContext",
     "JobManager",
@@ -45,6 +50,7 @@ __all__ = [
     "Outcome",
     "Provider",
     "QueueConfig",
+    "QueueStats",
     "RedisStreamPublisher",
     "Relay",
     "Schedule",
@@ -59,5 +65,7 @@ __all__ = [
     "load_app",
     "outbox",
     "planner",
+    "purge_finished",
+    "queue_stats",
     "records",
 ]
