@@ -62,3 +62,40 @@ def test_record_without_obligations_is_complete_at_once(db: Database) -> None:
     with db.transaction() as tx:
         rid = records.accept(tx, kind="ping", data=None)
     assert records.get(db, rid)["status"] == "completed"
+
+
+def test_obligations_finishing_at_once_still_complete_the_record(db: Database) -> None:
+    """Two workers settle the last two obligations concurrently: the record completes."""
+    import threading
+    import time
+
+    from pigeon.jobs.ledger import settle_obligation
+
+    with db.transaction() as tx:
+        rid = records.accept(tx, kind="answer", data={}, obligations=OBLIGATIONS)
+    first_settled = threading.Event()
+    errors: list[BaseException] = []
+
+    def settle(name: str, wait_for: threading.Event | None) -> None:
+        try:
+            if wait_for is not None:
+                assert wait_for.wait(10)
+            with db.transaction() as tx:
+                settle_obligation(tx, rid, name, "completed", now=time.time())
+                if wait_for is None:
+                    first_settled.set()
+                    time.sleep(0.3)  # hold the transaction open while the other settles
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    names = sorted(OBLIGATIONS)
+    threads = [
+        threading.Thread(target=settle, args=(names[0], None)),
+        threading.Thread(target=settle, args=(names[1], first_settled)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not errors, errors
+    assert records.get(db, rid)["status"] == "completed"

@@ -48,6 +48,7 @@ def settle_obligation(
     tx: Tx, record_id: str, obligation: str, status: str, detail: Any = None, *, now: float
 ) -> None:
     """Move one obligation to ``status``; the record completes when none is left open."""
+    tx.execute("rec_lock", {"record_id": record_id})
     tx.execute(
         "obl_set_status", {"record_id": record_id, "name": obligation, "status": status, "now": now}
     )

@@ -25,6 +25,11 @@ VALUES (%(record_id)s, %(name)s, %(job_id)s, %(status)s, %(now)s)
 SELECT record_id, name, job_id, status, updated_at FROM pigeon_obligations
 WHERE record_id = %(record_id)s ORDER BY name
 
+-- name: rec_lock
+-- Serialises the settling of one record's obligations: two finishing at once must not each
+-- see the other still pending (READ COMMITTED), or the record never completes.
+SELECT id FROM pigeon_records WHERE id = %(record_id)s FOR UPDATE
+
 -- name: obl_set_status
 UPDATE pigeon_obligations SET status = %(status)s, updated_at = %(now)s
 WHERE record_id = %(record_id)s AND name = %(name)s

@@ -23,6 +23,11 @@ VALUES (:record_id, :name, :job_id, :status, :now)
 SELECT record_id, name, job_id, status, updated_at FROM pigeon_obligations
 WHERE record_id = :record_id ORDER BY name
 
+-- name: rec_lock
+-- Serialises the settling of one record's obligations: two finishing at once must not each
+-- see the other still pending (READ COMMITTED), or the record never completes.
+SELECT id FROM pigeon_records WHERE id = :record_id
+
 -- name: obl_set_status
 UPDATE pigeon_obligations SET status = :status, updated_at = :now
 WHERE record_id = :record_id AND name = :name
