@@ -53,7 +53,13 @@ def main() -> None:
     edge_db, log_path, proxy_url = sys.argv[1:4]
     ops, entities, seed = (int(x) for x in sys.argv[4:7])
     steps = plan(ops, entities, seed)
-    queue = OfflineQueue(edge_db, retry_policy=RetryPolicy(base=0.02, cap=0.3, max_attempts=10_000))
+    # coalesce=False: every one of the plan's operations travels through the faulty network
+    # on its own (coalescing has its own law-of-equivalence tests).
+    queue = OfflineQueue(
+        edge_db,
+        retry_policy=RetryPolicy(base=0.02, cap=0.3, max_attempts=10_000),
+        coalesce=False,
+    )
     logged: list[int] = []
     if os.path.exists(log_path):
         with open(log_path) as f:
@@ -66,7 +72,7 @@ def main() -> None:
         if start in seen:
             log.write(f"{start}\n")
             start += 1
-    transport = HttpTransport(proxy_url, batch=5, timeout=3.0)
+    transport = HttpTransport(proxy_url, batch=10, timeout=3.0)
     engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True))
     engine.start()
     for n in range(start, len(steps)):

@@ -131,4 +131,5 @@ def _check(
     notes = httpx.get(url + "/notes").json()["notes"]
     got = {n["id"]: {"title": n["data"]["title"], "body": n["data"]["body"]} for n in notes}
     assert got == _expected_notes(plan(OPS, ENTITIES, SEED))
+    assert len(ledger) == OPS  # every operation of the plan went through on its own
     print(f"chaos: {len(ops)} operations queued, {len(ledger)} effects, {dict(counts)}")
