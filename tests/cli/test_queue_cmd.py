@@ -95,3 +95,15 @@ def test_unknown_status_is_refused(queue_file: tuple[Path, dict[str, str]]) -> N
     path, _ = queue_file
     code, output = run("list", "-f", str(path), "--status", "lost")
     assert code == 2 and "unknown status" in output
+
+
+def test_stats_shows_an_authorisation_pause(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, _ = queue_file
+    with OfflineQueue(path) as queue:
+        queue.pause("authorisation needed: 401 from the server")
+    code, output = run("stats", "-f", str(path))
+    assert code == 0 and "authorisation needed: 401" in output
+    with OfflineQueue(path) as queue:
+        queue.resume()
+    code, output = run("stats", "-f", str(path))
+    assert code == 0 and "authorisation needed" not in output
