@@ -251,6 +251,13 @@ class OfflineQueue:
         with self._store.write(savepoint=False) as tx:
             self._store.deliver(tx, op_id, response, self._now())
 
+    def mark_delivered_many(self, items: Sequence[tuple[str, Any, str | None]]) -> None:
+        """``mark_delivered`` for ``(op_id, response, etag)``s, all or nothing; an etag
+        becomes its entity's base version."""
+        if items:
+            with self._store.write() as tx:
+                self._store.deliver_many(tx, items, self._now())
+
     def mark_failed(
         self,
         op_id: str,

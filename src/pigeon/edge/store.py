@@ -14,7 +14,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,6 +292,39 @@ class EdgeStore:
             return
         tx.execute("promote_head", {"entity": done["entity"]})
 
+    def deliver_many(
+        self, tx: SQLiteTx, items: Sequence[tuple[str, Any, str | None]], now: float
+    ) -> None:
+        """``deliver`` for a whole reply: one executemany per table instead of two or three
+        statements per operation. An entry not deliverable (and not already delivered)
+        raises, leaving the caller's transaction or savepoint to undo the rest."""
+        tx.executemany(
+            "deliver_each",
+            [
+                {"id": op_id, "now": now, "response": _response_text(response)}
+                for op_id, response, _ in items
+            ],
+        )
+        rows = {
+            r["id"]: r
+            for r in tx.fetchall("ops_by_ids", {"ids": json.dumps([i[0] for i in items])})
+        }
+        for op_id, _, _ in items:
+            row = rows.get(op_id)
+            if row is None:
+                raise NotFound(f"no operation {op_id!r} in {self.path}")
+            if row["status"] != OpStatus.DELIVERED:
+                require(row, OpStatus.IN_FLIGHT, action="mark delivered")
+        versions: list[Mapping[str, Any]] = [
+            {"entity": rows[op_id]["entity"], "version": etag}
+            for op_id, _, etag in items
+            if etag is not None
+        ]
+        if versions:
+            tx.executemany("set_base_version", versions)
+        entities = dict.fromkeys(rows[op_id]["entity"] for op_id, _, _ in items)
+        tx.executemany("promote_head", [{"entity": e} for e in entities])
+
     def fail(
         self,
         tx: SQLiteTx,
@@ -330,6 +363,10 @@ class EdgeStore:
         alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
         tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
         return to_operation(self.row(tx, row["id"]))
+
+
+def _response_text(response: Any) -> str | None:
+    return None if response is None else json.dumps(response, default=str)
 
 
 def _bump_state(tx: SQLiteTx, items: Sequence[NewOp], saved: int) -> None:

@@ -80,6 +80,9 @@ class Executor:
         # "Key in progress" is the server still working, not a failed attempt; a queue
         # whose release() takes a delay lets us wait without spending one.
         self._release_with_delay = _accepts(queue.release, "retry_after")
+        self._deliver_many: Callable[[list[tuple[str, Any, str | None]]], Any] | None = getattr(
+            queue, "mark_delivered_many", None
+        )
 
     def run_once(self, limit: int) -> CycleReport:
         ops = self.queue.next_batch(limit)
@@ -103,13 +106,22 @@ class Executor:
             # One transaction (one fsync) for the whole reply: settling a batch of 100 must
             # not cost 100 commits. If settling fails part-way, nothing of it is kept and
             # every operation is released, to be resent with its key (and replayed).
+            # Deliveries are written in runs (one statement per table for a run, not two or
+            # three per operation); a run is flushed before any other outcome is settled,
+            # so writes and callbacks keep the reply's order.
+            delivered: list[tuple[Operation, Reply, Outcome]] = []
             with self._together():
                 for op, reply in exchange.replies:
                     outcome = classify(
                         reply.status, reply.headers, reply.body, reply.error, now=now
                     )
-                    self._settle(op, reply, outcome, report, shared_delay, now)
+                    if outcome.kind is OutcomeKind.DELIVERED and self._deliver_many:
+                        delivered.append((op, reply, outcome))
+                    else:
+                        self._deliver(delivered, report)
+                        self._settle(op, reply, outcome, report, shared_delay, now)
                     done.add(op.id)
+                self._deliver(delivered, report)
             settled |= done
             maybe_sent = False
         finally:
@@ -145,6 +157,22 @@ class Executor:
                 else:
                     self.queue.release(op.id)
                 report.released += 1
+
+    def _deliver(self, run: list[tuple[Operation, Reply, Outcome]], report: CycleReport) -> None:
+        """Settle a run of DELIVERED outcomes with one ``mark_delivered_many``."""
+        if not run or self._deliver_many is None:
+            return
+        self._deliver_many(
+            [
+                (op.id, {"status": o.status, "body": o.body, "etag": o.etag}, o.etag)
+                for op, _, o in run
+            ]
+        )
+        for op, reply, outcome in run:
+            report.delivered += 1
+            report.replayed += reply.replayed
+            self.callbacks.emit("on_delivered", op, outcome)
+        run.clear()
 
     def _settle(
         self,

@@ -81,6 +81,16 @@ UPDATE operations
    AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0))
 RETURNING entity;
 
+-- name: deliver_each
+-- deliver, for executemany (no RETURNING): the caller reads the outcome back in one go.
+UPDATE operations
+   SET status = 'delivered', head = 0, delivered_at = :now, response = :response
+ WHERE id = :id
+   AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0));
+
+-- name: ops_by_ids
+SELECT * FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
+
 -- name: reschedule
 UPDATE operations
    SET status = 'pending', attempts = :attempts, next_attempt_at = :next_attempt_at,
