@@ -101,9 +101,8 @@ def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: b
         "clock": ctx.clock,
         "now": ctx.now,
     }
-    if ctx.tx.fetchone("note_write", params) is None:
-        ctx.tx.execute("note_insert", params)
-    row = ctx.tx.fetchone("note_get", params)
+    # Both statements return the written row: no read back.
+    row = ctx.tx.fetchone("note_write", params) or ctx.tx.fetchone("note_insert", params)
     assert row is not None
     return row
 

@@ -17,13 +17,14 @@ ORDER BY id
 -- the loser's operation fails (rolled back, retried, then answered 409 "exists").
 INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (%(principal)s, %(id)s, 1, %(data)s, 0, %(clock)s, %(now)s, %(now)s)
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
 UPDATE notes
 SET version = version + 1, data = %(data)s, deleted = %(deleted)s, clock = %(clock)s,
     updated_at = %(now)s
 WHERE principal = %(principal)s AND id = %(id)s
-RETURNING version
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: ledger_append
 INSERT INTO effect_ledger (

@@ -14,13 +14,14 @@ ORDER BY id
 -- name: note_insert
 INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (:principal, :id, 1, :data, 0, :clock, :now, :now)
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
 UPDATE notes
 SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
     updated_at = :now
 WHERE principal = :principal AND id = :id
-RETURNING version
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: ledger_append
 INSERT INTO effect_ledger (
