@@ -23,19 +23,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pigeon.cli.queue_cmd import QueueFile, open_queue
 from pigeon.edge.conflicts import KEEPS, ConflictStore
-from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import PigeonError
 
 app = typer.Typer(help="List, inspect and resolve conflicts of a queue.", no_args_is_help=True)
 
-QueueFile = Annotated[
-    Path,
-    typer.Option(
-        "--file", "-f", envvar="PIGEON_QUEUE", help="The queue file ($PIGEON_QUEUE).",
-        show_default=False,
-    ),
-]  # fmt: skip
 ConflictId = Annotated[int, typer.Argument(help="Conflict id (see `pigeon conflicts list`).")]
 
 out = Console()
@@ -44,12 +37,8 @@ err = Console(stderr=True)
 
 @contextlib.contextmanager
 def _open(path: Path) -> Iterator[ConflictStore]:
-    try:
-        with OfflineQueue(path, create=False, recover=False) as queue:
-            yield ConflictStore(queue)
-    except PigeonError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from exc
+    with open_queue(path) as queue:
+        yield ConflictStore(queue)
 
 
 def _short(value: Any, width: int = 60) -> str:

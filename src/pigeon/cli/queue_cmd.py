@@ -37,7 +37,9 @@ err = Console(stderr=True)
 
 
 @contextlib.contextmanager
-def _open(path: Path) -> Iterator[OfflineQueue]:
+def open_queue(path: Path) -> Iterator[OfflineQueue]:
+    """An existing queue file, as it is (no recovery of in-flight operations); a missing
+    or foreign file is a clear message and exit status 1."""
     try:
         with OfflineQueue(path, create=False, recover=False) as queue:
             yield queue
@@ -87,7 +89,7 @@ def list_(
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 100,
 ) -> None:
     """Operations in queue order (by default the live ones: not delivered, not dead)."""
-    with _open(file) as queue:
+    with open_queue(file) as queue:
         if status is None:
             ops = queue.pending[:limit]
         else:
@@ -103,7 +105,7 @@ def list_(
 @app.command()
 def show(file: QueueFile, op_id: OpId) -> None:
     """Everything about one operation, its payload and its history of failures."""
-    with _open(file) as queue:
+    with open_queue(file) as queue:
         try:
             op = queue.get(op_id)
         except PigeonError as exc:
@@ -133,13 +135,13 @@ def show(file: QueueFile, op_id: OpId) -> None:
 @app.command()
 def dead(file: QueueFile) -> None:
     """Dead letters: operations that will not be sent again unless retried."""
-    with _open(file) as queue:
+    with open_queue(file) as queue:
         ops = queue.dead_letters()
         out.print(_table(f"{file}: {len(ops)} dead letter(s)", ops))
 
 
 def _repair(file: Path, op_id: str, verb: str) -> None:
-    with _open(file) as queue:
+    with open_queue(file) as queue:
         try:
             if verb == "retry":
                 op = queue.retry_dead(op_id)
@@ -167,7 +169,7 @@ def discard(file: QueueFile, op_id: OpId) -> None:
 @app.command()
 def stats(file: QueueFile) -> None:
     """Depth, oldest age, in flight, dead letters, blocked entities, pause state."""
-    with _open(file) as queue:
+    with open_queue(file) as queue:
         s = queue.stats()
         table = Table(title=str(file), show_header=False)
         table.add_column("metric", style="bold")
