@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 
@@ -69,7 +68,7 @@ def _pigeon_drain(n: int, workers: int) -> float:
             for i in range(n):
                 enqueue(tx, JobSpec("bench", "noop", {"i": i}))
         sup = Supervisor(
-            "bench.jobs_pg_bench:app",
+            "bench.jobs_bench:app",
             url,
             {"bench": workers},
             processes=workers,
@@ -293,20 +292,6 @@ def run(quick: bool = False) -> list[Row]:
     )
     return rows
 
-
-# The app the benchmark's worker processes import ("bench.jobs_pg_bench:app").
-def _make_app() -> Any:
-    bench_app = App()
-    bench_app.queue("bench", max_workers=8, timeouts=Timeouts(job=10))
-
-    @bench_app.task(queue="bench")
-    def noop(i: int) -> None:
-        return None
-
-    return bench_app
-
-
-app = _make_app()
 
 if __name__ == "__main__":
     from bench._report import print_rows
