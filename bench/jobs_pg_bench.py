@@ -26,10 +26,11 @@ from contextlib import contextmanager
 import psycopg
 
 from bench._report import Row, row
+from bench.jobs_bench import pigeon_drain
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, enqueue
-from pigeon.jobs.supervisor import Supervisor, WorkerOptions
+from pigeon.jobs.manager import JobManager
+from pigeon.jobs.supervisor import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.jobs.worker import Worker
@@ -60,41 +61,9 @@ def fresh_database(label: str) -> Iterator[str]:
 
 
 def _pigeon_drain(n: int, workers: int) -> float:
-    """Jobs per second from the first claim to the last completion, per the job history;
-    ``workers`` worker processes of one thread each."""
+    """``workers`` worker processes of one thread each, on a fresh database."""
     with fresh_database(f"pigeon{workers}") as url:
-        db = open_server_db(url)
-        with db.transaction() as tx:
-            for i in range(n):
-                enqueue(tx, JobSpec("bench", "noop", {"i": i}))
-        sup = Supervisor(
-            "bench.jobs_bench:app",
-            url,
-            {"bench": workers},
-            processes=workers,
-            options=WorkerOptions(batch=100, schedules=False),
-        )
-        sup.start()
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                with db.transaction() as tx:
-                    stats = tx.fetchall("job_queue_stats", {"now": time.time()})
-                if stats and stats[0]["succeeded"] == n:
-                    break
-                time.sleep(0.1)
-            else:
-                raise RuntimeError("pigeon drain did not finish")
-        finally:
-            sup.stop(grace=10)
-        with db.transaction() as tx:
-            span = tx.conn.execute(  # type: ignore[attr-defined]
-                "SELECT min(started_at) AS a, max(finished_at) AS b, count(*) AS n "
-                "FROM pigeon_job_attempts WHERE outcome = 'succeeded'"
-            ).fetchone()
-        db.close()
-        assert span["n"] == n, span
-        return n / (span["b"] - span["a"])
+        return pigeon_drain(url, n, workers, WorkerOptions(batch=100, schedules=False))
 
 
 def _pigeon_latency(samples: int, *, notify: bool) -> list[float]:
