@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.types import ASGIApp
 
+from pigeon.demo.processes import serve_in_thread
 from pigeon.server.intake import IntakeContext
 from pigeon.server.notes import create_note
 from pigeon.storage.base import Database, Tx
@@ -103,21 +101,6 @@ def failing_handler(kind: str) -> Callable[[IntakeContext], Any]:
     return handler
 
 
-@contextlib.contextmanager
-def live_server(app: ASGIApp) -> Iterator[str]:
+def live_server(app: ASGIApp) -> contextlib.AbstractContextManager[str]:
     """A real uvicorn on an ephemeral loopback port, in a thread; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return serve_in_thread(app)

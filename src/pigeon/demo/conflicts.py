@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from pycrdt import Doc, Text
 
+from pigeon.demo.processes import serve_in_thread
 from pigeon.edge.merge import notes_merge
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
@@ -72,20 +71,10 @@ def _server(db_path: Path) -> Iterator[str]:
     app = create_notes_app(
         db, purge_interval=None, lww_collections=["lww-notes"], crdt_collections=["docs"]
     )
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the demo server did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serve_in_thread(app, log_level="error") as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
         db.close()
 
 

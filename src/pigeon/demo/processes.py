@@ -11,11 +11,16 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import httpx
+import uvicorn
 
 from pigeon.protocol.wire import HEALTH_PATH
 
@@ -91,3 +96,26 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def serve_in_thread(
+    app: Any, *, log_level: str = "warning", lifespan: Literal["auto", "on", "off"] = "on"
+) -> Iterator[str]:
+    """A real uvicorn serving ``app`` on an ephemeral loopback port in a daemon thread, for
+    demos and tests that need HTTP but not a separate process; yields the base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level=log_level, lifespan=lifespan)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
