@@ -169,3 +169,42 @@ def test_malformed_batch_reply_is_an_unknown_outcome() -> None:
         replies = [r for _, r in t.send([op("a"), op("b")]).replies]
     assert len(replies) == 2 and all(isinstance(r, Reply) and r.error for r in replies)
     assert "results" in str(replies[0].error)
+
+
+@pytest.mark.parametrize("status", [400, 404, 405, 413])
+def test_a_refused_batch_request_is_an_unknown_outcome_not_a_verdict_on_each_op(
+    status: int,
+) -> None:
+    """A 413 from a proxy or a 404 from a server without the batch route says nothing about
+    the operations inside: they must be retried with their keys, never dead-lettered."""
+    from pigeon.sync.classify import OutcomeKind, classify
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"title": "refused"})
+
+    client = httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler))
+    with HttpTransport(client=client, batch=True) as t:
+        replies = t.send([op("a"), op("b")]).replies
+    assert len(replies) == 2
+    for _, reply in replies:
+        outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=time.time())
+        assert outcome.kind is OutcomeKind.TRANSIENT
+
+
+def test_batches_never_exceed_the_servers_limit() -> None:
+    from pigeon.protocol.wire import MAX_BATCH
+
+    sizes: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import json
+
+        ops = json.loads(request.content)["operations"]
+        sizes.append(len(ops))
+        results = [{"id": o["id"], "status": 201, "body": {}, "replayed": False} for o in ops]
+        return httpx.Response(200, json={"results": results})
+
+    client = httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler))
+    with HttpTransport(client=client, batch=True) as t:
+        t.send([op(f"e{i}") for i in range(MAX_BATCH + 5)])
+    assert sizes == [MAX_BATCH, 5]

@@ -177,6 +177,20 @@ def test_retention_replay_then_already_applied_then_free(
     assert post(client, "old", {"id": "1", "op": "create"}).status_code == 409
 
 
+def test_already_applied_keeps_a_refusal_a_refusal(
+    client: TestClient, db: Database, clock: FakeClock
+) -> None:
+    assert post(client, "mk", {"id": "1"}).status_code == 201
+    refused = post(client, "dup", {"id": "1"})  # the note exists: a stored 409
+    assert refused.status_code == 409
+    clock.advance(DAY + 1)  # the stored body is gone, the claim is not
+    late = post(client, "dup", {"id": "1"})
+    assert late.status_code == 409, "a client must never read a refused write as delivered"
+    assert late.json()["status"] == "already_applied"
+    assert late.json()["original_status"] == 409
+    assert late.headers["idempotent-replayed"] == "true"
+
+
 def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "server.db"
     db = open_server_db(path)

@@ -96,7 +96,7 @@ class HttpTransport:
                 if not keep(reply):
                     break
             return exchange
-        size = self.batch_size or len(operations)
+        size = min(self.batch_size or len(operations), wire.MAX_BATCH)
         for start in range(0, len(operations), size):
             chunk = operations[start : start + size]
             answered = self._send_batch(chunk)
@@ -166,9 +166,18 @@ class HttpTransport:
         except (httpx.HTTPError, OSError) as exc:
             return _all(chunk, Reply(error=exc, shared=True))
         body = _body(response)
-        if not 200 <= response.status_code < 300:
-            shared = Reply(response.status_code, response.headers, body, shared=True)
-            return _all(chunk, shared)
+        status = response.status_code
+        if not 200 <= status < 300:
+            if status in _BATCH_STATUSES_PER_OPERATION or 500 <= status < 600:
+                # Authorisation and transient answers mean the same for every operation.
+                return _all(chunk, Reply(status, response.headers, body, shared=True))
+            # Any other refusal of the batch request itself (400 too large, 404/405 no batch
+            # route, 413 from a proxy) says nothing about the operations in it: none was
+            # applied, so they are retried with their keys, never dead-lettered for it.
+            error = UnknownOutcome(
+                f"batch request refused with HTTP {status}", status=status, body=body
+            )
+            return _all(chunk, Reply(error=error, shared=True))
         results = body.get("results") if isinstance(body, dict) else None
         if not isinstance(results, list):
             error = UnknownOutcome(
@@ -185,6 +194,10 @@ class HttpTransport:
                 continue  # the server stopped before this one: not attempted
             answered.append((op, _result_reply(result)))
         return answered
+
+
+# Batch-level statuses that mean the same thing for each operation inside (plus 5xx).
+_BATCH_STATUSES_PER_OPERATION = frozenset({401, 403, 408, 425, 429})
 
 
 def _all(chunk: Sequence[Operation], reply: Reply) -> list[tuple[Operation, Reply]]:

@@ -33,6 +33,7 @@ ETAG = "ETag"
 RETRY_AFTER = "Retry-After"
 CLOCK = "X-Pigeon-Clock"
 BATCH_PATH = "/pigeon/v1/batch"
+MAX_BATCH = 1000  # operations per batch request; the server refuses more with 400
 HEALTH_PATH = "/pigeon/v1/health"
 MAX_KEY_LENGTH = 255
 PROBLEM_JSON = "application/problem+json"

@@ -28,6 +28,7 @@ from pigeon.protocol.wire import (
     HEALTH_PATH,
     IDEMPOTENCY_KEY,
     IF_MATCH,
+    MAX_BATCH,
     unquote_etag,
 )
 from pigeon.server.auth import Authenticator, BearerAuth
@@ -39,7 +40,6 @@ from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_un
 log = logging.getLogger(__name__)
 
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
-MAX_BATCH = 1000
 
 
 def render(result: OpResult) -> Response:

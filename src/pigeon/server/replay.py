@@ -70,7 +70,11 @@ def refusal(decision: Decision, key: str, refresh: Callable[[Tx], Any] | None = 
             "original_status": decision.original_status,
             "completed_at": decision.completed_at,
         }
-        return OpResult(200, canonical_json(body), replayed, replayed=True)
+        # A refusal stays a refusal: answering 200 for a key whose operation was refused
+        # (409/412/422...) would let a client record as delivered what never took effect.
+        original = decision.original_status or 200
+        status = original if original >= 400 else 200
+        return OpResult(status, canonical_json(body), replayed, replayed=True)
     if decision.outcome is Outcome.IN_PROGRESS:
         result = problem_result(
             409,
