@@ -59,3 +59,37 @@ def test_failure_after_send_keeps_the_operation_marked_sent(tmp_path: Path) -> N
         queue.close()
         transport.close()
         db.close()
+
+
+def test_an_auth_refusal_pauses_and_keeps_the_operation_marked_sent(tmp_path: Path) -> None:
+    import httpx
+
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["idempotency-key"])
+        return httpx.Response(401, json={"detail": "token expired"})
+
+    transport = InProcessTransport(handler=handler)
+    queue = OfflineQueue(tmp_path / "edge.db")
+    try:
+        first = queue.enqueue("create", "note:1", {"id": "1", "body": "one"})
+        Executor(queue, transport).run_once(10)
+        assert seen == [first.idempotency_key]
+        assert queue.paused is not None
+        assert queue.get(first.id).attempts == 0  # no attempt spent on authorisation
+        # The server saw that key: a later edit must not be folded in under it.
+        queue.enqueue("update", "note:1", {"id": "1", "body": "two"})
+        assert [op.type for op in queue.pending] == ["create", "update"]
+    finally:
+        queue.close()
+        transport.close()
+
+
+def test_an_endpoint_without_a_method_gets_one_for_every_transport(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "edge.db") as queue:
+        graded = queue.enqueue("grade", "answer:1", {"score": 3}, endpoint="/grades")
+        settings = queue.enqueue("update", "settings", {"theme": "dark"}, endpoint="/settings")
+        assert (graded.method, graded.endpoint) == ("POST", "/grades")
+        assert (settings.method, settings.endpoint) == ("PUT", "/settings")
+        assert graded.to_wire()["method"] == "POST"

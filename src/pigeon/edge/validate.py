@@ -67,10 +67,12 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
 def route(
     type_: str, entity: str, endpoint: str | None, method: str | None
 ) -> tuple[str | None, str | None]:
-    """Endpoint and method to store. Given ones are kept (method upper-cased); for the three
-    standard types on an entity ``kind:id`` the default is ``POST /kinds`` (create),
-    ``PUT /kinds/id`` (update), ``DELETE /kinds/id`` (delete). Otherwise None: the
-    operation travels only through the batch endpoint, which carries type and entity."""
+    """Endpoint and method to store, settled once here so that every transport sends the
+    same request. Given ones are kept (method upper-cased); for the three standard types on
+    an entity ``kind:id`` the default is ``POST /kinds`` (create), ``PUT /kinds/id``
+    (update), ``DELETE /kinds/id`` (delete). An endpoint without a method gets its type's
+    method, or POST for an app-defined type. Without an endpoint there is nothing to send
+    the operation to: transports dead-letter it with a message saying so."""
     if method is not None:
         if not isinstance(method, str) or not _TOKEN.match(method):
             raise InvalidOperation(f"method must be an HTTP method such as 'PUT', not {method!r}")
@@ -82,6 +84,8 @@ def route(
     default = _ROUTES.get(type_)
     kind, sep, ident = entity.partition(":")
     if default is None or not sep or not kind or not ident:
+        if endpoint is not None and method is None:
+            method = default[0] if default is not None else "POST"
         return endpoint, method
     default_method, template = default
     return (

@@ -152,8 +152,8 @@ class Executor:
     ) -> None:
         for op in ops:
             if op.id not in settled:
-                if sent and self._release_with_delay:
-                    self.queue.release(op.id, retry_after=0.0)  # type: ignore[call-arg]
+                if sent:
+                    self._release_sent(op.id)
                 else:
                     self.queue.release(op.id)
                 report.released += 1
@@ -173,6 +173,12 @@ class Executor:
             report.replayed += reply.replayed
             self.callbacks.emit("on_delivered", op, outcome)
         run.clear()
+
+    def _release_sent(self, op_id: str) -> None:
+        if self._release_with_delay:
+            self.queue.release(op_id, retry_after=0.0)  # type: ignore[call-arg]
+        else:
+            self.queue.release(op_id)
 
     def _settle(
         self,
@@ -196,7 +202,9 @@ class Executor:
             self.callbacks.emit("on_delivered", op, outcome)
             return
         if kind is OutcomeKind.AUTH:
-            self.queue.release(op.id)
+            # The request reached the server (which may store a 403 under the key): keep it
+            # marked sent, so no later edit folds into it; no attempt is spent.
+            self._release_sent(op.id)
             report.released += 1
             if report.paused is None:
                 report.paused = outcome.reason
