@@ -41,6 +41,25 @@ def test_claim_leases_and_finish_is_compare_and_set(db: Database, clock: FakeClo
     ]
 
 
+def test_a_late_permanent_failure_does_not_rewrite_a_rescued_jobs_history(
+    db: Database, clock: FakeClock
+) -> None:
+    _, m = make(db, clock, permanent=(PermanentError,))
+    job_id = m.enqueue(JobSpec("q", "t"))
+    (job,) = m.claim("q", "w1", 1, lease=5)
+    clock.advance(6)
+    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    # The first holder comes back with a permanent error, after losing its lease.
+    assert m.finish([Outcome(job, PermanentError("bad input"))]) == [False]
+    assert m.finish([Outcome(rescued)]) == [True]
+    info = show_job(db, job_id)
+    assert info["status"] == "succeeded"
+    assert [(a["attempt"], a["outcome"]) for a in info["history"]] == [
+        (1, "lease_expired"),
+        (2, "succeeded"),
+    ]
+
+
 def test_renew_keeps_the_lease(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t"))

@@ -278,8 +278,7 @@ class JobManager:
             if reason is not None:
                 reason = f"{reason}; last error: {message}"
         if reason is not None:
-            self._attempt_done(tx, job, "failed", message, now)
-            alert = self._fail(tx, job, reason, now, attempt_recorded=True)
+            alert = self._fail(tx, job, reason, now, attempt_error=message)
             return alert is not None, alert
         backoff = self.app.queue_config(job.queue).backoff
         retry_at = max(now + backoff.delay(job.attempt, self.rng), outcome.not_before)
@@ -330,15 +329,17 @@ class JobManager:
             ledger.event(tx, job.record_id, job.obligation, ledger.ATTEMPT, detail, now=now)
 
     def _fail(
-        self, tx: Tx, job: Job, reason: str, now: float, *, attempt_recorded: bool = False
+        self, tx: Tx, job: Job, reason: str, now: float, *, attempt_error: str | None = None
     ) -> FailedJob | None:
+        """Move the job to the failed store if this worker still holds it (job, attempt,
+        lease token); only then is the attempt recorded as failed, so a late finisher never
+        rewrites the history of a job someone else rescued."""
         owner = job.owner or self.app.owner_for(job.queue, job.task)
         if not rowcount(
             tx.execute("job_fail", {**job.key(), "now": now, "error": reason, "owner": owner})
         ):
             return None
-        if not attempt_recorded:
-            self._attempt_done(tx, job, "failed", reason, now)
+        self._attempt_done(tx, job, "failed", attempt_error or reason, now)
         if job.record_id and job.obligation:
             ledger.settle_obligation(
                 tx,

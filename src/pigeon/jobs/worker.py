@@ -22,7 +22,6 @@ effects, being claims, never doubled.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -424,8 +423,9 @@ class Worker:
                         )
                     )
         if expired:
-            with contextlib.suppress(Exception):
-                self.manager.finish(expired)
+            # Retried while the database is away; given up (logged, counted) past the lease,
+            # when the jobs are recovered by lease expiry like any unrecorded outcome.
+            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
         if stuck:
             log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
             if self.on_stuck is not None:

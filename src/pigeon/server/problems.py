@@ -7,13 +7,13 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.protocol.wire import PROBLEM_JSON, PROBLEM_PREFIX
 
 
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
     # A URN rather than a URL: the type must be stable and must not depend on a host.
     return {
-        "type": f"urn:pigeon:problem:{slug}",
+        "type": PROBLEM_PREFIX + slug,
         "title": title,
         "status": status,
         "detail": detail,

@@ -186,9 +186,6 @@ SELECT next_attempt_at AS at FROM operations
 -- name: purge_delivered
 DELETE FROM operations WHERE status = 'delivered' AND delivered_at < :before;
 
--- name: max_seq
-SELECT coalesce(max(seq), 0) AS seq FROM operations;
-
 -- name: get_base_version
 SELECT version FROM base_versions WHERE entity = :entity;
 
