@@ -93,3 +93,43 @@ def test_an_endpoint_without_a_method_gets_one_for_every_transport(tmp_path: Pat
         assert (graded.method, graded.endpoint) == ("POST", "/grades")
         assert (settings.method, settings.endpoint) == ("PUT", "/settings")
         assert graded.to_wire()["method"] == "POST"
+
+
+def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Path) -> None:
+    import contextlib
+    import sqlite3
+    from collections.abc import Iterator
+
+    from pigeon.sync.events import Callbacks
+
+    class FailsToCommitOnce(OfflineQueue):
+        failed = False
+
+        @contextlib.contextmanager
+        def batch(self) -> Iterator[None]:
+            with super().batch():
+                yield
+                if not self.failed:  # everything was written; the commit is what fails
+                    self.failed = True
+                    raise sqlite3.OperationalError("disk I/O error")
+
+    db = open_server_db(tmp_path / "server.db")
+    transport = InProcessTransport(create_notes_app(db, purge_interval=None), batch=True)
+    queue = FailsToCommitOnce(tmp_path / "edge.db")
+    delivered: list[str] = []
+    try:
+        op = queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "b"})
+        executor = Executor(
+            queue, transport, Callbacks(on_delivered=lambda o, _: delivered.append(o.id))
+        )
+        with pytest.raises(sqlite3.OperationalError):
+            executor.run_once(10)
+        assert delivered == []  # nothing was told while nothing was durable
+        executor.run_once(10)  # resent with its key, replayed, settled
+        assert delivered == [op.id]
+        assert queue.get(op.id).status is OpStatus.DELIVERED
+        assert len(read_ledger(db)) == 1
+    finally:
+        queue.close()
+        transport.close()
+        db.close()

@@ -80,6 +80,7 @@ class Executor:
         # "Key in progress" is the server still working, not a failed attempt; a queue
         # whose release() takes a delay lets us wait without spending one.
         self._release_with_delay = _accepts(queue.release, "retry_after")
+        self._deferred: list[tuple[str, tuple[Any, ...]]] | None = None
         self._deliver_many: Callable[[list[tuple[str, Any, str | None]]], Any] | None = getattr(
             queue, "mark_delivered_many", None
         )
@@ -110,6 +111,9 @@ class Executor:
             # three per operation); a run is flushed before any other outcome is settled,
             # so writes and callbacks keep the reply's order.
             delivered: list[tuple[Operation, Reply, Outcome]] = []
+            # Callbacks wait for the commit: an application told "delivered" must never
+            # hear it again because the settling transaction failed and the op was resent.
+            self._deferred = []
             with self._together():
                 for op, reply in exchange.replies:
                     outcome = classify(
@@ -124,9 +128,19 @@ class Executor:
                 self._deliver(delivered, report)
             settled |= done
             maybe_sent = False
+            events, self._deferred = self._deferred, None
+            for name, args in events:
+                self.callbacks.emit(name, *args)
         finally:
+            self._deferred = None
             self._release(ops, settled, report, sent=maybe_sent)
         return report
+
+    def _emit(self, name: str, *args: Any) -> None:
+        if self._deferred is not None:
+            self._deferred.append((name, args))
+        else:
+            self.callbacks.emit(name, *args)
 
     def _fill_base_versions(self, ops: Sequence[Operation]) -> None:
         """An operation made without a base version is sent against the version of its
@@ -171,7 +185,7 @@ class Executor:
         for op, reply, outcome in run:
             report.delivered += 1
             report.replayed += reply.replayed
-            self.callbacks.emit("on_delivered", op, outcome)
+            self._emit("on_delivered", op, outcome)
         run.clear()
 
     def _release_sent(self, op_id: str) -> None:
@@ -199,7 +213,7 @@ class Executor:
             self.queue.mark_delivered(op.id, response=response)
             report.delivered += 1
             report.replayed += reply.replayed
-            self.callbacks.emit("on_delivered", op, outcome)
+            self._emit("on_delivered", op, outcome)
             return
         if kind is OutcomeKind.AUTH:
             # The request reached the server (which may store a 403 under the key): keep it
@@ -209,7 +223,7 @@ class Executor:
             if report.paused is None:
                 report.paused = outcome.reason
                 self.queue.pause(outcome.reason)
-                self.callbacks.emit("on_paused", outcome.reason)
+                self._emit("on_paused", outcome.reason)
             return
         if not outcome.sent:
             self.queue.release(op.id)
@@ -219,7 +233,7 @@ class Executor:
         if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
             self.queue.release(op.id, retry_after=outcome.retry_after)  # type: ignore[call-arg]
             report.failed += 1
-            self.callbacks.emit("on_failed", op, outcome)
+            self._emit("on_failed", op, outcome)
             return
         retry_after = outcome.retry_after
         if retry_after is None and reply.shared:
@@ -229,12 +243,12 @@ class Executor:
         )
         if updated.status is OpStatus.DEAD:
             report.dead += 1
-            self.callbacks.emit("on_dead", updated, outcome)
+            self._emit("on_dead", updated, outcome)
         elif updated.status is OpStatus.CONFLICT:
             report.conflicts += 1
-            self.callbacks.emit("on_conflict", updated, outcome)
+            self._emit("on_conflict", updated, outcome)
         else:
             report.failed += 1
             if reply.shared:
                 shared_delay.setdefault(id(reply), max(0.0, updated.next_attempt_at - now))
-            self.callbacks.emit("on_failed", updated, outcome)
+            self._emit("on_failed", updated, outcome)
