@@ -283,7 +283,7 @@ class EdgeStore:
         return sorted((to_operation(r) for r in rows), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
-        text = None if response is None else json.dumps(response, default=str)
+        text = _response_text(response)
         done = tx.fetchone("deliver", {"id": op_id, "now": now, "response": text})
         if done is None:  # not deliverable: say why (or nothing, if already delivered)
             row = self.row(tx, op_id)
