@@ -25,7 +25,6 @@ from rich.table import Table
 
 from pigeon.cli.queue_cmd import QueueFile, open_queue
 from pigeon.edge.conflicts import KEEPS, ConflictStore
-from pigeon.exceptions import PigeonError
 
 app = typer.Typer(help="List, inspect and resolve conflicts of a queue.", no_args_is_help=True)
 
@@ -68,12 +67,8 @@ def list_(
 @app.command()
 def show(file: QueueFile, conflict_id: ConflictId) -> None:
     """Everything about one conflict: base, local and remote versions, the outcome."""
-    with _open(file) as store:
-        try:
-            r = store.get(conflict_id)
-        except PigeonError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from exc
+    with _open(file) as store:  # a PigeonError (e.g. no such conflict): message, exit 1
+        r = store.get(conflict_id)
         table = Table(title=f"conflict {r.id}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
@@ -114,12 +109,8 @@ def resolve(
         except (OSError, ValueError) as exc:
             err.print(f"[red]error:[/red] cannot read {merged} as JSON: {exc}", highlight=False)
             raise typer.Exit(2) from exc
-    with _open(file) as store:
-        try:
-            new = store.resolve(conflict_id, "merged" if merged else keep, value)  # type: ignore[arg-type]
-        except PigeonError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from exc
+    with _open(file) as store:  # a PigeonError (e.g. not held): message, exit 1
+        new = store.resolve(conflict_id, "merged" if merged else keep, value)  # type: ignore[arg-type]
         if new is None:
             out.print(
                 f"conflict {conflict_id} resolved: the server's version stays; nothing to send"

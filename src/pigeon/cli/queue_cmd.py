@@ -38,8 +38,9 @@ err = Console(stderr=True)
 
 @contextlib.contextmanager
 def open_queue(path: Path) -> Iterator[OfflineQueue]:
-    """An existing queue file, as it is (no recovery of in-flight operations); a missing
-    or foreign file is a clear message and exit status 1."""
+    """An existing queue file, as it is (no recovery of in-flight operations). A missing or
+    foreign file, or any PigeonError raised in the ``with`` body, is a clear message and
+    exit status 1."""
     try:
         with OfflineQueue(path, create=False, recover=False) as queue:
             yield queue
@@ -105,12 +106,8 @@ def list_(
 @app.command()
 def show(file: QueueFile, op_id: OpId) -> None:
     """Everything about one operation, its payload and its history of failures."""
-    with open_queue(file) as queue:
-        try:
-            op = queue.get(op_id)
-        except PigeonError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from exc
+    with open_queue(file) as queue:  # reports a PigeonError (e.g. no such id) and exits 1
+        op = queue.get(op_id)
         table = Table(title=f"operation {op.id}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
@@ -141,17 +138,13 @@ def dead(file: QueueFile) -> None:
 
 
 def _repair(file: Path, op_id: str, verb: str) -> None:
-    with open_queue(file) as queue:
-        try:
-            if verb == "retry":
-                op = queue.retry_dead(op_id)
-                out.print(f"{op.id} is pending again (same key {op.idempotency_key})")
-            else:
-                queue.discard(op_id)
-                out.print(f"{op_id} discarded")
-        except PigeonError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from exc
+    with open_queue(file) as queue:  # reports a PigeonError (e.g. not dead) and exits 1
+        if verb == "retry":
+            op = queue.retry_dead(op_id)
+            out.print(f"{op.id} is pending again (same key {op.idempotency_key})")
+        else:
+            queue.discard(op_id)
+            out.print(f"{op_id} discarded")
 
 
 @app.command()
