@@ -28,10 +28,10 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.server.faultproxy import FaultPlan, FaultProxy
+from pigeon.server.notes import LEDGER_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 
-LEDGER_PATH = "/pigeon/v1/ledger"
 # Fast retries: the demo's faults are frequent and the network is loopback.
 DEMO_RETRY = RetryPolicy(base=0.02, factor=2.0, cap=0.5, max_attempts=60)
 

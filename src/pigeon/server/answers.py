@@ -22,6 +22,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
+from pigeon.server.records import RECORDS_PATH
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Tx
 
@@ -51,7 +52,7 @@ def accept_answer(ctx: IntakeContext) -> HandlerResult:
     )
     announce = {"record": record_id, "question": body["question"]}
     outbox.add(ctx.tx, ANSWER_TOPIC, announce, now=ctx.now)
-    location = f"/pigeon/v1/records/{record_id}"
+    location = RECORDS_PATH.format(record_id=record_id)
     reply = {"status": "received", "record": record_id, "pending": sorted(obligations)}
     return 202, reply, {"Location": location}
 
