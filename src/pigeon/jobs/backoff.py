@@ -1,14 +1,12 @@
-"""Full-jitter exponential backoff for job retries. Pure: the caller supplies the randomness.
-
-The edge's ``RetryPolicy`` had not landed when this was written; if it grows the same
-maths, this module should delegate to it.
-"""
+"""Full-jitter exponential backoff for job retries: the edge's `RetryPolicy` maths (factor
+2), with the jobs' defaults and attempt limits kept elsewhere (`App.queue`)."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 
 
@@ -18,18 +16,23 @@ class Backoff:
 
     base: float = 2.0
     cap: float = 300.0
+    _policy: RetryPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not (self.base > 0 and self.cap >= self.base):
             raise ConfigurationError(
                 f"backoff needs 0 < base <= cap, got base={self.base!r} cap={self.cap!r}"
             )
+        object.__setattr__(self, "_policy", RetryPolicy(base=self.base, factor=2.0, cap=self.cap))
 
     def ceiling(self, attempts: int) -> float:
-        if attempts < 1:
-            raise ConfigurationError(f"attempts must be >= 1, got {attempts}")
-        # Cap the exponent first: 2**10000 would overflow a float.
-        return min(self.cap, self.base * 2.0 ** min(attempts - 1, 64))
+        return self._policy.backoff(_checked(attempts))
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> float:
-        return (rng or random).uniform(0.0, self.ceiling(attempts))
+        return self._policy.delay(_checked(attempts), rng=rng)
+
+
+def _checked(attempts: int) -> int:
+    if attempts < 1:
+        raise ConfigurationError(f"attempts must be >= 1, got {attempts}")
+    return attempts
