@@ -168,6 +168,12 @@ class SQLiteDatabase:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        # One writer per process at a time. SQLite would serialise our threads anyway, but
+        # a BEGIN IMMEDIATE that finds the file locked waits in the busy handler, which
+        # sleeps in steps of milliseconds; a lock hands over as soon as the commit is done.
+        # Other processes still meet the busy timeout. Reentrant, so a nested BEGIN gets
+        # SQLite's own error rather than a deadlock.
+        self._writer = threading.RLock()
         if not create and not os.path.exists(self.path):
             raise StoreUnavailable(f"{self.path}: no such file")
         conn = self.connection()
@@ -198,14 +204,16 @@ class SQLiteDatabase:
     @contextlib.contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[SQLiteTx]:
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-        try:
-            yield SQLiteTx(conn, self.queries)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        lock = self._writer if immediate else contextlib.nullcontext()
+        with lock:
+            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            try:
+                yield SQLiteTx(conn, self.queries)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def read(self) -> SQLiteTx:
         """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""
