@@ -39,13 +39,14 @@ def _floor(path: str, n: int) -> float:
         return rate(n, time.perf_counter() - started)
 
 
-def _pigeon(tmp: Path, n: int, batch: int | bool) -> float:
-    with ServerProcess(tmp / f"server-{batch}.db") as server:
-        queue = OfflineQueue(tmp / f"edge-{batch}.db", durability="full")
+def _pigeon(tmp: Path, n: int, batch: int | bool, concurrency: int = 1) -> float:
+    name = f"{batch}-{concurrency}"
+    with ServerProcess(tmp / f"server-{name}.db") as server:
+        queue = OfflineQueue(tmp / f"edge-{name}.db", durability="full")
         with queue.batch():
             for i in range(n):
                 queue.enqueue("create", f"note:b{i}", {"id": f"b{i}", **BODY})
-        transport = HttpTransport(server.url, batch=batch, timeout=30.0)
+        transport = HttpTransport(server.url, batch=batch, timeout=30.0, concurrency=concurrency)
         size = 100 if batch is False else int(batch)
         engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True), batch_size=size)
         started = time.perf_counter()
@@ -75,6 +76,12 @@ def run(*, quick: bool = False) -> list[Row]:
             row("e2e delivered, 1 op/request", single, floor, unit="ops/s",
                 baseline_name="floor: plain httpx -> Starlette", target=">= 0.6x",
                 ok=single >= 0.6 * floor)
+        )  # fmt: skip
+        wide = _pigeon(Path(tmp), n_single, False, concurrency=4)
+        rows.append(
+            row("e2e delivered, 1 op/request, 4 on the wire", wide, floor, unit="ops/s",
+                baseline_name="floor: plain httpx -> Starlette", target=">= 0.6x",
+                ok=wide >= 0.6 * floor)
         )  # fmt: skip
         for size, target in ((10, None), (100, 10.0)):
             batched = _pigeon(Path(tmp), n_batch, size)

@@ -208,3 +208,50 @@ def test_batches_never_exceed_the_servers_limit() -> None:
     with HttpTransport(client=client, batch=True) as t:
         t.send([op(f"e{i}") for i in range(MAX_BATCH + 5)])
     assert sizes == [MAX_BATCH, 5]
+
+
+def test_concurrency_keeps_several_requests_on_the_wire_and_answers_in_order(
+    server: LiveServer, state: WireState
+) -> None:
+    state.delay = 0.3  # every request waits this long on the server
+    ops = [op(f"w{i}") for i in range(8)]
+    with HttpTransport(server.url, concurrency=4) as t:
+        started = time.perf_counter()
+        exchange = t.send(ops)
+        elapsed = time.perf_counter() - started
+    # Eight requests of 0.3 s each, four at a time: two rounds (2.4 s one by one).
+    assert elapsed < 1.5, elapsed
+    assert [o.entity for o, _ in exchange.replies] == [o.entity for o in ops]
+    assert all(r.status == 201 for _, r in exchange.replies)
+    assert sorted(e["entity"] for e in state.effects()) == sorted(o.entity for o in ops)
+
+
+def test_concurrency_stops_starting_requests_after_a_stop_but_keeps_what_was_sent(
+    server: LiveServer, state: WireState
+) -> None:
+    state.tokens = {"good"}
+    ops = [op(f"s{i}") for i in range(7)]
+    with HttpTransport(server.url, token="bad", concurrency=3) as t:
+        exchange = t.send(ops, keep_going=lambda r: r.status not in (401, 403))
+    # The first three went out together; the 401 of the first stops the rest.
+    assert [o.entity for o, _ in exchange.replies] == ["s0", "s1", "s2"]
+    assert all(r.status == 401 for _, r in exchange.replies)
+    assert state.single_requests == 3
+
+
+def test_concurrency_sends_batch_chunks_side_by_side(server: LiveServer, state: WireState) -> None:
+    state.delay = 0.3
+    ops = [op(f"c{i}") for i in range(6)]
+    with HttpTransport(server.url, batch=2, concurrency=3) as t:
+        started = time.perf_counter()
+        exchange = t.send(ops)
+        elapsed = time.perf_counter() - started
+    assert elapsed < 0.8, elapsed  # three chunks of 0.3 s at once, not 0.9 s in a row
+    assert state.batch_requests == 3
+    assert [o.entity for o, _ in exchange.replies] == [o.entity for o in ops]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 65, True, 1.5])
+def test_bad_concurrency_is_refused(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        HttpTransport("http://x", concurrency=bad)  # type: ignore[arg-type]

@@ -8,8 +8,10 @@ batch. In both modes the operation's idempotency key goes out unchanged on every
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import httpx
 
@@ -19,6 +21,7 @@ from pigeon.protocol import wire
 from pigeon.protocol.transport import Exchange, KeepGoing, Reply
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+MAX_CONCURRENCY = 64
 PROBE_TIMEOUT = httpx.Timeout(2.0)
 
 _DEFAULT_METHODS: dict[str, str] = {
@@ -30,6 +33,8 @@ _DEFAULT_METHODS: dict[str, str] = {
 HeaderSource = Mapping[str, str] | Callable[[], Mapping[str, str]]
 TokenSource = str | Callable[[], str]
 Route = Callable[[Operation], tuple[str, str]]
+Answered = list[tuple[Operation, Reply]]
+Item = TypeVar("Item")
 
 
 def default_route(op: Operation) -> tuple[str, str]:
@@ -51,6 +56,14 @@ class HttpTransport:
     as a mapping or a callable. ``batch=True`` uses the batch endpoint with every operation
     the engine hands over in one request; ``batch=N`` splits them into requests of at most
     N. ``client`` replaces the httpx.Client built here (its base_url is then used as is).
+
+    ``concurrency`` > 1 keeps up to that many requests (single operations, or batch chunks)
+    on the wire at once instead of waiting for each reply before the next request. The
+    operations the engine hands over together are on distinct entities (at most one in
+    flight per entity), so per-entity order still holds; what is given up is the order in
+    which *different* entities reach the server, which no failure-free guarantee promised
+    anyway (a failing entity is always overtaken by the others). The token and header
+    callables are then called from the transport's threads.
     """
 
     def __init__(
@@ -63,7 +76,16 @@ class HttpTransport:
         batch: bool | int = False,
         route: Route = default_route,
         client: httpx.Client | None = None,
+        concurrency: int = 1,
     ) -> None:
+        if (
+            not isinstance(concurrency, int)
+            or isinstance(concurrency, bool)
+            or not 1 <= concurrency <= MAX_CONCURRENCY
+        ):
+            raise ConfigurationError(
+                f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, not {concurrency!r}"
+            )
         if batch is not True and batch is not False and (not isinstance(batch, int) or batch < 1):
             raise ConfigurationError(f"batch must be True, False or a size >= 1, not {batch!r}")
         if client is None and not base_url:
@@ -74,6 +96,8 @@ class HttpTransport:
         self._route = route
         self._owns_client = client is None
         self.client = client or httpx.Client(base_url=base_url, timeout=timeout)
+        self.concurrency = concurrency
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def batched(self) -> bool:
@@ -88,22 +112,55 @@ class HttpTransport:
         "server unreachable", so one dead connection costs one request, not a hundred.
         """
         keep = keep_going or (lambda _reply: True)
-        exchange = Exchange()
         if self.batch_size is None:
-            for op in operations:
-                reply = self._send_one(op)
-                exchange.replies.append((op, reply))
-                if not keep(reply):
+            return self._run(
+                list(operations),
+                lambda op: [(op, self._send_one(op))],
+                lambda _op, answered: not keep(answered[0][1]),
+            )
+        size = min(self.batch_size or len(operations), wire.MAX_BATCH)
+        chunks = [operations[i : i + size] for i in range(0, len(operations), size)]
+        return self._run(
+            chunks,
+            self._send_batch,
+            lambda chunk, answered: (
+                len(answered) < len(chunk) or not all(keep(reply) for _, reply in answered)
+            ),
+        )
+
+    def _run(
+        self,
+        items: Sequence[Item],
+        call: Callable[[Item], Answered],
+        stop: Callable[[Item, Answered], bool],
+    ) -> Exchange:
+        """``call`` each item in order, at most ``concurrency`` at once; after the first
+        item whose answer says ``stop``, start no more. Answers are kept in item order,
+        including those of items already on the wire when the stop came: they were sent."""
+        exchange = Exchange()
+        if self.concurrency == 1 or len(items) <= 1:
+            for item in items:
+                answered = call(item)
+                exchange.replies.extend(answered)
+                if stop(item, answered):
                     break
             return exchange
-        size = min(self.batch_size or len(operations), wire.MAX_BATCH)
-        for start in range(0, len(operations), size):
-            chunk = operations[start : start + size]
-            answered = self._send_batch(chunk)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pigeon-http")
+        on_the_wire: deque[tuple[Item, Future[Answered]]] = deque()
+        started = 0
+        stopped = False
+        while True:
+            while not stopped and started < len(items) and len(on_the_wire) < self.concurrency:
+                item = items[started]
+                started += 1
+                on_the_wire.append((item, self._pool.submit(call, item)))
+            if not on_the_wire:
+                return exchange
+            item, future = on_the_wire.popleft()
+            answered = future.result()
             exchange.replies.extend(answered)
-            if len(answered) < len(chunk) or not all(keep(reply) for _, reply in answered):
-                break
-        return exchange
+            stopped = stopped or stop(item, answered)
 
     def probe(self) -> bool:
         try:
@@ -113,6 +170,9 @@ class HttpTransport:
         return response.status_code < 500
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._owns_client:
             self.client.close()
 
