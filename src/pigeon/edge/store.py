@@ -32,6 +32,11 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks, recover on
 APPLICATION_ID = 0x50474E45  # "PGNE": a pigeon edge queue file
 LIVE = (OpStatus.PENDING, OpStatus.IN_FLIGHT, OpStatus.CONFLICT)
 HISTORY_LIMIT = 100  # failed attempts remembered per operation
+# New queue files only (an existing file keeps its size). An enqueue rewrites four pages
+# (the row and three index leaves) and every one goes to the WAL whole: 2 KiB pages halve
+# what each commit writes, while rows (~0.5 KiB) still fit several to a page. Measured on
+# the enqueue benchmark against 1, 4 and 8 KiB; 2 KiB came out fastest.
+PAGE_SIZE = 2048
 
 
 Built = Callable[[], Operation]
@@ -102,6 +107,7 @@ class EdgeStore:
             # Savepoints (group commit, batch()) journal the pages they touch; in memory,
             # not in a temporary file, or every enqueue pays for file writes.
             pragmas={"temp_store": "MEMORY", "cache_size": -16384},
+            page_size=PAGE_SIZE,
         )
         # One writer per process at a time: SQLite would serialise us anyway, but its busy
         # handler sleeps in steps of milliseconds; a lock hands over at once.

@@ -50,8 +50,12 @@ def check_and_migrate(
     component: str,
     path: str | os.PathLike[str],
     create: bool = True,
+    page_size: int | None = None,
 ) -> int:
-    """Verify the file is ours (or empty) and bring its schema up to date. Returns version."""
+    """Verify the file is ours (or empty) and bring its schema up to date. Returns version.
+
+    ``page_size`` applies to a new (empty) file only: SQLite fixes the page size when the
+    first page is written, so an existing file keeps the one it was made with."""
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()["application_id"]
         version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
@@ -76,6 +80,9 @@ def check_and_migrate(
         return latest
     if not create and tables == 0:
         raise ForeignDatabase(f"{os.fspath(path)} is not a pigeon {component} database (empty)")
+    if page_size is not None and tables == 0 and version == 0:
+        # Before journal_mode: switching to WAL writes the header, which fixes the size.
+        conn.execute(f"PRAGMA page_size = {int(page_size)}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -159,6 +166,7 @@ class SQLiteDatabase:
         durability: Durability = "full",
         create: bool = True,
         pragmas: Mapping[str, str | int] | None = None,
+        page_size: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.durability: Durability = durability
@@ -179,7 +187,12 @@ class SQLiteDatabase:
         conn = self.connection()
         for component in components:
             check_and_migrate(
-                conn, application_id=application_id, component=component, path=path, create=create
+                conn,
+                application_id=application_id,
+                component=component,
+                path=path,
+                create=create,
+                page_size=page_size,
             )
 
     def connection(self) -> sqlite3.Connection:
