@@ -62,7 +62,7 @@ def _postgres_store_built() -> bool:
         queries = server_queries("postgres")
     except (FileNotFoundError, NotImplementedError):
         return False
-    return {"claim_insert", "note_insert", "ledger_all"} <= queries.keys()
+    return {"claim_insert", "note_create", "ledger_all"} <= queries.keys()
 
 
 POSTGRES_STORE_BUILT = _postgres_store_built()

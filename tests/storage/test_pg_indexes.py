@@ -121,7 +121,7 @@ def test_claims_and_lookups_never_scan_a_big_table(filled: PostgresDatabase, nam
 def test_the_explained_queries_are_every_lookup_the_backend_defines() -> None:
     # Inserts, the stats count, the health probe and the replay hook's SET TRANSACTION
     # have no lookup to index.
-    unindexed = {"claim_insert", "note_insert", "ledger_append", "claim_stats", "health_probe"}
+    unindexed = {"claim_insert", "note_create", "ledger_append", "claim_stats", "health_probe"}
     unindexed.add("replay_read_only")
     defined = load_queries("postgres", "intake").keys() | load_queries("postgres", "notes").keys()
     assert defined - unindexed == set(LOOKUPS)

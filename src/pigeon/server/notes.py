@@ -92,8 +92,10 @@ def _precondition_failed(ctx: IntakeContext, row: Row) -> HandlerResult | None:
     return 412, note_json(row), {ETAG: quote_etag(str(row["version"]))}
 
 
-def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
-    params = {
+def _params(
+    ctx: IntakeContext, note_id: str, data: dict[str, Any], deleted: bool
+) -> dict[str, Any]:
+    return {
         "principal": ctx.principal,
         "id": note_id,
         "data": json.dumps(data),
@@ -101,8 +103,11 @@ def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: b
         "clock": ctx.clock,
         "now": ctx.now,
     }
-    # Both statements return the written row: no read back.
-    row = ctx.tx.fetchone("note_write", params) or ctx.tx.fetchone("note_insert", params)
+
+
+def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
+    """A new version of an existing note (the statement returns the written row)."""
+    row = ctx.tx.fetchone("note_write", _params(ctx, note_id, data, deleted))
     assert row is not None
     return row
 
@@ -137,11 +142,13 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     assert isinstance(ctx.body, dict)
     raw_id = ctx.body.get("id")
     note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
+    created = ctx.tx.fetchone("note_create", _params(ctx, note_id, data, False))
+    if created is not None:
+        return _applied(ctx, created, 201)
     existing = _current(ctx, note_id)
-    if existing is not None:
-        body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
-        return 409, body | {"current": note_json(existing)}, {"content-type": PROBLEM_JSON}
-    return _applied(ctx, _write(ctx, note_id, data), 201)
+    body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
+    current = {} if existing is None else {"current": note_json(existing)}
+    return 409, body | current, {"content-type": PROBLEM_JSON}
 
 
 def replace_note(ctx: IntakeContext) -> HandlerResult:

@@ -12,11 +12,17 @@ FROM notes
 WHERE principal = %(principal)s AND deleted = 0
 ORDER BY id
 
--- name: note_insert
--- A plain INSERT, as on SQLite: two creates of one new id race on the primary key and
--- the loser's operation fails (rolled back, retried, then answered 409 "exists").
+-- name: note_create
+-- A create: a new note, or a new life for a deleted one (its version goes on); nothing
+-- comes back when a live note already has the id, and the handler answers 409. One
+-- statement: two creates of one new id racing meet at the primary key, and the second
+-- (after the first commits, on PostgreSQL) returns nothing, so it is answered 409 too.
 INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (%(principal)s, %(id)s, 1, %(data)s, 0, %(clock)s, %(now)s, %(now)s)
+ON CONFLICT (principal, id) DO UPDATE
+SET version = notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+    updated_at = excluded.updated_at
+WHERE notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write

@@ -11,9 +11,17 @@ FROM notes
 WHERE principal = :principal AND deleted = 0
 ORDER BY id
 
--- name: note_insert
+-- name: note_create
+-- A create: a new note, or a new life for a deleted one (its version goes on); nothing
+-- comes back when a live note already has the id, and the handler answers 409. One
+-- statement: two creates of one new id racing meet at the primary key, and the second
+-- (after the first commits, on PostgreSQL) returns nothing, so it is answered 409 too.
 INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (:principal, :id, 1, :data, 0, :clock, :now, :now)
+ON CONFLICT (principal, id) DO UPDATE
+SET version = notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+    updated_at = excluded.updated_at
+WHERE notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
