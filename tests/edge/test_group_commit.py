@@ -213,3 +213,65 @@ def test_two_processes_on_one_file(tmp_path: Path) -> None:
             assert [o.payload for o in mine] == sorted(o.payload for o in mine)
             delivered = [o.status == "delivered" for o in mine]
             assert delivered == sorted(delivered, reverse=True)  # a prefix, never out of order
+
+
+def test_a_lone_caller_commits_in_hand_without_a_ticket(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pigeon.edge.commit as commit_module
+
+    def no_ticket(item: object) -> None:
+        raise AssertionError("a lone caller must not make a ticket")
+
+    monkeypatch.setattr(commit_module, "_Ticket", no_ticket)
+    seen: list[list[int]] = []
+
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        seen.append([*items, *more()])
+        return [i * 10 for i in seen[-1]]
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    assert [group.submit(lambda i=i: i) for i in range(3)] == [0, 10, 20]
+    assert seen == [[0], [1], [2]]
+    assert (group.transactions, group.items) == (3, 3)
+    assert not group._leading and not group._queue
+
+
+def test_a_lone_leaders_error_is_its_own_and_the_next_caller_leads() -> None:
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        return [ValueError("odd") if i % 2 else i for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    with pytest.raises(ValueError, match="odd"):
+        group.submit(lambda: 1)
+    assert not group._leading
+    assert group.submit(lambda: 2) == 2
+
+
+def test_a_follower_arriving_during_a_lone_commit_is_committed_before_it_returns() -> None:
+    inside, go = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        taken = list(items)
+        if taken == [0]:
+            inside.set()
+            assert go.wait(10)
+        batches.append(taken)  # no more(): the follower must wait for the next leader
+        return [i * 10 for i in taken]
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    results: dict[int, int] = {}
+    lone = threading.Thread(target=lambda: results.update({0: group.submit(lambda: 0)}))
+    lone.start()
+    assert inside.wait(10)
+    follower = threading.Thread(target=lambda: results.update({1: group.submit(lambda: 1)}))
+    follower.start()
+    deadline = time.monotonic() + 10
+    while len(group._queue) < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(group._queue) == 1
+    go.set()
+    lone.join(10)
+    follower.join(10)
+    assert results == {0: 0, 1: 10}
+    assert batches == [[0], [1]]  # handed over: the follower led its own commit
+    assert not group._leading and not group._queue

@@ -1,13 +1,13 @@
 """Group commit: many threads' writes share one transaction and one fsync.
 
 Leader/follower, no background thread: a caller that finds no commit running becomes the
-leader and commits everything queued so far, its own item included; callers that arrive
-meanwhile queue up and wait. When the leader is done, one waiting caller becomes the next
-leader and takes the whole queue that built up during the previous fsync. A lone thread
-therefore pays no hand-off at all, and under contention the batch grows by itself to the
-number of writers. Every caller returns only after the transaction holding its own item
-committed; an item that fails inside the transaction (the commit function reports it)
-fails alone.
+leader and commits its own item at once, in hand (no ticket, nothing to wait on); callers
+that arrive meanwhile queue up and wait. When the leader is done, one waiting caller
+becomes the next leader and takes the whole queue that built up during the previous fsync.
+A lone thread therefore pays no hand-off at all, and under contention the batch grows by
+itself to the number of writers. Every caller returns only after the transaction holding
+its own item committed; an item that fails inside the transaction (the commit function
+reports it) fails alone.
 
 Late joiners: the commit function is handed ``more()``, which it calls after writing what
 it has and before it commits, to take whatever was queued meanwhile into the same
@@ -29,13 +29,24 @@ R = TypeVar("R")
 _UNSET = object()
 
 
+def _held() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass(slots=True)
 class _Ticket(Generic[T]):
+    """A follower's item while it waits. ``waiter`` is a lock taken at creation and
+    released exactly once: by the leader that committed the item, or by the one that
+    hands leadership to this ticket. A plain lock costs a fraction of an Event (which
+    builds a Condition, and a lock per wait)."""
+
     item: T
     done: bool = False
     result: object = _UNSET
     error: BaseException | None = None
-    waiter: threading.Event = field(default_factory=threading.Event)
+    waiter: threading.Lock = field(default_factory=_held)
 
 
 More = Callable[[], Sequence[T]]
@@ -64,58 +75,65 @@ class GroupCommit(Generic[T, R]):
     def submit(self, make: Callable[[], T]) -> R:
         """Queue the item ``make()`` builds (called under the queue lock, so whatever it
         stamps, such as a clock, follows queue order) and wait for its commit."""
+        ticket: _Ticket[T] | None = None
         with self._lock:
-            ticket = _Ticket(make())
-            self._queue.append(ticket)
-            lead = not self._leading
-            if lead:
+            item = make()
+            if self._leading:
+                ticket = _Ticket(item)
+                self._queue.append(ticket)
+            else:
+                # Nobody leads, so nobody waits either (a leader that leaves with a queue
+                # hands over instead of clearing _leading): lead with our own item, which
+                # needs no ticket, no signal and no hand-off.
                 self._leading = True
-        while not self._finished(ticket):
-            if lead:
-                self._lead()
-                continue
-            ticket.waiter.wait()
-            ticket.waiter.clear()
-            lead = True  # woken: either our item is done or we are the next leader
-        if ticket.error is not None:
-            raise ticket.error
-        return ticket.result  # type: ignore[return-value]
-
-    @staticmethod
-    def _finished(ticket: _Ticket[T]) -> bool:
-        return ticket.done
+                ticket = None
+        outcome: object
+        if ticket is None:
+            outcome = self._lead([item], [])[0]
+        else:
+            ticket.waiter.acquire()  # released once: our item is done, or we lead next
+            if not ticket.done:
+                self._lead([], self._take(self._max_batch))  # ours is first in the queue
+            outcome = ticket.error if ticket.error is not None else ticket.result
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[return-value]
 
     def _take(self, limit: int) -> list[_Ticket[T]]:
+        if not self._queue:  # nobody waiting (a racing append is seen by the hand-off)
+            return []
         with self._lock:
             taken, self._queue = self._queue[:limit], self._queue[limit:]
         return taken
 
-    def _lead(self) -> None:
-        batch = self._take(self._max_batch)
+    def _lead(self, own: list[T], batch: list[_Ticket[T]]) -> list[R | BaseException]:
+        """Commit ``own`` items (untracked: the caller's) and ``batch``'s, plus whatever
+        queues meanwhile; settle the tickets, hand over, return ``own``'s outcomes."""
 
         def more() -> list[T]:
-            extra = self._take(self._max_batch - len(batch))
+            extra = self._take(self._max_batch - len(own) - len(batch))
             batch.extend(extra)
             return [t.item for t in extra]
 
         try:
             try:
-                outcomes = self._commit([t.item for t in batch], more)
+                outcomes = self._commit([*own, *(t.item for t in batch)], more)
             except BaseException as exc:  # the whole transaction rolled back
-                outcomes = [exc] * len(batch)
+                outcomes = [exc] * (len(own) + len(batch))
             self.transactions += 1
-            self.items += len(batch)
-            for ticket, outcome in zip(batch, outcomes, strict=True):
+            self.items += len(outcomes)
+            for ticket, outcome in zip(batch, outcomes[len(own) :], strict=True):
                 if isinstance(outcome, BaseException):
                     ticket.error = outcome
                 else:
                     ticket.result = outcome
                 ticket.done = True
+            return outcomes[: len(own)]
         finally:
             with self._lock:
                 successor = self._queue[0] if self._queue else None
                 self._leading = successor is not None
             for ticket in batch:
-                ticket.waiter.set()
+                ticket.waiter.release()
             if successor is not None:
-                successor.waiter.set()
+                successor.waiter.release()

@@ -42,9 +42,9 @@ PAGE_SIZE = 2048
 Built = Callable[[], Operation]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
 class NewOp:
-    """A validated operation on its way into the file."""
+    """A validated operation on its way into the file (never changed once made)."""
 
     id: str
     idempotency_key: str
@@ -110,8 +110,9 @@ class EdgeStore:
             page_size=PAGE_SIZE,
         )
         # One writer per process at a time: SQLite would serialise us anyway, but its busy
-        # handler sleeps in steps of milliseconds; a lock hands over at once.
-        self._writer = threading.Lock()
+        # handler sleeps in steps of milliseconds; a lock hands over at once. The
+        # database's own lock, so our transactions and its transaction() exclude each other.
+        self._writer = self.db.writer
         self._local = threading.local()
         self._lock_fd: int | None = None
         if recover:
@@ -185,8 +186,8 @@ class EdgeStore:
         operation as stored (called after the commit, outside the writer's lock) and how
         many sends coalescing saved."""
         tail = tx.fetchone("live_tail", {"entity": new.entity})
-        incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
         if coalesce and tail is not None:
+            incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
             last = Step(
                 tail["type"],
                 tail["entity"],
@@ -238,24 +239,52 @@ class EdgeStore:
         item does fail, the whole batch is written again with a savepoint each."""
         items = list(first)
         try:
-            with self.write() as tx:
-                built: list[Built | BaseException] = []
-                saved = 0
-                while True:
-                    for new in items[len(built) :]:
-                        op, n = self.append(tx, new, coalesce=coalesce)
-                        built.append(op)
-                        saved += n
-                    extra = more()
-                    if not extra:
-                        break
-                    items.extend(extra)
-                _bump_state(tx, items, saved)
+            if self.in_batch():
+                with self.write() as tx:  # a savepoint of this thread's batch()
+                    return self._write_all(tx, items, more, coalesce=coalesce)
+            # Every enqueue passes here: BEGIN / COMMIT by hand, not through two nested
+            # generator context managers (write() and transaction()), which cost more
+            # Python than the INSERT itself.
+            conn = self.db.connection()
+            tx = SQLiteTx(conn, self.db.queries)
+            with self._writer:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    built = self._write_all(tx, items, more, coalesce=coalesce)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
+                        conn.execute("ROLLBACK")
+                    raise
             return built
         except Exception:
             if len(items) == 1:
                 raise
         return self._append_each(items, coalesce=coalesce)
+
+    def _write_all(
+        self,
+        tx: SQLiteTx,
+        items: list[NewOp],
+        more: Callable[[], Sequence[NewOp]],
+        *,
+        coalesce: bool,
+    ) -> list[Built | BaseException]:
+        """``items`` and any late joiners into the open transaction ``tx`` (extends
+        ``items`` with the latter)."""
+        built: list[Built | BaseException] = []
+        saved = 0
+        while True:
+            for new in items[len(built) :]:
+                op, n = self.append(tx, new, coalesce=coalesce)
+                built.append(op)
+                saved += n
+            extra = more()
+            if not extra:
+                break
+            items.extend(extra)
+        _bump_state(tx, items, saved)
+        return built
 
     def _append_each(
         self, items: Sequence[NewOp], *, coalesce: bool

@@ -22,6 +22,10 @@ from pigeon.exceptions import (
 )
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 method token
+# What quote(..., safe="") leaves as it is: most entity names, which then skip quote().
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+")
+# One encoder, built once: json.dumps with any option builds a new one on every call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 # Default routing for the three standard types on an entity "kind:id".
 _ROUTES = {
@@ -55,7 +59,7 @@ def entity_name(value: str) -> str:
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as JSON text, refused if it is not JSON or larger than ``max_bytes``."""
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
     size = len(text.encode("utf-8"))
@@ -89,8 +93,10 @@ def route(
         return endpoint, method
     default_method, template = default
     return (
-        endpoint
-        if endpoint is not None
-        else template.format(kind=quote(kind, safe=""), id=quote(ident, safe="")),
+        endpoint if endpoint is not None else template.format(kind=_quote(kind), id=_quote(ident)),
         method if method is not None else default_method,
     )
+
+
+def _quote(segment: str) -> str:
+    return segment if _UNRESERVED.fullmatch(segment) else quote(segment, safe="")

@@ -195,6 +195,12 @@ class SQLiteDatabase:
                 page_size=page_size,
             )
 
+    @property
+    def writer(self) -> threading.RLock:
+        """The process's write lock (``transaction()`` holds it), for callers that run
+        their own BEGIN / COMMIT on a hot path instead of ``transaction()``."""
+        return self._writer
+
     def connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
