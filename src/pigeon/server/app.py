@@ -33,6 +33,7 @@ from pigeon.protocol.wire import (
 )
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
+from pigeon.server.grouping import GroupCommit
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
@@ -144,8 +145,15 @@ def create_app(
     authenticate: Authenticator | None = None,
     purge_interval: float | None = 3600.0,
     title: str = "pigeon intake",
+    group_commit: bool | None = None,
 ) -> Starlette:
+    """``group_commit``: single-operation requests that arrive together share one
+    transaction (`pigeon.server.grouping`). By default on for SQLite, whose one writer
+    serialises them anyway, and off for PostgreSQL, where they run side by side."""
     auth: Authenticator = authenticate or BearerAuth()
+    if group_commit is None:
+        group_commit = intake.db.backend == "sqlite"
+    grouped = GroupCommit(intake) if group_commit else None
 
     async def operation(request: Request) -> Response:
         try:
@@ -155,6 +163,8 @@ def create_app(
         parsed = await parse_request(request)
         if isinstance(parsed, OpResult):
             return render(parsed)
+        if grouped is not None:
+            return render(await grouped.execute(principal, parsed))
         return render(await run_in_threadpool(intake.execute, principal, parsed))
 
     async def batch(request: Request) -> Response:
@@ -216,6 +226,7 @@ def create_app(
 
     app = Starlette(routes=all_routes, lifespan=lifespan)
     app.state.intake = intake
+    app.state.group_commit = grouped
     return app
 
 

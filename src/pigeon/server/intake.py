@@ -44,7 +44,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -216,6 +216,44 @@ class Intake:
         self._notify([result])
         return refresh_all(self.db, [result])[0]
 
+    def execute_group(self, items: Sequence[tuple[str, OperationRequest]]) -> list[OpResult]:
+        """Apply independent single-operation requests that arrived together, in ONE
+        transaction (group commit: one fsync for all of them); the caller answers them
+        only after this returns, so no answer ever precedes its commit.
+
+        Unlike a batch, nothing here stops at a transient failure: each operation's
+        savepoint and claim are already undone when its result says "retry", so every
+        result is what ``execute`` alone would have answered. Should the group's
+        transaction fail for another reason (a bug, a deadlock), the requests are applied
+        again one by one, so the failure stays with its own request."""
+        if self.claim_mode == "separate" or len(items) == 1:
+            return [self._execute_alone(principal, op) for principal, op in items]
+        try:
+            with self._transaction() as tx:
+                results = [self._apply_or_refuse(tx, principal, op) for principal, op in items]
+        except STORE_DOWN as exc:
+            return [store_unavailable(exc)] * len(items)  # nothing committed
+        except Exception:
+            log.warning("a group of %d requests failed, applying them one by one", len(items))
+            return [self._execute_alone(principal, op) for principal, op in items]
+        self._notify(results)
+        return refresh_all(self.db, results)
+
+    def _execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
+        try:
+            return self.execute(principal, op)
+        except Exception as exc:
+            log.exception("%s %s failed", op.method, op.path)
+            return problem_result(
+                500, "intake-failed", "Internal error", f"{type(exc).__name__}: {exc}"
+            )
+
+    def _apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
+        try:
+            return self._apply(tx, principal, op)
+        except _Failed as failed:
+            return failed.result
+
     def execute_batch(
         self, principal: str, ops: list[OperationRequest | OpResult]
     ) -> list[OpResult]:
@@ -246,10 +284,7 @@ class Intake:
                 if isinstance(op, OpResult):
                     results.append(op)
                     continue
-                try:
-                    result = self._apply(tx, principal, op)
-                except _Failed as failed:
-                    result = failed.result
+                result = self._apply_or_refuse(tx, principal, op)
                 results.append(result)
                 if result.transient:
                     break

@@ -1,0 +1,114 @@
+"""Group commit: single-operation requests that arrive together share one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+
+from pigeon.server.app import create_app
+from pigeon.server.intake import Intake, IntakeContext, OperationRequest
+from pigeon.server.notes import create_note, create_notes_app, read_ledger
+from pigeon.storage.base import Database
+
+from .conftest import CountingDatabase, FakeClock
+
+
+def request(note: str, key: str | None = None, **fields: Any) -> OperationRequest:
+    key = key or str(uuid.uuid4())
+    return OperationRequest("POST", "/notes", {"id": note}, key, key, **fields)
+
+
+def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
+    db: Database, clock: FakeClock
+) -> None:
+    counting = CountingDatabase(db)
+    intake = Intake(counting, now=clock)  # type: ignore[arg-type]
+    calls = {"n": 0}
+
+    def flaky(ctx: IntakeContext) -> Any:
+        calls["n"] += 1
+        if ctx.body["id"] == "boom":
+            create_note(ctx)  # written, then the handler fails: must not survive
+            raise RuntimeError("downstream broke")
+        return create_note(ctx)
+
+    intake.add_operation("POST", "/notes", flaky)
+    results = intake.execute_group(
+        [
+            ("alice", request("1", "k1")),
+            ("alice", request("1", "k1")),  # the same key again, in the same group
+            ("alice", request("boom", "k2")),
+            ("bob", request("1", "k1")),  # another principal's k1 is another key
+            ("alice", request("2", "k3")),
+        ]
+    )
+    assert counting.commits == 1
+    assert [r.status for r in results] == [201, 201, 500, 201, 201]
+    assert [r.replayed for r in results] == [False, True, False, False, False]
+    assert results[1].body_text == results[0].body_text
+    ledger = read_ledger(db)
+    assert sorted((row["principal"], row["entity"]) for row in ledger) == [
+        ("alice", "note:1"),
+        ("alice", "note:2"),
+        ("bob", "note:1"),
+    ]
+    with db.transaction() as tx:  # the failed one's key was given back: a retry runs
+        assert intake.store.get(tx, "alice", "k2") is None
+        assert tx.fetchone("note_get", {"principal": "alice", "id": "boom"}) is None
+
+
+def test_a_group_that_breaks_is_applied_again_one_by_one(db: Database, clock: FakeClock) -> None:
+    counting = CountingDatabase(db)
+    intake = Intake(counting, now=clock)  # type: ignore[arg-type]
+    intake.add_operation("POST", "/notes", create_note)
+    # A clock stamp that cannot be read fails outside any handler, inside the transaction.
+    results = intake.execute_group(
+        [("alice", request("1")), ("alice", request("2", clock="not-a-clock"))]
+    )
+    assert [r.status for r in results] == [201, 500]
+    assert len(read_ledger(db)) == 1  # the good one exactly once, the group's attempt undone
+    assert counting.commits == 1  # the failed group committed nothing; the good one alone
+
+
+async def _concurrently(app: Any, n: int) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        return await asyncio.gather(
+            *(
+                client.post("/notes", json={"id": f"n{i}"}, headers={"Idempotency-Key": f"k{i}"})
+                for i in range(n)
+            )
+        )
+
+
+def test_concurrent_requests_share_transactions_and_each_gets_its_own_answer(
+    db: Database, clock: FakeClock
+) -> None:
+    app = create_notes_app(db, now=clock, purge_interval=None)
+    grouped = app.state.group_commit
+    if db.backend != "sqlite":
+        assert grouped is None  # PostgreSQL runs them side by side instead
+        return
+    replies = asyncio.run(_concurrently(app, 20))
+    assert [r.status_code for r in replies] == [201] * 20
+    assert [r.json()["id"] for r in replies] == [f"n{i}" for i in range(20)]
+    assert len(read_ledger(db)) == 20
+    assert grouped.groups < 20, "requests that arrive together share a transaction"
+
+
+def test_group_commit_can_be_switched(db: Database) -> None:
+    intake = Intake(db)
+    assert create_app(intake, purge_interval=None, group_commit=False).state.group_commit is None
+    on = create_app(intake, purge_interval=None, group_commit=True).state.group_commit
+    assert on is not None and on.max_group >= 1
+
+
+def test_a_group_size_below_one_is_refused(db: Database) -> None:
+    from pigeon.server.grouping import GroupCommit
+
+    with pytest.raises(ValueError, match="max_group"):
+        GroupCommit(Intake(db), max_group=0)
