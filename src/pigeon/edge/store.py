@@ -115,6 +115,7 @@ class EdgeStore:
         self._writer = self.db.writer
         self._local = threading.local()
         self._lock_fd: int | None = None
+        self._insert_heads_sql: dict[int, str] = {}  # insert_heads for n rows, by n
         if recover:
             self._recover(now)
 
@@ -275,16 +276,77 @@ class EdgeStore:
         built: list[Built | BaseException] = []
         saved = 0
         while True:
-            for new in items[len(built) :]:
-                op, n = self.append(tx, new, coalesce=coalesce)
+            run = items[len(built) :]
+            if len(run) == 1:
+                op, n = self.append(tx, run[0], coalesce=coalesce)
                 built.append(op)
                 saved += n
+            else:
+                saved += self._append_run(tx, run, built, coalesce=coalesce)
             extra = more()
             if not extra:
                 break
             items.extend(extra)
         _bump_state(tx, items, saved)
         return built
+
+    def _append_run(
+        self, tx: SQLiteTx, run: Sequence[NewOp], built: list[Built | BaseException], *,
+        coalesce: bool,
+    ) -> int:  # fmt: skip
+        """Several operations (a group commit's batch) in a few statements instead of two
+        each: one query finds which of their entities have live operations, and the rest
+        (new entities, each once in the run) go in with one multi-row INSERT as heads.
+        Why it pays: every statement hands the interpreter lock to the threads preparing
+        the next batch and must wait to get it back, so under contention the leader's
+        statement count, not their work, sets the pace. An operation whose entity has a
+        live operation, or appeared earlier in the run, goes through ``append()`` in its
+        turn, after the rows before it are written, so seq still follows queue order and
+        coalescing sees exactly what it would see one enqueue at a time. Appends to
+        ``built``; returns how many sends coalescing saved."""
+        names = json.dumps(list({new.entity: None for new in run}))
+        busy = {r["entity"] for r in tx.fetchall("live_entities", {"entities": names})}
+        seen: set[str] = set()
+        heads: list[NewOp] = []
+        saved = 0
+        for new in run:
+            if new.entity in busy or new.entity in seen:
+                self._insert_heads(tx, heads, built)
+                heads = []
+                op, n = self.append(tx, new, coalesce=coalesce)
+                built.append(op)
+                saved += n
+            else:
+                heads.append(new)
+            seen.add(new.entity)
+        self._insert_heads(tx, heads, built)
+        return saved
+
+    def _insert_heads(
+        self, tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseException]
+    ) -> None:
+        if not heads:
+            return
+        sql = self._insert_heads_sql.get(len(heads))
+        if sql is None:
+            statement, _, row = tx.queries["insert_heads"].rpartition("\n")
+            sql = statement + "\n" + ",\n".join([row] * len(heads))
+            self._insert_heads_sql[len(heads)] = sql
+        values: list[object] = []
+        for new in heads:
+            values += (
+                new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
+                new.payload, new.created_at, new.clock, new.created_at, new.base_version,
+            )  # fmt: skip
+        last = tx.conn.execute(sql, values).lastrowid
+        assert last is not None
+        # One statement, under the write lock: SQLite gives each row the greatest rowid so
+        # far plus one, so the rows hold consecutive seqs ending at the last one.
+        first = last - len(heads) + 1
+        built.extend(
+            functools.partial(_from_new, new, seq=first + i, status=OpStatus.PENDING)
+            for i, new in enumerate(heads)
+        )
 
     def _append_each(
         self, items: Sequence[NewOp], *, coalesce: bool

@@ -33,6 +33,22 @@ INSERT INTO operations (
     :created_at, :base_version, 'pending', :head
 );
 
+-- name: insert_heads
+-- Several new operations in one statement (group commit), each on an entity with no live
+-- operation, so each is its entity's head. The VALUES row (the last line) is repeated
+-- once per operation by pigeon.edge.store; positional parameters, 11 per row.
+INSERT INTO operations (
+    id, idempotency_key, type, entity, endpoint, method, payload, created_at, clock,
+    next_attempt_at, base_version, status, head
+) VALUES
+(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 1)
+
+-- name: live_entities
+-- Which of these entities (a JSON array) have a live operation.
+SELECT DISTINCT entity FROM operations
+ WHERE entity IN (SELECT value FROM json_each(:entities))
+   AND status IN ('pending', 'in_flight', 'conflict');
+
 -- name: bulk_insert_op
 -- Benchmarks and imports: operations on distinct entities, each its entity's head.
 INSERT INTO operations (
