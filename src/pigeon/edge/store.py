@@ -10,17 +10,21 @@ and only heads are ever handed to a sender.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from pigeon.edge.coalesce import Fold, Step, decide
+from pigeon.edge.append import Built as Built
+from pigeon.edge.append import NewOp as NewOp
+from pigeon.edge.append import append, bump_state, write_all
 from pigeon.edge.operation import Operation, OpStatus
-from pigeon.exceptions import InvalidState, NotFound
+from pigeon.edge.rows import require as require
+from pigeon.edge.rows import response_text
+from pigeon.edge.rows import to_operation as to_operation
+from pigeon.edge.rows import was_sent as was_sent
+from pigeon.exceptions import NotFound
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx
 
@@ -37,53 +41,6 @@ HISTORY_LIMIT = 100  # failed attempts remembered per operation
 # what each commit writes, while rows (~0.5 KiB) still fit several to a page. Measured on
 # the enqueue benchmark against 1, 4 and 8 KiB; 2 KiB came out fastest.
 PAGE_SIZE = 2048
-
-
-Built = Callable[[], Operation]
-
-
-@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
-class NewOp:
-    """A validated operation on its way into the file (never changed once made)."""
-
-    id: str
-    idempotency_key: str
-    type: str
-    entity: str
-    payload: str  # JSON text
-    endpoint: str | None
-    method: str | None
-    created_at: float
-    clock: str
-    base_version: str | None
-
-
-def to_operation(row: Row) -> Operation:
-    return Operation(
-        id=row["id"],
-        type=row["type"],
-        entity=row["entity"],
-        payload=json.loads(row["payload"]),
-        idempotency_key=row["idempotency_key"],
-        endpoint=row["endpoint"],
-        method=row["method"],
-        created_at=row["created_at"],
-        clock=row["clock"],
-        attempts=row["attempts"],
-        next_attempt_at=row["next_attempt_at"],
-        last_error=row["last_error"],
-        base_version=row["base_version"],
-        status=OpStatus(row["status"]),
-        seq=row["seq"],
-        history=json.loads(row["history"]),
-        delivered_at=row["delivered_at"],
-        response=None if row["response"] is None else json.loads(row["response"]),
-    )
-
-
-def was_sent(row: Row) -> bool:
-    """Handed to a sender at some point: the server may hold it, so it is never rewritten."""
-    return bool(row["status"] != OpStatus.PENDING or row["attempts"] or row["dispatches"])
 
 
 class EdgeStore:
@@ -115,7 +72,6 @@ class EdgeStore:
         self._writer = self.db.writer
         self._local = threading.local()
         self._lock_fd: int | None = None
-        self._insert_heads_sql: dict[int, str] = {}  # insert_heads for n rows, by n
         if recover:
             self._recover(now)
 
@@ -182,55 +138,6 @@ class EdgeStore:
 
     # -- inside a write transaction ------------------------------------------------------
 
-    def append(self, tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
-        """Store ``new`` (folded into its entity's tail if allowed). Returns what builds the
-        operation as stored (called after the commit, outside the writer's lock) and how
-        many sends coalescing saved."""
-        tail = tx.fetchone("live_tail", {"entity": new.entity})
-        if coalesce and tail is not None:
-            incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
-            last = Step(
-                tail["type"],
-                tail["entity"],
-                tail["payload"],
-                tail["endpoint"],
-                tail["method"],
-                sent=was_sent(tail),
-            )
-            decision = decide(last, incoming)
-            if decision.fold is Fold.REPLACE:
-                assert decision.step is not None
-                step = decision.step
-                params = {
-                    "seq": tail["seq"],
-                    "type": step.type,
-                    "payload": step.payload,
-                    "endpoint": step.endpoint,
-                    "method": step.method,
-                    "clock": new.clock,
-                }
-                tx.execute("fold_op", params)
-                return functools.partial(to_operation, {**tail, **params}), 1
-            if decision.fold is Fold.DROP:
-                tx.execute("delete_op", {"seq": tail["seq"]})
-                return functools.partial(_from_new, new, seq=0, status=OpStatus.COALESCED), 2
-        params = {
-            "id": new.id,
-            "idempotency_key": new.idempotency_key,
-            "type": new.type,
-            "entity": new.entity,
-            "endpoint": new.endpoint,
-            "method": new.method,
-            "payload": new.payload,
-            "created_at": new.created_at,
-            "clock": new.clock,
-            "base_version": new.base_version,
-            "head": 1 if tail is None else 0,
-        }
-        seq = tx.execute("insert_op", params).lastrowid
-        assert seq is not None
-        return functools.partial(_from_new, new, seq=seq, status=OpStatus.PENDING), 0
-
     def append_all(
         self, first: Sequence[NewOp], more: Callable[[], Sequence[NewOp]], *, coalesce: bool
     ) -> list[Built | BaseException]:
@@ -242,7 +149,7 @@ class EdgeStore:
         try:
             if self.in_batch():
                 with self.write() as tx:  # a savepoint of this thread's batch()
-                    return self._write_all(tx, items, more, coalesce=coalesce)
+                    return write_all(tx, items, more, coalesce=coalesce)
             # Every enqueue passes here: BEGIN / COMMIT by hand, not through two nested
             # generator context managers (write() and transaction()), which cost more
             # Python than the INSERT itself.
@@ -251,7 +158,7 @@ class EdgeStore:
             with self._writer:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    built = self._write_all(tx, items, more, coalesce=coalesce)
+                    built = write_all(tx, items, more, coalesce=coalesce)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
@@ -263,91 +170,6 @@ class EdgeStore:
                 raise
         return self._append_each(items, coalesce=coalesce)
 
-    def _write_all(
-        self,
-        tx: SQLiteTx,
-        items: list[NewOp],
-        more: Callable[[], Sequence[NewOp]],
-        *,
-        coalesce: bool,
-    ) -> list[Built | BaseException]:
-        """``items`` and any late joiners into the open transaction ``tx`` (extends
-        ``items`` with the latter)."""
-        built: list[Built | BaseException] = []
-        saved = 0
-        while True:
-            run = items[len(built) :]
-            if len(run) == 1:
-                op, n = self.append(tx, run[0], coalesce=coalesce)
-                built.append(op)
-                saved += n
-            else:
-                saved += self._append_run(tx, run, built, coalesce=coalesce)
-            extra = more()
-            if not extra:
-                break
-            items.extend(extra)
-        _bump_state(tx, items, saved)
-        return built
-
-    def _append_run(
-        self, tx: SQLiteTx, run: Sequence[NewOp], built: list[Built | BaseException], *,
-        coalesce: bool,
-    ) -> int:  # fmt: skip
-        """Several operations (a group commit's batch) in a few statements instead of two
-        each: one query finds which of their entities have live operations, and the rest
-        (new entities, each once in the run) go in with one multi-row INSERT as heads.
-        Why it pays: every statement hands the interpreter lock to the threads preparing
-        the next batch and must wait to get it back, so under contention the leader's
-        statement count, not their work, sets the pace. An operation whose entity has a
-        live operation, or appeared earlier in the run, goes through ``append()`` in its
-        turn, after the rows before it are written, so seq still follows queue order and
-        coalescing sees exactly what it would see one enqueue at a time. Appends to
-        ``built``; returns how many sends coalescing saved."""
-        names = json.dumps(list({new.entity: None for new in run}))
-        busy = {r["entity"] for r in tx.fetchall("live_entities", {"entities": names})}
-        seen: set[str] = set()
-        heads: list[NewOp] = []
-        saved = 0
-        for new in run:
-            if new.entity in busy or new.entity in seen:
-                self._insert_heads(tx, heads, built)
-                heads = []
-                op, n = self.append(tx, new, coalesce=coalesce)
-                built.append(op)
-                saved += n
-            else:
-                heads.append(new)
-            seen.add(new.entity)
-        self._insert_heads(tx, heads, built)
-        return saved
-
-    def _insert_heads(
-        self, tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseException]
-    ) -> None:
-        if not heads:
-            return
-        sql = self._insert_heads_sql.get(len(heads))
-        if sql is None:
-            statement, _, row = tx.queries["insert_heads"].rpartition("\n")
-            sql = statement + "\n" + ",\n".join([row] * len(heads))
-            self._insert_heads_sql[len(heads)] = sql
-        values: list[object] = []
-        for new in heads:
-            values += (
-                new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
-                new.payload, new.created_at, new.clock, new.created_at, new.base_version,
-            )  # fmt: skip
-        last = tx.conn.execute(sql, values).lastrowid
-        assert last is not None
-        # One statement, under the write lock: SQLite gives each row the greatest rowid so
-        # far plus one, so the rows hold consecutive seqs ending at the last one.
-        first = last - len(heads) + 1
-        built.extend(
-            functools.partial(_from_new, new, seq=first + i, status=OpStatus.PENDING)
-            for i, new in enumerate(heads)
-        )
-
     def _append_each(
         self, items: Sequence[NewOp], *, coalesce: bool
     ) -> list[Built | BaseException]:
@@ -357,13 +179,13 @@ class EdgeStore:
             for new in items:
                 try:
                     with tx.savepoint():  # one caller's failure stays its own
-                        op, n = self.append(tx, new, coalesce=coalesce)
+                        op, n = append(tx, new, coalesce=coalesce)
                 except Exception as exc:
                     outcomes.append(exc)
                     continue
                 saved += n
                 outcomes.append(op)
-            _bump_state(tx, items, saved)
+            bump_state(tx, items, saved)
         return outcomes
 
     def row(self, tx: SQLiteTx, op_id: str) -> Row:
@@ -380,7 +202,7 @@ class EdgeStore:
         return sorted((to_operation(r) for r in rows), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
-        text = _response_text(response)
+        text = response_text(response)
         done = tx.fetchone("deliver", {"id": op_id, "now": now, "response": text})
         if done is None:  # not deliverable: say why (or nothing, if already delivered)
             row = self.row(tx, op_id)
@@ -398,7 +220,7 @@ class EdgeStore:
         tx.executemany(
             "deliver_each",
             [
-                {"id": op_id, "now": now, "response": _response_text(response)}
+                {"id": op_id, "now": now, "response": response_text(response)}
                 for op_id, response, _ in items
             ],
         )
@@ -460,40 +282,3 @@ class EdgeStore:
         alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
         tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
         return to_operation(self.row(tx, row["id"]))
-
-
-def _response_text(response: Any) -> str | None:
-    return None if response is None else json.dumps(response, default=str)
-
-
-def _bump_state(tx: SQLiteTx, items: Sequence[NewOp], saved: int) -> None:
-    if saved:
-        # Only folds need the state row: it keeps the coalescing count, and the clock a
-        # folded operation got without a new row (see OfflineQueue._restore_clock).
-        tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
-
-
-def require(row: Row, *allowed: OpStatus, action: str) -> None:
-    if row["status"] not in allowed:
-        wanted = " or ".join(s.value for s in allowed)
-        raise InvalidState(
-            f"cannot {action} operation {row['id']}: it is {row['status']}, not {wanted}"
-        )
-
-
-def _from_new(new: NewOp, *, seq: int, status: OpStatus) -> Operation:
-    return Operation(
-        id=new.id,
-        type=new.type,
-        entity=new.entity,
-        payload=json.loads(new.payload),
-        idempotency_key=new.idempotency_key,
-        endpoint=new.endpoint,
-        method=new.method,
-        created_at=new.created_at,
-        clock=new.clock,
-        next_attempt_at=new.created_at,
-        base_version=new.base_version,
-        status=status,
-        seq=seq,
-    )

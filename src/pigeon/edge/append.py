@@ -1,0 +1,191 @@
+"""Enqueue's writes: an operation into the file, folded into its entity's unsent tail when
+coalescing allows. Everything here runs inside the caller's open write transaction ``tx``
+and keeps the store's invariant: on each entity, exactly the earliest live operation has
+``head = 1``."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pigeon.edge.coalesce import Fold, Step, decide
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.rows import to_operation, was_sent
+from pigeon.storage.sqlite import SQLiteTx
+
+Built = Callable[[], Operation]
+
+_INSERT_HEADS: dict[int, str] = {}  # the insert_heads statement for n rows, by n
+
+
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field
+class NewOp:
+    """A validated operation on its way into the file (never changed once made)."""
+
+    id: str
+    idempotency_key: str
+    type: str
+    entity: str
+    payload: str  # JSON text
+    endpoint: str | None
+    method: str | None
+    created_at: float
+    clock: str
+    base_version: str | None
+
+
+def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
+    """Store ``new`` (folded into its entity's tail if allowed). Returns what builds the
+    operation as stored (called after the commit, outside the writer's lock) and how
+    many sends coalescing saved."""
+    tail = tx.fetchone("live_tail", {"entity": new.entity})
+    if coalesce and tail is not None:
+        incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
+        last = Step(
+            tail["type"],
+            tail["entity"],
+            tail["payload"],
+            tail["endpoint"],
+            tail["method"],
+            sent=was_sent(tail),
+        )
+        decision = decide(last, incoming)
+        if decision.fold is Fold.REPLACE:
+            assert decision.step is not None
+            step = decision.step
+            params = {
+                "seq": tail["seq"],
+                "type": step.type,
+                "payload": step.payload,
+                "endpoint": step.endpoint,
+                "method": step.method,
+                "clock": new.clock,
+            }
+            tx.execute("fold_op", params)
+            return functools.partial(to_operation, {**tail, **params}), 1
+        if decision.fold is Fold.DROP:
+            tx.execute("delete_op", {"seq": tail["seq"]})
+            return functools.partial(from_new, new, seq=0, status=OpStatus.COALESCED), 2
+    params = {
+        "id": new.id,
+        "idempotency_key": new.idempotency_key,
+        "type": new.type,
+        "entity": new.entity,
+        "endpoint": new.endpoint,
+        "method": new.method,
+        "payload": new.payload,
+        "created_at": new.created_at,
+        "clock": new.clock,
+        "base_version": new.base_version,
+        "head": 1 if tail is None else 0,
+    }
+    seq = tx.execute("insert_op", params).lastrowid
+    assert seq is not None
+    return functools.partial(from_new, new, seq=seq, status=OpStatus.PENDING), 0
+
+
+def write_all(
+    tx: SQLiteTx, items: list[NewOp], more: Callable[[], Sequence[NewOp]], *, coalesce: bool
+) -> list[Built | BaseException]:
+    """``items`` and any late joiners (``more()``, until it has none) into the open
+    transaction ``tx``; extends ``items`` with the latter."""
+    built: list[Built | BaseException] = []
+    saved = 0
+    while True:
+        run = items[len(built) :]
+        if len(run) == 1:
+            op, n = append(tx, run[0], coalesce=coalesce)
+            built.append(op)
+            saved += n
+        else:
+            saved += append_run(tx, run, built, coalesce=coalesce)
+        extra = more()
+        if not extra:
+            break
+        items.extend(extra)
+    bump_state(tx, items, saved)
+    return built
+
+
+def append_run(
+    tx: SQLiteTx, run: Sequence[NewOp], built: list[Built | BaseException], *, coalesce: bool
+) -> int:
+    """Several operations (a group commit's batch) in a few statements instead of two
+    each: one query finds which of their entities have live operations, and the rest
+    (new entities, each once in the run) go in with one multi-row INSERT as heads.
+    Why it pays: every statement hands the interpreter lock to the threads preparing
+    the next batch and must wait to get it back, so under contention the leader's
+    statement count, not their work, sets the pace. An operation whose entity has a
+    live operation, or appeared earlier in the run, goes through ``append()`` in its
+    turn, after the rows before it are written, so seq still follows queue order and
+    coalescing sees exactly what it would see one enqueue at a time. Appends to
+    ``built``; returns how many sends coalescing saved."""
+    names = json.dumps(list({new.entity: None for new in run}))
+    busy = {r["entity"] for r in tx.fetchall("live_entities", {"entities": names})}
+    seen: set[str] = set()
+    heads: list[NewOp] = []
+    saved = 0
+    for new in run:
+        if new.entity in busy or new.entity in seen:
+            insert_heads(tx, heads, built)
+            heads = []
+            op, n = append(tx, new, coalesce=coalesce)
+            built.append(op)
+            saved += n
+        else:
+            heads.append(new)
+        seen.add(new.entity)
+    insert_heads(tx, heads, built)
+    return saved
+
+
+def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseException]) -> None:
+    """Operations on entities with no live operation, in one statement."""
+    if not heads:
+        return
+    sql = _INSERT_HEADS.get(len(heads))
+    if sql is None:
+        statement, _, row = tx.queries["insert_heads"].rpartition("\n")
+        sql = _INSERT_HEADS[len(heads)] = statement + "\n" + ",\n".join([row] * len(heads))
+    values: list[object] = []
+    for new in heads:
+        values += (
+            new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
+            new.payload, new.created_at, new.clock, new.created_at, new.base_version,
+        )  # fmt: skip
+    last = tx.conn.execute(sql, values).lastrowid
+    assert last is not None
+    # One statement, under the write lock: SQLite gives each row the greatest rowid so
+    # far plus one, so the rows hold consecutive seqs ending at the last one.
+    first = last - len(heads) + 1
+    built.extend(
+        functools.partial(from_new, new, seq=first + i, status=OpStatus.PENDING)
+        for i, new in enumerate(heads)
+    )
+
+
+def bump_state(tx: SQLiteTx, items: Sequence[NewOp], saved: int) -> None:
+    if saved:
+        # Only folds need the state row: it keeps the coalescing count, and the clock a
+        # folded operation got without a new row (see OfflineQueue._restore_clock).
+        tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
+
+
+def from_new(new: NewOp, *, seq: int, status: OpStatus) -> Operation:
+    return Operation(
+        id=new.id,
+        type=new.type,
+        entity=new.entity,
+        payload=json.loads(new.payload),
+        idempotency_key=new.idempotency_key,
+        endpoint=new.endpoint,
+        method=new.method,
+        created_at=new.created_at,
+        clock=new.clock,
+        next_attempt_at=new.created_at,
+        base_version=new.base_version,
+        status=status,
+        seq=seq,
+    )

@@ -1,0 +1,95 @@
+"""Rows of the operations table as ``Operation``s, and the row-level checks on them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from pigeon.edge.operation import Operation, OpStatus
+from pigeon.exceptions import InvalidState
+from pigeon.storage.sqlite import Row
+
+_EMPTY_HISTORY = "[]"  # what almost every row holds: no json.loads for it
+
+
+def to_operation(row: Row) -> Operation:
+    return Operation(
+        id=row["id"],
+        type=row["type"],
+        entity=row["entity"],
+        payload=json.loads(row["payload"]),
+        idempotency_key=row["idempotency_key"],
+        endpoint=row["endpoint"],
+        method=row["method"],
+        created_at=row["created_at"],
+        clock=row["clock"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        last_error=row["last_error"],
+        base_version=row["base_version"],
+        status=OpStatus(row["status"]),
+        seq=row["seq"],
+        history=[] if row["history"] == _EMPTY_HISTORY else json.loads(row["history"]),
+        delivered_at=row["delivered_at"],
+        response=None if row["response"] is None else json.loads(row["response"]),
+    )
+
+
+def operations(cursor: sqlite3.Cursor) -> list[Operation]:
+    """Every row of ``cursor`` (``SELECT *`` or ``RETURNING *`` on operations, its row
+    factory unset so rows are tuples) as an Operation: ``to_operation`` without building
+    a dict per row first, for the hundred rows a ``next_batch`` hands out."""
+    rows: list[tuple[Any, ...]] = cursor.fetchall()
+    if not rows:
+        return []
+    at = {col[0]: i for i, col in enumerate(cursor.description)}
+    (i_id, i_type, i_entity, i_payload, i_key, i_endpoint, i_method, i_created, i_clock,
+     i_attempts, i_next, i_error, i_base, i_status, i_seq, i_history, i_delivered,
+     i_response) = (
+        at["id"], at["type"], at["entity"], at["payload"], at["idempotency_key"],
+        at["endpoint"], at["method"], at["created_at"], at["clock"], at["attempts"],
+        at["next_attempt_at"], at["last_error"], at["base_version"], at["status"], at["seq"],
+        at["history"], at["delivered_at"], at["response"],
+    )  # fmt: skip
+    loads = json.loads
+    return [
+        Operation(
+            id=r[i_id],
+            type=r[i_type],
+            entity=r[i_entity],
+            payload=loads(r[i_payload]),
+            idempotency_key=r[i_key],
+            endpoint=r[i_endpoint],
+            method=r[i_method],
+            created_at=r[i_created],
+            clock=r[i_clock],
+            attempts=r[i_attempts],
+            next_attempt_at=r[i_next],
+            last_error=r[i_error],
+            base_version=r[i_base],
+            status=OpStatus(r[i_status]),
+            seq=r[i_seq],
+            history=[] if r[i_history] == _EMPTY_HISTORY else loads(r[i_history]),
+            delivered_at=r[i_delivered],
+            response=None if r[i_response] is None else loads(r[i_response]),
+        )
+        for r in rows
+    ]
+
+
+def was_sent(row: Row) -> bool:
+    """Handed to a sender at some point: the server may hold it, so it is never rewritten."""
+    return bool(row["status"] != OpStatus.PENDING or row["attempts"] or row["dispatches"])
+
+
+def require(row: Row, *allowed: OpStatus, action: str) -> None:
+    if row["status"] not in allowed:
+        wanted = " or ".join(s.value for s in allowed)
+        raise InvalidState(
+            f"cannot {action} operation {row['id']}: it is {row['status']}, not {wanted}"
+        )
+
+
+def response_text(response: Any) -> str | None:
+    return None if response is None else json.dumps(response, default=str)
