@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pigeon.edge.operation import Operation
@@ -44,7 +45,12 @@ class SyncEngine:
     ``reconnect`` is the backoff between connection attempts while the server is
     unreachable. ``idle_recheck`` bounds the sleep when an operation is due but held
     behind its entity's earlier operation; ``batch_window`` is how late a backoff timer
-    fires on purpose, so operations due within it leave in one batch.
+    fires on purpose, so operations due within it leave in one batch. ``pipeline`` is how
+    many batches may be on the way at once (default 1: one batch at a time): with 2, the
+    next batch is taken and sent while the server works on the previous one, so neither
+    side waits for the other. Each batch holds other entities (the queue never hands out
+    an entity's next operation while one is in flight), so per-entity order holds; the
+    order in which different entities reach the server is what is given up.
     """
 
     def __init__(
@@ -64,7 +70,10 @@ class SyncEngine:
         batch_window: float = 0.02,
         clock: Clock = time.time,
         resolver: ConflictResolver | None = None,
+        pipeline: int = 1,
     ) -> None:
+        if not isinstance(pipeline, int) or isinstance(pipeline, bool) or not 1 <= pipeline <= 16:
+            raise ConfigurationError(f"pipeline must be an integer from 1 to 16, not {pipeline!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigurationError(f"batch_size must be an integer >= 1, not {batch_size!r}")
         if idle_recheck <= 0:
@@ -72,6 +81,7 @@ class SyncEngine:
         self.queue = queue
         self.transport = transport
         self.batch_size = batch_size
+        self.pipeline = pipeline
         if resolver is not None:  # it sees every delivery and conflict before the app does
             on_delivered = _chain(resolver.on_delivered, on_delivered)
             on_conflict = _chain(resolver.on_conflict, on_conflict)
@@ -86,7 +96,8 @@ class SyncEngine:
         self._batch_window = batch_window
         self._clock = clock
         self._waker = Waker()
-        self._cycle_lock = threading.Lock()
+        self._turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
+        self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._unreachable_until = 0.0
@@ -133,16 +144,7 @@ class SyncEngine:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._unreachable_until = 0.0
-        while True:
-            if self.queue.paused is not None:
-                return False
-            report = self._cycle(deadline)
-            if report is None or report.unreachable or report.paused is not None:
-                return False
-            if report.taken == 0:
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
+        return self._lanes(deadline, honour_stop=False)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Flush, then keep waiting out backoffs until nothing is pending at all (True),
@@ -230,14 +232,17 @@ class SyncEngine:
         online = self.connectivity.online
         now = self._clock()
         if not paused and online and now >= self._unreachable_until:
-            report = self._cycle(None)
-            if (
-                report is not None
-                and report.taken
-                and not report.unreachable
-                and report.paused is None
-            ):
-                return 0.0  # more may be waiting right behind this batch
+            if self.pipeline > 1:
+                self._lanes(None, honour_stop=True)  # until nothing is due, or it must stop
+            else:
+                report = self._cycle(None)
+                if (
+                    report is not None
+                    and report.taken
+                    and not report.unreachable
+                    and report.paused is None
+                ):
+                    return 0.0  # more may be waiting right behind this batch
             paused = self.queue.paused is not None
             online = self.connectivity.online
             now = self._clock()
@@ -251,14 +256,45 @@ class SyncEngine:
             batch_window=self._batch_window,
         )
 
+    def _lanes(self, deadline: float | None, *, honour_stop: bool) -> bool:
+        """Run ``pipeline`` lanes of cycles side by side until each finds nothing due
+        (True), or until one must stop (False): see `_lane`."""
+        if self.pipeline == 1:
+            return self._lane(deadline, honour_stop)
+        with ThreadPoolExecutor(self.pipeline - 1, thread_name_prefix="pigeon-lane") as pool:
+            others = [
+                pool.submit(self._lane, deadline, honour_stop) for _ in range(self.pipeline - 1)
+            ]
+            mine = self._lane(deadline, honour_stop)
+            return all([mine, *(lane.result() for lane in others)])
+
+    def _lane(self, deadline: float | None, honour_stop: bool) -> bool:
+        """Cycles, one after another, until one takes nothing (True); False when the
+        queue is paused, the server unreachable, time is up or the engine stopping."""
+        while True:
+            if self.queue.paused is not None or (honour_stop and self._stopping.is_set()):
+                return False
+            report = self._cycle(deadline)
+            if report is None or report.unreachable or report.paused is not None:
+                return False
+            if report.taken == 0:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
     def _cycle(self, deadline: float | None) -> CycleReport | None:
-        timeout = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._cycle_lock.acquire(timeout=timeout):
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._turns.acquire(timeout=timeout):
             return None
         try:
             report = self.executor.run_once(self.batch_size)
         finally:
-            self._cycle_lock.release()
+            self._turns.release()
+        with self._state_lock:
+            self._account(report)
+        return report
+
+    def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
         if report.unreachable:
             self._unreachable_streak += 1
@@ -269,7 +305,6 @@ class SyncEngine:
             self._unreachable_streak = 0
             self._unreachable_until = 0.0
             self.connectivity.report_reachable()
-        return report
 
     def _connectivity_changed(self, online: bool) -> None:
         if online:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
@@ -80,7 +81,9 @@ class Executor:
         # "Key in progress" is the server still working, not a failed attempt; a queue
         # whose release() takes a delay lets us wait without spending one.
         self._release_with_delay = _accepts(queue.release, "retry_after")
-        self._deferred: list[tuple[str, tuple[Any, ...]]] | None = None
+        # Events of the pass in progress, held until its commit. Per thread: an engine
+        # with a pipeline runs several passes at once.
+        self._local = threading.local()
         self._deliver_many: Callable[[list[tuple[str, Any, str | None]]], Any] | None = getattr(
             queue, "mark_delivered_many", None
         )
@@ -113,7 +116,7 @@ class Executor:
             delivered: list[tuple[Operation, Reply, Outcome]] = []
             # Callbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
-            self._deferred = []
+            self._local.deferred = []
             with self._together():
                 for op, reply in exchange.replies:
                     outcome = classify(
@@ -128,17 +131,18 @@ class Executor:
                 self._deliver(delivered, report)
             settled |= done
             maybe_sent = False
-            events, self._deferred = self._deferred, None
+            events, self._local.deferred = self._local.deferred, None
             for name, args in events:
                 self.callbacks.emit(name, *args)
         finally:
-            self._deferred = None
+            self._local.deferred = None
             self._release(ops, settled, report, sent=maybe_sent)
         return report
 
     def _emit(self, name: str, *args: Any) -> None:
-        if self._deferred is not None:
-            self._deferred.append((name, args))
+        deferred: list[tuple[str, tuple[Any, ...]]] | None = getattr(self._local, "deferred", None)
+        if deferred is not None:
+            deferred.append((name, args))
         else:
             self.callbacks.emit(name, *args)
 
