@@ -52,6 +52,7 @@ def plan(ops: int, entities: int, seed: int) -> list[tuple[str, str, dict[str, A
 def main() -> None:
     edge_db, log_path, proxy_url = sys.argv[1:4]
     ops, entities, seed = (int(x) for x in sys.argv[4:7])
+    mode = sys.argv[7] if len(sys.argv) > 7 else "batches"
     steps = plan(ops, entities, seed)
     # coalesce=False: every one of the plan's operations travels through the faulty network
     # on its own (coalescing has its own law-of-equivalence tests).
@@ -72,8 +73,16 @@ def main() -> None:
         if start in seen:
             log.write(f"{start}\n")
             start += 1
-    transport = HttpTransport(proxy_url, batch=10, timeout=3.0)
-    engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True))
+    if mode == "concurrent":
+        # Single requests, four on the wire (the server groups them into shared commits),
+        # and two engine batches on the way at once.
+        transport = HttpTransport(proxy_url, timeout=3.0, concurrency=4)
+        engine = SyncEngine(
+            queue, transport, connectivity=ManualMonitor(True), batch_size=20, pipeline=2
+        )
+    else:
+        transport = HttpTransport(proxy_url, batch=10, timeout=3.0)
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True))
     engine.start()
     for n in range(start, len(steps)):
         kind, entity, payload = steps[n]
