@@ -248,7 +248,13 @@ class OfflineQueue:
     def mark_delivered(self, op_id: str, *, response: Any = None) -> None:
         """A 2xx came back. Repeating it is harmless."""
         # No savepoint needed inside batch(): nothing is written unless it is deliverable.
-        with self._store.write(savepoint=False) as tx:
+        # There (a sender settling a reply) the batch's own transaction, without a context
+        # manager: this runs once per operation delivered.
+        tx = self._store.batch_tx()
+        if tx is not None:
+            self._store.deliver(tx, op_id, response, self._now())
+            return
+        with self._store.write() as tx:
             self._store.deliver(tx, op_id, response, self._now())
 
     def mark_delivered_many(self, items: Sequence[tuple[str, Any, str | None]]) -> None:

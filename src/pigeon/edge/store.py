@@ -20,8 +20,8 @@ from pigeon.edge.append import Built as Built
 from pigeon.edge.append import NewOp as NewOp
 from pigeon.edge.append import append, bump_state, write_all
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.rows import operations, response_text
 from pigeon.edge.rows import require as require
-from pigeon.edge.rows import response_text
 from pigeon.edge.rows import to_operation as to_operation
 from pigeon.edge.rows import was_sent as was_sent
 from pigeon.exceptions import NotFound
@@ -127,6 +127,11 @@ class EdgeStore:
     def in_batch(self) -> bool:
         return getattr(self._local, "tx", None) is not None
 
+    def batch_tx(self) -> SQLiteTx | None:
+        """The transaction of this thread's ``batch()``, if one is open."""
+        tx: SQLiteTx | None = getattr(self._local, "tx", None)
+        return tx
+
     def read(self) -> SQLiteTx:
         return self.db.read()
 
@@ -195,11 +200,10 @@ class EdgeStore:
         return row
 
     def dispatch(self, tx: SQLiteTx, n: int, now: float) -> list[Operation]:
-        seqs = [r["seq"] for r in tx.fetchall("due_heads", {"now": now, "n": n})]
-        if not seqs:
-            return []
-        rows = tx.fetchall("dispatch", {"seqs": json.dumps(seqs)})
-        return sorted((to_operation(r) for r in rows), key=lambda op: op.seq)
+        cursor = tx.conn.cursor()
+        cursor.row_factory = None  # tuples: rows.operations() reads them by position
+        cursor.execute(tx.queries["dispatch_due"], {"now": now, "n": n})
+        return sorted(operations(cursor), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
         text = response_text(response)
@@ -209,7 +213,8 @@ class EdgeStore:
             if row["status"] != OpStatus.DELIVERED:
                 require(row, OpStatus.IN_FLIGHT, action="mark delivered")
             return
-        tx.execute("promote_head", {"entity": done["entity"]})
+        if done["promote"] is not None:  # what promote_head would do, found by deliver
+            tx.execute("set_head", {"seq": done["promote"]})
 
     def deliver_many(
         self, tx: SQLiteTx, items: Sequence[tuple[str, Any, str | None]], now: float

@@ -79,23 +79,34 @@ UPDATE operations SET head = 1
 -- name: get_op
 SELECT * FROM operations WHERE id = :id;
 
--- name: due_heads
-SELECT seq FROM operations
- WHERE head = 1 AND status = 'pending' AND next_attempt_at <= :now
- ORDER BY seq LIMIT :n;
-
--- name: dispatch
+-- name: dispatch_due
+-- The oldest due heads, at most :n, marked in flight and returned: one statement.
 UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1
- WHERE seq IN (SELECT value FROM json_each(:seqs))
+ WHERE seq IN (SELECT seq FROM operations
+                WHERE head = 1 AND status = 'pending' AND next_attempt_at <= :now
+                ORDER BY seq LIMIT :n)
 RETURNING *;
 
 -- name: deliver
 -- In flight, or pending after a restart or release while the server may have it.
+-- ``promote``: the entity's next live operation, when it is not yet its head (then the
+-- caller runs set_head); NULL when there is nothing to promote, the usual case, which
+-- then costs no second statement.
 UPDATE operations
    SET status = 'delivered', head = 0, delivered_at = :now, response = :response
  WHERE id = :id
    AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0))
-RETURNING entity;
+RETURNING entity,
+    -- The entity by :id, not by a reference to the updated row: with the latter SQLite
+    -- scans the table instead of using operations_live.
+    (SELECT CASE WHEN next.head = 0 THEN next.seq END FROM operations AS next
+      WHERE next.entity = (SELECT entity FROM operations WHERE id = :id)
+        AND next.status IN ('pending', 'in_flight', 'conflict')
+        AND next.id <> :id
+      ORDER BY next.seq LIMIT 1) AS promote;
+
+-- name: set_head
+UPDATE operations SET head = 1 WHERE seq = :seq;
 
 -- name: deliver_each
 -- deliver, for executemany (no RETURNING): the caller reads the outcome back in one go.
