@@ -40,3 +40,24 @@ def test_uuid4_is_a_canonical_random_version_4_uuid() -> None:
         ones |= v
         zeros |= ~v
     assert ones & zeros & ~fixed & ((1 << 128) - 1) == ((1 << 128) - 1) & ~fixed
+
+
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    import os
+
+    uuid4()  # the pool holds unused random bytes now, which the child inherits
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, (uuid4() + uuid7()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = uuid4() + uuid7()
+    assert len(child) == len(parent) == 72
+    assert child[:36] != parent[:36]  # the keys
+    assert child[50:] != parent[50:]  # the random part of the ids
