@@ -8,9 +8,8 @@ batch. In both modes the operation's idempotency key goes out unchanged on every
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import httpx
@@ -134,9 +133,10 @@ class HttpTransport:
         call: Callable[[Item], Answered],
         stop: Callable[[Item, Answered], bool],
     ) -> Exchange:
-        """``call`` each item in order, at most ``concurrency`` at once; after the first
-        item whose answer says ``stop``, start no more. Answers are kept in item order,
-        including those of items already on the wire when the stop came: they were sent."""
+        """``call`` each item in order, at most ``concurrency`` at once, starting the next
+        as soon as any finishes; once an answer says ``stop``, start no more. Answers are
+        kept in item order, including those of items already on the wire when the stop
+        came: they were sent."""
         exchange = Exchange()
         if self.concurrency == 1 or len(items) <= 1:
             for item in items:
@@ -147,20 +147,23 @@ class HttpTransport:
             return exchange
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pigeon-http")
-        on_the_wire: deque[tuple[Item, Future[Answered]]] = deque()
-        started = 0
+        started: list[Future[Answered]] = []
+        on_the_wire: set[Future[Answered]] = set()
         stopped = False
         while True:
-            while not stopped and started < len(items) and len(on_the_wire) < self.concurrency:
-                item = items[started]
-                started += 1
-                on_the_wire.append((item, self._pool.submit(call, item)))
+            while not stopped and len(started) < len(items) and len(on_the_wire) < self.concurrency:
+                future = self._pool.submit(call, items[len(started)])
+                started.append(future)
+                on_the_wire.add(future)
             if not on_the_wire:
-                return exchange
-            item, future = on_the_wire.popleft()
-            answered = future.result()
-            exchange.replies.extend(answered)
-            stopped = stopped or stop(item, answered)
+                break
+            finished, on_the_wire = wait(on_the_wire, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = started.index(future)
+                stopped = stopped or stop(items[index], future.result())
+        for future in started:
+            exchange.replies.extend(future.result())
+        return exchange
 
     def probe(self) -> bool:
         try:
