@@ -2,7 +2,7 @@
 
 pigeon: a queue (durability full) pre-filled with creates on distinct notes is drained by
 the sync engine into a `pigeon serve` process (SQLite, durability full) — one operation
-per request (one at a time, the default, and 4 on the wire: ``HttpTransport(concurrency=4)``,
+per request (one at a time, the default, and 16 on the wire: ``HttpTransport(concurrency=16)``,
 which the server's group commit answers with one fsync for those that arrive together),
 and batches of 10 and 100 (one batch at a time, the default, and 2 on the way:
 ``SyncEngine(pipeline=2)``). Rate = operations delivered per second of drain.
@@ -78,8 +78,8 @@ def run(*, quick: bool = False) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="pigeon-e2e-") as tmp:
         cases = [  # label, target (x floor), rate
             ("1 op/request", 0.6, _pigeon(Path(tmp), n_single, False)),
-            ("1 op/request, 4 on the wire", 0.6,
-             _pigeon(Path(tmp), n_single, False, concurrency=4)),
+            ("1 op/request, 16 on the wire", 0.6,
+             _pigeon(Path(tmp), n_single, False, concurrency=16)),
             ("batches of 10", None, _pigeon(Path(tmp), n_batch, 10)),
             ("batches of 100", 10.0, _pigeon(Path(tmp), n_batch, 100)),
             ("batches of 100, 2 on the way", 10.0,
