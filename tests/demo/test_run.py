@@ -31,3 +31,15 @@ def test_demo_command_exits_zero_and_prints_the_reconciliation() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reconciliation" in result.stdout
     assert "Every edit took effect exactly once" in result.stdout
+
+
+def test_demo_command_with_requests_side_by_side() -> None:
+    args = ["--operations", "150", "--notes", "40", "--batch", "0"]
+    result = subprocess.run(
+        [sys.executable, "-m", "pigeon", "demo", *args, "--concurrency", "8", "--pipeline", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Every edit took effect exactly once" in result.stdout

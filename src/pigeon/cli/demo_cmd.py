@@ -23,6 +23,10 @@ def demo(
     batch: Annotated[int, typer.Option(min=0, help="Batch size; 0 sends one by one.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,
     timeout: Annotated[float, typer.Option(help="Give up syncing after this many s.")] = 120,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="Requests on the wire at once.")
+    ] = 1,
+    pipeline: Annotated[int, typer.Option(min=1, max=16, help="Batches on the way at once.")] = 1,
     conflicts: Annotated[
         bool,
         typer.Option("--conflicts", help="Two offline devices edit the same notes instead."),
@@ -71,6 +75,8 @@ def demo(
             batch=batch,
             seed=seed,
             timeout=timeout,
+            concurrency=concurrency,
+            pipeline=pipeline,
             on_offline=offline,
             progress=progress,
         )

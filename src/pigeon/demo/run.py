@@ -71,6 +71,8 @@ def run_demo(
     batch: int = 10,
     seed: int = 7,
     timeout: float = 120.0,
+    concurrency: int = 1,
+    pipeline: int = 1,
     workdir: Path | None = None,
     on_offline: Callable[[OfflineQueue], None] | None = None,
     progress: Progress | None = None,
@@ -83,8 +85,12 @@ def run_demo(
             plan = FaultPlan.uniform(fault_rate, max_delay=0.05, seed=seed)
             with FaultProxy(server.url, plan) as proxy:
                 queue = OfflineQueue(base / "edge.db", retry_policy=DEMO_RETRY)
-                transport = HttpTransport(proxy.url, batch=batch or False, timeout=5.0)
-                engine = SyncEngine(queue, transport, connectivity=ManualMonitor(False))
+                transport = HttpTransport(
+                    proxy.url, batch=batch or False, timeout=5.0, concurrency=concurrency
+                )
+                engine = SyncEngine(
+                    queue, transport, connectivity=ManualMonitor(False), pipeline=pipeline
+                )
                 try:
                     edits = offline_session(operations, notes, seed=seed)
                     first, second = len(edits) // 4, (3 * len(edits)) // 4
