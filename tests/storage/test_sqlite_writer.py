@@ -58,3 +58,27 @@ def test_a_nested_write_transaction_is_refused_not_deadlocked(tmp_path: Path) ->
             pass
     finally:
         db.close()
+
+
+def test_a_commit_that_fails_is_rolled_back_and_the_next_transaction_runs(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    db = open_server_db(tmp_path / "s.db", durability="normal")
+    try:
+        conn = db.connection()
+        conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE child (parent INTEGER REFERENCES parent (id)"
+            " DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with pytest.raises(sqlite3.IntegrityError), db.transaction():
+            conn.execute("INSERT INTO child VALUES (42)")  # refused only at COMMIT
+        assert not conn.in_transaction
+        with db.transaction():
+            conn.execute("INSERT INTO parent VALUES (1)")
+        assert conn.execute("SELECT count(*) AS n FROM child").fetchone()["n"] == 0
+        assert conn.execute("SELECT count(*) AS n FROM parent").fetchone()["n"] == 1
+    finally:
+        db.close()

@@ -228,11 +228,11 @@ class SQLiteDatabase:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             try:
                 yield SQLiteTx(conn, self.queries)
+                conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
+                if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
                     conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     def read(self) -> SQLiteTx:
         """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""
