@@ -148,19 +148,20 @@ class HttpTransport:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pigeon-http")
         started: list[Future[Answered]] = []
-        on_the_wire: set[Future[Answered]] = set()
+        on_the_wire: dict[Future[Answered], Item] = {}
         stopped = False
         while True:
             while not stopped and len(started) < len(items) and len(on_the_wire) < self.concurrency:
-                future = self._pool.submit(call, items[len(started)])
+                item = items[len(started)]
+                future = self._pool.submit(call, item)
                 started.append(future)
-                on_the_wire.add(future)
+                on_the_wire[future] = item
             if not on_the_wire:
                 break
-            finished, on_the_wire = wait(on_the_wire, return_when=FIRST_COMPLETED)
+            finished, _ = wait(on_the_wire, return_when=FIRST_COMPLETED)
             for future in finished:
-                index = started.index(future)
-                stopped = stopped or stop(items[index], future.result())
+                item = on_the_wire.pop(future)
+                stopped = stopped or stop(item, future.result())
         for future in started:
             exchange.replies.extend(future.result())
         return exchange
