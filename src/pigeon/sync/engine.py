@@ -227,22 +227,13 @@ class SyncEngine:
     # -- the loop body ----------------------------------------------------------------
 
     def _step(self) -> float | None:
-        """One scheduling decision (and maybe one cycle); returns how long to sleep."""
+        """Sync while something is due and we may (online, not paused, not backing off
+        from an unreachable server), then say how long to sleep."""
         paused = self.queue.paused is not None
         online = self.connectivity.online
         now = self._clock()
         if not paused and online and now >= self._unreachable_until:
-            if self.pipeline > 1:
-                self._lanes(None, honour_stop=True)  # until nothing is due, or it must stop
-            else:
-                report = self._cycle(None)
-                if (
-                    report is not None
-                    and report.taken
-                    and not report.unreachable
-                    and report.paused is None
-                ):
-                    return 0.0  # more may be waiting right behind this batch
+            self._lanes(None, honour_stop=True)  # until nothing is due, or it must stop
             paused = self.queue.paused is not None
             online = self.connectivity.online
             now = self._clock()
@@ -270,9 +261,13 @@ class SyncEngine:
 
     def _lane(self, deadline: float | None, honour_stop: bool) -> bool:
         """Cycles, one after another, until one takes nothing (True); False when the
-        queue is paused, the server unreachable, time is up or the engine stopping."""
+        queue is paused, the server unreachable or time is up, and (``honour_stop``, the
+        background loop) when the engine is stopping or the monitor says offline. An
+        explicit flush tries whatever the monitor says."""
         while True:
-            if self.queue.paused is not None or (honour_stop and self._stopping.is_set()):
+            if self.queue.paused is not None:
+                return False
+            if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
                 return False
             report = self._cycle(deadline)
             if report is None or report.unreachable or report.paused is not None:
