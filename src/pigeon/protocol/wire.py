@@ -48,9 +48,12 @@ PROBLEM_VERSION_CONFLICT = PROBLEM_PREFIX + "version-conflict"  # 409: stale ver
 PROBLEM_UNAVAILABLE = PROBLEM_PREFIX + "store-unavailable"  # 503: intake fails closed
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace: key order and spacing never change it."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)  # one encoder for all: json.dumps builds one per call
 
 
 def quote_etag(version: str) -> str:
