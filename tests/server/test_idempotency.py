@@ -184,3 +184,24 @@ def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: 
     assert counted.commits == 3  # 5 + 5 + 2
     with db.transaction() as tx:
         assert store.stats(tx)["claims"] == 0
+
+
+def test_lock_tokens_are_unique_and_a_forked_child_never_repeats_its_parents() -> None:
+    import os
+
+    from pigeon.server.idempotency import _tokens
+
+    made = {_tokens.next() for _ in range(10_000)}
+    assert len(made) == 10_000
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next token and leave at once
+        os.write(write, _tokens.next().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = _tokens.next()
+    assert child not in made and child != parent
+    assert child[:24] != parent[:24], "the child drew a prefix of its own"

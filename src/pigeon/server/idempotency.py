@@ -17,10 +17,12 @@ Lifetimes (all decided by timestamps at read time, never by whether a purge ran)
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import math
+import os
+import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,31 @@ from pigeon.storage.base import Row, Tx
 
 DAY = 24 * 3600.0
 PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
+
+
+class _LockTokens:
+    """Claim tokens: unique, never reused, never shown to a client (they fence a claim
+    against whoever takes it over). A random prefix per process and a counter: no system
+    call per claim, where ``uuid4`` asks ``os.urandom`` (and lets go of the interpreter
+    lock) every time. A forked child draws a new prefix."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._prefix = os.urandom(12).hex()
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            n = next(self._count)
+        return f"{self._prefix}{n:x}"
+
+
+_tokens = _LockTokens()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_tokens._reset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +175,7 @@ class IdempotencyStore:
             "method": method,
             "path": path,
             "operation_id": operation_id,
-            "lock_token": uuid.uuid4().hex,
+            "lock_token": _tokens.next(),
             "locked_until": now + self.policy.lock_timeout,
             "claim_expires_at": now + self.policy.claim_retention,
             "now": now,
