@@ -67,6 +67,29 @@ def test_asyncio_mode(make_engine: MakeEngine, queue: OfflineQueue, state: WireS
     assert queue.stats().depth == 0
 
 
+def test_cancelling_the_asyncio_task_stops_the_sync_after_its_cycle(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    state.delay = 0.05  # each request takes a while: the drain below would last ~10 s
+    for i in range(200):
+        queue.enqueue("update", f"thing:e{i}", {"i": i})
+
+    async def main() -> None:
+        engine = make_engine(batch_size=5)
+        task = asyncio.create_task(engine.run())
+        await asyncio.sleep(0.3)  # a few cycles in, the worker thread busy with one
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    time.sleep(0.5)  # the cycle in progress (5 requests, ~0.25 s) may still finish
+    sent = state.single_requests
+    time.sleep(0.5)
+    assert state.single_requests == sent, "the engine kept syncing after its task was cancelled"
+    assert sent < 200
+
+
 def test_enqueue_is_never_blocked_by_a_slow_sync(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:

@@ -217,6 +217,9 @@ class SyncEngine:
                     break
                 await self._waker.wait_async(delay)
         finally:
+            # Cancelled while a sync ran in its worker thread: that thread goes on by
+            # itself, so tell it to stop after the cycle in progress, as stop() would.
+            self._stopping.set()
             self._waker.unbind()
             self.connectivity.stop()
 
