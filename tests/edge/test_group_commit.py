@@ -23,7 +23,7 @@ def test_waiting_writers_share_one_transaction(tmp_path: Path) -> None:
         before = queue.commits
         results: dict[int, str] = {}
         # Hold the writer so the first enqueue leads and blocks; the others queue behind it.
-        with queue._store._writer:
+        with queue._store.db.writer:
 
             def enqueue(i: int) -> None:
                 results[i] = queue.enqueue("create", f"note:{i}", {"i": i}).id
@@ -146,7 +146,7 @@ def test_a_failing_item_in_a_shared_transaction_fails_alone_in_the_queue(
             except sqlite3.IntegrityError as exc:
                 outcomes[name] = exc
 
-        with queue._store._writer:
+        with queue._store.db.writer:
             threads = [
                 threading.Thread(target=enqueue, args=(n,), name=n) for n in ["a", "dup", "b", "c"]
             ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.storage.server import open_server_db
+from pigeon.storage.sqlite import SQLiteDatabase
 
 
 def _handover_latency(path: Path, hold: float) -> float:
@@ -60,12 +61,14 @@ def test_a_nested_write_transaction_is_refused_not_deadlocked(tmp_path: Path) ->
         db.close()
 
 
+@pytest.mark.parametrize("form", ["transaction", "run_in_transaction"])
 def test_a_commit_that_fails_is_rolled_back_and_the_next_transaction_runs(
-    tmp_path: Path,
+    tmp_path: Path, form: str
 ) -> None:
     import sqlite3
 
     db = open_server_db(tmp_path / "s.db", durability="normal")
+    assert isinstance(db, SQLiteDatabase)
     try:
         conn = db.connection()
         conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
@@ -73,11 +76,17 @@ def test_a_commit_that_fails_is_rolled_back_and_the_next_transaction_runs(
             "CREATE TABLE child (parent INTEGER REFERENCES parent (id)"
             " DEFERRABLE INITIALLY DEFERRED)"
         )
-        with pytest.raises(sqlite3.IntegrityError), db.transaction():
-            conn.execute("INSERT INTO child VALUES (42)")  # refused only at COMMIT
+        orphan = "INSERT INTO child VALUES (42)"  # refused only at COMMIT
+        with pytest.raises(sqlite3.IntegrityError):
+            if form == "transaction":
+                with db.transaction():
+                    conn.execute(orphan)
+            else:
+                db.run_in_transaction(lambda tx: conn.execute(orphan))
         assert not conn.in_transaction
         with db.transaction():
             conn.execute("INSERT INTO parent VALUES (1)")
+        assert db.run_in_transaction(lambda tx: 7) == 7
         assert conn.execute("SELECT count(*) AS n FROM child").fetchone()["n"] == 0
         assert conn.execute("SELECT count(*) AS n FROM parent").fetchone()["n"] == 1
     finally:

@@ -66,10 +66,6 @@ class EdgeStore:
             pragmas={"temp_store": "MEMORY", "cache_size": -16384},
             page_size=PAGE_SIZE,
         )
-        # One writer per process at a time: SQLite would serialise us anyway, but its busy
-        # handler sleeps in steps of milliseconds; a lock hands over at once. The
-        # database's own lock, so our transactions and its transaction() exclude each other.
-        self._writer = self.db.writer
         self._local = threading.local()
         self._lock_fd: int | None = None
         if recover:
@@ -108,7 +104,7 @@ class EdgeStore:
             with outer.savepoint():
                 yield outer
             return
-        with self._writer, self.db.transaction() as tx:
+        with self.db.transaction() as tx:
             yield tx
 
     @contextlib.contextmanager
@@ -117,7 +113,7 @@ class EdgeStore:
         if getattr(self._local, "tx", None) is not None:
             yield
             return
-        with self._writer, self.db.transaction() as tx:
+        with self.db.transaction() as tx:
             self._local.tx = tx
             try:
                 yield
@@ -155,21 +151,10 @@ class EdgeStore:
             if self.in_batch():
                 with self.write() as tx:  # a savepoint of this thread's batch()
                     return write_all(tx, items, more, coalesce=coalesce)
-            # Every enqueue passes here: BEGIN / COMMIT by hand, not through two nested
-            # generator context managers (write() and transaction()), which cost more
-            # Python than the INSERT itself.
-            conn = self.db.connection()
-            tx = SQLiteTx(conn, self.db.queries)
-            with self._writer:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    built = write_all(tx, items, more, coalesce=coalesce)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
-                        conn.execute("ROLLBACK")
-                    raise
-            return built
+            # Every enqueue passes here: no generator context managers on this path.
+            return self.db.run_in_transaction(
+                lambda tx: write_all(tx, items, more, coalesce=coalesce)
+            )
         except Exception:
             if len(items) == 1:
                 raise
