@@ -84,9 +84,19 @@ def _killer(
     workers: list[WorkerNode],
     stop: threading.Event,
 ) -> None:
-    """Kill an intake or a node every second or two, alternately, until told to stop."""
+    """Kill an intake or a node every second or so, alternately, until told to stop and
+    each kind has had its quota: when the clients finish early (a fast run), the last
+    kills land while the worker nodes are still draining the jobs."""
     turn = 0
-    while not stop.wait(rng.uniform(0.8, 2.0)):
+
+    def quota_met() -> bool:
+        intake_kills = sum(s.kills for s in intakes)
+        return intake_kills >= INTAKE_KILLS and sum(w.kills for w in workers) >= WORKER_KILLS
+
+    while True:
+        time.sleep(rng.uniform(0.5, 1.5))
+        if stop.is_set() and quota_met():
+            return
         victims: list[Any] = intakes if turn % 2 == 0 else workers
         victim = rng.choice(victims)
         victim.kill()
@@ -136,7 +146,7 @@ def test_multinode_exactly_once_under_sigkill(pg_url: str, tmp_path: Path) -> No
         assert [c.wait(150) for c in clients] == [0] * CLIENT_PROCESSES
         sent = time.monotonic() - started
         stop.set()
-        killer.join(10)
+        killer.join(60)
         jobs = _wait_for_jobs(pg_url, 60)
     finally:
         stop.set()
