@@ -87,3 +87,25 @@ def test_same_state_as_one_by_one(steps: list[tuple[int, bool]], rounds: int) ->
                         if not verdict[op.id]:
                             queue.release(op.id)
         assert _state(paths[0]) == _state(paths[1])
+
+
+@pytest.mark.parametrize("n", [1, 40])
+def test_a_whole_reply_costs_the_same_few_statements(tmp_path: Path, n: int) -> None:
+    """Three statements however long the reply (a fourth for versions): each statement is
+    a trip through the interpreter, so one per operation would set the delivery pace."""
+    with OfflineQueue(tmp_path / "q.db", durability="normal", coalesce=False) as queue:
+        for i in range(n):
+            queue.enqueue("update", f"note:{i}", 1)
+            queue.enqueue("update", f"note:{i}", 2)  # waits behind the first: promoted
+        ops = queue.next_batch(n)
+        statements: list[str] = []
+        queue._store.db.connection().set_trace_callback(statements.append)
+        # The first one twice in the same reply: harmless, as one by one.
+        queue.mark_delivered_many([(op.id, {"i": i}, None) for i, op in enumerate(ops)] * 2)
+        queue._store.db.connection().set_trace_callback(None)
+        written = [s for s in statements if "UPDATE operations" in s or "INSERT" in s]
+        assert len(written) == 2, written  # deliver_all, promote_heads
+        assert queue.get(ops[-1].id).response == {"i": n - 1}
+        assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
+        second = queue.next_batch(2 * n)
+        assert [(o.entity, o.payload) for o in second] == [(o.entity, 2) for o in ops]

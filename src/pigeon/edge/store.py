@@ -204,20 +204,21 @@ class EdgeStore:
     def deliver_many(
         self, tx: SQLiteTx, items: Sequence[tuple[str, Any, str | None]], now: float
     ) -> None:
-        """``deliver`` for a whole reply: one executemany per table instead of two or three
-        statements per operation. An entry not deliverable (and not already delivered)
-        raises, leaving the caller's transaction or savepoint to undo the rest."""
-        tx.executemany(
-            "deliver_each",
-            [
-                {"id": op_id, "now": now, "response": response_text(response)}
-                for op_id, response, _ in items
-            ],
+        """``deliver`` for a whole reply: three statements (four with versions) however
+        many operations, instead of two or three each. An entry not deliverable (and not
+        already delivered) raises, leaving the caller's transaction or savepoint to undo
+        the rest."""
+        tx.execute(
+            "deliver_all",
+            {
+                "items": json.dumps(
+                    [[op_id, response_text(response)] for op_id, response, _ in items]
+                ),
+                "now": now,
+            },
         )
-        rows = {
-            r["id"]: r
-            for r in tx.fetchall("ops_by_ids", {"ids": json.dumps([i[0] for i in items])})
-        }
+        ids = json.dumps([op_id for op_id, _, _ in items])
+        rows = {r["id"]: r for r in tx.fetchall("delivery_states", {"ids": ids})}
         for op_id, _, _ in items:
             row = rows.get(op_id)
             if row is None:
@@ -232,7 +233,7 @@ class EdgeStore:
         if versions:
             tx.executemany("set_base_version", versions)
         entities = dict.fromkeys(rows[op_id]["entity"] for op_id, _, _ in items)
-        tx.executemany("promote_head", [{"entity": e} for e in entities])
+        tx.execute("promote_heads", {"entities": json.dumps(list(entities))})
 
     def fail(
         self,

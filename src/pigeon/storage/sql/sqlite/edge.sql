@@ -108,15 +108,30 @@ RETURNING entity,
 -- name: set_head
 UPDATE operations SET head = 1 WHERE seq = :seq;
 
--- name: deliver_each
--- deliver, for executemany (no RETURNING): the caller reads the outcome back in one go.
+-- name: deliver_all
+-- deliver, for a whole reply in one statement. :items is a JSON list of [id, response
+-- JSON text or null]; each id is found through its index (json_each drives the join).
+-- No RETURNING: the caller reads the outcome back in one go (deliverable_states).
 UPDATE operations
-   SET status = 'delivered', head = 0, delivered_at = :now, response = :response
- WHERE id = :id
-   AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0));
+   SET status = 'delivered', head = 0, delivered_at = :now, response = d.response
+  FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS response
+          FROM json_each(:items)) AS d
+ WHERE operations.id = d.id
+   AND (operations.status = 'in_flight'
+        OR (operations.status = 'pending' AND operations.dispatches > 0));
 
--- name: ops_by_ids
-SELECT * FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
+-- name: delivery_states
+SELECT id, entity, status FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: promote_heads
+-- promote_head for every entity of the JSON list :entities, in one statement.
+UPDATE operations SET head = 1
+ WHERE seq IN (SELECT (SELECT seq FROM operations AS o
+                        WHERE o.entity = e.value
+                          AND o.status IN ('pending', 'in_flight', 'conflict')
+                        ORDER BY o.seq LIMIT 1)
+                 FROM json_each(:entities) AS e)
+   AND head = 0;
 
 -- name: reschedule
 UPDATE operations
