@@ -7,6 +7,12 @@ which the server's group commit answers with one fsync for those that arrive tog
 and batches of 10 and 100 (one batch at a time, the default, and 2 on the way:
 ``SyncEngine(pipeline=2)``). Rate = operations delivered per second of drain.
 
+Two ceilings, measured in the same run: the same `pigeon serve` driven by a client that
+does nothing but send requests built before the clock starts (new keys each, no queue,
+no engine) — one operation per request, one at a time, and batches of 100, two on the
+wire. The server's own work per operation is all that is left, so the engine in the
+matching mode cannot beat these rows.
+
 The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
 process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL
 SQLite insert per request.
@@ -14,9 +20,12 @@ SQLite insert per request.
 
 from __future__ import annotations
 
+import json
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -40,6 +49,59 @@ def _floor(path: str, n: int) -> float:
         for i in range(n):
             client.post(path, json={"id": i, **BODY})
         return rate(n, time.perf_counter() - started)
+
+
+def _server_alone(tmp: Path, n: int, batch: int, streams: int) -> float:
+    """Operations per second of `pigeon serve` fed prebuilt requests (``batch`` = 1: single
+    POST /notes) over ``streams`` keep-alive connections, each one request at a time."""
+    per = max(n // streams // batch, 1)
+
+    def op(key: str) -> dict[str, Any]:
+        return {"id": key, **BODY}
+
+    def requests(s: int) -> list[tuple[str, bytes, dict[str, str]]]:
+        out = []
+        for r in range(per):
+            keys = [f"c{s}-{r}-{j}" for j in range(batch)]
+            if batch == 1:
+                body = json.dumps(op(keys[0])).encode()
+                out.append(("/notes", body, {"idempotency-key": keys[0]}))
+            else:
+                wire = [
+                    {"idempotency_key": k, "method": "POST", "path": "/notes", "body": op(k)}
+                    for k in keys
+                ]
+                out.append(("/pigeon/v1/batch", json.dumps({"operations": wire}).encode(), {}))
+        return out
+
+    planned = [requests(s) for s in range(streams)]
+    ok = [0] * streams
+    with ServerProcess(tmp / f"alone-{batch}-{streams}.db") as server:
+        clients = [httpx.Client(base_url=server.url, timeout=60) for _ in range(streams)]
+        for client in clients:  # connect before the clock starts
+            client.get("/pigeon/v1/openapi.json")
+        barrier = threading.Barrier(streams + 1)
+
+        def send(s: int) -> None:
+            barrier.wait()
+            for path, body, headers in planned[s]:
+                headers = {"content-type": "application/json", **headers}
+                answer = clients[s].post(path, content=body, headers=headers)
+                ok[s] += batch if answer.status_code in (200, 201) else 0
+
+        threads = [threading.Thread(target=send, args=(s,)) for s in range(streams)]
+        for thread in threads:
+            thread.start()
+        barrier.wait()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+        for client in clients:
+            client.close()
+    if sum(ok) != per * batch * streams:
+        raise RuntimeError(f"server alone: {sum(ok)}/{per * batch * streams} answered")
+    return rate(sum(ok), elapsed)
 
 
 def _pigeon(
@@ -85,6 +147,10 @@ def run(*, quick: bool = False) -> list[Row]:
             ("batches of 100, 2 on the way", 10.0,
              _pigeon(Path(tmp), n_batch, 100, pipeline=2)),
         ]  # fmt: skip
+        ceilings = [
+            ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1)),
+            ("batches of 100, 2 on the wire", _server_alone(Path(tmp), n_batch, 100, 2)),
+        ]
     floors.append(_floor("/plain", n_floor))
     floor = max(floors)
     floor_name = "floor: plain httpx -> Starlette"
@@ -97,5 +163,10 @@ def run(*, quick: bool = False) -> list[Row]:
             row(f"e2e delivered, {label}", measured, floor, unit="ops/s",
                 baseline_name=floor_name, target=f">= {target:g}x" if target else "-",
                 ok=target is None or measured >= target * floor)
+        )  # fmt: skip
+    for label, measured in ceilings:
+        rows.append(
+            row(f"ceiling: server alone, prebuilt, {label}", measured, floor, unit="ops/s",
+                baseline_name=floor_name, target="-", ok=True)
         )  # fmt: skip
     return rows
