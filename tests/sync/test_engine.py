@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from typing import Any
 
 import httpx
@@ -15,6 +17,8 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.protocol import wire
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.classify import Outcome, OutcomeKind
+from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -220,3 +224,33 @@ def test_bad_options_are_refused(queue: OfflineQueue, server: LiveServer) -> Non
             SyncEngine(queue, transport, batch_size=0)
         with pytest.raises(ConfigurationError, match="idle_recheck"):
             SyncEngine(queue, transport, idle_recheck=0)
+
+
+def test_close_lets_go_of_the_queue_and_the_monitor(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    """An app that makes an engine per session on one queue: a closed engine is no longer
+    woken by enqueues or connectivity, and nothing keeps it alive; start() takes hold again."""
+    monitor = ManualMonitor()
+    engine = make_engine(connectivity=monitor)
+    engine.start()
+    engine.enqueue("update", "thing:a", {"i": 0})
+    assert engine.flush(timeout=10)
+    engine.close()
+    queue.enqueue("update", "thing:a", {"i": 1})
+    time.sleep(0.2)  # a still-subscribed engine would wake and try to send it
+    assert bodies(state, "a") == [{"i": 0}]
+    engine.start()  # attached again: the new operation goes out
+    assert engine.flush(timeout=10)
+    assert bodies(state, "a") == [{"i": 0}, {"i": 1}]
+    engine.close()
+
+    dropped = SyncEngine(queue, HttpTransport("http://127.0.0.1:9"), connectivity=monitor)
+    ref = weakref.ref(dropped)
+    dropped.close()
+    del dropped
+    gc.collect()
+    assert ref() is None, "the queue or the monitor still holds a closed engine"
+    queue.enqueue("update", "thing:b", {"i": 0})  # no callback left to a dead engine
+    monitor.set_online(False)
+    monitor.set_online(True)

@@ -67,6 +67,12 @@ class ManualMonitor:
         with self._lock:
             self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Listener) -> None:
+        """Once per time it was subscribed; a listener never subscribed is ignored."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
     def set_online(self, online: bool) -> None:
         self._change(online)
 

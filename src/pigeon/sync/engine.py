@@ -89,7 +89,6 @@ class SyncEngine:
         self.callbacks = Callbacks(on_delivered, on_failed, on_dead, on_conflict, on_paused)
         self.executor = Executor(queue, transport, self.callbacks, clock=clock)
         self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
-        self.connectivity.subscribe(self._connectivity_changed)
         self.totals = CycleReport()  # everything done so far (counters only)
         self._reconnect = reconnect
         self._idle_recheck = idle_recheck
@@ -102,9 +101,8 @@ class SyncEngine:
         self._thread: threading.Thread | None = None
         self._unreachable_until = 0.0
         self._unreachable_streak = 0
-        subscribe = getattr(queue, "subscribe", None)
-        if callable(subscribe):
-            subscribe(self.notify)
+        self._attached = False
+        self._attach()
 
     # -- what the application calls ---------------------------------------------------
 
@@ -174,6 +172,7 @@ class SyncEngine:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping.clear()
+        self._attach()
         self.connectivity.start()
         self._thread = threading.Thread(target=self._run_thread, name="pigeon-sync", daemon=True)
         self._thread.start()
@@ -187,12 +186,41 @@ class SyncEngine:
             self._thread = None
         self.connectivity.stop()
 
+    def close(self, timeout: float | None = 10.0) -> None:
+        """`stop`, then let go of the queue and the monitor: they stop calling this engine
+        (and keeping it alive), so an application can make and drop engines on one queue.
+        `start` or `run` takes hold of them again."""
+        self.stop(timeout)
+        self._detach()
+
+    def _attach(self) -> None:
+        """Be told of enqueues (if the queue offers ``subscribe``) and connectivity."""
+        if self._attached:
+            return
+        self._attached = True
+        self.connectivity.subscribe(self._connectivity_changed)
+        subscribe = getattr(self.queue, "subscribe", None)
+        if callable(subscribe):
+            subscribe(self.notify)
+
+    def _detach(self) -> None:
+        if not self._attached:
+            return
+        self._attached = False
+        for source, callback in (
+            (self.queue, self.notify),
+            (self.connectivity, self._connectivity_changed),
+        ):
+            unsubscribe = getattr(source, "unsubscribe", None)
+            if callable(unsubscribe):  # optional in both protocols
+                unsubscribe(callback)
+
     def __enter__(self) -> SyncEngine:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.close()
 
     def _run_thread(self) -> None:
         while not self._stopping.is_set():
@@ -207,6 +235,7 @@ class SyncEngine:
     async def run(self) -> None:
         """Run on the current event loop until cancelled or `stop()`."""
         self._stopping.clear()
+        self._attach()
         self._waker.bind()
         self.connectivity.start()
         try:
