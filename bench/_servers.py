@@ -6,8 +6,9 @@ import contextlib
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -46,3 +47,31 @@ def process(args: list[str], probe_path: str = "/") -> Iterator[str]:
 
 def uvicorn_app(app: str) -> list[str]:
     return [sys.executable, "-m", "uvicorn", app, "--log-level", "warning", "--no-access-log"]
+
+
+def timed_clients(
+    url: str,
+    streams: int,
+    work: Callable[[int, httpx.Client], int],
+    warm: Callable[[int, httpx.Client], object] = lambda s, client: None,
+) -> tuple[int, float]:
+    """``streams`` threads, each with its own keep-alive client: ``warm(s, client)`` before
+    the clock starts (connect, first request), then ``work(s, client)``. Returns the sum of
+    what the works returned and the seconds from the common start to the last one done."""
+    done = [0] * streams
+    barrier = threading.Barrier(streams + 1)
+
+    def run(s: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            warm(s, client)
+            barrier.wait()
+            done[s] = work(s, client)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(streams)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return sum(done), time.perf_counter() - started

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,11 @@ from typing import Any
 import httpx
 
 from bench._report import Row, rate, row
-from bench._servers import process, uvicorn_app
+from bench._servers import process, timed_clients, uvicorn_app
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
+from pigeon.server.openapi import OPENAPI_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 
@@ -75,33 +75,22 @@ def _server_alone(tmp: Path, n: int, batch: int, streams: int) -> float:
         return out
 
     planned = [requests(s) for s in range(streams)]
-    ok = [0] * streams
+
+    def send(s: int, client: httpx.Client) -> int:
+        ok = 0
+        for path, body, headers in planned[s]:
+            headers = {"content-type": "application/json", **headers}
+            answer = client.post(path, content=body, headers=headers)
+            ok += batch if answer.status_code in (200, 201) else 0
+        return ok
+
     with ServerProcess(tmp / f"alone-{batch}-{streams}.db") as server:
-        clients = [httpx.Client(base_url=server.url, timeout=60) for _ in range(streams)]
-        for client in clients:  # connect before the clock starts
-            client.get("/pigeon/v1/openapi.json")
-        barrier = threading.Barrier(streams + 1)
-
-        def send(s: int) -> None:
-            barrier.wait()
-            for path, body, headers in planned[s]:
-                headers = {"content-type": "application/json", **headers}
-                answer = clients[s].post(path, content=body, headers=headers)
-                ok[s] += batch if answer.status_code in (200, 201) else 0
-
-        threads = [threading.Thread(target=send, args=(s,)) for s in range(streams)]
-        for thread in threads:
-            thread.start()
-        barrier.wait()
-        started = time.perf_counter()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
-        for client in clients:
-            client.close()
-    if sum(ok) != per * batch * streams:
-        raise RuntimeError(f"server alone: {sum(ok)}/{per * batch * streams} answered")
-    return rate(sum(ok), elapsed)
+        answered, elapsed = timed_clients(
+            server.url, streams, send, warm=lambda s, client: client.get(OPENAPI_PATH)
+        )
+    if answered != per * batch * streams:
+        raise RuntimeError(f"server alone: {answered}/{per * batch * streams} answered")
+    return rate(answered, elapsed)
 
 
 def _pigeon(

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ import httpx
 import psycopg
 
 from bench._report import Row, rate, row
+from bench._servers import timed_clients
 from pigeon.demo.processes import ServerProcess
 
 ADMIN_DSN = os.environ.get("PIGEON_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -78,24 +77,16 @@ def _batch(client: httpx.Client, tag: str, i: int) -> int:
 
 def _drive(url: str, requests: int, send: Any) -> float:
     """``requests`` requests over THREADS connections; operations that succeeded per second."""
-    done = [0] * THREADS
-    barrier = threading.Barrier(THREADS + 1)
+    tags = [f"t{t}-{uuid.uuid4().hex[:6]}" for t in range(THREADS)]
 
-    def client(t: int) -> None:
-        with httpx.Client(base_url=url, timeout=60) as http:
-            send(http, f"warm{t}-{uuid.uuid4().hex[:6]}", 0)  # connect before the clock
-            barrier.wait()
-            tag = f"t{t}-{uuid.uuid4().hex[:6]}"
-            done[t] = sum(send(http, tag, i) for i in range(requests // THREADS))
+    def warm(t: int, http: httpx.Client) -> None:  # connect before the clock
+        send(http, f"warm{t}-{uuid.uuid4().hex[:6]}", 0)
 
-    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return rate(sum(done), time.perf_counter() - started)
+    def work(t: int, http: httpx.Client) -> int:
+        return sum(send(http, tags[t], i) for i in range(requests // THREADS))
+
+    done, elapsed = timed_clients(url, THREADS, work, warm)
+    return rate(done, elapsed)
 
 
 def _measure(db: str, singles: int, batches: int) -> tuple[float, float]:
