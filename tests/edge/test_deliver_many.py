@@ -100,8 +100,9 @@ def test_a_whole_reply_costs_the_same_few_statements(tmp_path: Path, n: int) -> 
         ops = queue.next_batch(n)
         statements: list[str] = []
         queue._store.db.connection().set_trace_callback(statements.append)
-        # The first one twice in the same reply: harmless, as one by one.
-        queue.mark_delivered_many([(op.id, {"i": i}, None) for i, op in enumerate(ops)] * 2)
+        # Each one twice in the same reply: harmless, and the first response stays.
+        replies = [(op.id, {"i": i}, None) for i, op in enumerate(ops)]
+        queue.mark_delivered_many(replies + [(op_id, {"again": 1}, None) for op_id, *_ in replies])
         queue._store.db.connection().set_trace_callback(None)
         written = [s for s in statements if "UPDATE operations" in s or "INSERT" in s]
         assert len(written) == 2, written  # deliver_all, promote_heads

@@ -208,16 +208,17 @@ class EdgeStore:
         many operations, instead of two or three each. An entry not deliverable (and not
         already delivered) raises, leaving the caller's transaction or savepoint to undo
         the rest."""
+        responses: dict[str, Any] = {}
+        for op_id, response, _ in items:  # an id given twice keeps its first response,
+            responses.setdefault(op_id, response)  # as one call per entry would
         tx.execute(
             "deliver_all",
             {
-                "items": json.dumps(
-                    [[op_id, response_text(response)] for op_id, response, _ in items]
-                ),
+                "items": json.dumps([[i, response_text(r)] for i, r in responses.items()]),
                 "now": now,
             },
         )
-        ids = json.dumps([op_id for op_id, _, _ in items])
+        ids = json.dumps(list(responses))
         rows = {r["id"]: r for r in tx.fetchall("delivery_states", {"ids": ids})}
         for op_id, _, _ in items:
             row = rows.get(op_id)

@@ -111,7 +111,7 @@ UPDATE operations SET head = 1 WHERE seq = :seq;
 -- name: deliver_all
 -- deliver, for a whole reply in one statement. :items is a JSON list of [id, response
 -- JSON text or null]; each id is found through its index (json_each drives the join).
--- No RETURNING: the caller reads the outcome back in one go (deliverable_states).
+-- No RETURNING: the caller reads the outcome back in one go (delivery_states).
 UPDATE operations
    SET status = 'delivered', head = 0, delivered_at = :now, response = d.response
   FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS response
