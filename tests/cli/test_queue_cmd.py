@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,20 @@ def test_stats_shows_an_authorisation_pause(queue_file: tuple[Path, dict[str, st
         queue.resume()
     code, output = run("stats", "-f", str(path))
     assert code == 0 and "authorisation needed" not in output
+
+
+def test_purge_forgets_only_old_deliveries(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, ids = queue_file
+    two_days_ago = time.time() - 2 * 86400
+    with OfflineQueue(path, now=lambda: two_days_ago, keep_delivered=None) as queue:
+        old = queue.enqueue("create", "note:3", {"title": "old"}).id
+        [op] = [o for o in queue.next_batch() if o.id == old]
+        queue.mark_delivered(op.id)
+    code, output = run("purge", "-f", str(path), "--older-than", "90000")
+    assert code == 0 and "purged 1 delivered operations older than 1.0d" in output
+    with OfflineQueue(path) as queue:
+        assert queue.stats().delivered == 0
+        assert queue.get(ids["live"]).status is OpStatus.PENDING  # never purged
+        assert queue.get(ids["dead"]).status is OpStatus.DEAD
+    code, output = run("purge", "-f", str(path), "--older-than", "-1")
+    assert code == 1 and "older_than must be >= 0" in output

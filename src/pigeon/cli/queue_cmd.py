@@ -160,6 +160,20 @@ def discard(file: QueueFile, op_id: OpId) -> None:
 
 
 @app.command()
+def purge(
+    file: QueueFile,
+    older_than: Annotated[
+        float, typer.Option("--older-than", help="Seconds since delivery.", show_default=False)
+    ],
+) -> None:
+    """Forget operations delivered more than --older-than seconds ago, now (the queue also
+    does it by itself after keep_delivered); nothing undelivered is ever purged."""
+    with open_queue(file) as queue:
+        purged = queue.purge_delivered(older_than)
+    out.print(f"purged {purged} delivered operations older than {_age(older_than)}")
+
+
+@app.command()
 def stats(file: QueueFile) -> None:
     """Depth, oldest age, in flight, dead letters, blocked entities, pause state."""
     with open_queue(file) as queue:

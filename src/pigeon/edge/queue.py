@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import math
 import os
 import random
@@ -20,6 +21,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.edge import retention
 from pigeon.edge import store as st
 from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.ids import uuid4, uuid7
@@ -33,6 +35,8 @@ from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState
 from pigeon.storage.sqlite import SQLiteTx
 
 FailureKind = Literal["transient", "permanent", "conflict"]
+
+log = logging.getLogger("pigeon.edge")
 
 
 class _NotSent(enum.Enum):
@@ -66,7 +70,11 @@ class OfflineQueue:
         create: bool = True,
         recover: bool = True,
         rng: random.Random | None = None,
+        keep_delivered: float | None = retention.DEFAULT_KEEP_DELIVERED,
     ) -> None:
+        """``keep_delivered``: seconds a delivered operation stays in the file before the
+        queue purges it by itself (`pigeon.edge.retention`); None keeps them until
+        ``purge_delivered``."""
         if durability not in ("full", "normal"):
             raise ConfigurationError(f"durability must be 'full' or 'normal', not {durability!r}")
         if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -81,6 +89,8 @@ class OfflineQueue:
                 raise ConfigurationError(
                     f"allowed_types must be non-empty strings, not {sorted(allowed_types)!r}"
                 )
+        self.keep_delivered = retention.check_keep(keep_delivered)
+        self._purges = retention.PurgeSchedule()
         self.retry_policy = retry_policy or RetryPolicy()
         self.durability = durability
         self.max_payload_bytes = max_payload_bytes
@@ -256,6 +266,7 @@ class OfflineQueue:
             return
         with self._store.write() as tx:
             self._store.deliver(tx, op_id, response, self._now())
+        self._purge_due()
 
     def mark_delivered_many(self, items: Sequence[tuple[str, Any, str | None]]) -> None:
         """``mark_delivered`` for ``(op_id, response, etag)``s, all or nothing; an etag
@@ -263,6 +274,22 @@ class OfflineQueue:
         if items:
             with self._store.write() as tx:
                 self._store.deliver_many(tx, items, self._now())
+            self._purge_due()
+
+    def _purge_due(self) -> None:
+        """After a delivery (committed): purge what ``keep_delivered`` let go, if due."""
+        if self.keep_delivered is None or self._store.in_batch():
+            return
+        now = self._now()
+        if not self._purges.claim(now):
+            return
+        try:
+            before = now - self.keep_delivered
+            purged = retention.purge_batch(self._store, before, self._purges.batch)
+        except PigeonError:  # housekeeping: the delivery itself is committed
+            log.warning("purging delivered operations of %s failed", self.path, exc_info=True)
+            return
+        self._purges.done(now, purged)
 
     def mark_failed(
         self,
@@ -382,10 +409,12 @@ class OfflineQueue:
             tx.execute("unhold_conflict", {"seq": row["seq"], "now": self._now()})
 
     def purge_delivered(self, older_than: float) -> int:
-        """Forget delivered operations delivered more than ``older_than`` seconds ago."""
-        with self._store.write() as tx:
-            cursor = tx.execute("purge_delivered", {"before": self._now() - older_than})
-            return int(cursor.rowcount)
+        """Forget operations delivered more than ``older_than`` seconds ago, now (the
+        queue also does it by itself, see ``keep_delivered``). Returns how many."""
+        seconds = retention.check_keep(older_than, "older_than")
+        if seconds is None:
+            raise ConfigurationError("older_than must be a number of seconds, not None")
+        return retention.purge_all(self._store, self._now() - seconds)
 
     # -- state ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ class QueueStats:
     in_flight: int
     dead: int
     conflicts: int
-    delivered: int  # kept until purge_delivered()
+    delivered: int  # kept for the queue's keep_delivered (a week by default), then purged
     entities_blocked: int  # entities whose head is conflict-held or backing off
     paused: str | None  # why sending is paused (e.g. authorisation needed), or None
     coalesced: int = 0  # sends saved by coalescing since the file was made

@@ -225,8 +225,23 @@ SELECT next_attempt_at AS at FROM operations
  WHERE head = 1 AND status = 'pending' AND attempts = 0 AND dispatches = 0
  ORDER BY seq LIMIT 1;
 
+-- name: keep_purged_clock
+-- Before purge_delivered: the state row takes the greatest stamp of the rows about to go
+-- (the oldest :limit delivered before :before, as purge_delivered picks them), which may
+-- be the newest rows of the file, so a restart never issues a smaller stamp.
+UPDATE edge_state
+   SET clock = max(clock, coalesce(
+         (SELECT max(clock) FROM (SELECT clock FROM operations
+                                   WHERE status = 'delivered' AND delivered_at < :before
+                                   ORDER BY delivered_at, seq LIMIT :limit)), ''))
+ WHERE one = 1;
+
 -- name: purge_delivered
-DELETE FROM operations WHERE status = 'delivered' AND delivered_at < :before;
+-- The oldest :limit operations delivered before :before (through operations_delivered).
+DELETE FROM operations
+ WHERE seq IN (SELECT seq FROM operations
+                WHERE status = 'delivered' AND delivered_at < :before
+                ORDER BY delivered_at, seq LIMIT :limit);
 
 -- name: get_base_version
 SELECT version FROM base_versions WHERE entity = :entity;
