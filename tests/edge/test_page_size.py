@@ -8,22 +8,15 @@ from pathlib import Path
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.store import APPLICATION_ID, PAGE_SIZE
 from pigeon.storage.queries import migrations
+from tests.storage.conftest import page_size
 
 
-def _page_size(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return int(conn.execute("PRAGMA page_size").fetchone()[0])
-    finally:
-        conn.close()
-
-
-def test_a_new_queue_file_gets_the_edge_page_size(tmp_path: Path) -> None:
+def test_a_new_queue_file_gets_the_edgepage_size(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
     with OfflineQueue(path) as queue:
         queue.enqueue("create", "note:1", {"title": "a"})
     assert PAGE_SIZE == 2048
-    assert _page_size(path) == PAGE_SIZE
+    assert page_size(path) == PAGE_SIZE
 
 
 def test_an_existing_file_keeps_its_page_size_and_its_operations(tmp_path: Path) -> None:
@@ -38,6 +31,6 @@ def test_an_existing_file_keeps_its_page_size_and_its_operations(tmp_path: Path)
     conn.close()
     with OfflineQueue(path) as queue:
         op = queue.enqueue("create", "note:1", {"title": "a"})
-    assert _page_size(path) == 4096
+    assert page_size(path) == 4096
     with OfflineQueue(path) as queue:
         assert [o.id for o in queue.pending] == [op.id]

@@ -1,9 +1,12 @@
-"""A PostgreSQL database shared by one module's tests (the fill is the expensive part)."""
+"""A PostgreSQL database shared by one module's tests (the fill is the expensive part), and
+the page size of a SQLite file as the file itself says it."""
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,3 +27,11 @@ def pg_url_module() -> Iterator[str]:
     )
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def page_size(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
