@@ -10,7 +10,6 @@ error and never rewritten.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import sqlite3
 import threading
@@ -120,11 +119,11 @@ class SQLiteTx:
     """An open write transaction on one connection, with named queries and savepoints."""
 
     backend = "sqlite"
-    _counter = itertools.count()
 
     def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str]) -> None:
         self.conn = conn
         self.queries = queries
+        self._depth = 0
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
         return self.conn.execute(self.queries[name], params or {})
@@ -142,15 +141,24 @@ class SQLiteTx:
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
-        name = f"sp_{next(self._counter)}"
-        self.conn.execute(f"SAVEPOINT {name}")
+        # Named by depth, not by a counter: a savepoint per operation of a batch with a
+        # fresh name each was a new SQL text each, which missed sqlite3's statement cache
+        # (128 entries) and pushed the named queries out of it, so every statement of the
+        # batch was parsed again. Nested savepoints still have distinct names (and a name
+        # repeated by a second SQLiteTx on the connection means its innermost savepoint).
+        self._depth += 1
+        name = f"sp_{self._depth}"
         try:
-            yield
-        except BaseException:
-            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"SAVEPOINT {name}")
+            try:
+                yield
+            except BaseException:
+                self.conn.execute(f"ROLLBACK TO {name}")
+                self.conn.execute(f"RELEASE {name}")
+                raise
             self.conn.execute(f"RELEASE {name}")
-            raise
-        self.conn.execute(f"RELEASE {name}")
+        finally:
+            self._depth -= 1
 
 
 class SQLiteDatabase:
