@@ -3,17 +3,10 @@
 * enqueue, 1 thread, durability full  vs  raw sqlite3 INSERT+COMMIT per operation (WAL,
   synchronous=FULL) and persist-queue's ``SQLiteAckQueue.put``;
 * enqueue, 8 threads (group commit)  vs  the raw one-thread per-operation rate;
-* two ceilings, in the same interleaved run, that say how far those two can go:
-  - enqueue's own SQL: the statements one enqueue of a fresh entity runs (the store's
-    ``live_tail`` and ``insert_op`` between BEGIN IMMEDIATE and COMMIT) on a file made by
-    ``OfflineQueue``, with no Python around them. ``enqueue, 1 thread`` can be no faster:
-    what this row lacks of 1.0x is the schema's indexes, the rest is the Python around it.
-  - the same SQL plus the least Python any enqueue needs: encode the payload, make two
-    UUIDs and a clock stamp, build the returned ``Operation``. No validation, locking or
-    coalescing; what it lacks of 0.9x no amount of trimming our enqueue can win back.
-  - 8 enqueues per commit from one thread (``queue.batch()``): group commit with a full
-    group and no hand-off between threads. Eight threads share one interpreter lock and do
-    the same work plus the hand-offs, so ``enqueue, 8 threads`` stays below this row.
+* ceilings, in the same interleaved run, that say how far those two can go (see
+  ``bench/_edge_ceilings.py``): enqueue's own SQL with no Python; that SQL plus the least
+  Python an enqueue needs; 8 enqueues per commit from one thread; and 8 bare threads with
+  no pigeon, each waiting on a writer thread's group commit of a raw 4-column INSERT;
 * delivery cycle, ``next_batch(100)`` + ``mark_delivered_many`` of the batch (one
   transaction and one fsync each, as the sync engine settles a reply)  vs
   persist-queue's ``get`` + ``ack`` per item;
@@ -34,13 +27,10 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._edge_ceilings import PAYLOAD, BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
-from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.store import EdgeStore
-from pigeon.storage.queries import load_queries
-
-PAYLOAD = {"title": "shopping list", "body": "milk, eggs, bread, coffee " * 6, "pinned": False}
 
 
 class _Raw:
@@ -70,100 +60,6 @@ class _Raw:
 
     def close(self) -> None:
         self.conn.close()
-
-
-class _EnqueueSQL:
-    """The SQL of one enqueue of a fresh entity, by hand, with the store's own queries."""
-
-    def __init__(self, path: Path) -> None:
-        OfflineQueue(path, durability="full").close()  # the real schema, pragmas, page size
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA synchronous = FULL")
-        queries = load_queries("sqlite", "edge")
-        self.tail, self.insert = queries["live_tail"], queries["insert_op"]
-        self.text = json.dumps(PAYLOAD, separators=(",", ":"))
-        self.i = 0
-
-    def step(self, k: int) -> float:
-        started = time.perf_counter()
-        for _ in range(k):
-            self.i += 1
-            self._write(self.i, self.text, str(uuid.uuid4()), str(uuid.uuid4()), time.time())
-        return time.perf_counter() - started
-
-    def _write(self, i: int, text: str, op_id: str, key: str, now: float) -> tuple[int, str]:
-        clock = f"{int(now * 1000):015d}-{i:010d}-bench"
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute(self.tail, {"entity": f"note:{i}"}).fetchone()
-        seq = self.conn.execute(
-            self.insert,
-            {
-                "id": op_id,
-                "idempotency_key": key,
-                "type": "update",
-                "entity": f"note:{i}",
-                "endpoint": f"/notes/{i}",
-                "method": "PUT",
-                "payload": text,
-                "created_at": now,
-                "clock": clock,
-                "base_version": None,
-                "head": 1,
-            },
-        ).lastrowid
-        self.conn.execute("COMMIT")
-        return seq or 0, clock
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _EnqueueLeast(_EnqueueSQL):
-    """``_EnqueueSQL`` plus the least Python an enqueue needs around it."""
-
-    def step(self, k: int) -> float:
-        started = time.perf_counter()
-        for _ in range(k):
-            self.i += 1
-            text = json.dumps(PAYLOAD, separators=(",", ":"))
-            op_id, key, now = str(uuid.uuid4()), str(uuid.uuid4()), time.time()
-            seq, clock = self._write(self.i, text, op_id, key, now)
-            Operation(
-                id=op_id,
-                type="update",
-                entity=f"note:{self.i}",
-                payload=json.loads(text),
-                idempotency_key=key,
-                endpoint=f"/notes/{self.i}",
-                method="PUT",
-                created_at=now,
-                clock=clock,
-                next_attempt_at=now,
-                status=OpStatus.PENDING,
-                seq=seq,
-            )
-        return time.perf_counter() - started
-
-
-class _EnqueueGrouped:
-    """One thread, ``group`` enqueues per ``queue.batch()``: one transaction, one fsync."""
-
-    def __init__(self, path: Path, group: int) -> None:
-        self.queue = OfflineQueue(path, durability="full")
-        self.group = group
-        self.i = 0
-
-    def step(self, k: int) -> float:
-        started = time.perf_counter()
-        for _ in range(k // self.group):
-            with self.queue.batch():
-                for _ in range(self.group):
-                    self.i += 1
-                    self.queue.enqueue("update", f"note:{self.i}", PAYLOAD)
-        return time.perf_counter() - started
-
-    def close(self) -> None:
-        self.queue.close()
 
 
 class _PersistPut:
@@ -354,23 +250,24 @@ def run(*, quick: bool = False) -> list[Row]:
             _Raw(d / "raw.db"),
             _PersistPut(d / "pq-put"),
             _EnqueueOne(d / "one.db"),
-            _EnqueueSQL(d / "sql.db"),
-            _EnqueueLeast(d / "least.db"),
+            EnqueueSQL(d / "sql.db"),
+            EnqueueLeast(d / "least.db"),
         )
         eight_c = _EnqueueThreads(d / "eight.db", 8)
-        grouped_c = _EnqueueGrouped(d / "grouped.db", 8)
-        contenders = (raw_c, put_c, one_c, sql_c, least_c, eight_c, grouped_c)
-        sizes = (n_single // 50,) * 5 + (n_threads // 50,) * 2
+        grouped_c = EnqueueGrouped(d / "grouped.db", 8)
+        bare_c = BareThreads(d / "bare.db", 8)
+        contenders = (raw_c, put_c, one_c, sql_c, least_c, eight_c, grouped_c, bare_c)
+        sizes = (n_single // 50,) * 5 + (n_threads // 50,) * 3
         spent = [0.0] * len(contenders)
         try:
             for _ in range(50):
                 for index, (contender, k) in enumerate(zip(contenders, sizes, strict=True)):
                     spent[index] += contender.step(k)
-            per_commit = eight_c.ops_per_commit
+            per_commit, bare_per_commit = eight_c.ops_per_commit, bare_c.rows_per_commit
         finally:
             for contender in contenders:
                 contender.close()
-        raw, pq_put, one, sql, least, eight, grouped = (
+        raw, pq_put, one, sql, least, eight, grouped, bare = (
             rate(50 * k, t) for k, t in zip(sizes, spent, strict=True)
         )
         rows.append(
@@ -396,6 +293,11 @@ def run(*, quick: bool = False) -> list[Row]:
         )  # fmt: skip
         rows.append(
             row("ceiling: 8 enqueues per commit, 1 thread, full", grouped, raw, unit="ops/s",
+                baseline_name="raw sqlite3, 1 thread", target="-", ok=True)
+        )  # fmt: skip
+        rows.append(
+            row(f"ceiling: 8 threads, no pigeon, bare INSERT, writer-thread group commit "
+                f"({bare_per_commit:.1f} rows/commit)", bare, raw, unit="ops/s",
                 baseline_name="raw sqlite3, 1 thread", target="-", ok=True)
         )  # fmt: skip
         cycles, pq_cycles = [], []
