@@ -29,11 +29,10 @@ import time
 import uuid
 from pathlib import Path
 
+from bench._writers import PAYLOAD, Writers, raw_table
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.storage.queries import load_queries
-
-PAYLOAD = {"title": "shopping list", "body": "milk, eggs, bread, coffee " * 6, "pinned": False}
 
 
 class EnqueueSQL:
@@ -130,35 +129,22 @@ class EnqueueGrouped:
         self.queue.close()
 
 
-class BareThreads:
+class BareThreads(Writers):
     """``threads`` writers, each waiting for its own row's commit by a writer thread."""
 
     def __init__(self, path: Path, threads: int) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.conn.execute(
-            "CREATE TABLE ops (id TEXT PRIMARY KEY, key TEXT, entity TEXT, payload TEXT)"
-        )
+        super().__init__(threads)
+        self.conn = raw_table(path)
         self.text = json.dumps(PAYLOAD)
         self.inbox: queue.SimpleQueue[tuple[tuple[str, ...], threading.Lock] | None] = (
             queue.SimpleQueue()
         )
         self.commits = self.rows = 0
-        self.threads = threads
-        self.per = 0
-        self.start = threading.Barrier(threads + 1)
-        self.end = threading.Barrier(threads + 1)
-        self.stop = False
-        self.writer = threading.Thread(target=self._write, daemon=True)
+        self.writer = threading.Thread(target=self._commit, daemon=True)
         self.writer.start()
-        self.workers = [
-            threading.Thread(target=self._work, args=(t,), daemon=True) for t in range(threads)
-        ]
-        for w in self.workers:
-            w.start()
+        self.begin()
 
-    def _write(self) -> None:
+    def _commit(self) -> None:
         while True:
             first = self.inbox.get()
             if first is None:
@@ -181,37 +167,19 @@ class BareThreads:
             for _, done in batch:
                 done.release()
 
-    def _work(self, t: int) -> None:
-        i = 0
-        while True:
-            self.start.wait()
-            if self.stop:
-                return
-            for _ in range(self.per):
-                i += 1
-                done = threading.Lock()
-                done.acquire()
-                row = (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{t}:{i}", self.text)
-                self.inbox.put((row, done))
-                done.acquire()  # released by the writer once the row is committed
-            self.end.wait()
-
-    def step(self, k: int) -> float:
-        self.per = k // self.threads
-        self.start.wait()
-        started = time.perf_counter()
-        self.end.wait()
-        return time.perf_counter() - started
+    def write(self, t: int, i: int) -> None:
+        done = threading.Lock()
+        done.acquire()
+        row = (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{t}:{i}", self.text)
+        self.inbox.put((row, done))
+        done.acquire()  # released by the writer thread once the row is committed
 
     @property
     def rows_per_commit(self) -> float:
         return self.rows / max(self.commits, 1)
 
     def close(self) -> None:
-        self.stop = True
-        self.start.wait()
-        for w in self.workers:
-            w.join()
+        super().close()
         self.inbox.put(None)
         self.writer.join()
         self.conn.close()

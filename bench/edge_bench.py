@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
-from bench._edge_ceilings import PAYLOAD, BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
+from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
+from bench._writers import PAYLOAD, Writers, raw_table
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.store import EdgeStore
 
@@ -37,12 +36,7 @@ class _Raw:
     """sqlite3 INSERT + COMMIT per operation, WAL, synchronous=FULL: the floor."""
 
     def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.conn.execute(
-            "CREATE TABLE ops (id TEXT PRIMARY KEY, key TEXT, entity TEXT, payload TEXT)"
-        )
+        self.conn = raw_table(path)
         self.text = json.dumps(PAYLOAD)
         self.i = 0
 
@@ -96,49 +90,23 @@ class _EnqueueOne:
         self.queue.close()
 
 
-class _EnqueueThreads:
+class _EnqueueThreads(Writers):
     """``threads`` writers enqueueing at once; each step runs ``k`` enqueues across them."""
 
     def __init__(self, path: Path, threads: int) -> None:
+        super().__init__(threads)
         self.queue = OfflineQueue(path, durability="full")
-        self.threads = threads
-        self.per = 0
-        self.start = threading.Barrier(threads + 1)
-        self.end = threading.Barrier(threads + 1)
-        self.stop = False
-        self.workers = [
-            threading.Thread(target=self._work, args=(t,), daemon=True) for t in range(threads)
-        ]
-        for w in self.workers:
-            w.start()
+        self.begin()
 
-    def _work(self, t: int) -> None:
-        i = 0
-        while True:
-            self.start.wait()
-            if self.stop:
-                return
-            for _ in range(self.per):
-                i += 1
-                self.queue.enqueue("update", f"note:{t}:{i}", PAYLOAD)
-            self.end.wait()
-
-    def step(self, k: int) -> float:
-        self.per = k // self.threads
-        self.start.wait()
-        started = time.perf_counter()
-        self.end.wait()
-        return time.perf_counter() - started
+    def write(self, t: int, i: int) -> None:
+        self.queue.enqueue("update", f"note:{t}:{i}", PAYLOAD)
 
     @property
     def ops_per_commit(self) -> float:
         return self.queue._group.items / max(self.queue.commits, 1)
 
     def close(self) -> None:
-        self.stop = True
-        self.start.wait()
-        for w in self.workers:
-            w.join()
+        super().close()
         self.queue.close()
 
 
