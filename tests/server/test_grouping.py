@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 from typing import Any
 
 import httpx
 import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
@@ -112,3 +114,54 @@ def test_a_group_size_below_one_is_refused(db: Database) -> None:
 
     with pytest.raises(ValueError, match="max_group"):
         GroupCommit(Intake(db), max_group=0)
+
+
+_SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sender", default=None)
+
+
+class _SenderMiddleware:
+    """Sets a context variable per request, as DeviceClockMiddleware does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope.get("headers", ()))
+        token = _SENDER.set(headers.get(b"x-sender", b"").decode() or None)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _SENDER.reset(token)
+
+
+def test_each_request_of_a_group_runs_in_its_own_context(db: Database) -> None:
+    # The group runs in one worker thread; what a request's middleware put in its context
+    # (the device clock that corrects last-write-wins stamps) must still be its own.
+    intake = Intake(db)
+    intake.add_operation("POST", "/who", lambda ctx: (200, {"sender": _SENDER.get()}))
+    app = create_app(intake, purge_interval=None, group_commit=True)
+    app.add_middleware(_SenderMiddleware)
+
+    async def send_all() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        "/who", json={}, headers={"Idempotency-Key": f"w{i}", "X-Sender": f"d{i}"}
+                    )
+                    for i in range(12)
+                )
+            )
+
+    replies = asyncio.run(send_all())
+    assert [r.json()["sender"] for r in replies] == [f"d{i}" for i in range(12)]
+    assert app.state.group_commit.groups < 12, "the requests were grouped"
+
+
+def test_execute_group_wants_one_context_per_request(db: Database) -> None:
+    intake = Intake(db)
+    with pytest.raises(ValueError, match="2 requests but 1 contexts"):
+        intake.execute_group(
+            [("a", request("1")), ("a", request("2"))], [contextvars.copy_context()]
+        )

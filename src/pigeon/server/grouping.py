@@ -14,6 +14,7 @@ its effect has committed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 from starlette.concurrency import run_in_threadpool
 
@@ -24,7 +25,9 @@ from pigeon.server.results import OpResult
 # (on PostgreSQL) well below the 64 savepoints after which subtransactions get costly.
 MAX_GROUP = 32
 
-_Waiting = tuple[str, OperationRequest, "asyncio.Future[OpResult]"]
+# The request's own context rides along: the group runs in one thread, and each
+# operation must still see what its request's middleware set (e.g. the device clock).
+_Waiting = tuple[str, OperationRequest, contextvars.Context, "asyncio.Future[OpResult]"]
 
 
 class GroupCommit:
@@ -41,7 +44,7 @@ class GroupCommit:
 
     async def execute(self, principal: str, op: OperationRequest) -> OpResult:
         future: asyncio.Future[OpResult] = asyncio.get_running_loop().create_future()
-        self._waiting.append((principal, op, future))
+        self._waiting.append((principal, op, contextvars.copy_context(), future))
         if self._draining is None:
             self._draining = asyncio.create_task(self._drain())
         # Shielded: a client that hangs up does not cancel a group that others share.
@@ -52,9 +55,10 @@ class GroupCommit:
             while self._waiting:
                 group = self._waiting[: self.max_group]
                 del self._waiting[: self.max_group]
-                items = [(principal, op) for principal, op, _ in group]
+                items = [(principal, op) for principal, op, _, _ in group]
+                contexts = [context for _, _, context, _ in group]
                 try:
-                    results = await run_in_threadpool(self.intake.execute_group, items)
+                    results = await run_in_threadpool(self.intake.execute_group, items, contexts)
                 except BaseException as exc:  # not even a 503 could be made: tell each
                     for *_, future in group:
                         if not future.done():

@@ -40,6 +40,7 @@ second commit, and a claim orphaned by a crash becomes retryable after ``lock_ti
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import logging
@@ -216,26 +217,50 @@ class Intake:
         self._notify([result])
         return refresh_all(self.db, [result])[0]
 
-    def execute_group(self, items: Sequence[tuple[str, OperationRequest]]) -> list[OpResult]:
+    def execute_group(
+        self,
+        items: Sequence[tuple[str, OperationRequest]],
+        contexts: Sequence[contextvars.Context] | None = None,
+    ) -> list[OpResult]:
         """Apply independent single-operation requests that arrived together, in ONE
         transaction (group commit: one fsync for all of them); the caller answers them
         only after this returns, so no answer ever precedes its commit.
+
+        ``contexts``: each request's own context variables (what its middleware set, such
+        as the sending device's clock), in which its operation is applied; without them
+        every request of the group would see those of the thread running the group.
 
         Unlike a batch, nothing here stops at a transient failure: each operation's
         savepoint and claim are already undone when its result says "retry", so every
         result is what ``execute`` alone would have answered. Should the group's
         transaction fail for another reason (a bug, a deadlock), the requests are applied
         again one by one, so the failure stays with its own request."""
+        if contexts is not None and len(contexts) != len(items):
+            raise ValueError(f"{len(items)} requests but {len(contexts)} contexts")
+        runs = list(contexts) if contexts is not None else [None] * len(items)
+
+        def alone(
+            ctx: contextvars.Context | None, principal: str, op: OperationRequest
+        ) -> OpResult:
+            if ctx is None:
+                return self._execute_alone(principal, op)
+            return ctx.run(self._execute_alone, principal, op)
+
         if self.claim_mode == "separate" or len(items) == 1:
-            return [self._execute_alone(principal, op) for principal, op in items]
+            return [alone(ctx, p, op) for ctx, (p, op) in zip(runs, items, strict=True)]
         try:
             with self._transaction() as tx:
-                results = [self._apply_or_refuse(tx, principal, op) for principal, op in items]
+                results = [
+                    self._apply_or_refuse(tx, p, op)
+                    if ctx is None
+                    else ctx.run(self._apply_or_refuse, tx, p, op)
+                    for ctx, (p, op) in zip(runs, items, strict=True)
+                ]
         except STORE_DOWN as exc:
             return [store_unavailable(exc)] * len(items)  # nothing committed
         except Exception:
             log.warning("a group of %d requests failed, applying them one by one", len(items))
-            return [self._execute_alone(principal, op) for principal, op in items]
+            return [alone(ctx, p, op) for ctx, (p, op) in zip(runs, items, strict=True)]
         self._notify(results)
         return refresh_all(self.db, results)
 
