@@ -94,6 +94,46 @@ def test_the_batch_stops_at_the_first_transient_failure(db: Database, clock: Fak
         assert intake.store.get(tx, "anonymous", "3/unavailable") is None
 
 
+def test_a_not_now_4xx_stops_the_batch_unstored(db: Database, clock: FakeClock) -> None:
+    intake, _, client = make(db, clock)
+    intake.add_operation("POST", "/later", lambda ctx: (429, {"detail": "slow down"}))
+    results = batch(
+        client,
+        op("a", "POST", "/notes", {"id": "a"}),
+        op("b", "POST", "/later", {}),
+        op("c", "POST", "/notes", {"id": "c"}),
+    )
+    assert [r["status"] for r in results] == [201, 429]  # c would overtake b: not attempted
+    with db.transaction() as tx:
+        assert intake.store.get(tx, "anonymous", "b") is None  # a retry runs it
+
+
+def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
+    db: Database, clock: FakeClock
+) -> None:
+    # SQLite reports a bad statement as OperationalError, the class it also uses for a busy
+    # or broken file. Only the latter is the store being down (503 for everything); a
+    # handler's own bad SQL is that operation's 500, and what went before it commits.
+    intake, _, client = make(db, clock)
+
+    def bad_sql(ctx: Any) -> Any:
+        ctx.tx.fetchone("note_get", {"principal": ctx.principal, "id": "x"})
+        if ctx.tx.backend == "sqlite":
+            ctx.tx.conn.execute("SELECT no_such_column FROM notes")
+        raise RuntimeError("stand-in for the same bug on PostgreSQL")
+
+    intake.add_operation("POST", "/bad-sql", bad_sql)
+    results = batch(
+        client,
+        op("ok", "POST", "/notes", {"id": "ok"}),
+        op("bad", "POST", "/bad-sql", {}),
+    )
+    assert [r["status"] for r in results] == [201, 500]
+    assert [e["idempotency_key"] for e in read_ledger(db)] == ["ok"]
+    with db.transaction() as tx:
+        assert intake.store.get(tx, "anonymous", "bad") is None
+
+
 def test_an_operation_is_the_same_request_alone_or_in_a_batch(
     db: Database, clock: FakeClock
 ) -> None:

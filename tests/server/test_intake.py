@@ -147,6 +147,34 @@ def test_an_exception_or_5xx_rolls_everything_back_and_releases_the_key(
     assert len(read_ledger(db)) == 1
 
 
+@pytest.mark.parametrize("status", [401, 403, 408, 425, 429])
+def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
+    db: Database, clock: FakeClock, status: int
+) -> None:
+    # The client retries these with the same key (408/425/429 transient, 401/403 after the
+    # user signs in again): a stored one would be replayed for ever, the operation never run.
+    intake = Intake(db, now=clock)
+    busy = {"now": True}
+
+    def handler(ctx: Any) -> Any:
+        if busy["now"]:
+            create_note(ctx)  # written, then refused: must not survive
+            return status, {"detail": "not now"}, {"Retry-After": "1"}
+        return create_note(ctx)
+
+    intake.add_operation("POST", "/notes", handler)
+    with TestClient(create_app(intake, purge_interval=None)) as c:
+        first = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert first.status_code == status and first.headers["retry-after"] == "1"
+        assert read_ledger(db) == []
+        with db.transaction() as tx:
+            assert intake.store.get(tx, "anonymous", "k") is None
+        busy["now"] = False
+        retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
+    assert len(read_ledger(db)) == 1
+
+
 def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(db: Database, clock: FakeClock) -> None:
     intake = Intake(db, now=clock)
     intake.add_operation("POST", "/notes", failing_handler("4xx"))

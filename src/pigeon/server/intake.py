@@ -71,7 +71,9 @@ from pigeon.server.results import (
     OpResult,
     lost_claim,
     problem_result,
+    store_down,
     store_unavailable,
+    stored,
 )
 from pigeon.storage.base import Database, Tx
 
@@ -429,16 +431,16 @@ class Intake:
         except _Failed as failed:
             if failed.result.transient:  # the claim was lost: not ours to release
                 raise
-            if failed.result.status < 500:  # a 4xx: writes rolled back, the answer stored
+            if stored(failed.result.status):  # a 4xx: writes rolled back, the answer stored
                 self._complete(tx, claim, failed.result)
                 return failed.result
             self.store.release(tx, claim)
             raise _Failed(
                 dataclasses.replace(failed.result, transient=True, committed_key=None)
             ) from None
-        except STORE_DOWN:
-            raise
         except Exception as exc:
+            if store_down(exc):  # not this operation's fault: the caller answers 503
+                raise
             log.exception("handler for %s %s failed", op.method, op.path)
             self.store.release(tx, claim)
             raise _Failed(

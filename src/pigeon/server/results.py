@@ -32,6 +32,35 @@ def _store_down_errors() -> tuple[type[BaseException], ...]:
 # Errors that mean "the store cannot be used right now": the intake fails closed (503).
 STORE_DOWN = _store_down_errors()
 
+# SQLite's primary result codes that mean the file cannot be used now, as opposed to
+# SQLITE_ERROR (1), which is a statement's own fault (a handler's bad SQL, a missing
+# column): BUSY, LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, CORRUPT, FULL, CANTOPEN,
+# PROTOCOL, NOTADB.
+_SQLITE_UNAVAILABLE = frozenset({5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 26})
+
+
+def store_down(exc: BaseException) -> bool:
+    """Is this one of ``STORE_DOWN`` because the store is unavailable, rather than a SQL
+    error of the statement that raised it? Only the former fails a whole group or batch
+    with 503; the latter is the failure of the one operation whose handler ran it."""
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is None or code & 0xFF in _SQLITE_UNAVAILABLE
+    return isinstance(exc, STORE_DOWN)
+
+
+# 4xx answers that mean "not now" rather than "no": the client sends the same key again
+# (408, 425 and 429 are transient in DESIGN.md's classification; on 401/403 the queue
+# pauses until the user is signed in again, then resumes). Stored, such an answer would be
+# replayed to every retry and the operation could never run, so, like a 5xx, it releases
+# the key and nothing is kept.
+NOT_STORED_4XX = frozenset({401, 403, 408, 425, 429})
+
+
+def stored(status: int) -> bool:
+    """Is an answer with this status, once the handler ran, the key's final answer?"""
+    return status < 500 and status not in NOT_STORED_4XX
+
 
 @dataclass(frozen=True, slots=True)
 class OpResult:
