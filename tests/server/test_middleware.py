@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -90,3 +92,82 @@ def test_the_middleware_answers_409_while_a_claim_is_held(db: Database, clock: F
         == 201
     )
     assert len(effects) == 1
+
+
+def _app_with(handler: Any) -> Starlette:
+    return Starlette(routes=[Route("/things", handler, methods=["POST"])])
+
+
+def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
+    db: Database, clock: FakeClock
+) -> None:
+    calls: list[str] = []
+
+    async def things(request: Request) -> Response:
+        kind = (await request.json())["kind"]
+        calls.append(kind)
+        if kind == "refused":
+            return JSONResponse({"detail": "no"}, status_code=409)
+        if kind == "later" and calls.count("later") == 1:
+            return JSONResponse({"detail": "slow down"}, status_code=429)
+        return JSONResponse({"ok": kind}, status_code=201)
+
+    policy = IdempotencyPolicy(lock_timeout=10, response_retention=DAY, claim_retention=2 * DAY)
+    client = TestClient(IdempotencyMiddleware(_app_with(things), db, policy=policy, now=clock))
+    assert (
+        client.post("/things", json={"kind": "later"}, headers={"Idempotency-Key": "l"}).status_code
+        == 429
+    )
+    again = client.post("/things", json={"kind": "later"}, headers={"Idempotency-Key": "l"})
+    assert again.status_code == 201 and "idempotent-replayed" not in again.headers  # ran again
+    assert (
+        client.post(
+            "/things", json={"kind": "refused"}, headers={"Idempotency-Key": "r"}
+        ).status_code
+        == 409
+    )
+    clock.advance(DAY + 1)  # the stored body is purged: the key answers "already applied"
+    late = client.post("/things", json={"kind": "refused"}, headers={"Idempotency-Key": "r"})
+    assert late.status_code == 409 and late.json()["status"] == "already_applied"
+    assert late.headers["idempotent-replayed"] == "true"
+    assert calls == ["later", "later", "refused"]
+
+
+def test_the_middleware_fingerprints_the_query_string(db: Database, clock: FakeClock) -> None:
+    client, effects = make(db, clock)
+    key = {"Idempotency-Key": "q"}
+    assert client.post("/charges?qty=1", json={"amount": 5}, headers=key).status_code == 201
+    same = client.post("/charges?qty=1", json={"amount": 5}, headers=key)
+    assert same.headers["idempotent-replayed"] == "true"
+    assert client.post("/charges?qty=1000", json={"amount": 5}, headers=key).status_code == 422
+    assert len(effects) == 1
+
+
+def test_the_middleware_renews_the_claim_of_a_slow_request(db: Database) -> None:
+    # Real time: the renewal timer and the lock timeout run on the same clock in production.
+    runs: list[int] = []
+    started = asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        runs.append(1)
+        started.set()
+        await asyncio.sleep(1.2)  # twice the lock timeout
+        return JSONResponse({"runs": len(runs)}, status_code=201)
+
+    policy = IdempotencyPolicy(lock_timeout=0.6, response_retention=DAY, claim_retention=2 * DAY)
+    app = IdempotencyMiddleware(_app_with(slow), db, policy=policy)
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            send = lambda: client.post("/things", json={}, headers={"Idempotency-Key": "s"})  # noqa: E731
+            first = asyncio.create_task(send())
+            await started.wait()
+            await asyncio.sleep(0.9)  # past the lock timeout: only renewal keeps the claim
+            retry = await send()
+            return await first, retry
+
+    first, retry = asyncio.run(scenario())
+    assert first.status_code == 201
+    assert retry.status_code == 409 and "retry-after" in retry.headers
+    assert runs == [1]

@@ -216,6 +216,11 @@ class IdempotencyStore:
         """Is the claim still ours? (False once a taker replaced our token.)"""
         return tx.fetchone("claim_fence", self._key_params(claim)) is not None
 
+    def renew(self, tx: Tx, claim: Claim) -> bool:
+        """Hold the claim for another ``lock_timeout`` from now; False if it was lost."""
+        params = self._key_params(claim) | {"locked_until": self.now() + self.policy.lock_timeout}
+        return tx.fetchone("claim_renew", params) is not None
+
     def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool:
         """Store the response and mark the key completed; False if the claim was lost."""
         now = self.now()

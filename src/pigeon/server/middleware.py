@@ -8,16 +8,21 @@ WEAKER GUARANTEE than ``Intake``: the application's effect and the stored respon
 not atomic. If the process dies after the application committed its effect but before
 the response is stored, the claim is orphaned; once ``lock_timeout`` has passed a retry
 runs the application AGAIN (a second effect). Use the intake (handlers receiving
-``ctx.tx``) wherever the effect lives in the same database.
+``ctx.tx``) wherever the effect lives in the same database. While the application runs,
+its claim is renewed every third of ``lock_timeout``, so a slow request is never run a
+second time while its process lives.
 
 Everything else matches the intake: 400 for a missing/malformed key, replay with
 ``Idempotent-Replayed: true``, 409 + ``Retry-After`` while in progress, 422 for a
-reused key, 2xx/4xx stored, 5xx and exceptions release the key, 503 when the store is
-unavailable, principal scoping, retention and "already applied".
+reused key (the fingerprint covers the query string, which the wrapped app sees), 2xx
+and 4xx stored except those the client sends again (401, 403, 408, 425, 429), 5xx and
+exceptions release the key, 503 when the store is unavailable, principal scoping,
+retention and "already applied" (which keeps a refusal's status).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -30,7 +35,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pigeon.exceptions import AuthorizationRequired
-from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED, canonical_json
+from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
 from pigeon.server.app import render
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
@@ -43,7 +48,8 @@ from pigeon.server.idempotency import (
     StoredResponse,
 )
 from pigeon.server.intake import WRITE_METHODS
-from pigeon.server.results import STORE_DOWN, problem_result, store_unavailable
+from pigeon.server.replay import refusal
+from pigeon.server.results import STORE_DOWN, problem_result, store_unavailable, stored
 from pigeon.storage.base import Database
 
 _NOT_STORED = {b"content-length", b"date", b"server", b"transfer-encoding", b"connection"}
@@ -104,14 +110,20 @@ class IdempotencyMiddleware:
             body: Any = json.loads(raw) if raw.strip() else None
         except ValueError:
             body = {"raw": base64.b64encode(raw).decode("ascii")}
+        # The query is part of the request the wrapped app sees (unlike the intake's
+        # handlers, which get only the path): the same key with another query is another
+        # request, 422, not a replay of the first one's answer.
+        target = scope["path"]
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
         with self.db.transaction() as tx:
             return self.store.claim(
                 tx,
                 principal=principal,
                 key=key,
-                fingerprint=fingerprint(scope["method"], scope["path"], body),
+                fingerprint=fingerprint(scope["method"], target, body),
                 method=scope["method"],
-                path=scope["path"],
+                path=target,
                 operation_id=key,
             )
 
@@ -134,23 +146,41 @@ class IdempotencyMiddleware:
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
 
+        keeper = asyncio.create_task(self._keep(claim))
         try:
             await self.app(scope, replay_body, capture)
         except BaseException:
             await run_in_threadpool(self._release, claim)
             raise
+        finally:
+            keeper.cancel()
         status = int(start.get("status", 500))
         headers: list[tuple[bytes, bytes]] = list(start.get("headers", []))
         body = b"".join(chunks)
-        if status >= 500:
+        if not stored(status):  # 5xx, or a "not now" 4xx the client will send again
             await run_in_threadpool(self._release, claim)
         else:
-            stored = _stored(status, headers, body)
+            response = _stored(status, headers, body)
             with contextlib.suppress(*STORE_DOWN):
                 # If this fails the claim stays in progress until lock_timeout: see above.
-                await run_in_threadpool(self._complete, claim, stored)
+                await run_in_threadpool(self._complete, claim, response)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    async def _keep(self, claim: Claim) -> None:
+        """Renew the claim every third of the lock timeout while the app runs: a request
+        slower than the timeout must not be taken over and run a second time while its
+        process is alive. (A dead process stops renewing: that is what the timeout is for.)
+        """
+        every = self.store.policy.lock_timeout / 3
+        while True:
+            await asyncio.sleep(every)
+            with contextlib.suppress(*STORE_DOWN):
+                await run_in_threadpool(self._renew, claim)
+
+    def _renew(self, claim: Claim) -> None:
+        with self.db.transaction() as tx:
+            self.store.renew(tx, claim)
 
     def _release(self, claim: Claim) -> None:
         with contextlib.suppress(*STORE_DOWN), self.db.transaction() as tx:
@@ -164,55 +194,23 @@ class IdempotencyMiddleware:
         self, decision: Decision, key: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
         if decision.outcome is Outcome.REPLAY and decision.response is not None:
-            stored = decision.response
+            kept = decision.response
             body = (
-                base64.b64decode(stored.body)
-                if stored.body_format == "base64"
-                else stored.body.encode("utf-8")
+                base64.b64decode(kept.body)
+                if kept.body_format == "base64"
+                else kept.body.encode("utf-8")
             )
-            headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stored.headers]
+            headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in kept.headers]
             headers += [
                 (b"content-length", str(len(body)).encode()),
                 (REPLAYED.lower().encode(), b"true"),
             ]
-            await send({"type": "http.response.start", "status": stored.status, "headers": headers})
+            await send({"type": "http.response.start", "status": kept.status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
-        if decision.outcome is Outcome.ALREADY_APPLIED:
-            payload = {
-                "status": "already_applied",
-                "operation_id": decision.operation_id,
-                "idempotency_key": key,
-                "original_status": decision.original_status,
-                "completed_at": decision.completed_at,
-            }
-            body = canonical_json(payload).encode("utf-8")
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (REPLAYED.lower().encode(), b"true"),
-            ]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        if decision.outcome is Outcome.IN_PROGRESS:
-            result = problem_result(
-                409,
-                "key-in-progress",
-                "Request in progress",
-                f"a request with this key is still running; retry in {decision.retry_after} s",
-            )
-            response = render(result)
-            response.headers["retry-after"] = str(decision.retry_after)
-            await response(scope, receive, send)
-            return
-        result = problem_result(
-            422,
-            "key-reused",
-            "Idempotency-Key reused",
-            "this Idempotency-Key was used for a different request; the original is unchanged",
-        )
-        await render(result)(scope, receive, send)
+        # "Already applied", "in progress" and "reused" are answered as the intake answers
+        # them (a refused operation stays refused after its response is purged).
+        await render(refusal(decision, key))(scope, receive, send)
 
 
 def _stored(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> StoredResponse:

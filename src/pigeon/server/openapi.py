@@ -39,12 +39,14 @@ another principal never sees the response.
 - Same key, same request (method, path, canonical JSON body): the stored status and body
   with `{replayed}: true`. Stored responses are kept {resp} s; after that, for up to
   {claim} s from the first request, the key answers `200 {{"status": "already_applied",
-  "operation_id": ...}}` with `{replayed}: true`, never a second effect.
+  "operation_id": ...}}` (with the original status instead of 200 when that was a
+  refusal) and `{replayed}: true`, never a second effect.
 - Same key still running: `409` problem with `{retry}`. A claim whose holder died is
   retryable after the lock timeout of {lock} s.
 - Same key, different request: `422` problem; the original is untouched.
 - Missing, empty, over-long or repeated key: `400` problem; nothing ran.
-- 2xx and 4xx answers are stored; a 5xx or a crash stores nothing, so a retry runs.
+- 2xx and 4xx answers are stored, except 401, 403, 408, 425 and 429, which the client
+  sends again; those, a 5xx or a crash store nothing, so a retry runs.
 - Store unavailable: `503` with `{retry}`; nothing runs without dedup.
 """
 
@@ -121,7 +123,8 @@ def build_openapi(
             "description": (
                 "Each entry carries its own `idempotency_key` and gets the same treatment as "
                 "a single request. Permanent failures (4xx) roll back to their savepoint and "
-                "the batch goes on; the first transient failure (5xx, 409 in progress) ends "
+                "the batch goes on; the first transient failure (5xx, 409 in progress, "
+                "401/403/408/425/429) ends "
                 "it, so `results` may be shorter than `operations`."
             ),
             "requestBody": {

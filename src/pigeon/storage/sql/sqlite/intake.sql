@@ -40,6 +40,15 @@ WHERE principal = :principal AND idem_key = :idem_key
   AND state = 'in_progress' AND lock_token = :lock_token
 RETURNING idem_key
 
+-- name: claim_renew
+-- The holder is still running (IdempotencyMiddleware): push the lock timeout on, so a
+-- retry keeps meeting "in progress" instead of taking the key over and running twice.
+UPDATE idempotency_claims
+SET locked_until = :locked_until
+WHERE principal = :principal AND idem_key = :idem_key
+  AND state = 'in_progress' AND lock_token = :lock_token
+RETURNING idem_key
+
 -- name: claim_complete
 UPDATE idempotency_claims
 SET state = 'completed', status = :status, response_headers = :response_headers,
