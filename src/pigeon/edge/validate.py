@@ -33,6 +33,8 @@ _ROUTES = {
     OpType.UPDATE.value: ("PUT", "/{kind}s/{id}"),
     OpType.DELETE.value: ("DELETE", "/{kind}s/{id}"),
 }
+# The method each standard type is sent with when none is given (pigeon.edge.coalesce).
+DEFAULT_METHODS = {type_: method for type_, (method, _) in _ROUTES.items()}
 
 
 def operation_type(value: str | OpType, allowed: Collection[str] | None) -> str:
@@ -93,10 +95,13 @@ def route(
         return endpoint, method
     default_method, template = default
     return (
-        endpoint if endpoint is not None else template.format(kind=_quote(kind), id=_quote(ident)),
+        endpoint
+        if endpoint is not None
+        else template.format(kind=path_segment(kind), id=path_segment(ident)),
         method if method is not None else default_method,
     )
 
 
-def _quote(segment: str) -> str:
+def path_segment(segment: str) -> str:
+    """``segment`` quoted for a URL path, as the default routes quote an entity's parts."""
     return segment if _UNRESERVED.fullmatch(segment) else quote(segment, safe="")
