@@ -255,3 +255,25 @@ def test_concurrency_sends_batch_chunks_side_by_side(server: LiveServer, state: 
 def test_bad_concurrency_is_refused(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="concurrency"):
         HttpTransport("http://x", concurrency=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_token_callable_that_raises_is_not_sent_never_an_exception(
+    batch: bool, server: LiveServer, state: WireState
+) -> None:
+    """The token callable is application code: whatever it raises, nothing went out, and
+    the exception must not escape into the engine's loop."""
+    from pigeon.protocol.transport import NotSent
+    from pigeon.sync.classify import OutcomeKind, classify
+
+    def token() -> str:
+        raise KeyError("no session")
+
+    with HttpTransport(server.url, token=token, batch=batch) as t:
+        exchange = t.send([op("a"), op("b")], keep_going=lambda reply: reply.error is None)
+    replies = exchange.replies
+    assert state.single_requests == state.batch_requests == 0
+    assert replies and all(isinstance(r.error, NotSent) for _, r in replies)
+    assert isinstance(replies[0][1].error.__cause__, KeyError)
+    outcome = classify(None, error=replies[0][1].error, now=time.time())
+    assert outcome.kind is OutcomeKind.TRANSIENT and not outcome.sent

@@ -17,7 +17,7 @@ import httpx
 from pigeon.edge.operation import Operation, OpType
 from pigeon.exceptions import ConfigurationError, PermanentError, UnknownOutcome
 from pigeon.protocol import wire
-from pigeon.protocol.transport import Exchange, KeepGoing, Reply
+from pigeon.protocol.transport import Exchange, KeepGoing, NotSent, Reply
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 MAX_CONCURRENCY = 64
@@ -200,7 +200,10 @@ class HttpTransport:
             method, path = self._route(op)
         except PermanentError as exc:
             return Reply(error=exc)
-        headers = self._common_headers()
+        try:
+            headers = self._common_headers()
+        except Exception as exc:
+            return Reply(error=_not_sent(exc))
         headers[wire.IDEMPOTENCY_KEY] = op.idempotency_key
         if op.clock:
             headers[wire.CLOCK] = op.clock
@@ -222,9 +225,13 @@ class HttpTransport:
 
     def _send_batch(self, chunk: Sequence[Operation]) -> list[tuple[Operation, Reply]]:
         try:
+            headers = self._common_headers()
+        except Exception as exc:
+            return _all(chunk, Reply(error=_not_sent(exc), shared=True))
+        try:
             response = self.client.post(
                 wire.BATCH_PATH,
-                headers=self._common_headers(),
+                headers=headers,
                 json={"operations": [op.to_wire() for op in chunk]},
             )
         except (httpx.HTTPError, OSError) as exc:
@@ -262,6 +269,15 @@ class HttpTransport:
 
 # Batch-level statuses that mean the same thing for each operation inside (plus 5xx).
 _BATCH_STATUSES_PER_OPERATION = frozenset({401, 403, 408, 425, 429})
+
+
+def _not_sent(exc: Exception) -> NotSent:
+    """The token or header callable raised (a token refresh that could not reach its
+    server, an app bug): application code, so any exception. Nothing was sent, so this is
+    not an attempt of the operations, and it must not escape into the engine's loop."""
+    error = NotSent(f"request headers could not be made: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _all(chunk: Sequence[Operation], reply: Reply) -> list[tuple[Operation, Reply]]:

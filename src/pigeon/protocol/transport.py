@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pigeon.edge.operation import Operation
+from pigeon.exceptions import RetryableError
+
+
+class NotSent(RetryableError):
+    """The request could not even be made here (e.g. the token callable raised): not a
+    byte left this process, so the server cannot have seen it. Like a refused connection
+    it spends no attempt; unlike one, it says nothing about the server's reachability.
+    The original exception is the ``__cause__``."""
 
 
 @dataclass(frozen=True, slots=True)

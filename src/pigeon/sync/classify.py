@@ -25,6 +25,7 @@ from pigeon.exceptions import (
     RetryableError,
 )
 from pigeon.protocol import wire
+from pigeon.protocol.transport import NotSent
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 
@@ -204,6 +205,8 @@ def _problem_detail(body: Any) -> str | None:
 
 def _classify_error(error: BaseException) -> Outcome:
     name = f"{type(error).__name__}: {error}"
+    if isinstance(error, NotSent):  # before DeliveryError: it is a RetryableError too
+        return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
     if isinstance(error, DeliveryError):
         if isinstance(error, KeyInProgress):
             kind = OutcomeKind.KEY_IN_PROGRESS

@@ -16,11 +16,17 @@ a request is on the wire, so enqueue is never blocked by a slow server.
 The asyncio mode runs each cycle in a worker thread (``asyncio.to_thread``): the queue is
 blocking SQLite and the transport a blocking httpx client, so the event loop only ever
 waits on the wake-up flag and never on I/O.
+
+The background loop never dies of an exception: a step that raises (a full disk, a bug in
+a transport or a custom queue) is logged, kept as ``last_error``, passed to ``on_error``,
+and followed by a capped, jittered backoff (the ``reconnect`` policy) before the next
+step. Operations of a cycle that raised are released by the executor, never stranded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +37,18 @@ from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF, ConnectivityMonitor, ProbeMonitor
-from pigeon.sync.events import Callbacks, CycleReport, OperationCallback, PausedCallback
+from pigeon.sync.events import (
+    Callbacks,
+    CycleReport,
+    ErrorCallback,
+    OperationCallback,
+    PausedCallback,
+)
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.resolver import ConflictResolver
 from pigeon.sync.scheduler import Waker, wait_time
+
+log = logging.getLogger("pigeon.sync")
 
 
 class SyncEngine:
@@ -43,14 +57,16 @@ class SyncEngine:
     ``connectivity`` defaults to a `ProbeMonitor` over ``transport.probe``. ``batch_size``
     is how many operations one cycle takes from the queue (at most one per entity).
     ``reconnect`` is the backoff between connection attempts while the server is
-    unreachable. ``idle_recheck`` bounds the sleep when an operation is due but held
-    behind its entity's earlier operation; ``batch_window`` is how late a backoff timer
-    fires on purpose, so operations due within it leave in one batch. ``pipeline`` is how
-    many batches may be on the way at once (default 1: one batch at a time): with 2, the
-    next batch is taken and sent while the server works on the previous one, so neither
-    side waits for the other. Each batch holds other entities (the queue never hands out
-    an entity's next operation while one is in flight), so per-entity order holds; the
-    order in which different entities reach the server is what is given up.
+    unreachable, while a request cannot be made (the token callable raises), and after a
+    step of the background loop raised. ``idle_recheck`` bounds the sleep when an
+    operation is due but held behind its entity's earlier operation; ``batch_window`` is
+    how late a backoff timer fires on purpose, so operations due within it leave in one
+    batch. ``pipeline`` is how many batches may be on the way at once (default 1: one
+    batch at a time): with 2, the next batch is taken and sent while the server works on
+    the previous one, so neither side waits for the other. Each batch holds other
+    entities (the queue never hands out an entity's next operation while one is in
+    flight), so per-entity order holds; the order in which different entities reach the
+    server is what is given up.
     """
 
     def __init__(
@@ -65,6 +81,7 @@ class SyncEngine:
         on_dead: OperationCallback | None = None,
         on_conflict: OperationCallback | None = None,
         on_paused: PausedCallback | None = None,
+        on_error: ErrorCallback | None = None,
         reconnect: RetryPolicy = DEFAULT_PROBE_BACKOFF,
         idle_recheck: float = 1.0,
         batch_window: float = 0.02,
@@ -86,10 +103,16 @@ class SyncEngine:
             on_delivered = _chain(resolver.on_delivered, on_delivered)
             on_conflict = _chain(resolver.on_conflict, on_conflict)
         self.resolver = resolver
-        self.callbacks = Callbacks(on_delivered, on_failed, on_dead, on_conflict, on_paused)
+        self.callbacks = Callbacks(
+            on_delivered, on_failed, on_dead, on_conflict, on_paused, on_error
+        )
         self.executor = Executor(queue, transport, self.callbacks, clock=clock)
         self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
         self.totals = CycleReport()  # everything done so far (counters only)
+        # The latest exception the engine survived (see `Callbacks.on_error`); None until
+        # one happens. Never cleared: compare identities to notice a new one.
+        self.last_error: BaseException | None = None
+        self._error_streak = 0  # steps of the loop that raised in a row
         self._reconnect = reconnect
         self._idle_recheck = idle_recheck
         self._batch_window = batch_window
@@ -225,7 +248,14 @@ class SyncEngine:
     def _run_thread(self) -> None:
         while not self._stopping.is_set():
             self._waker.clear()
-            delay = self._step()
+            try:
+                delay = self._step()
+            except Exception as exc:
+                # Only stop() cuts the backoff short: a wake-up (an enqueue) would retry
+                # a failing step at once, and enqueues can come faster than any backoff.
+                self._stopping.wait(self._step_failed(exc))
+                continue
+            self._error_streak = 0
             if self._stopping.is_set():
                 break
             self._waker.wait(delay)
@@ -241,7 +271,12 @@ class SyncEngine:
         try:
             while not self._stopping.is_set():
                 self._waker.clear()
-                delay = await asyncio.to_thread(self._step)
+                try:
+                    delay = await asyncio.to_thread(self._step)
+                except Exception as exc:
+                    await self._back_off_async(self._step_failed(exc))
+                    continue
+                self._error_streak = 0
                 if self._stopping.is_set():
                     break
                 await self._waker.wait_async(delay)
@@ -252,11 +287,40 @@ class SyncEngine:
             self._waker.unbind()
             self.connectivity.stop()
 
+    async def _back_off_async(self, seconds: float) -> None:
+        """Sleep ``seconds`` unless stopped: wake-ups in between are dropped (the next step
+        looks at the whole queue anyway). Cleared before the stop check, so a stop() that
+        sets the flag after that check still wakes the wait."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self._waker.clear()
+            remaining = deadline - time.monotonic()
+            if self._stopping.is_set() or remaining <= 0:
+                return
+            await self._waker.wait_async(remaining)
+
     async def aflush(self, timeout: float | None = None) -> bool:
         """`flush` without blocking the event loop."""
         return await asyncio.to_thread(self.flush, timeout)
 
     # -- the loop body ----------------------------------------------------------------
+
+    def _step_failed(self, exc: Exception) -> float:
+        """A step of the background loop raised: record it and say how long to back off."""
+        self._error_streak += 1
+        delay = self._reconnect.delay(self._error_streak)
+        log.error(
+            "pigeon sync step failed (%d in a row); next try in %.2f s",
+            self._error_streak,
+            delay,
+            exc_info=exc,
+        )
+        self._error(exc)
+        return delay
+
+    def _error(self, exc: BaseException) -> None:
+        self.last_error = exc
+        self.callbacks.emit("on_error", exc)
 
     def _step(self) -> float | None:
         """Sync while something is due and we may (online, not paused, not backing off
@@ -304,6 +368,8 @@ class SyncEngine:
             report = self._cycle(deadline)
             if report is None or report.unreachable or report.paused is not None:
                 return False
+            if report.error is not None:  # no request could be made: back off
+                return False
             if report.taken == 0:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
@@ -319,15 +385,21 @@ class SyncEngine:
             self._turns.release()
         with self._state_lock:
             self._account(report)
+        if report.error is not None:  # outside the lock: on_error is application code
+            log.warning("pigeon sync: a request could not be made", exc_info=report.error)
+            self._error(report.error)
         return report
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
-        if report.unreachable:
+        if report.unreachable or report.error is not None:
             self._unreachable_streak += 1
             delay = self._reconnect.delay(self._unreachable_streak)
             self._unreachable_until = self._clock() + delay
-            self.connectivity.report_unreachable()
+            # Only a failed connection says the server is unreachable: a probe would find
+            # it up and wake us at once, when it is the token that is failing.
+            if report.unreachable:
+                self.connectivity.report_unreachable()
         elif report.sent:
             self._unreachable_streak = 0
             self._unreachable_until = 0.0

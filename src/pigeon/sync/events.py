@@ -20,6 +20,7 @@ log = logging.getLogger("pigeon.sync")
 
 OperationCallback = Callable[[Operation, Outcome], Any]
 PausedCallback = Callable[[str], Any]
+ErrorCallback = Callable[[BaseException], Any]
 
 
 @dataclass(slots=True)
@@ -28,13 +29,17 @@ class Callbacks:
     ``on_failed``: a failed attempt that will be retried (transient, key in progress).
     ``on_dead``: dead-lettered (permanent, or attempts/age exhausted).
     ``on_conflict``: held for the conflict resolver (the server's version is in the body).
-    ``on_paused``: 401/403; the queue is paused until `SyncEngine.resume()`."""
+    ``on_paused``: 401/403; the queue is paused until `SyncEngine.resume()`.
+    ``on_error``: an exception the engine survived: a step of its background loop raised
+    (it backs off and goes on), or a request could not be made (the token callable
+    raised; its operations wait, no attempt spent). Also kept as `SyncEngine.last_error`."""
 
     on_delivered: OperationCallback | None = None
     on_failed: OperationCallback | None = None
     on_dead: OperationCallback | None = None
     on_conflict: OperationCallback | None = None
     on_paused: PausedCallback | None = None
+    on_error: ErrorCallback | None = None
 
     def emit(self, name: str, *args: Any) -> None:
         callback = getattr(self, name)
@@ -59,6 +64,10 @@ class CycleReport:
     replayed: int = 0  # delivered replies the server marked Idempotent-Replayed
     paused: str | None = None  # the reason, when this pass paused the queue
     unreachable: bool = False  # a request could not even connect
+    # A request could not even be made here (transport.NotSent): its operations were
+    # released unspent; the engine backs off as for an unreachable server, but the
+    # server's reachability is not in question.
+    error: BaseException | None = None
 
     @property
     def sent(self) -> int:

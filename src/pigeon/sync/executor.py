@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from pigeon.edge.operation import Operation, OpStatus
-from pigeon.protocol.transport import Reply, Transport
+from pigeon.protocol.transport import NotSent, Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
 from pigeon.sync.events import Callbacks, CycleReport
 
@@ -232,7 +232,10 @@ class Executor:
         if not outcome.sent:
             self.queue.release(op.id)
             report.released += 1
-            report.unreachable = True
+            if isinstance(reply.error, NotSent):
+                report.error = reply.error
+            else:
+                report.unreachable = True
             return
         if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
             self.queue.release(op.id, retry_after=outcome.retry_after)  # type: ignore[call-arg]
