@@ -110,3 +110,31 @@ def test_a_whole_reply_costs_the_same_few_statements(tmp_path: Path, n: int) -> 
         assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
         second = queue.next_batch(2 * n)
         assert [(o.entity, o.payload) for o in second] == [(o.entity, 2) for o in ops]
+
+
+def test_a_late_repeat_of_an_old_reply_keeps_the_newer_base_version(
+    queue: OfflineQueue,
+) -> None:
+    a1 = queue.enqueue("create", "note:a", {"id": "a"})
+    queue.next_batch()
+    queue.mark_delivered_many([(a1.id, None, "v1")])
+    a2 = queue.enqueue("update", "note:a", {"x": 2}, base_version="v1")
+    queue.next_batch()
+    queue.mark_delivered_many([(a2.id, None, "v2")])
+    queue.mark_delivered_many([(a1.id, None, "v1")])  # a1's reply, again, late
+    assert queue.base_version("note:a") == "v2"
+    # and mixed into a reply that does deliver something
+    b = queue.enqueue("create", "note:b", {"id": "b"})
+    queue.next_batch()
+    queue.mark_delivered_many([(a1.id, None, "v1"), (b.id, None, "vb")])
+    assert (queue.base_version("note:a"), queue.base_version("note:b")) == ("v2", "vb")
+
+
+def test_an_id_given_twice_keeps_its_first_response_and_its_first_etag(
+    queue: OfflineQueue,
+) -> None:
+    b = queue.enqueue("create", "note:b", {"id": "b"})
+    queue.next_batch()
+    queue.mark_delivered_many([(b.id, {"r": 1}, "vb1"), (b.id, {"r": 2}, "vb-dup")])
+    assert queue.get(b.id).response == {"r": 1}
+    assert queue.base_version("note:b") == "vb1"

@@ -270,7 +270,8 @@ class OfflineQueue:
 
     def mark_delivered_many(self, items: Sequence[tuple[str, Any, str | None]]) -> None:
         """``mark_delivered`` for ``(op_id, response, etag)``s, all or nothing; an etag
-        becomes its entity's base version."""
+        becomes its entity's base version when this call delivers its operation (a repeat
+        of an earlier reply changes nothing)."""
         if items:
             with self._store.write() as tx:
                 self._store.deliver_many(tx, items, self._now())

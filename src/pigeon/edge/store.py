@@ -206,34 +206,43 @@ class EdgeStore:
     ) -> None:
         """``deliver`` for a whole reply: three statements (four with versions) however
         many operations, instead of two or three each. An entry not deliverable (and not
-        already delivered) raises, leaving the caller's transaction or savepoint to undo
-        the rest."""
-        responses: dict[str, Any] = {}
-        for op_id, response, _ in items:  # an id given twice keeps its first response,
-            responses.setdefault(op_id, response)  # as one call per entry would
-        tx.execute(
-            "deliver_all",
-            {
-                "items": json.dumps([[i, response_text(r)] for i, r in responses.items()]),
-                "now": now,
-            },
-        )
-        ids = json.dumps(list(responses))
+        already delivered) raises before anything is written. As one call per entry would:
+        an id given twice counts once, with its first response and etag, and an etag
+        becomes its entity's base version only if this call delivered the operation — a
+        late repeat of an old reply must not put back a version the entity has left."""
+        first: dict[str, tuple[Any, str | None]] = {}
+        for op_id, response, etag in items:
+            first.setdefault(op_id, (response, etag))
+        ids = json.dumps(list(first))
         rows = {r["id"]: r for r in tx.fetchall("delivery_states", {"ids": ids})}
-        for op_id, _, _ in items:
+        moved: list[str] = []
+        for op_id in first:
             row = rows.get(op_id)
             if row is None:
                 raise NotFound(f"no operation {op_id!r} in {self.path}")
-            if row["status"] != OpStatus.DELIVERED:
+            # What deliver_all's WHERE accepts: in flight, or pending once sent.
+            status = row["status"]
+            if status == OpStatus.IN_FLIGHT or (status == OpStatus.PENDING and row["dispatches"]):
+                moved.append(op_id)
+            elif status != OpStatus.DELIVERED:
                 require(row, OpStatus.IN_FLIGHT, action="mark delivered")
+        if not moved:  # all of it delivered before: a repeat changes nothing
+            return
+        tx.execute(
+            "deliver_all",
+            {
+                "items": json.dumps([[i, response_text(first[i][0])] for i in moved]),
+                "now": now,
+            },
+        )
         versions: list[Mapping[str, Any]] = [
-            {"entity": rows[op_id]["entity"], "version": etag}
-            for op_id, _, etag in items
-            if etag is not None
+            {"entity": rows[i]["entity"], "version": first[i][1]}
+            for i in moved
+            if first[i][1] is not None
         ]
         if versions:
             tx.executemany("set_base_version", versions)
-        entities = dict.fromkeys(rows[op_id]["entity"] for op_id, _, _ in items)
+        entities = dict.fromkeys(rows[i]["entity"] for i in moved)
         tx.execute("promote_heads", {"entities": json.dumps(list(entities))})
 
     def fail(

@@ -111,7 +111,8 @@ UPDATE operations SET head = 1 WHERE seq = :seq;
 -- name: deliver_all
 -- deliver, for a whole reply in one statement. :items is a JSON list of [id, response
 -- JSON text or null]; each id is found through its index (json_each drives the join).
--- No RETURNING: the caller reads the outcome back in one go (delivery_states).
+-- The caller reads the states first (delivery_states) and passes only the ids this
+-- UPDATE will move, so it knows which etags to keep without a RETURNING.
 UPDATE operations
    SET status = 'delivered', head = 0, delivered_at = :now, response = d.response
   FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS response
@@ -121,7 +122,7 @@ UPDATE operations
         OR (operations.status = 'pending' AND operations.dispatches > 0));
 
 -- name: delivery_states
-SELECT id, entity, status FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
+SELECT id, entity, status, dispatches FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: promote_heads
 -- promote_head for every entity of the JSON list :entities, in one statement.
