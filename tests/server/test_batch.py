@@ -12,7 +12,7 @@ import pytest
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
-from pigeon.server.notes import create_note, delete_note, read_ledger
+from pigeon.server.notes import create_note, delete_note, read_ledger, replace_note
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database, Row, Tx
 
@@ -151,6 +151,23 @@ def test_an_operation_is_the_same_request_alone_or_in_a_batch(
     assert [r["status"] for r in results] == [201, 422, 201, 201]
     assert [r["replayed"] for r in results] == [True, False, False, True]
     assert len(read_ledger(db)) == 2
+
+
+def test_a_batch_path_is_read_as_the_single_route_reads_it(db: Database, clock: FakeClock) -> None:
+    intake = Intake(db, now=clock)
+    intake.add_operation("POST", "/notes", create_note)
+    intake.add_operation("PUT", "/notes/{id}", replace_note)
+    client = TestClient(create_app(intake, purge_interval=None))
+    client.post("/notes", json={"id": "a b"}, headers={"Idempotency-Key": "c"})
+    alone = client.put("/notes/a%20b", json={"v": 1}, headers={"Idempotency-Key": "u1"})
+    assert alone.status_code == 200 and alone.json()["id"] == "a b"
+    results = batch(
+        client,
+        op("u1", "PUT", "/notes/a%20b", {"v": 1}),  # the same request again: a replay
+        op("u2", "PUT", "/notes/a%20b?src=x", {"v": 2}),  # the query is not the path
+    )
+    assert [(r["status"], r["replayed"]) for r in results] == [(200, True), (200, False)]
+    assert results[1]["body"]["id"] == "a b" and results[1]["body"]["data"] == {"v": 2}
 
 
 def test_a_key_in_progress_stops_the_batch(db: Database, clock: FakeClock) -> None:

@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -106,6 +107,10 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
         return _bad_request(
             "bad-batch-entry", f"operations[{index}] needs a string method and an absolute path"
         )
+    # The path as the single-operation route sees it (ASGI gives it percent-decoded, the
+    # query apart, which handlers never see): the same operation must reach the same
+    # entity, and have the same fingerprint, alone or in a batch.
+    path = unquote(urlsplit(path).path)
     clock = _clock(entry.get("clock"))
     if isinstance(clock, OpResult):
         return clock
