@@ -18,7 +18,7 @@ from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.transport import NotSent
 from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor
-from tests.protocol.wire_app import LiveServer, WireState
+from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
 # Backoff after an error: short, so a test waits milliseconds, not the default seconds.
@@ -136,6 +136,27 @@ def test_a_step_that_raises_does_not_end_the_asyncio_task(
 
     asyncio.run(main())
     assert errors == [failure]
+
+
+def test_drain_sleeps_through_a_backoff_instead_of_spinning(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No background thread: nobody clears the wake-up flag that engine.enqueue set, and
+    drain used to wait on it, returning at once, ~20,000 times a second."""
+    engine = make_engine()
+    state.faults["a"].append(Fault(503, retry_after="1"))
+    op = engine.enqueue("update", "thing:a", {"x": 1})
+    looks = {"n": 0}
+    next_due_at = queue.next_due_at
+
+    def counted() -> float | None:
+        looks["n"] += 1
+        return next_due_at()
+
+    monkeypatch.setattr(queue, "next_due_at", counted)
+    assert engine.drain(timeout=10)
+    assert queue.get(op.id).status is OpStatus.DELIVERED
+    assert looks["n"] <= 5, f"drain looked at the queue {looks['n']} times in one backoff"
 
 
 async def _until(predicate: Any) -> None:

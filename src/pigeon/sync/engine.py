@@ -46,7 +46,7 @@ from pigeon.sync.events import (
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.resolver import ConflictResolver
-from pigeon.sync.scheduler import Waker, wait_time
+from pigeon.sync.scheduler import Notices, Waker, wait_time
 
 log = logging.getLogger("pigeon.sync")
 
@@ -117,7 +117,8 @@ class SyncEngine:
         self._idle_recheck = idle_recheck
         self._batch_window = batch_window
         self._clock = clock
-        self._waker = Waker()
+        self._waker = Waker()  # the background loop's wake-up flag
+        self._notices = Notices()  # the same wake-ups, for drain (which must not clear it)
         self._turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
@@ -138,6 +139,7 @@ class SyncEngine:
     def notify(self) -> None:
         """Something changed (new operation, app event): look at the queue soon. Never blocks."""
         self._waker.set()
+        self._notices.post()
 
     def set_online(self, online: bool) -> None:
         self.connectivity.set_online(online)
@@ -173,6 +175,7 @@ class SyncEngine:
         letters are not pending: they wait for a person or a resolver."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            seen = self._notices.count  # before looking: a notice while we look counts
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.flush(remaining):
                 return False
@@ -186,7 +189,8 @@ class SyncEngine:
                 if remaining <= 0:
                     return False
                 pause = min(pause, remaining)
-            self._waker.wait(pause)
+            # Until the next backoff timer, or sooner if something new is enqueued.
+            self._notices.wait_past(seen, pause)
 
     # -- thread mode ------------------------------------------------------------------
 

@@ -90,3 +90,34 @@ class Waker:
         except TimeoutError:
             return False
         return True
+
+
+class Notices:
+    """A count of events that any number of threads can wait for without consuming them.
+
+    The `Waker` is one flag for the one background loop, which clears it before each step.
+    Another waiter (a caller of `SyncEngine.drain`) must not clear it, or the loop would
+    miss its wake-up, and cannot wait on it either: once set and not cleared, every wait
+    returns at once and the waiter spins. Each waiter here remembers the count it saw
+    before looking at the queue and sleeps until the count moves past it, so an event
+    that came while it looked is never lost, and none is taken from anyone else.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        with self._changed:
+            return self._count
+
+    def post(self) -> None:
+        with self._changed:
+            self._count += 1
+            self._changed.notify_all()
+
+    def wait_past(self, seen: int, timeout: float | None) -> bool:
+        """Sleep until the count is no longer ``seen`` (True) or ``timeout`` passes."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._count != seen, timeout)
