@@ -312,3 +312,33 @@ def test_batch_groups_calls_into_one_transaction(tmp_path: Path, clock: FakeCloc
             with pytest.raises(NotFound):
                 queue.mark_delivered("nope")
         assert queue.get(ops[3].id).status is OpStatus.DELIVERED
+
+
+def test_oldest_age_is_the_oldest_head_whatever_its_place_in_the_queue(
+    queue: OfflineQueue, clock: FakeClock
+) -> None:
+    old = queue.enqueue("create", "note:old", {"id": "old"})  # made at t0
+    queue.next_batch()
+    queue.mark_failed(old.id, "400", kind="permanent")
+    clock.advance(4000)
+    queue.enqueue("create", "note:new", {"id": "new"})
+    queue.retry_dead(old.id)  # back at the tail, still made at t0
+    clock.advance(10)
+    assert queue.stats().oldest_age == 4010.0
+    queue.next_batch()  # in flight, and then held for a conflict: still the oldest
+    assert queue.stats().oldest_age == 4010.0
+    queue.mark_failed(old.id, "412", kind="conflict")
+    assert queue.stats().oldest_age == 4010.0
+    clock.advance(-3000)  # the device clock goes back: a later operation made "earlier"
+    queue.enqueue("create", "note:back", {"id": "back"})
+    queue.discard(old.id)
+    assert queue.stats().oldest_age == 0.0  # note:back, made just now
+    clock.advance(5)
+    assert queue.stats().oldest_age == 5.0
+
+
+def test_oldest_age_reads_the_heads_index_not_the_table(queue: OfflineQueue) -> None:
+    tx = queue._store.read()
+    plan = tx.conn.execute("EXPLAIN QUERY PLAN " + tx.queries["oldest_head"]).fetchall()
+    details = " ".join(row["detail"] for row in plan)
+    assert "USING INDEX operations_heads" in details and "SCAN operations" not in details, details

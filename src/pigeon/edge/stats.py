@@ -11,7 +11,10 @@ from pigeon.storage.sqlite import SQLiteTx
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     depth: int  # live operations: pending + in flight + conflict-held
-    oldest_age: float | None  # seconds since the oldest live operation was made
+    # Seconds since the oldest live head (the next operation of its entity) was made. An
+    # operation waiting behind its entity's head is not counted, so the count reads the
+    # heads only; a retried dead letter that is not a head is the one case it can miss.
+    oldest_age: float | None
     in_flight: int
     dead: int
     conflicts: int

@@ -203,16 +203,12 @@ SELECT count(*) AS n FROM operations
  WHERE head = 1 AND (status = 'conflict' OR (status = 'pending' AND attempts > 0));
 
 -- name: oldest_head
-SELECT min(created_at) AS created_at FROM (
-    SELECT created_at FROM (SELECT created_at FROM operations
-                             WHERE head = 1 AND status = 'pending' ORDER BY seq LIMIT 1)
-    UNION ALL
-    SELECT created_at FROM (SELECT created_at FROM operations
-                             WHERE head = 1 AND status = 'in_flight' ORDER BY seq LIMIT 1)
-    UNION ALL
-    SELECT created_at FROM (SELECT created_at FROM operations
-                             WHERE head = 1 AND status = 'conflict' ORDER BY seq LIMIT 1)
-);
+-- The smallest created_at of the live heads, not the first head by seq: a retried dead
+-- letter rejoins at the tail with its old created_at, and a device clock that went back
+-- makes later operations look older. Reads the heads only, through operations_heads (one
+-- index range per status), never the delivered rows kept for a week.
+SELECT min(created_at) AS created_at FROM operations
+ WHERE head = 1 AND status IN ('pending', 'in_flight', 'conflict');
 
 -- name: next_backoff
 -- Heads that were sent before (failed, or released after 409) wait until their time.
