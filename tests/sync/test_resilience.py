@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import threading
 from typing import Any
 
+import httpx
 import pytest
 
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
+from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.protocol.transport import NotSent
 from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -157,6 +161,39 @@ def test_drain_sleeps_through_a_backoff_instead_of_spinning(
     assert engine.drain(timeout=10)
     assert queue.get(op.id).status is OpStatus.DELIVERED
     assert looks["n"] <= 5, f"drain looked at the queue {looks['n']} times in one backoff"
+
+
+def test_flush_and_drain_wait_for_what_another_lane_has_on_the_way(
+    queue: OfflineQueue,
+) -> None:
+    """pipeline=2: the background thread has thing:a's first update on the wire and its
+    second waits behind it. Neither is due, so flush and drain used to say "done"."""
+    gate, entered = threading.Event(), threading.Event()
+    bodies: list[Any] = []
+
+    def slow_server(request: httpx.Request) -> httpx.Response:
+        entered.set()
+        gate.wait(10)
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={})
+
+    with InProcessTransport(handler=slow_server) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), pipeline=2)
+        engine.start()
+        try:
+            engine.enqueue("update", "thing:a", {"i": 0})
+            assert entered.wait(10)
+            engine.enqueue("update", "thing:a", {"i": 1})
+            # The gate stays shut throughout: a True here is a lie, whatever the timing.
+            assert engine.flush(timeout=0.3) is False
+            assert engine.drain(timeout=0.3) is False
+            gate.set()
+            assert engine.drain(timeout=10)
+            assert bodies == [{"i": 0}, {"i": 1}]
+            assert queue.stats().depth == 0 and queue.stats().in_flight == 0
+        finally:
+            gate.set()
+            engine.stop()
 
 
 async def _until(predicate: Any) -> None:

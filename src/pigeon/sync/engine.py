@@ -113,6 +113,8 @@ class SyncEngine:
         # one happens. Never cleared: compare identities to notice a new one.
         self.last_error: BaseException | None = None
         self._error_streak = 0  # steps of the loop that raised in a row
+        self._running = 0  # cycles in progress, in any thread (under _state_lock)
+        self._mine = threading.local()  # .running: those of the current thread
         self._reconnect = reconnect
         self._idle_recheck = idle_recheck
         self._batch_window = batch_window
@@ -163,33 +165,57 @@ class SyncEngine:
         when ``timeout`` passes, the queue is paused, or the server cannot be reached.
 
         Operations waiting out a backoff are not due: flush does not wait for them (see
-        `drain`). An explicit flush tries even when the monitor believes we are offline.
+        `drain`). Operations another thread of this engine has on the way (the background
+        loop's, with ``pipeline`` > 1) are waited for, and what they held back is sent: True
+        never leaves one of them on the wire. An explicit flush tries even when the monitor
+        believes we are offline.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         self._unreachable_until = 0.0
-        return self._lanes(deadline, honour_stop=False)
+        while True:
+            seen = self._notices.count
+            if not self._lanes(deadline, honour_stop=False):
+                return False
+            if self._notices.count == seen and not self._busy():
+                return True  # nothing due, nothing on the way, nothing new meanwhile
+            # Something moved while we looked: our cycles sent operations (their entities'
+            # next ones may be due now), another thread's cycle ended or is still on the
+            # way, or something was enqueued. Wait out a cycle on the way, then look again.
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            seen = self._notices.count
+            if self._busy():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                self._notices.wait_past(seen, remaining)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Flush, then keep waiting out backoffs until nothing is pending at all (True),
         or until ``timeout``, a pause, or an unreachable server (False). Conflicts and dead
-        letters are not pending: they wait for a person or a resolver."""
+        letters are not pending: they wait for a person or a resolver. Nor is True ever
+        returned while this engine has an operation on the way."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            seen = self._notices.count  # before looking: a notice while we look counts
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.flush(remaining):
                 return False
+            # Taken before looking: whatever changes after the look posts a notice after it.
+            seen = self._notices.count
             due = self.queue.next_due_at()
-            if due is None:
+            # After next_due_at: a cycle counts itself busy before it takes operations, so
+            # those it took between the two looks are seen here, if not as due.
+            busy = self._busy()
+            if due is None and not busy:
                 return True
-            wait = due - self._clock()
-            pause = wait + self._batch_window if wait > 0 else min(self._idle_recheck, 0.05)
+            pause: float | None = None  # a cycle on the way: until it ends (a notice)
+            if due is not None:
+                wait = due - self._clock()
+                pause = wait + self._batch_window if wait > 0 else min(self._idle_recheck, 0.05)
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                pause = min(pause, remaining)
-            # Until the next backoff timer, or sooner if something new is enqueued.
+                pause = remaining if pause is None else min(pause, remaining)
+            # Until the next backoff timer, the end of a cycle on the way, or an enqueue.
             self._notices.wait_past(seen, pause)
 
     # -- thread mode ------------------------------------------------------------------
@@ -383,16 +409,34 @@ class SyncEngine:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._turns.acquire(timeout=timeout):
             return None
+        report: CycleReport | None = None
+        with self._state_lock:
+            self._running += 1  # before next_batch: see drain
+        self._mine.running = getattr(self._mine, "running", 0) + 1
         try:
             report = self.executor.run_once(self.batch_size)
         finally:
             self._turns.release()
+            self._mine.running -= 1
+            with self._state_lock:
+                self._running -= 1
+            # A flush or drain in another thread may wait for these operations. A cycle
+            # that took nothing changes nothing: no notice, or drain would never sleep.
+            if report is None or report.taken:
+                self._notices.post()
         with self._state_lock:
             self._account(report)
         if report.error is not None:  # outside the lock: on_error is application code
             log.warning("pigeon sync: a request could not be made", exc_info=report.error)
             self._error(report.error)
         return report
+
+    def _busy(self) -> bool:
+        """Whether a cycle of this engine in another thread has operations on the way.
+        The current thread's own cycle (a callback calling flush) is not waited for: it
+        cannot end before the callback returns."""
+        with self._state_lock:
+            return self._running - getattr(self._mine, "running", 0) > 0
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
