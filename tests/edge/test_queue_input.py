@@ -114,3 +114,77 @@ def test_open_without_create(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="no such file"):
         OfflineQueue(tmp_path / "missing.db", create=False)
     assert not (tmp_path / "missing.db").exists()
+
+
+# A lone surrogate (half of an emoji cut by a slice) has no UTF-8 form: SQLite cannot
+# store it, so it is refused at the door with the error of the field it is in.
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        (("update", "note:1", {"t": "\ud800"}), {}, PayloadNotSerializable, "payload"),
+        (("update", "note:1", {"\udfff": 1}), {}, PayloadNotSerializable, "payload"),
+        (("update", "note:\ud800", {}), {}, EmptyEntity, "entity"),
+        (("update", "note:1", {}), {"endpoint": "/x/\ud800"}, InvalidOperation, "endpoint"),
+        (("x\ud800", "note:1", {}), {}, UnknownOperationType, "operation type"),
+        (("update", "note:1", {}), {"base_version": "\ud800"}, InvalidOperation, "base_version"),
+        (("update", "note:1", {}), {"base_version": 3}, InvalidOperation, "base_version"),
+    ],
+)
+def test_text_with_no_utf8_form_is_refused_naming_the_field(
+    tmp_path: Path, args: tuple[Any, ...], kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+        with pytest.raises(error, match=f"^{message}"):
+            q.enqueue(*args, **kwargs)
+        assert q.stats().depth == 0
+        assert q.enqueue("update", "note:1", {"t": "\U0001f426"}).payload == {"t": "\U0001f426"}
+
+
+def _in_flight(q: OfflineQueue) -> str:
+    q.enqueue("create", "note:9", {"id": 9})
+    [op] = [o for o in q.next_batch() if o.entity == "note:9"]
+    return op.id
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda q, i: q.mark_failed(i, "x", retry_after="5"), "retry_after"),
+        (lambda q, i: q.mark_failed(i, "x", retry_after=True), "retry_after"),
+        (lambda q, i: q.mark_failed(i, "x", retry_after=float("inf")), "retry_after"),
+        (lambda q, i: q.mark_failed(i, ValueError("boom")), "error"),
+        (lambda q, i: q.mark_failed(i, None), "error"),
+        (lambda q, i: q.mark_failed(i, "bad \ud800", kind="permanent"), "error"),
+        (lambda q, i: q.release(i, retry_after="5"), "retry_after"),
+        (lambda q, i: q.set_base_version("note:9", ""), "version"),
+        (lambda q, i: q.set_base_version("note:9", object()), "version"),
+        (lambda q, i: q.set_base_version("note:9", "\ud800"), "version"),
+        (lambda q, i: q.set_base_version("note:\ud800", "v1"), "entity"),
+        (lambda q, i: q.mark_delivered_many([(i, None, "")]), "etag"),
+        (lambda q, i: q.mark_delivered_many([(i, None, 7)]), "etag"),
+        (lambda q, i: q.next_batch(2.5), "n"),
+        (lambda q, i: q.next_batch(-1), "n"),
+        (lambda q, i: q.next_batch("3"), "n"),
+        (lambda q, i: q.operations("bogus"), "unknown operation status 'bogus'"),
+        (lambda q, i: q.operations("coalesced"), "no operation is stored as 'coalesced'"),
+        (lambda q, i: q.operations("pending", limit=1.5), "limit"),
+        (lambda q, i: q.pause("\ud800"), "reason"),
+    ],
+)
+def test_bad_arguments_raise_a_typed_error_and_change_nothing(
+    tmp_path: Path, call: Any, message: str
+) -> None:
+    with OfflineQueue(tmp_path / "q.db", durability="normal", now=lambda: 1000.0) as q:
+        q.enqueue("create", "note:8", {"id": 8})
+        op_id = _in_flight(q)  # note:8 was handed out too; note:9 is the one we look at
+        before = (q.get(op_id), q.base_version("note:9"), q.stats(), q.paused)
+        with pytest.raises(InvalidOperation, match=f"^{message}"):
+            call(q, op_id)
+        assert (q.get(op_id), q.base_version("note:9"), q.stats(), q.paused) == before
+
+
+def test_next_batch_of_zero_hands_out_nothing(tmp_path: Path) -> None:
+    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+        q.enqueue("create", "note:1", {})
+        assert q.next_batch(0) == []
+        assert q.stats().in_flight == 0

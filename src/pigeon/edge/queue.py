@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import math
 import os
 import random
 import threading
@@ -23,6 +22,7 @@ from typing import Any, Literal
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.edge import retention
 from pigeon.edge import store as st
+from pigeon.edge import validate as v
 from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
@@ -30,7 +30,6 @@ from pigeon.edge.retry import RetryPolicy
 from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
-from pigeon.edge.validate import encode_payload, entity_name, operation_type, route
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
 from pigeon.storage.sqlite import SQLiteTx
 
@@ -142,14 +141,12 @@ class OfflineQueue:
         unsent CREATE returns an operation with status ``COALESCED`` that was never stored
         (``get`` on its id raises NotFound): nothing about the entity is left to send.
         """
-        type_ = operation_type(type, self.allowed_types)
-        entity = entity_name(entity)
-        text = encode_payload(payload, self.max_payload_bytes)
-        endpoint, method = route(type_, entity, endpoint, method)
-        if base_version is not None and (not isinstance(base_version, str) or not base_version):
-            raise InvalidOperation(
-                f"base_version must be a non-empty string or None, not {base_version!r}"
-            )
+        type_ = v.operation_type(type, self.allowed_types)
+        entity = v.entity_name(entity)
+        text = v.encode_payload(payload, self.max_payload_bytes)
+        endpoint, method = v.route(type_, entity, endpoint, method)
+        if base_version is not None:
+            base_version = v.version(base_version)
         op_id, key = uuid7(), uuid4()
         self._issued = True
 
@@ -233,7 +230,8 @@ class OfflineQueue:
         self, status: OpStatus | str | None = None, limit: int = 1000
     ) -> list[Operation]:
         """Operations of one status (any status if None), in queue order."""
-        value = None if status is None else OpStatus(status).value
+        value = None if status is None else v.stored_status(status)
+        limit = v.count(limit, "limit")
         rows = self._store.read().fetchall("list_ops", {"status": value, "n": limit})
         return [st.to_operation(r) for r in rows]
 
@@ -242,8 +240,8 @@ class OfflineQueue:
     def next_batch(self, n: int = 100) -> list[Operation]:
         """Hand out up to ``n`` due operations, marked IN_FLIGHT, in queue order: the oldest
         due head of each entity, never one behind an earlier undelivered operation, at most
-        one in flight per entity. Nothing while the queue is paused."""
-        if n <= 0:
+        one in flight per entity. Nothing while the queue is paused (or for ``n`` = 0)."""
+        if v.count(n, "n") == 0:
             return []
         # Durable, although IN_FLIGHT itself is volatile (recovery resets it): the same
         # write counts the dispatch, and that count is what forbids folding into or
@@ -272,6 +270,9 @@ class OfflineQueue:
         """``mark_delivered`` for ``(op_id, response, etag)``s, all or nothing; an etag
         becomes its entity's base version when this call delivers its operation (a repeat
         of an earlier reply changes nothing)."""
+        for _, _, etag in items:  # what set_base_version refuses, refused here too
+            if etag is not None:
+                v.version(etag, "etag")
         if items:
             with self._store.write() as tx:
                 self._store.deliver_many(tx, items, self._now())
@@ -307,6 +308,11 @@ class OfflineQueue:
             raise InvalidOperation(
                 f"kind must be 'transient', 'permanent' or 'conflict', not {kind!r}"
             )
+        if not isinstance(error, str):
+            raise InvalidOperation(f"error must be a string describing it, not {error!r}")
+        v.text(error, "error")
+        if retry_after is not None:
+            retry_after = v.seconds(retry_after, "retry_after")
         with self._store.write() as tx:
             row = self._store.row(tx, op_id)
             st.require(row, OpStatus.IN_FLIGHT, action="mark failed")
@@ -363,15 +369,7 @@ class OfflineQueue:
             return 0.0
         if retry_after is None:
             return self.retry_policy.backoff(1)
-        if (
-            isinstance(retry_after, bool)
-            or not isinstance(retry_after, int | float)
-            or not math.isfinite(retry_after)
-        ):
-            raise InvalidOperation(
-                f"retry_after must be a finite number of seconds or None, not {retry_after!r}"
-            )
-        return max(float(retry_after), 0.0)
+        return max(v.seconds(retry_after, "retry_after"), 0.0)
 
     # -- repair --------------------------------------------------------------------------
 
@@ -436,6 +434,7 @@ class OfflineQueue:
         """Stop handing out operations (e.g. 401/403: authorisation needed). Persisted."""
         if not isinstance(reason, str) or not reason:
             raise InvalidOperation(f"pause needs a non-empty reason, not {reason!r}")
+        v.text(reason, "reason")
         with self._store.write() as tx:
             tx.execute("set_paused", {"paused": reason})
 
@@ -453,7 +452,10 @@ class OfflineQueue:
         return None if row is None else str(row["version"])
 
     def set_base_version(self, entity: str, version: str | None) -> None:
-        entity = entity_name(entity)
+        """What enqueue would take as ``base_version`` (None forgets the entity's)."""
+        entity = v.entity_name(entity)
+        if version is not None:
+            version = v.version(version, "version")
         with self._store.write() as tx:
             if version is None:
                 tx.execute("clear_base_version", {"entity": entity})

@@ -7,12 +7,13 @@ bad operation fails alone, with a typed error naming the problem, and nothing is
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote
 
-from pigeon.edge.operation import OpType
+from pigeon.edge.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
     InvalidOperation,
@@ -47,7 +48,7 @@ def operation_type(value: str | OpType, allowed: Collection[str] | None) -> str:
         raise UnknownOperationType(
             f"operation type {value!r} is not one of the allowed types {sorted(allowed)!r}"
         )
-    return value
+    return text(value, "operation type", UnknownOperationType)
 
 
 def entity_name(value: str) -> str:
@@ -55,19 +56,79 @@ def entity_name(value: str) -> str:
         raise EmptyEntity(f"entity must be a string such as 'note:42', not {value!r}")
     if not value.strip():
         raise EmptyEntity(f"entity must be a non-empty string such as 'note:42', not {value!r}")
+    return text(value, "entity", EmptyEntity)
+
+
+def text(value: str, field: str, error: type[InvalidOperation] = InvalidOperation) -> str:
+    """``value`` if it can be stored: SQLite and the wire take UTF-8, and a lone surrogate
+    (e.g. half of an emoji cut by a slice) has no UTF-8 form. Refused here, naming the
+    field, rather than as a UnicodeEncodeError from deep inside a write."""
+    if value.isascii():  # nearly every value: no encoding needed to know
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start : exc.end]
+        raise error(
+            f"{field} is not valid text: {bad!r} at position {exc.start} is a surrogate "
+            "code point, which has no UTF-8 form"
+        ) from None
     return value
+
+
+def version(value: object, field: str = "base_version") -> str:
+    """A base version (an etag the server gave): a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise InvalidOperation(f"{field} must be a non-empty string or None, not {value!r}")
+    return text(value, field)
+
+
+def seconds(value: object, field: str) -> float:
+    """A finite number of seconds (not a bool, which is an int to Python)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidOperation(f"{field} must be a finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def count(value: object, field: str) -> int:
+    """How many rows to take: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOperation(f"{field} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def stored_status(value: OpStatus | str) -> str:
+    """A status operations can be stored with, as its text."""
+    try:
+        status = OpStatus(value)
+    except ValueError:
+        known = ", ".join(s.value for s in OpStatus if s is not OpStatus.COALESCED)
+        raise InvalidOperation(f"unknown operation status {value!r}: one of {known}") from None
+    if status is OpStatus.COALESCED:
+        raise InvalidOperation(
+            "no operation is stored as 'coalesced': a coalesced operation is folded into "
+            "another or cancelled (stats().coalesced counts them)"
+        )
+    return status.value
 
 
 def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as JSON text, refused if it is not JSON or larger than ``max_bytes``."""
     try:
-        text = _ENCODER.encode(payload)
+        encoded = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        bad = encoded[exc.start : exc.end]
+        raise PayloadNotSerializable(
+            f"payload is not valid text: it holds {bad!r}, a surrogate code point, which has no "
+            "UTF-8 form"
+        ) from None
     if size > max_bytes:
         raise PayloadTooLarge(f"payload is {size} bytes as JSON, over the limit of {max_bytes}")
-    return text
+    return encoded
 
 
 def route(
@@ -83,10 +144,12 @@ def route(
         if not isinstance(method, str) or not _TOKEN.match(method):
             raise InvalidOperation(f"method must be an HTTP method such as 'PUT', not {method!r}")
         method = method.upper()
-    if endpoint is not None and (not isinstance(endpoint, str) or not endpoint.strip()):
-        raise InvalidOperation(
-            f"endpoint must be a non-empty path such as '/notes/42', not {endpoint!r}"
-        )
+    if endpoint is not None:
+        if not isinstance(endpoint, str) or not endpoint.strip():
+            raise InvalidOperation(
+                f"endpoint must be a non-empty path such as '/notes/42', not {endpoint!r}"
+            )
+        text(endpoint, "endpoint")
     default = _ROUTES.get(type_)
     kind, sep, ident = entity.partition(":")
     if default is None or not sep or not kind or not ident:
