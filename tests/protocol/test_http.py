@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import uuid
 from typing import Any
@@ -171,12 +172,13 @@ def test_malformed_batch_reply_is_an_unknown_outcome() -> None:
     assert "results" in str(replies[0].error)
 
 
-@pytest.mark.parametrize("status", [400, 404, 405, 413])
-def test_a_refused_batch_request_is_an_unknown_outcome_not_a_verdict_on_each_op(
+@pytest.mark.parametrize("status", [400, 404, 405, 410, 422])
+def test_a_refused_batch_request_is_batch_refused_not_a_verdict_on_each_op(
     status: int,
 ) -> None:
-    """A 413 from a proxy or a 404 from a server without the batch route says nothing about
-    the operations inside: they must be retried with their keys, never dead-lettered."""
+    """A 404 from a server without the batch route says nothing about the operations
+    inside: none was applied, and the queue must pause, not run them into dead letters."""
+    from pigeon.protocol.transport import BatchRefused
     from pigeon.sync.classify import OutcomeKind, classify
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -187,8 +189,49 @@ def test_a_refused_batch_request_is_an_unknown_outcome_not_a_verdict_on_each_op(
         replies = t.send([op("a"), op("b")]).replies
     assert len(replies) == 2
     for _, reply in replies:
+        assert isinstance(reply.error, BatchRefused) and reply.shared
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=time.time())
-        assert outcome.kind is OutcomeKind.TRANSIENT
+        assert outcome.kind is OutcomeKind.REFUSED and outcome.status == status
+        assert f"HTTP {status}" in outcome.reason
+
+
+def _batch_server(limit: int, sizes: list[int]) -> httpx.Client:
+    """A server behind a proxy that refuses batch requests of more than ``limit``
+    operations with 413; the rest are applied, each answered 200."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        operations = json.loads(request.content)["operations"]
+        sizes.append(len(operations))
+        if len(operations) > limit:
+            return httpx.Response(413, text="request entity too large")
+        results = [{"id": o["id"], "status": 200, "body": o["body"]} for o in operations]
+        return httpx.Response(200, json={"results": results})
+
+    return httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler))
+
+
+def test_a_batch_refused_as_too_large_is_split_until_it_passes() -> None:
+    sizes: list[int] = []
+    ops = [op(f"e{i}") for i in range(5)]
+    with HttpTransport(client=_batch_server(2, sizes), batch=True) as t:
+        replies = t.send(ops).replies
+    assert [o.id for o, _ in replies] == [o.id for o in ops]  # every one, in order
+    assert all(r.status == 200 for _, r in replies)
+    assert sizes == [5, 2, 3, 1, 2]  # halves, one after the other
+
+
+def test_an_operation_too_large_alone_is_permanent_and_the_split_stops_there() -> None:
+    from pigeon.sync.classify import OutcomeKind, classify
+
+    sizes: list[int] = []
+    ops = [op(f"e{i}") for i in range(3)]
+    with HttpTransport(client=_batch_server(0, sizes), batch=True) as t:
+        replies = t.send(ops, keep_going=lambda reply: reply.error is None).replies
+    # 3 -> [1] alone is refused: a verdict on that operation; the rest are not attempted.
+    assert sizes == [3, 1] and [o.id for o, _ in replies] == [ops[0].id]
+    reply = replies[0][1]
+    assert isinstance(reply.error, PermanentError) and not reply.shared
+    assert classify(None, error=reply.error, now=time.time()).kind is OutcomeKind.PERMANENT
 
 
 def test_batches_never_exceed_the_servers_limit() -> None:

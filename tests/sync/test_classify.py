@@ -18,6 +18,7 @@ from pigeon.exceptions import (
     UnknownOutcome,
 )
 from pigeon.protocol import wire
+from pigeon.protocol.transport import BatchRefused
 from pigeon.sync.classify import OutcomeKind, classify, parse_retry_after
 
 NOW = 1_700_000_000.0
@@ -112,6 +113,10 @@ def test_exceptions() -> None:
     )
     held = classify(None, error=KeyInProgress("busy", retry_after=3.0), now=NOW)
     assert held.kind is OutcomeKind.KEY_IN_PROGRESS and held.retry_after == 3.0
+    refused = classify(None, error=BatchRefused("no batch route", status=404), now=NOW)
+    assert refused.kind is OutcomeKind.REFUSED and refused.status == 404 and refused.sent
+    with pytest.raises(ValueError, match="not a failure"):
+        _ = refused.failure_kind  # never mark_failed: it pauses the queue instead
 
 
 def test_outcome_error_is_the_typed_exception() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import time
 import weakref
 from typing import Any
@@ -254,3 +255,41 @@ def test_close_lets_go_of_the_queue_and_the_monitor(
     queue.enqueue("update", "thing:b", {"i": 0})  # no callback left to a dead engine
     monitor.set_online(False)
     monitor.set_online(True)
+
+
+def test_a_server_without_the_batch_route_pauses_the_queue_instead_of_killing_it(
+    queue: OfflineQueue,
+) -> None:
+    """404 for the batch request itself, every time: nothing was applied, and retrying
+    it would run every operation out of attempts into the dead letters."""
+    from pigeon.protocol.inprocess import InProcessTransport
+
+    route = {"exists": False}
+    requests: list[int] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        operations = json.loads(request.content)["operations"]
+        requests.append(len(operations))
+        if not route["exists"]:
+            return httpx.Response(404, text="Not Found")
+        results = [{"id": o["id"], "status": 200, "body": {}} for o in operations]
+        return httpx.Response(200, json={"results": results})
+
+    paused: list[str] = []
+    with InProcessTransport(handler=server, batch=True) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), on_paused=paused.append)
+        ops = [engine.enqueue("update", f"thing:{e}", {"e": e}) for e in "abc"]
+        assert engine.flush(timeout=5) is False
+        assert engine.drain(timeout=5) is False
+        assert requests == [3]  # paused: no second request, no attempt spent
+        assert engine.paused and "404" in engine.paused and paused == [engine.paused]
+        assert queue.stats().paused == engine.paused  # what `pigeon queue stats` shows
+        assert queue.dead_letters() == []
+        for op in ops:
+            stored = queue.get(op.id)
+            assert (stored.status, stored.attempts) == (OpStatus.PENDING, 0)
+        route["exists"] = True  # the server is fixed
+        engine.resume()
+        assert engine.drain(timeout=5)
+        assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
+        assert all(queue.get(op.id).attempts == 0 for op in ops)

@@ -17,7 +17,7 @@ import httpx
 from pigeon.edge.operation import Operation, OpType
 from pigeon.exceptions import ConfigurationError, PermanentError, UnknownOutcome
 from pigeon.protocol import wire
-from pigeon.protocol.transport import Exchange, KeepGoing, NotSent, Reply
+from pigeon.protocol.transport import BatchRefused, Exchange, KeepGoing, NotSent, Reply
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 MAX_CONCURRENCY = 64
@@ -55,6 +55,11 @@ class HttpTransport:
     as a mapping or a callable. ``batch=True`` uses the batch endpoint with every operation
     the engine hands over in one request; ``batch=N`` splits them into requests of at most
     N. ``client`` replaces the httpx.Client built here (its base_url is then used as is).
+    A batch request refused as a whole is not a verdict on its operations: 413 (too large,
+    often a proxy's limit) splits it in halves, sent one after the other, down to single
+    operations (one still too large alone is a permanent error); 401/403/408/425/429/5xx
+    are every operation's answer; any other refusal is `BatchRefused`, which pauses the
+    queue (see ``SyncEngine.resume``).
 
     ``concurrency`` > 1 keeps up to that many requests (single operations, or batch chunks)
     on the wire at once instead of waiting for each reply before the next request. The
@@ -121,10 +126,8 @@ class HttpTransport:
         chunks = [operations[i : i + size] for i in range(0, len(operations), size)]
         return self._run(
             chunks,
-            self._send_batch,
-            lambda chunk, answered: (
-                len(answered) < len(chunk) or not all(keep(reply) for _, reply in answered)
-            ),
+            lambda chunk: self._send_batch(chunk, keep),
+            lambda chunk, answered: _stopped(chunk, answered, keep),
         )
 
     def _run(
@@ -223,7 +226,7 @@ class HttpTransport:
             replayed=response.headers.get(wire.REPLAYED, "").lower() == "true",
         )
 
-    def _send_batch(self, chunk: Sequence[Operation]) -> list[tuple[Operation, Reply]]:
+    def _send_batch(self, chunk: Sequence[Operation], keep: KeepGoing) -> Answered:
         try:
             headers = self._common_headers()
         except Exception as exc:
@@ -242,13 +245,21 @@ class HttpTransport:
             if status in _BATCH_STATUSES_PER_OPERATION or 500 <= status < 600:
                 # Authorisation and transient answers mean the same for every operation.
                 return _all(chunk, Reply(status, response.headers, body, shared=True))
-            # Any other refusal of the batch request itself (400 too large, 404/405 no batch
-            # route, 413 from a proxy) says nothing about the operations in it: none was
-            # applied, so they are retried with their keys, never dead-lettered for it.
-            error = UnknownOutcome(
-                f"batch request refused with HTTP {status}", status=status, body=body
+            if status == 413:  # too large, none applied: smaller requests may pass
+                return self._split(chunk, keep, body)
+            # Any other refusal of the batch request itself (404/405 no batch route, 400
+            # a batch it cannot read) says nothing about the operations in it: none was
+            # applied. Retrying spends attempts and ends in the dead letters; it pauses
+            # the queue instead, with the reason, until someone fixes the server or the
+            # client's configuration (see BatchRefused).
+            refused = BatchRefused(
+                f"HTTP {status}: the server refused the batch request ({wire.BATCH_PATH}) "
+                "as a whole; none of its operations was applied. Check that it serves "
+                "pigeon's batch route (or use HttpTransport(batch=False)), then resume",
+                status=status,
+                body=body,
             )
-            return _all(chunk, Reply(error=error, shared=True))
+            return _all(chunk, Reply(error=refused, shared=True))
         results = body.get("results") if isinstance(body, dict) else None
         if not isinstance(results, list):
             error = UnknownOutcome(
@@ -265,6 +276,31 @@ class HttpTransport:
                 continue  # the server stopped before this one: not attempted
             answered.append((op, _result_reply(result)))
         return answered
+
+    def _split(self, chunk: Sequence[Operation], keep: KeepGoing, body: Any) -> Answered:
+        """413 for a batch request: send its halves, one after the other, in order. Each
+        request is a fresh look at the limit (payload sizes differ, a count learned from
+        one batch would not fit the next); the cost is one refused request per halving."""
+        if len(chunk) == 1:
+            # Too large on its own: no request will ever carry it past this limit.
+            error = PermanentError(
+                "HTTP 413: this operation alone is too large for the server (or a proxy "
+                "before it) in a batch request",
+                status=413,
+                body=body,
+            )
+            return [(chunk[0], Reply(error=error))]
+        middle = len(chunk) // 2
+        first = self._send_batch(chunk[:middle], keep)
+        if _stopped(chunk[:middle], first, keep):
+            return first  # the second half is not attempted, as after a short reply
+        return first + self._send_batch(chunk[middle:], keep)
+
+
+def _stopped(chunk: Sequence[Operation], answered: Answered, keep: KeepGoing) -> bool:
+    """Whether sending must stop after ``chunk``'s answers: the server stopped short of
+    its end (a transient failure), or an answer says stop (`Transport.send`)."""
+    return len(answered) < len(chunk) or not all(keep(reply) for _, reply in answered)
 
 
 # Batch-level statuses that mean the same thing for each operation inside (plus 5xx).

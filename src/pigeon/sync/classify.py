@@ -25,7 +25,7 @@ from pigeon.exceptions import (
     RetryableError,
 )
 from pigeon.protocol import wire
-from pigeon.protocol.transport import NotSent
+from pigeon.protocol.transport import BatchRefused, NotSent
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 
@@ -36,6 +36,9 @@ class OutcomeKind(enum.StrEnum):
     KEY_IN_PROGRESS = "key_in_progress"  # 409: the server is still running this key
     CONFLICT = "conflict"  # stale base version: hold for the conflict resolver
     AUTH = "auth"  # 401/403: pause the whole queue, spend nothing
+    # A batch request refused as a whole (transport.BatchRefused): none applied, and the
+    # same request will be refused again; pause the whole queue, spend nothing.
+    REFUSED = "refused"
     PERMANENT = "permanent"  # will never succeed: dead-letter
 
 
@@ -208,7 +211,9 @@ def _classify_error(error: BaseException) -> Outcome:
     if isinstance(error, NotSent):  # before DeliveryError: it is a RetryableError too
         return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
     if isinstance(error, DeliveryError):
-        if isinstance(error, KeyInProgress):
+        if isinstance(error, BatchRefused):
+            kind = OutcomeKind.REFUSED
+        elif isinstance(error, KeyInProgress):
             kind = OutcomeKind.KEY_IN_PROGRESS
         elif isinstance(error, RetryableError):
             kind = OutcomeKind.TRANSIENT

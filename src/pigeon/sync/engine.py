@@ -156,7 +156,8 @@ class SyncEngine:
         return self.queue.paused
 
     def resume(self) -> None:
-        """Authorisation fixed (e.g. a new token): unpause the queue and sync."""
+        """Authorisation fixed (e.g. a new token), or the server that refused our batch
+        requests: unpause the queue and sync."""
         self.queue.resume()
         self.notify()
 

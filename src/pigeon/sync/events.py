@@ -29,7 +29,8 @@ class Callbacks:
     ``on_failed``: a failed attempt that will be retried (transient, key in progress).
     ``on_dead``: dead-lettered (permanent, or attempts/age exhausted).
     ``on_conflict``: held for the conflict resolver (the server's version is in the body).
-    ``on_paused``: 401/403; the queue is paused until `SyncEngine.resume()`.
+    ``on_paused``: 401/403, or a batch request refused as a whole (no batch route); the
+    reason says which. The queue is paused until `SyncEngine.resume()`.
     ``on_error``: an exception the engine survived: a step of its background loop raised
     (it backs off and goes on), or a request could not be made (the token callable
     raised; its operations wait, no attempt spent). Also kept as `SyncEngine.last_error`."""

@@ -2,7 +2,8 @@
 
 Every operation the queue hands out leaves this pass in exactly one recorded state:
 delivered, rescheduled (attempt spent), held as a conflict, dead, or released back to
-pending with no attempt spent (not attempted, never sent, or authorisation needed). The
+pending with no attempt spent (not attempted, never sent, authorisation needed, or its
+batch request refused as a whole: the last two pause the queue). The
 release of whatever was not settled sits in a ``finally``, so not even a bug in a callback
 or the transport strands an operation IN_FLIGHT.
 
@@ -163,7 +164,7 @@ class Executor:
 
     def _keep_going(self, reply: Reply) -> bool:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
-        return outcome.sent and outcome.kind is not OutcomeKind.AUTH
+        return outcome.sent and outcome.kind not in (OutcomeKind.AUTH, OutcomeKind.REFUSED)
 
     def _release(
         self, ops: Sequence[Operation], settled: set[str], report: CycleReport, *, sent: bool
@@ -219,10 +220,15 @@ class Executor:
             report.replayed += reply.replayed
             self._emit("on_delivered", op, outcome)
             return
-        if kind is OutcomeKind.AUTH:
-            # The request reached the server (which may store a 403 under the key): keep it
-            # marked sent, so no later edit folds into it; no attempt is spent.
-            self._release_sent(op.id)
+        if kind is OutcomeKind.AUTH or kind is OutcomeKind.REFUSED:
+            if kind is OutcomeKind.AUTH:
+                # The request reached the server (which may store a 403 under the key):
+                # keep it marked sent, so no later edit folds into it.
+                self._release_sent(op.id)
+            else:
+                # Refused before any operation was looked at (no batch route, a batch it
+                # cannot read): this request sent none of them. No attempt is spent.
+                self.queue.release(op.id)
             report.released += 1
             if report.paused is None:
                 report.paused = outcome.reason
