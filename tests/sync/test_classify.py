@@ -159,3 +159,18 @@ def test_retry_after_http_date_is_relative_to_now_and_never_negative(offset: int
 def test_retry_after_never_raises_and_never_goes_negative(text: str) -> None:
     value = parse_retry_after(text, now=NOW)
     assert value is None or value >= 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Sun, 06 Nov 1994 08:49:37 GMT",  # IMF-fixdate
+        "Sunday, 06-Nov-94 08:49:37 GMT",  # obsolete RFC 850
+        "Sun Nov  6 08:49:37 1994",  # obsolete asctime: no zone, and GMT all the same
+    ],
+)
+def test_retry_after_reads_all_three_http_date_formats_as_gmt(value: str) -> None:
+    when = 784111777.0  # 1994-11-06 08:49:37 UTC, RFC 9110's example
+    assert parse_retry_after(value, now=when - 120) == pytest.approx(120.0)
+    outcome = classify(503, {"Retry-After": value}, None, now=when - 120)
+    assert outcome.retry_after == pytest.approx(120.0)

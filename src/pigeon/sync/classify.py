@@ -7,6 +7,7 @@ touches the network, the queue or the clock (``now`` is passed in for HTTP dates
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import enum
 import math
@@ -124,8 +125,10 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive one is read as such
-        return None
+    if when.tzinfo is None:
+        # asctime (and "-0000") parse without a zone; RFC 9110 5.6.7: every HTTP-date is
+        # GMT. Read as local time, or refused, a server's date would be hours off or lost.
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now)
 
 
