@@ -70,6 +70,20 @@ def test_409_told_apart_by_problem_type() -> None:
 def test_untyped_409_uses_retry_after_as_the_tie_breaker() -> None:
     assert classify(409, {"retry-after": "1"}, None, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
     assert classify(409, {}, {"detail": "x"}, now=NOW).kind is OutcomeKind.CONFLICT
+    blank = {"type": "about:blank", "title": "Conflict"}  # RFC 9457's "no type"
+    assert classify(409, {"Retry-After": "1"}, blank, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
+    assert classify(409, {}, blank, now=NOW).kind is OutcomeKind.CONFLICT
+
+
+def test_an_apps_own_typed_409_is_a_conflict_even_with_retry_after() -> None:
+    """Only the key-in-progress type, or no type at all, means "still running this key"."""
+    body = {"type": "urn:example:problem:duplicate-title", "title": "conflict"}
+    outcome = classify(409, {"Retry-After": "5"}, body, now=NOW)
+    assert outcome.kind is OutcomeKind.CONFLICT and outcome.failure_kind == "conflict"
+    assert "duplicate-title" in outcome.reason
+    assert classify(409, {}, body, now=NOW).kind is OutcomeKind.CONFLICT
+    in_progress = {"type": wire.PROBLEM_KEY_IN_PROGRESS}  # typed: no Retry-After needed
+    assert classify(409, {}, in_progress, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
 
 
 def test_delivered_carries_unquoted_etag_whatever_the_header_case() -> None:

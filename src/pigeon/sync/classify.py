@@ -57,6 +57,8 @@ _MALFORMED: tuple[type[BaseException], ...] = (
     httpx.LocalProtocolError,
 )
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
+# RFC 9457: "about:blank" is the type of a problem with no semantics beyond its status.
+_UNTYPED = "about:blank"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +179,11 @@ def classify(
         )
     if status == 409:
         kind = problem_type(body)
-        in_progress = kind == wire.PROBLEM_KEY_IN_PROGRESS or (
-            kind != wire.PROBLEM_VERSION_CONFLICT and retry_after is not None
-        )
+        # Retry-After breaks the tie only for a 409 that names no type (see wire): an
+        # app's own 409 ("duplicate title") may carry one too, and reading it as "key in
+        # progress" would resend it forever, never spending an attempt, never resolved.
+        untyped = kind is None or kind == _UNTYPED
+        in_progress = kind == wire.PROBLEM_KEY_IN_PROGRESS or (untyped and retry_after is not None)
         if in_progress:
             return Outcome(
                 OutcomeKind.KEY_IN_PROGRESS,
@@ -188,7 +192,9 @@ def classify(
                 retry_after=retry_after,
                 body=body,
             )
-        return Outcome(OutcomeKind.CONFLICT, "HTTP 409: version conflict", status=status, body=body)
+        named = None if untyped or kind == wire.PROBLEM_VERSION_CONFLICT else kind
+        reason = f"HTTP 409: {named or 'version conflict'}"
+        return Outcome(OutcomeKind.CONFLICT, reason, status=status, body=body)
     if status == 412:
         return Outcome(
             OutcomeKind.CONFLICT, "HTTP 412: base version is stale", status=status, body=body
