@@ -293,3 +293,32 @@ def test_a_server_without_the_batch_route_pauses_the_queue_instead_of_killing_it
         assert engine.drain(timeout=5)
         assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
         assert all(queue.get(op.id).attempts == 0 for op in ops)
+
+
+def test_if_match_is_filled_in_for_updates_and_deletes_only(queue: OfflineQueue) -> None:
+    """An app-defined operation (a comment on a note) does not replace the entity: a
+    version check it never asked for would fail it with 412 after anyone's edit."""
+    from pigeon.protocol.inprocess import InProcessTransport
+
+    seen: list[tuple[str, str | None]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.path, request.headers.get("if-match")))
+        return httpx.Response(200, json={}, headers={"ETag": '"v2"'})
+
+    with InProcessTransport(handler=server) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
+        engine.enqueue("update", "note:1", {"text": "x"}, endpoint="/notes/1")
+        assert engine.flush(timeout=5)  # the reply's ETag: note:1 is now at "v2"
+        engine.enqueue("comment", "note:1", {"text": "nice"}, endpoint="/notes/1/c")
+        engine.enqueue("pin", "note:1", {}, endpoint="/notes/1/pin", base_version="v2")
+        engine.enqueue("update", "note:1", {"text": "y"}, endpoint="/notes/1")
+        engine.enqueue("delete", "note:1", None, endpoint="/notes/1")
+        assert engine.flush(timeout=5)
+    assert seen == [
+        ("/notes/1", None),
+        ("/notes/1/c", None),  # app-defined: no If-Match of its own accord
+        ("/notes/1/pin", '"v2"'),  # ...unless the app asked for one
+        ("/notes/1", '"v2"'),
+        ("/notes/1", '"v2"'),
+    ]

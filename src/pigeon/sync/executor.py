@@ -21,12 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.protocol.transport import NotSent, Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
 from pigeon.sync.events import Callbacks, CycleReport
 
 Clock = Callable[[], float]
+_VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's If-Match
 
 
 class SyncQueue(Protocol):
@@ -148,14 +149,18 @@ class Executor:
             self.callbacks.emit(name, *args)
 
     def _fill_base_versions(self, ops: Sequence[Operation]) -> None:
-        """An operation made without a base version is sent against the version of its
-        entity known NOW, not when it was made: the entity's earlier operations, delivered
-        meanwhile, moved it on (a stale If-Match would make it conflict with itself)."""
+        """An update or delete made without a base version is sent against the version of
+        its entity known NOW, not when it was made: the entity's earlier operations,
+        delivered meanwhile, moved it on (a stale If-Match would make it conflict with
+        itself). Only those two (DESIGN.md, wire protocol): an app-defined operation (a
+        comment on a note, a "like") does not replace the entity, so a version check it
+        did not ask for would fail it with 412 whenever anyone else touched the entity.
+        One made with an explicit base version keeps it: the app asked for the check."""
         known = getattr(self.queue, "base_version", None)
         if not callable(known):
             return
         for op in ops:
-            if op.base_version is None and op.type != "create":
+            if op.base_version is None and op.type in _VERSIONED:
                 op.base_version = known(op.entity)
 
     def _together(self) -> contextlib.AbstractContextManager[None]:
