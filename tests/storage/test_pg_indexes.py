@@ -41,6 +41,7 @@ LOOKUPS: dict[str, dict[str, Any]] = {
     "claim_get": KEY,
     "claim_take_over": CLAIM,
     "claim_fence": KEY | {"lock_token": "t"},
+    "claim_renew": KEY | {"lock_token": "t", "locked_until": NOW + 60},
     "claim_complete": KEY
     | {
         "lock_token": "t",
