@@ -13,6 +13,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -44,6 +45,63 @@ def connect(path: str | os.PathLike[str], durability: Durability = "full") -> sq
     return conn
 
 
+Header = tuple[int, int, int]  # application_id, user_version, schema objects
+
+
+def _read_header(conn: sqlite3.Connection) -> Header:
+    app_id = int(conn.execute("PRAGMA application_id").fetchone()["application_id"])
+    version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
+    objects = int(conn.execute("SELECT count(*) AS n FROM sqlite_master").fetchone()["n"])
+    return app_id, version, objects
+
+
+def _header(conn: sqlite3.Connection) -> Header:
+    """The header, read in one snapshot: three autocommit reads could straddle another
+    process's migration and see its tables without its application_id."""
+    conn.execute("BEGIN")
+    try:
+        return _read_header(conn)
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+
+def _judge(header: Header, application_id: int, component: str, path: str, latest: int) -> bool:
+    """Refuse a file that is not ours or is newer than we know; True if it is brand new.
+
+    New means nothing at all: no application_id, no user_version, no schema object of
+    any kind (a view, an index or a version number alone make it someone else's)."""
+    app_id, version, objects = header
+    fresh = app_id == 0 and version == 0 and objects == 0
+    if app_id != application_id and not fresh:
+        raise ForeignDatabase(
+            f"{path} is not a pigeon {component} database "
+            f"(application_id={app_id:#x}, expected {application_id:#x}); refusing to touch it"
+        )
+    if version > latest:
+        raise SchemaTooNew(
+            f"{path} has schema version {version}, newer than this pigeon "
+            f"knows ({latest}); upgrade pigeon, the file was not changed"
+        )
+    return fresh
+
+
+def _use_wal(conn: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """Switch to WAL unless the file already is. Two processes making one new file both
+    try; SQLite answers one of them SQLITE_BUSY at once, without its busy handler, so
+    wait here as a write would."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()["journal_mode"] != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def check_and_migrate(
     conn: sqlite3.Connection,
     *,
@@ -57,39 +115,31 @@ def check_and_migrate(
 
     ``page_size`` applies to a new (empty) file only: SQLite fixes the page size when the
     first page is written, so an existing file keeps the one it was made with."""
-    try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()["application_id"]
-        version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
-        tables = conn.execute(
-            "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table'"
-        ).fetchone()["n"]
-    except sqlite3.DatabaseError as exc:
-        raise ForeignDatabase(f"{os.fspath(path)} is not a SQLite database: {exc}") from exc
-    if app_id != application_id and (app_id != 0 or tables > 0):
-        raise ForeignDatabase(
-            f"{os.fspath(path)} is not a pigeon {component} database "
-            f"(application_id={app_id:#x}, expected {application_id:#x}); refusing to touch it"
-        )
+    name = os.fspath(path)
     steps = migrations("sqlite", component)
     latest = len(steps)
-    if version > latest:
-        raise SchemaTooNew(
-            f"{os.fspath(path)} has schema version {version}, newer than this pigeon "
-            f"knows ({latest}); upgrade pigeon, the file was not changed"
-        )
-    if version == latest:
+    try:
+        header = _header(conn)
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_NOTADB:
+            raise ForeignDatabase(f"{name} is not a SQLite database: {exc}") from exc
+        raise StoreUnavailable(f"cannot read {name}: {exc}") from exc
+    fresh = _judge(header, application_id, component, name, latest)
+    if header[1] == latest:
         return latest
-    if not create and tables == 0:
-        raise ForeignDatabase(f"{os.fspath(path)} is not a pigeon {component} database (empty)")
-    if page_size is not None and tables == 0 and version == 0:
+    if not create and fresh:
+        raise ForeignDatabase(f"{name} is not a pigeon {component} database (empty)")
+    if page_size is not None and fresh:
         # Before journal_mode: switching to WAL writes the header, which fixes the size.
         conn.execute(f"PRAGMA page_size = {int(page_size)}")
-    conn.execute("PRAGMA journal_mode = WAL")
+    _use_wal(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # Re-read under the write lock: another process may have migrated meanwhile.
-        version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
-        for number, script in steps[version:]:
+        # Judged again under the write lock: another process (perhaps a newer pigeon) may
+        # have created or migrated the file meanwhile.
+        header = _read_header(conn)
+        _judge(header, application_id, component, name, latest)
+        for number, script in steps[header[1] :]:
             for statement in _split_statements(script):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
@@ -184,7 +234,7 @@ class SQLiteDatabase:
         # Extra per-connection settings (e.g. temp_store), applied to every connection.
         self.pragmas = dict(pragmas or {})
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        self._all: dict[sqlite3.Connection, threading.Thread] = {}  # each with its thread
         self._all_lock = threading.Lock()
         # One writer per process at a time. SQLite would serialise our threads anyway, but
         # a BEGIN IMMEDIATE that finds the file locked waits in the busy handler, which
@@ -195,15 +245,19 @@ class SQLiteDatabase:
         if not create and not os.path.exists(self.path):
             raise StoreUnavailable(f"{self.path}: no such file")
         conn = self.connection()
-        for component in components:
-            check_and_migrate(
-                conn,
-                application_id=application_id,
-                component=component,
-                path=path,
-                create=create,
-                page_size=page_size,
-            )
+        try:
+            for component in components:
+                check_and_migrate(
+                    conn,
+                    application_id=application_id,
+                    component=component,
+                    path=path,
+                    create=create,
+                    page_size=page_size,
+                )
+        except BaseException:
+            self.close()  # a refused file keeps no descriptor (nor -wal/-shm) open on it
+            raise
 
     @property
     def writer(self) -> threading.RLock:
@@ -227,8 +281,21 @@ class SQLiteDatabase:
                 conn.execute(f"PRAGMA {name} = {value}")
             self._local.conn = conn
             with self._all_lock:
-                self._all.append(conn)
+                self._close_orphans()
+                self._all[conn] = threading.current_thread()
         return conn
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended. A thread pool's idle workers
+        exit and new ones take their place (anyio's after 10 s idle): each kept its
+        connection, two file descriptors, until close(), and a server with bursty traffic
+        ran out of descriptors. Called with ``_all_lock`` held, as a connection is made:
+        thread churn is what makes connections, so it is also what collects them."""
+        for conn, owner in list(self._all.items()):
+            if not owner.is_alive():
+                del self._all[conn]
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
 
     @contextlib.contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[SQLiteTx]:
@@ -266,7 +333,7 @@ class SQLiteDatabase:
 
     def close(self) -> None:
         with self._all_lock:
-            for conn in self._all:
+            for conn in self._all:  # the keys
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._all.clear()
