@@ -320,3 +320,17 @@ def test_a_token_callable_that_raises_is_not_sent_never_an_exception(
     assert isinstance(replies[0][1].error.__cause__, KeyError)
     outcome = classify(None, error=replies[0][1].error, now=time.time())
     assert outcome.kind is OutcomeKind.TRANSIENT and not outcome.sent
+
+
+@pytest.mark.parametrize("batch", [False, True, 10])
+def test_sending_nothing_is_an_empty_exchange_and_no_request(batch: bool | int) -> None:
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json={"results": []})
+
+    client = httpx.Client(base_url="http://test", transport=httpx.MockTransport(handler))
+    with HttpTransport(client=client, batch=batch) as t:
+        exchange = t.send([])
+    assert exchange.replies == [] and requests == []

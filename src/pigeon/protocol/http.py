@@ -116,6 +116,8 @@ class HttpTransport:
         "server unreachable", so one dead connection costs one request, not a hundred.
         """
         keep = keep_going or (lambda _reply: True)
+        if not operations:  # nothing to send; batch mode would cut it in chunks of 0
+            return Exchange()
         if self.batch_size is None:
             return self._run(
                 list(operations),
