@@ -122,3 +122,20 @@ def test_unreachable_database_fails_closed_then_recovers_without_restart(
             assert _post(client, key).status_code == 201
     ledger = read_ledger(db)
     assert sorted(row["idempotency_key"] for row in ledger) == ["k0", "k1", "k2", "k3"]
+
+
+def test_pool_connections_notice_a_silent_peer(db: PostgresDatabase) -> None:
+    # A partition drops packets without a reset: without keepalives and tcp_user_timeout a
+    # request on such a connection hangs for TCP's ~15 minutes instead of failing closed.
+    with db.pool.connection() as conn:
+        dsn = psycopg.conninfo.conninfo_to_dict(conn.info.dsn)
+    assert dsn["keepalives"] == "1"
+    assert int(dsn["tcp_user_timeout"]) == 15_000
+    assert int(dsn["keepalives_idle"]) * 3 <= 15
+
+
+def test_network_timeout_must_be_positive(pg_url: str) -> None:
+    from pigeon.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="network_timeout"):
+        PostgresDatabase(pg_url, queries=server_queries("postgres"), network_timeout=0)

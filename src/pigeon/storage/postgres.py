@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from pigeon.exceptions import SchemaTooNew, StoreUnavailable
+from pigeon.exceptions import ConfigurationError, SchemaTooNew, StoreUnavailable
 from pigeon.storage.queries import migrations
 
 Row = dict[str, Any]
@@ -84,6 +84,20 @@ class PostgresTx:
             yield
 
 
+def _liveness(network_timeout: float) -> dict[str, int]:
+    """libpq settings that notice a dead peer within about ``network_timeout`` seconds:
+    unacknowledged data gives up after that long, and an idle connection is probed
+    from a third of it on, three times."""
+    idle = max(1, int(network_timeout / 3))
+    return {
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": max(1, idle // 3),
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(network_timeout * 1000),
+    }
+
+
 class PostgresDatabase:
     backend = "postgres"
 
@@ -99,7 +113,14 @@ class PostgresDatabase:
         acquire_timeout: float = 10.0,
         reconnect_timeout: float = 10.0,
         connect_timeout: int = 5,
+        network_timeout: float = 15.0,
     ) -> None:
+        """``network_timeout``: seconds a connection may go silent (a network partition:
+        no reset, packets just vanish) before the kernel declares it dead, so a request
+        on it fails closed with 503 instead of hanging for the ~15 minutes of TCP's own
+        retransmission limit. Applied as libpq's TCP keepalives and tcp_user_timeout."""
+        if not network_timeout > 0:
+            raise ConfigurationError(f"network_timeout must be positive, not {network_timeout}")
         self.url = url
         self.queries = queries
         self.connect_timeout = connect_timeout
@@ -108,7 +129,11 @@ class PostgresDatabase:
         self.pool: ConnectionPool[Connection] = ConnectionPool(
             url,
             connection_class=Connection,
-            kwargs={"row_factory": dict_row, "connect_timeout": connect_timeout},
+            kwargs={
+                "row_factory": dict_row,
+                "connect_timeout": connect_timeout,
+                **_liveness(network_timeout),
+            },
             min_size=min_size,
             max_size=max_size,
             timeout=acquire_timeout,
