@@ -31,6 +31,8 @@ EXPECTED = {
     "InvalidIdempotencyKey",
     "InvalidState",
     "KeyInProgress",
+    "NotSent",
+    "BatchRefused",
     "NotFound",
     "OpStatus",
     "OpType",
@@ -61,6 +63,8 @@ def test_every_exported_name_resolves() -> None:
 
 def test_exception_tree() -> None:
     assert issubclass(pigeon.KeyInProgress, pigeon.RetryableError)
+    assert issubclass(pigeon.NotSent, pigeon.RetryableError)
+    assert issubclass(pigeon.BatchRefused, pigeon.DeliveryError)
     for cls in (
         pigeon.RetryableError,
         pigeon.PermanentError,

@@ -9,6 +9,7 @@ from pigeon.edge.queue import OfflineQueue, QueueStats
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import (
     AuthorizationRequired,
+    BatchRefused,
     ConfigurationError,
     ConflictError,
     DeliveryError,
@@ -20,6 +21,7 @@ from pigeon.exceptions import (
     JobTimeout,
     KeyInProgress,
     NotFound,
+    NotSent,
     PayloadNotSerializable,
     PayloadTooLarge,
     PermanentError,
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthorizationRequired",
+    "BatchRefused",
     "ConfigurationError",
     "ConflictError",
     "ConflictResolver",
@@ -60,6 +63,7 @@ __all__ = [
     "KeyInProgress",
     "ManualMonitor",
     "NotFound",
+    "NotSent",
     "OfflineQueue",
     "OpStatus",
     "OpType",

@@ -17,11 +17,13 @@ PigeonError
 ├── JobTimeout                  a job overran its timeout; retried like any failure
 └── DeliveryError               the outcome of sending one operation
     ├── RetryableError          send again later with the SAME key
-    │   └── KeyInProgress       409: the server is still running that key
+    │   ├── KeyInProgress       409: the server is still running that key
+    │   └── NotSent             nothing left this process (a token callable raised)
     ├── PermanentError          will never succeed; dead-letter it
     ├── ConflictError           version conflict; hand to the resolver
     ├── AuthorizationRequired   401/403; pause the queue, do not burn attempts
-    └── UnknownOutcome          may or may not have happened; reconcile, never re-mint
+    ├── UnknownOutcome          may or may not have happened; reconcile, never re-mint
+    └── BatchRefused            a batch refused as a whole (no batch route); pause the queue
 """
 
 from __future__ import annotations
@@ -110,6 +112,22 @@ class RetryableError(DeliveryError):
 
 class KeyInProgress(RetryableError):
     pass
+
+
+class NotSent(RetryableError):
+    """The request could not even be made here (e.g. the token callable raised): not a
+    byte left this process, so the server cannot have seen it. Like a refused connection
+    it spends no attempt; unlike one, it says nothing about the server's reachability.
+    The original exception is the ``__cause__``."""
+
+
+class BatchRefused(DeliveryError):
+    """The server (or a proxy before it) refused a batch request as a whole: 404/405 (no
+    batch route), 400 (it does not read our batch), or another 4xx not about the
+    operations. None of them was applied, and sending them the same way again cannot help
+    until the server or the client's configuration changes: the engine pauses the queue
+    with this reason (as for 401/403) and spends no attempt, rather than letting every
+    operation run out of attempts into the dead letters."""
 
 
 class PermanentError(DeliveryError):

@@ -178,7 +178,7 @@ def test_a_refused_batch_request_is_batch_refused_not_a_verdict_on_each_op(
 ) -> None:
     """A 404 from a server without the batch route says nothing about the operations
     inside: none was applied, and the queue must pause, not run them into dead letters."""
-    from pigeon.protocol.transport import BatchRefused
+    from pigeon.exceptions import BatchRefused
     from pigeon.sync.classify import OutcomeKind, classify
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -306,7 +306,7 @@ def test_a_token_callable_that_raises_is_not_sent_never_an_exception(
 ) -> None:
     """The token callable is application code: whatever it raises, nothing went out, and
     the exception must not escape into the engine's loop."""
-    from pigeon.protocol.transport import NotSent
+    from pigeon.exceptions import NotSent
     from pigeon.sync.classify import OutcomeKind, classify
 
     def token() -> str:

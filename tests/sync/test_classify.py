@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from pigeon.exceptions import (
     AuthorizationRequired,
+    BatchRefused,
     ConflictError,
     KeyInProgress,
     PermanentError,
@@ -18,7 +19,6 @@ from pigeon.exceptions import (
     UnknownOutcome,
 )
 from pigeon.protocol import wire
-from pigeon.protocol.transport import BatchRefused
 from pigeon.sync.classify import OutcomeKind, classify, parse_retry_after
 
 NOW = 1_700_000_000.0

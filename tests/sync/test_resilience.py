@@ -16,9 +16,9 @@ import pytest
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
+from pigeon.exceptions import NotSent
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.protocol.transport import NotSent
 from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

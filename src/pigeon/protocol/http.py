@@ -15,9 +15,15 @@ from typing import Any, TypeVar
 import httpx
 
 from pigeon.edge.operation import Operation, OpType
-from pigeon.exceptions import ConfigurationError, PermanentError, UnknownOutcome
+from pigeon.exceptions import (
+    BatchRefused,
+    ConfigurationError,
+    NotSent,
+    PermanentError,
+    UnknownOutcome,
+)
 from pigeon.protocol import wire
-from pigeon.protocol.transport import BatchRefused, Exchange, KeepGoing, NotSent, Reply
+from pigeon.protocol.transport import Exchange, KeepGoing, Reply
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 MAX_CONCURRENCY = 64

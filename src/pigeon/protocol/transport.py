@@ -17,23 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pigeon.edge.operation import Operation
-from pigeon.exceptions import DeliveryError, RetryableError
-
-
-class NotSent(RetryableError):
-    """The request could not even be made here (e.g. the token callable raised): not a
-    byte left this process, so the server cannot have seen it. Like a refused connection
-    it spends no attempt; unlike one, it says nothing about the server's reachability.
-    The original exception is the ``__cause__``."""
-
-
-class BatchRefused(DeliveryError):
-    """The server (or a proxy before it) refused a batch request as a whole: 404/405 (no
-    batch route), 400 (it does not read our batch), or another 4xx not about the
-    operations. None of them was applied, and sending them the same way again cannot help
-    until the server or the client's configuration changes: the engine pauses the queue
-    with this reason (as for 401/403) and spends no attempt, rather than letting every
-    operation run out of attempts into the dead letters."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,15 @@ import httpx
 
 from pigeon.exceptions import (
     AuthorizationRequired,
+    BatchRefused,
     ConflictError,
     DeliveryError,
     KeyInProgress,
+    NotSent,
     PermanentError,
     RetryableError,
 )
 from pigeon.protocol import wire
-from pigeon.protocol.transport import BatchRefused, NotSent
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 

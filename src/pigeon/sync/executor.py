@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from pigeon.edge.operation import Operation, OpStatus, OpType
-from pigeon.protocol.transport import NotSent, Reply, Transport
+from pigeon.exceptions import NotSent
+from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
 from pigeon.sync.events import Callbacks, CycleReport
 
