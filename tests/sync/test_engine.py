@@ -196,7 +196,11 @@ def test_a_batch_whose_reply_was_lost_retries_together_and_is_replayed(
     assert report.failed == 3
     retries = [queue.get(op.id).next_attempt_at for op in ops]
     assert max(retries) - min(retries) < 0.01  # one delay for the whole batch
-    time.sleep(0.8)  # let the server finish the first request
+    # Let the server finish the first request (its effects are in), however loaded the
+    # machine: a fixed sleep raced the 0.6 s delay and the retry met "in progress".
+    deadline = time.monotonic() + 10
+    while len(state.effects()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
     state.delay = 0.0
     assert engine.drain(timeout=5)
     assert sorted(e["entity"] for e in state.effects()) == ["a", "b", "c"]
