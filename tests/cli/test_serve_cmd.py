@@ -78,6 +78,47 @@ def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
     assert result.stderr.startswith("pigeon serve: ") and "not a" in result.stderr
 
 
+def refused(db: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``pigeon serve`` with arguments it must refuse: it must exit, not serve."""
+    return subprocess.run(
+        [*PIGEON, "serve", "--db", str(db), *extra], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_port_out_of_range_is_a_usage_error_and_creates_no_file(
+    tmp_path: Path, port: str
+) -> None:
+    db = tmp_path / "server.db"
+    result = refused(db, "--port", port)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Invalid value for '--port'" in result.stderr
+    assert not db.exists()
+
+
+def test_a_port_in_use_is_a_usage_error_and_creates_no_file(tmp_path: Path) -> None:
+    import socket
+
+    db = tmp_path / "server.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = refused(db, "--port", str(taken.getsockname()[1]))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "cannot listen on 127.0.0.1:" in result.stderr
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
+    import typer
+
+    from pigeon.cli.serve_cmd import listen_socket
+
+    with pytest.raises(typer.BadParameter, match=r"cannot listen on 127\.0\.0\.1:70000"):
+        listen_socket("127.0.0.1", 70000)
+
+
 def test_the_listening_socket_says_tcp_so_responses_are_not_delayed_by_nagle() -> None:
     import socket
 

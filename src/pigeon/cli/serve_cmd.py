@@ -80,7 +80,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
         sock.close()
         raise typer.BadParameter(f"cannot listen on {host}:{port}: {exc}") from exc
     sock.set_inheritable(True)
@@ -92,7 +92,9 @@ def serve(
         str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
     ],
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port; 0 picks a free one (printed).")] = 8765,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one (printed).")
+    ] = 8765,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
     durability: Annotated[str, typer.Option(help="SQLite synchronous: full or normal.")] = "full",
     claim_mode: Annotated[
@@ -122,11 +124,14 @@ def serve(
         "SUPERVISOR": str(os.getpid()),
     }
     os.environ.update({_ENV + k: v for k, v in settings.items()})
+    # Bind first: a refused address or port must not leave a new database file behind.
+    sock = listen_socket(host, port)
     # Open (and migrate) once here: a bad file fails now, with its message, not per worker.
     durable: Durability = "full" if durability == "full" else "normal"
     try:
         open_server_db(settings["DB"], durability=durable).close()
     except StoreError as exc:
+        sock.close()
         typer.echo(f"pigeon serve: {exc}", err=True)
         raise typer.Exit(2) from exc
     config = uvicorn.Config(
@@ -138,7 +143,6 @@ def serve(
         log_level=log_level,
         timeout_graceful_shutdown=5,
     )
-    sock = listen_socket(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
     sys.stdout.flush()
