@@ -110,6 +110,25 @@ def test_a_port_in_use_is_a_usage_error_and_creates_no_file(tmp_path: Path) -> N
     assert not db.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_an_unknown_log_level_is_a_usage_error_and_creates_no_file(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    result = refused(db, "--port", "0", "--log-level", "bogus")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Invalid value for '--log-level'" in result.stderr and "'bogus'" in result.stderr
+    assert not db.exists()
+
+
+def test_the_log_levels_offered_are_uvicorns() -> None:
+    from typing import get_args
+
+    from uvicorn.config import LOG_LEVELS
+
+    from pigeon.cli.serve_cmd import LogLevel
+
+    assert set(get_args(LogLevel)) == set(LOG_LEVELS)
+
+
 def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
     import typer
 

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 import uvicorn
@@ -32,6 +32,9 @@ from pigeon.storage.sqlite import Durability
 _ENV = "PIGEON_SERVE_"
 REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
 REFERENCE_CRDT = ("docs",)  # Yjs documents merged on the server
+# uvicorn's own level names (uvicorn.config.LOG_LEVELS; a test keeps the two equal). A
+# name outside them was a KeyError traceback from uvicorn.Config, after the file was made.
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
 
 def app_from_env() -> Starlette:
@@ -104,7 +107,9 @@ def serve(
     response_retention: Annotated[float, typer.Option(help="Seconds responses are kept.")] = DAY,
     claim_retention: Annotated[float, typer.Option(help="Seconds keys are kept.")] = 30 * DAY,
     require_auth: Annotated[bool, typer.Option(help="Refuse requests without a token.")] = False,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+    log_level: Annotated[
+        LogLevel, typer.Option(case_sensitive=False, help="uvicorn log level.")
+    ] = "warning",
 ) -> None:
     """Run the reference notes server with the idempotent intake."""
     if durability not in ("full", "normal"):
