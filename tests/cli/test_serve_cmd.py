@@ -129,6 +129,39 @@ def test_the_log_levels_offered_are_uvicorns() -> None:
     assert set(get_args(LogLevel)) == set(LOG_LEVELS)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "workers"),
+    [
+        ("--lock-timeout", "-5", "1"),
+        ("--response-retention", "nan", "1"),
+        ("--claim-retention", "-1", "1"),
+        ("--claim-retention", "-1", "2"),  # uvicorn restarted crashing workers for ever
+        ("--lock-timeout", "inf", "1"),
+    ],
+)
+def test_a_bad_idempotency_policy_is_a_usage_error_before_serving(
+    tmp_path: Path, option: str, value: str, workers: str
+) -> None:
+    db = tmp_path / "server.db"
+    result = refused(db, "--port", "0", "--workers", workers, option, value)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "serving on" not in result.stdout and "Traceback" not in result.stderr
+    assert f"'{option}'" in result.stderr
+    assert not db.exists()
+
+
+def test_checked_policy_names_the_options() -> None:
+    import typer
+
+    from pigeon.cli.serve_cmd import checked_policy
+
+    assert checked_policy(1, 2, 3).claim_retention == 3
+    with pytest.raises(typer.BadParameter, match="lock_timeout must be positive"):
+        checked_policy(0, 2, 3)
+    with pytest.raises(typer.BadParameter, match="not a finite number"):
+        checked_policy(1, float("nan"), 3)
+
+
 def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
     import typer
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ import typer
 import uvicorn
 from starlette.applications import Starlette
 
-from pigeon.exceptions import StoreError
+from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import ClaimMode
@@ -90,6 +91,35 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def checked_policy(
+    lock_timeout: float, response_retention: float, claim_retention: float
+) -> IdempotencyPolicy:
+    """The policy each uvicorn worker builds from the environment, built here first.
+
+    Refused values were only found inside the worker: a traceback after "serving on",
+    and with ``--workers N`` uvicorn restarted the crashing workers for ever. Here they
+    are a usage error before any socket or file exists.
+    """
+    options = (
+        ("--lock-timeout", lock_timeout),
+        ("--response-retention", response_retention),
+        ("--claim-retention", claim_retention),
+    )
+    for option, value in options:
+        # The policy passes an infinite lifetime (inf <= inf), which would reach stored
+        # expiry times and Retry-After arithmetic; nan is caught here too, so that the
+        # message names the option it came from.
+        if not math.isfinite(value):
+            raise typer.BadParameter(
+                f"{value} is not a finite number of seconds", param_hint=f"'{option}'"
+            )
+    try:
+        return IdempotencyPolicy(lock_timeout, response_retention, claim_retention)
+    except ConfigurationError as exc:
+        hint = " / ".join(f"'{option}'" for option, _ in options)
+        raise typer.BadParameter(str(exc), param_hint=hint) from exc
+
+
 def serve(
     db: Annotated[
         str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
@@ -116,6 +146,7 @@ def serve(
         raise typer.BadParameter("durability must be 'full' or 'normal'")
     if claim_mode not in ("inline", "separate"):
         raise typer.BadParameter("claim-mode must be 'inline' or 'separate'")
+    checked_policy(lock_timeout, response_retention, claim_retention)
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
