@@ -2,9 +2,10 @@
 the same interleaved run, how far a pigeon row could go at best.
 
 * ``EnqueueSQL``: the statements one enqueue of a fresh entity runs (the store's
-  ``live_tail`` and ``insert_op`` between BEGIN IMMEDIATE and COMMIT) on a file made by
-  ``OfflineQueue``, with no Python around them. ``enqueue, 1 thread`` can be no faster:
-  what this row lacks of 1.0x is the schema's indexes, the rest is the Python around it.
+  ``get_clock``, ``live_tail``, ``insert_op`` and ``bump_state`` between BEGIN IMMEDIATE
+  and COMMIT) on a file made by ``OfflineQueue``, with no Python around them.
+  ``enqueue, 1 thread`` can be no faster: what this row lacks of 1.0x is the schema's
+  indexes, the rest is the Python around it.
 * ``EnqueueLeast``: the same SQL plus the least Python any enqueue needs (encode the
   payload, two UUIDs, a clock stamp, the returned ``Operation``). No validation, locking
   or coalescing; what it lacks of 0.9x no amount of trimming our enqueue can win back.
@@ -44,6 +45,7 @@ class EnqueueSQL:
         self.conn.execute("PRAGMA synchronous = FULL")
         queries = load_queries("sqlite", "edge")
         self.tail, self.insert = queries["live_tail"], queries["insert_op"]
+        self.floor, self.bump = queries["get_clock"], queries["bump_state"]
         self.text = json.dumps(PAYLOAD, separators=(",", ":"))
         self.i = 0
 
@@ -57,6 +59,7 @@ class EnqueueSQL:
     def _write(self, i: int, text: str, op_id: str, key: str, now: float) -> tuple[int, str]:
         clock = f"{int(now * 1000):015d}-{i:010d}-bench"
         self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute(self.floor).fetchone()
         self.conn.execute(self.tail, {"entity": f"note:{i}"}).fetchone()
         seq = self.conn.execute(
             self.insert,
@@ -74,6 +77,7 @@ class EnqueueSQL:
                 "head": 1,
             },
         ).lastrowid
+        self.conn.execute(self.bump, {"clock": clock, "coalesced": 0})
         self.conn.execute("COMMIT")
         return seq or 0, clock
 

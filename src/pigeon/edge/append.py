@@ -1,7 +1,8 @@
 """Enqueue's writes: an operation into the file, folded into its entity's unsent tail when
 coalescing allows. Everything here runs inside the caller's open write transaction ``tx``
-and keeps the store's invariant: on each entity, exactly the earliest live operation has
-``head = 1``."""
+and keeps the store's invariants: on each entity, exactly the earliest live operation has
+``head = 1``; and ``edge_state.clock`` is never below a stored stamp (operations are
+stamped here, in queue order, against the file's floor: see ``pigeon.edge.stamps``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pigeon.edge.coalesce import Fold, Step, decide
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.rows import to_operation, was_sent
+from pigeon.edge.stamps import FileClock
 from pigeon.storage.sqlite import SQLiteTx
 
 Built = Callable[[], Operation]
@@ -32,8 +34,8 @@ class NewOp:
     endpoint: str | None
     method: str | None
     created_at: float
-    clock: str
     base_version: str | None
+    clock: str = ""  # stamped inside the transaction that writes it (write_all)
 
 
 def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
@@ -87,14 +89,22 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
 
 
 def write_all(
-    tx: SQLiteTx, items: list[NewOp], more: Callable[[], Sequence[NewOp]], *, coalesce: bool
+    tx: SQLiteTx,
+    items: list[NewOp],
+    more: Callable[[], Sequence[NewOp]],
+    *,
+    coalesce: bool,
+    clock: FileClock,
 ) -> list[Built | BaseException]:
     """``items`` and any late joiners (``more()``, until it has none) into the open
-    transaction ``tx``; extends ``items`` with the latter."""
+    transaction ``tx``, stamped in queue order above the file's clock, which then records
+    the last stamp; extends ``items`` with the late joiners."""
     built: list[Built | BaseException] = []
     saved = 0
+    clock.observe_floor(tx)
     while True:
         run = items[len(built) :]
+        stamp(run, clock)  # before writing: seq order, then, is stamp order
         if len(run) == 1:
             op, n = append(tx, run[0], coalesce=coalesce)
             built.append(op)
@@ -105,8 +115,13 @@ def write_all(
         if not extra:
             break
         items.extend(extra)
-    bump_state(tx, items, saved)
+    clock.record(tx, items[-1].clock, saved)
     return built
+
+
+def stamp(items: Sequence[NewOp], clock: FileClock) -> None:
+    for new in items:
+        new.clock = clock.next()
 
 
 def append_run(
@@ -164,13 +179,6 @@ def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseE
         functools.partial(from_new, new, seq=first + i, status=OpStatus.PENDING)
         for i, new in enumerate(heads)
     )
-
-
-def bump_state(tx: SQLiteTx, items: Sequence[NewOp], saved: int) -> None:
-    if saved:
-        # Only folds need the state row: it keeps the coalescing count, and the clock a
-        # folded operation got without a new row (see OfflineQueue._restore_clock).
-        tx.execute("bump_state", {"clock": items[-1].clock, "coalesced": saved})
 
 
 def from_new(new: NewOp, *, seq: int, status: OpStatus) -> Operation:

@@ -73,8 +73,8 @@ class GroupCommit(Generic[T, R]):
         self.items = 0
 
     def submit(self, make: Callable[[], T]) -> R:
-        """Queue the item ``make()`` builds (called under the queue lock, so whatever it
-        stamps, such as a clock, follows queue order) and wait for its commit."""
+        """Queue the item ``make()`` builds (called under the queue lock, so items queue in
+        the order they were made) and wait for its commit."""
         ticket: _Ticket[T] | None = None
         with self._lock:
             item = make()

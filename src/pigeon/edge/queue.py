@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
 from pigeon.edge import store as st
 from pigeon.edge import validate as v
@@ -27,6 +27,7 @@ from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.retry import RetryPolicy
+from pigeon.edge.stamps import FileClock
 from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
@@ -106,21 +107,12 @@ class OfflineQueue:
             state = tx.fetchone("get_state")
         assert state is not None
         self.node_id: str = node_id or state["node_id"]
-        self._clock = HybridLogicalClock(self.node_id, wall=lambda: int(self._now() * 1000))
-        self._restore_clock(state["clock"])
-        self._issued = False
+        # No restore: every transaction that stamps starts from the file's clock.
+        self._clock = FileClock(self.node_id, wall=lambda: int(self._now() * 1000))
+        self._lent = False  # stamp() handed out stamps no transaction recorded
         self._group: GroupCommit[st.NewOp, st.Built] = GroupCommit(self._commit)
         self._subscribers = Subscribers()
         self._local = threading.local()  # enqueues inside batch(), told once it commits
-
-    def _restore_clock(self, folded: str) -> None:
-        """Never issue a stamp below one already stored, even if the device clock went
-        back: the greatest stamp is on one of the newest rows, or on a folded row (whose
-        stamp the state row keeps), or was saved by close()."""
-        row = self._store.read().fetchone("latest_clock")
-        stamps = [s for s in (folded, None if row is None else row["clock"]) if s]
-        if stamps:
-            self._clock.observe(HLCTimestamp.decode(max(stamps)))
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -148,9 +140,8 @@ class OfflineQueue:
         if base_version is not None:
             base_version = v.version(base_version)
         op_id, key = uuid7(), uuid4()
-        self._issued = True
 
-        def make() -> st.NewOp:
+        def make() -> st.NewOp:  # stamped later, in the transaction that writes it
             return st.NewOp(
                 id=op_id,
                 idempotency_key=key,
@@ -160,7 +151,6 @@ class OfflineQueue:
                 endpoint=endpoint,
                 method=method,
                 created_at=self._now(),
-                clock=self._clock.now().encode(),
                 base_version=base_version,
             )
 
@@ -199,7 +189,7 @@ class OfflineQueue:
         first: Sequence[st.NewOp],
         more: More[st.NewOp] = tuple,  # tuple() == (): nobody joins late
     ) -> list[st.Built | BaseException]:
-        return self._store.append_all(first, more, coalesce=self.coalesce)
+        return self._store.append_all(first, more, coalesce=self.coalesce, clock=self._clock)
 
     # -- subscribers ---------------------------------------------------------------------
 
@@ -468,7 +458,11 @@ class OfflineQueue:
         return self._store.write()
 
     def stamp(self) -> HLCTimestamp:
-        """A stamp of the queue's clock, the clock its operations are stamped with."""
+        """A stamp of the queue's clock, the clock its operations are stamped with (e.g. a
+        request's device clock): above every stamp recorded in the file by any process.
+        Not recorded itself; the next operation's stamp, or close(), records one above it."""
+        self._clock.observe_floor(self._store.read())
+        self._lent = True
         return self._clock.now()
 
     @property
@@ -477,9 +471,10 @@ class OfflineQueue:
         return self._group.transactions
 
     def close(self) -> None:
-        if self._issued:  # so a restart on a clock that went back still stays ahead
+        if self._lent:  # operations' stamps are recorded already; stamp()'s are not
             with contextlib.suppress(PigeonError), self._store.write() as tx:
-                tx.execute("bump_state", {"clock": self._clock.now().encode(), "coalesced": 0})
+                self._clock.observe_floor(tx)
+                self._clock.record(tx, self._clock.next())
         self._store.close()
 
     def __enter__(self) -> OfflineQueue:

@@ -18,12 +18,13 @@ from typing import Any
 
 from pigeon.edge.append import Built as Built
 from pigeon.edge.append import NewOp as NewOp
-from pigeon.edge.append import append, bump_state, write_all
+from pigeon.edge.append import append, stamp, write_all
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.rows import operations, response_text
 from pigeon.edge.rows import require as require
 from pigeon.edge.rows import to_operation as to_operation
 from pigeon.edge.rows import was_sent as was_sent
+from pigeon.edge.stamps import FileClock
 from pigeon.exceptions import NotFound
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx
@@ -140,32 +141,41 @@ class EdgeStore:
     # -- inside a write transaction ------------------------------------------------------
 
     def append_all(
-        self, first: Sequence[NewOp], more: Callable[[], Sequence[NewOp]], *, coalesce: bool
+        self,
+        first: Sequence[NewOp],
+        more: Callable[[], Sequence[NewOp]],
+        *,
+        coalesce: bool,
+        clock: FileClock,
     ) -> list[Built | BaseException]:
-        """Write ``first`` (and what ``more()`` adds while we write) in one transaction.
-        No savepoint per item: an item fails only on a broken file or a duplicate id, so
-        the common path does not pay two statements per item for the rare one. If an
-        item does fail, the whole batch is written again with a savepoint each."""
+        """Write ``first`` (and what ``more()`` adds while we write) in one transaction,
+        stamped by ``clock`` in it. No savepoint per item: an item fails only on a broken
+        file or a duplicate id, so the common path does not pay two statements per item
+        for the rare one. If an item does fail, the whole batch is written again with a
+        savepoint each."""
         items = list(first)
         try:
             if self.in_batch():
                 with self.write() as tx:  # a savepoint of this thread's batch()
-                    return write_all(tx, items, more, coalesce=coalesce)
+                    return write_all(tx, items, more, coalesce=coalesce, clock=clock)
             # Every enqueue passes here: no generator context managers on this path.
             return self.db.run_in_transaction(
-                lambda tx: write_all(tx, items, more, coalesce=coalesce)
+                lambda tx: write_all(tx, items, more, coalesce=coalesce, clock=clock)
             )
         except Exception:
             if len(items) == 1:
                 raise
-        return self._append_each(items, coalesce=coalesce)
+        return self._append_each(items, coalesce=coalesce, clock=clock)
 
     def _append_each(
-        self, items: Sequence[NewOp], *, coalesce: bool
+        self, items: Sequence[NewOp], *, coalesce: bool, clock: FileClock
     ) -> list[Built | BaseException]:
         outcomes: list[Built | BaseException] = []
         saved = 0
         with self.write() as tx:
+            # A new transaction: another process may have stamped since the failed one.
+            clock.observe_floor(tx)
+            stamp(items, clock)
             for new in items:
                 try:
                     with tx.savepoint():  # one caller's failure stays its own
@@ -175,7 +185,7 @@ class EdgeStore:
                     continue
                 saved += n
                 outcomes.append(op)
-            bump_state(tx, items, saved)
+            clock.record(tx, items[-1].clock, saved)
         return outcomes
 
     def row(self, tx: SQLiteTx, op_id: str) -> Row:

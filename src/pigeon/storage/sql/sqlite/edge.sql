@@ -7,14 +7,16 @@ INSERT OR IGNORE INTO edge_state (one, node_id) VALUES (1, :node_id);
 -- name: get_state
 SELECT node_id, clock, paused, coalesced FROM edge_state WHERE one = 1;
 
+-- name: get_clock
+-- The floor of the queue's clock: no stamp stored in the file is greater (pigeon.edge.stamps).
+SELECT clock FROM edge_state WHERE one = 1;
+
 -- name: bump_state
+-- In every transaction that stamps: the greatest stamp it issued, and the sends coalescing
+-- saved.
 UPDATE edge_state
    SET clock = max(clock, :clock), coalesced = coalesced + :coalesced
  WHERE one = 1;
-
--- name: latest_clock
--- Stamps grow with seq; a retried dead letter keeps its old stamp at a new seq, hence 100.
-SELECT max(clock) AS clock FROM (SELECT clock FROM operations ORDER BY seq DESC LIMIT 100);
 
 -- name: set_paused
 UPDATE edge_state SET paused = :paused WHERE one = 1;
@@ -221,17 +223,6 @@ SELECT next_attempt_at AS at FROM operations INDEXED BY operations_backoff
 SELECT next_attempt_at AS at FROM operations
  WHERE head = 1 AND status = 'pending' AND attempts = 0 AND dispatches = 0
  ORDER BY seq LIMIT 1;
-
--- name: keep_purged_clock
--- Before purge_delivered: the state row takes the greatest stamp of the rows about to go
--- (the oldest :limit delivered before :before, as purge_delivered picks them), which may
--- be the newest rows of the file, so a restart never issues a smaller stamp.
-UPDATE edge_state
-   SET clock = max(clock, coalesce(
-         (SELECT max(clock) FROM (SELECT clock FROM operations
-                                   WHERE status = 'delivered' AND delivered_at < :before
-                                   ORDER BY delivered_at, seq LIMIT :limit)), ''))
- WHERE one = 1;
 
 -- name: purge_delivered
 -- The oldest :limit operations delivered before :before (through operations_delivered).
