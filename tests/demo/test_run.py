@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
 
 from pigeon.demo.run import run_demo
 
@@ -43,3 +48,54 @@ def test_demo_command_with_requests_side_by_side() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Every edit took effect exactly once" in result.stdout
+
+
+def test_the_verdict_requires_one_effect_per_queued_operation() -> None:
+    from pigeon.demo.run import DemoReport
+
+    clean = DemoReport(made=3, queued=2, delivered=2, effects=2, state_matches=True)
+    assert clean.ok
+    assert not replace(clean, effects=3).ok  # an extra effect, though the notes match
+    assert not replace(clean, effects=1).ok
+    assert not replace(clean, delivered=1).ok
+
+
+def test_count_duplicates_counts_effects_under_keys_never_queued() -> None:
+    from collections import Counter
+
+    from pigeon.demo.run import count_duplicates
+
+    assert count_duplicates(Counter({"a": 1, "b": 1}), {"a", "b"}) == 0
+    assert count_duplicates(Counter({"a": 3, "b": 1}), {"a", "b"}) == 2
+    assert count_duplicates(Counter({"a": 1, "stranger": 2}), {"a", "b"}) == 2
+
+
+def test_reconcile_fails_an_extra_effect_under_a_new_key(tmp_path: Path) -> None:
+    """The edit landed once through the queue, then once more under a freshly minted key
+    (what a client that makes a new key per retry does): same notes, one effect too many."""
+    from pigeon.demo.processes import ServerProcess
+    from pigeon.demo.run import DemoReport, _reconcile
+    from pigeon.demo.session import Edit
+    from pigeon.edge.queue import OfflineQueue
+    from pigeon.protocol.http import HttpTransport
+    from pigeon.sync.engine import SyncEngine
+
+    note = {"id": "x-1", "title": "T", "body": "b"}
+    with ServerProcess(tmp_path / "server.db") as server:
+        queue = OfflineQueue(tmp_path / "edge.db")
+        transport = HttpTransport(server.url)
+        engine = SyncEngine(queue, transport)
+        engine.enqueue("create", "note:x-1", note)
+        assert engine.flush(timeout=10)
+        engine.close()
+        transport.close()
+        again = httpx.put(
+            server.url + "/notes/x-1", json=note, headers={"Idempotency-Key": str(uuid.uuid4())}
+        )
+        assert again.status_code == 200
+        report = DemoReport(made=1, queued=1)
+        _reconcile(report, queue, server.url, [Edit("create", "note:x-1", note)])
+        queue.close()
+    assert report.state_matches and report.delivered == 1
+    assert (report.effects, report.duplicates) == (2, 1)
+    assert not report.ok
