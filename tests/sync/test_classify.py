@@ -92,6 +92,8 @@ def test_delivered_carries_unquoted_etag_whatever_the_header_case() -> None:
     assert outcome.body == {"id": 1}
     assert classify(201, {"ETag": '"abc"'}, None, now=NOW).etag == "abc"
     assert classify(204, {}, None, now=NOW).etag is None
+    assert classify(200, {"ETag": '""'}, None, now=NOW).etag is None  # names no version
+    assert classify(200, {"ETag": 'W/""'}, None, now=NOW).etag is None
 
 
 def test_retry_after_on_429_and_503_in_both_forms() -> None:

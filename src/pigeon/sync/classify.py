@@ -163,7 +163,8 @@ def classify(
             OutcomeKind.DELIVERED,
             f"HTTP {status}",
             status=status,
-            etag=wire.unquote_etag(etag) if etag else None,
+            # ETag: "" is valid HTTP but names no version: no If-Match can be built on it.
+            etag=(wire.unquote_etag(etag) if etag else "") or None,
             body=body,
         )
     if status in _TRANSIENT_STATUSES or 500 <= status < 600:
