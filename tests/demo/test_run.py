@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import pytest
 
 from pigeon.demo.run import run_demo
 
@@ -99,3 +100,57 @@ def test_reconcile_fails_an_extra_effect_under_a_new_key(tmp_path: Path) -> None
     assert report.state_matches and report.delivered == 1
     assert (report.effects, report.duplicates) == (2, 1)
     assert not report.ok
+
+
+def test_operations_still_queued_at_the_timeout_are_pending_not_lost() -> None:
+    from pigeon.edge.queue import OfflineQueue
+
+    def hold(queue: OfflineQueue) -> None:
+        queue.pause("held by the test")  # nothing more leaves: the timeout must run out
+
+    report = run_demo(operations=40, notes=10, fault_rate=0.0, timeout=0.3, on_offline=hold)
+    assert report.timed_out
+    assert report.pending > 0 and report.pending + report.delivered == report.queued
+    assert (report.lost, report.duplicates, report.dead) == (0, 0, 0)
+    assert not report.ok
+
+
+@pytest.mark.parametrize("timeout", [-1.0, float("nan")])
+def test_run_demo_refuses_a_negative_or_nan_timeout(timeout: float) -> None:
+    from pigeon.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="timeout"):
+        run_demo(timeout=timeout)
+
+
+@pytest.mark.parametrize("timeout", ["-1", "nan"])
+def test_demo_command_refuses_a_negative_or_nan_timeout(timeout: str) -> None:
+    from typer.testing import CliRunner
+
+    from pigeon.cli import app
+
+    result = CliRunner().invoke(app, ["demo", "--operations", "5", "--timeout", timeout])
+    assert result.exit_code == 2, result.output
+    assert "--timeout" in result.output
+
+
+def test_the_demo_says_the_sync_timed_out_and_shows_pending_apart_from_lost() -> None:
+    from rich.console import Console
+
+    from pigeon.cli.demo_cmd import _reconciliation_table, verdict
+    from pigeon.demo.run import DemoReport
+
+    report = DemoReport(made=9, queued=8, delivered=5, effects=5, pending=3, timed_out=True)
+    report.state_matches = False
+    console = Console(record=True, width=200)
+    console.print(_reconciliation_table(report))
+    console.print(verdict(report, 2.5))
+    text = console.export_text()
+    assert "pending at timeout" in text and "The sync timed out after 2.5 s" in text
+    assert "3 operation(s) still pending" in text and "(not lost)" in text
+    rows = {cells[1].strip(): cells[2].strip() for cells in _cells(text)}
+    assert (rows["lost"], rows["pending at timeout"]) == ("0", "3")
+
+
+def _cells(table: str) -> list[list[str]]:
+    return [line.split("│") for line in table.splitlines() if line.count("│") == 4]

@@ -26,6 +26,7 @@ from pigeon.demo.session import Edit, expected_state, offline_session
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
+from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
 from pigeon.server.faultproxy import FaultPlan, FaultProxy
 from pigeon.server.notes import LEDGER_PATH
@@ -45,7 +46,13 @@ class DemoReport:
     # Ledger rows beyond the first for one queued operation's key, plus every row whose key
     # is no queued operation's: an effect the session never asked for is one too many.
     duplicates: int = 0
-    lost: int = 0  # queued operations neither delivered-and-applied nor dead
+    # Queued operations neither still in the queue (live or dead) nor applied on the
+    # server: delivered without an effect, or gone from the queue file altogether.
+    lost: int = 0
+    # Live operations (pending, in flight, conflict-held) when the sync stopped: still
+    # durably queued and sent with their keys on the next sync, so not lost, but not done.
+    pending: int = 0
+    timed_out: bool = False  # the queue had not drained when the timeout ran out
     dead: int = 0
     conflicts: int = 0
     state_matches: bool = False
@@ -66,6 +73,8 @@ class DemoReport:
             exactly_once
             and self.duplicates == 0
             and self.lost == 0
+            and self.pending == 0
+            and not self.timed_out
             and self.dead == 0
             and self.state_matches
         )
@@ -88,6 +97,8 @@ def run_demo(
     on_offline: Callable[[OfflineQueue], None] | None = None,
     progress: Progress | None = None,
 ) -> DemoReport:
+    if not timeout >= 0:  # also refuses nan, which every comparison lets through
+        raise ConfigurationError(f"timeout={timeout} must be a number of seconds >= 0")
     report = DemoReport()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pigeon-demo-") as tmp:
@@ -122,7 +133,8 @@ def run_demo(
                     _edit(engine, edits[second:], pace=0.01)
                     report.made = len(edits)
                     report.queued = report.made - queue.stats().coalesced
-                    _wait_delivered(queue, report.queued, timeout, progress)
+                    drained = _wait_delivered(queue, report.queued, timeout, progress)
+                    report.timed_out = not drained
                     report.faults = Counter(proxy.counts)
                 finally:
                     engine.stop()
@@ -146,14 +158,17 @@ def _edit(engine: SyncEngine, edits: list[Edit], pace: float = 0.0) -> None:
 
 def _wait_delivered(
     queue: OfflineQueue, total: int, timeout: float, progress: Progress | None
-) -> None:
+) -> bool:
+    """Wait until nothing is live in the queue; False if ``timeout`` ran out first."""
     deadline = time.monotonic() + timeout
     while True:
         stats = queue.stats()
         if progress is not None:
             progress(stats.delivered, total)
-        if stats.depth == 0 or time.monotonic() > deadline:
-            return
+        if stats.depth == 0:
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
 
 
@@ -165,15 +180,18 @@ def _reconcile(report: DemoReport, queue: OfflineQueue, url: str, edits: list[Ed
     ledger: list[dict[str, Any]] = httpx.get(
         url + LEDGER_PATH, params={"limit": 10**7}, timeout=10
     ).json()["entries"]
-    queued_keys = {op.idempotency_key for op in queue.operations(limit=10**7)}
+    stored = queue.operations(limit=10**7)  # every status: live, delivered, dead
+    queued_keys = {op.idempotency_key for op in stored}
     keys = Counter(row["idempotency_key"] for row in ledger)
     report.effects = len(ledger)
     report.duplicates = count_duplicates(keys, queued_keys)
-    applied = set(keys)
-    delivered = queue.operations(OpStatus.DELIVERED, limit=10**7)
-    # A delivered operation whose key the server never applied was lost; so is anything
-    # still pending once the sync is over (dead letters are counted on their own).
-    report.lost = sum(op.idempotency_key not in applied for op in delivered) + stats.depth
+    report.pending = stats.depth
+    delivered = [op for op in stored if op.status is OpStatus.DELIVERED]
+    # Lost: said delivered but never applied, or missing from the file. Live operations
+    # are pending, not lost (they are still queued with their keys); dead letters are
+    # counted on their own.
+    unapplied = sum(op.idempotency_key not in keys for op in delivered)
+    report.lost = unapplied + max(report.queued - len(stored), 0)
     server_notes = {
         n["id"]: {"title": n["data"]["title"], "body": n["data"]["body"]}
         for n in httpx.get(url + "/notes", timeout=10).json()["notes"]
