@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,10 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Text
 
+from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import InvalidOperation
+from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.server.crdt import decode, encode, merge
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
+from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
 
 from .conftest import TestClient
 
@@ -47,7 +52,7 @@ def client(db: Database) -> Any:
 
 
 def push(client: TestClient, update: bytes) -> Any:
-    return client.put(
+    return client.patch(
         "/docs/d",
         json={"update": encode(update)},
         headers={"Idempotency-Key": f"crdt-{next(_keys)}"},
@@ -84,7 +89,7 @@ def test_a_client_that_applies_the_served_state_holds_everything(client: TestCli
 
 def test_a_bad_update_is_refused_and_nothing_is_stored(client: TestClient) -> None:
     for body in ({"update": "%%%"}, {"update": encode(b"\xff\xfe")}, {"nope": 1}, [1]):
-        reply = client.put("/docs/d", json=body, headers={"Idempotency-Key": f"bad-{body!r}"})
+        reply = client.patch("/docs/d", json=body, headers={"Idempotency-Key": f"bad-{body!r}"})
         assert reply.status_code == 400, body
     assert client.get("/docs/d").status_code == 404
     with pytest.raises(InvalidOperation, match="base64"):
@@ -118,3 +123,23 @@ def test_crdt_convergence_under_interleaving_reordering_and_duplicates(
     assert sorted(expected.replace(" ", "")) == sorted(
         "".join(w for ws in words for w in ws).replace(" ", "")
     )
+
+
+def test_updates_made_offline_on_one_device_all_arrive(tmp_path: Path, db: Database) -> None:
+    # Each is a PATCH: the queue never folds one into the next, as it would PUTs to the
+    # same document (the later replacing the earlier), which lost every update but the last.
+    with (
+        OfflineQueue(tmp_path / "edge.db") as queue,
+        InProcessTransport(
+            create_notes_app(db, purge_interval=None, crdt_collections=["docs"])
+        ) as transport,
+    ):
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(False))
+        queue.enqueue("create", "doc:d", {"id": "d", "update": encode(edits(1, ["one "])[0])})
+        for update in edits(1, ["one ", "two ", "three "])[1:]:
+            queue.enqueue("update", "doc:d", {"update": encode(update)}, method="PATCH")
+        assert len(queue.pending) == 3  # nothing folded
+        engine.connectivity.set_online(True)
+        assert engine.drain(timeout=10)
+        got = transport.client.get("/docs/d").json()["data"]["state"]
+    assert render(base64.b64decode(got)) == "one two three "

@@ -130,7 +130,7 @@ def _scenario(url: str, phone: Device, laptop: Device) -> list[Row]:
         )
     phone.queue.enqueue("update", "lww-note:status", {"text": "at home"})
     _, first_words = _doc_update(1, "plan: ", None)
-    phone.queue.enqueue("update", "doc:plan", {"update": first_words})
+    phone.queue.enqueue("update", "doc:plan", {"update": first_words}, method="PATCH")
     phone.sync()
     with httpx.Client(base_url=url, headers={"Authorization": "Bearer demo.laptop"}) as http:
         for entity in shared:  # the laptop reads them: its base for a later merge
@@ -184,8 +184,8 @@ def _scenario(url: str, phone: Device, laptop: Device) -> list[Row]:
     laptop.queue.enqueue("update", "lww-note:status", rows[3].laptop)
     phone_doc, phone_words = _doc_update(1, "seeds ", plan_state)
     laptop_doc, laptop_words = _doc_update(2, "shed ", plan_state)
-    phone.queue.enqueue("update", "doc:plan", {"update": phone_words})
-    laptop.queue.enqueue("update", "doc:plan", {"update": laptop_words})
+    phone.queue.enqueue("update", "doc:plan", {"update": phone_words}, method="PATCH")
+    laptop.queue.enqueue("update", "doc:plan", {"update": laptop_words}, method="PATCH")
 
     # Back online: the laptop syncs first, then the phone, whose edits meet the laptop's.
     laptop.sync()

@@ -1,9 +1,14 @@
 """CRDT documents: the payload is a Yjs update, the server merges it into its copy.
 
-``PUT /<collection>/{id}`` (or ``POST /<collection>`` with an ``id``) carries
-``{"update": "<base64 Yjs update>"}``. The server applies it to the stored document and
-stores the merged state; the answer (and ``GET``) holds ``{"state": "<base64>"}``, the
-whole merged document, which the client applies to its replica. Yjs updates commute and
+``PATCH /<collection>/{id}`` (or ``POST /<collection>`` with an ``id``) carries
+``{"update": "<base64 Yjs update>"}``. PATCH, not PUT: an update adds to the document,
+it does not replace it, and the edge queue folds an unsent PUT into the next one to the
+same resource (the later replaces the earlier), which would drop every offline update
+but the last. Two PATCHes are never folded, so each update arrives.
+
+The server applies the update to the stored document and stores the merged state; the
+answer (and ``GET``) holds ``{"state": "<base64>"}``, the whole merged document, which
+the client applies to its replica. Yjs updates commute and
 are idempotent, so replicas converge whatever the order and duplication of delivery:
 there is nothing to conflict, and every write is recorded as ``merged``.
 """
@@ -61,7 +66,7 @@ class CrdtCollection:
 
     def register(self, intake: Intake) -> None:
         intake.add_operation("POST", f"/{self.name}", self.create)
-        intake.add_operation("PUT", f"/{self.name}/{{id}}", self.update)
+        intake.add_operation("PATCH", f"/{self.name}/{{id}}", self.update)
 
     def create(self, ctx: IntakeContext) -> HandlerResult:
         if not isinstance(ctx.body, dict) or ctx.body.get("id") in (None, ""):
