@@ -266,11 +266,15 @@ def test_in_flight_operations_are_sent_again_after_a_restart(
         assert newer.id != op.id
 
 
+@pytest.mark.parametrize("first_recovers", [True, False], ids=["recovering", "not-recovering"])
 def test_an_open_queue_keeps_its_in_flight_operations_when_another_opens(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, first_recovers: bool
 ) -> None:
+    # Whether or not it recovered when it opened (the CLI does not), an open queue holds
+    # the side lock that tells a later opener it is not alone.
     path = tmp_path / "q.db"
-    with OfflineQueue(path, now=clock) as first:
+    OfflineQueue(path, now=clock).close()
+    with OfflineQueue(path, now=clock, recover=first_recovers) as first:
         first.enqueue("create", "note:1", {})
         [op] = first.next_batch()
         with OfflineQueue(path, now=clock) as second:

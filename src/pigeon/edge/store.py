@@ -44,6 +44,16 @@ HISTORY_LIMIT = 100  # failed attempts remembered per operation
 PAGE_SIZE = 2048
 
 
+def _open_lock(path: str) -> int | None:
+    """The side file whose advisory lock says which processes have the queue open; None
+    where there is no flock, or in a read-only directory (then nobody can tell, and an
+    opener that recovers does so)."""
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            return os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    return None
+
+
 class EdgeStore:
     def __init__(
         self,
@@ -68,26 +78,29 @@ class EdgeStore:
             page_size=PAGE_SIZE,
         )
         self._local = threading.local()
-        self._lock_fd: int | None = None
-        if recover:
-            self._recover(now)
+        # Every open queue holds this side file's advisory lock shared, recovering or not
+        # (the CLI opens without recovering): a process that recovers must see them all.
+        self._lock_fd = _open_lock(self.path)
+        try:
+            if recover:
+                self._recover(now)
+            elif self._lock_fd is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+        except BaseException:
+            self.close()
+            raise
 
     def _recover(self, now: float) -> None:
         """Put in-flight operations back to pending, unless another live process has the
-        file open (its in-flight operations are really in flight). An advisory lock on a
-        side file tells: every open queue holds it shared; whoever can take it exclusively
-        is alone and recovers, then keeps it shared like everyone else."""
+        file open (its in-flight operations are really in flight). Whoever can take the
+        side lock exclusively is alone and recovers, then keeps it shared like everyone
+        else."""
         sole = True
-        if fcntl is not None:
+        if self._lock_fd is not None:
             try:
-                self._lock_fd = os.open(self.path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                self._lock_fd = None  # read-only directory: we cannot tell, so recover
-            if self._lock_fd is not None:
-                try:
-                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    sole = False
+                sole = False
         if sole:
             with self.write() as tx:
                 tx.execute("recover_in_flight", {"now": now})
