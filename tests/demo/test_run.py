@@ -154,3 +154,14 @@ def test_the_demo_says_the_sync_timed_out_and_shows_pending_apart_from_lost() ->
 
 def _cells(table: str) -> list[list[str]]:
     return [line.split("│") for line in table.splitlines() if line.count("│") == 4]
+
+
+def test_demo_command_refuses_a_fault_rate_the_plan_cannot_honour() -> None:
+    from typer.testing import CliRunner
+
+    from pigeon.cli import app
+
+    result = CliRunner().invoke(app, ["demo", "--operations", "5", "--fault-rate", "0.4"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())  # unwrap rich's error box
+    assert "--fault-rate" in text and "cannot sum above 1" in text

@@ -11,6 +11,17 @@ from rich.table import Table
 
 from pigeon.demo.run import DemoReport, run_demo
 from pigeon.edge.queue import OfflineQueue
+from pigeon.exceptions import ConfigurationError
+from pigeon.server.faultproxy import FaultPlan
+
+
+def _fault_rate(rate: float) -> float:
+    """The plan's own check, before any process starts: its message says what is wrong."""
+    try:
+        FaultPlan.uniform(rate)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return rate
 
 
 def demo(
@@ -18,7 +29,11 @@ def demo(
     notes: Annotated[int, typer.Option(min=1, help="Notes the session may create.")] = 120,
     fault_rate: Annotated[
         float,
-        typer.Option(min=0.0, max=1.0, help="Rate of EACH fault kind per request."),
+        typer.Option(
+            callback=_fault_rate,
+            help="Share of requests EACH fault kind hits; at most 1/3, since a request is "
+            "dropped, answered 503 or has its answer dropped, never two of these.",
+        ),
     ] = 0.1,
     batch: Annotated[int, typer.Option(min=0, help="Batch size; 0 sends one by one.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,

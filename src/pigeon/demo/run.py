@@ -99,12 +99,12 @@ def run_demo(
 ) -> DemoReport:
     if not timeout >= 0:  # also refuses nan, which every comparison lets through
         raise ConfigurationError(f"timeout={timeout} must be a number of seconds >= 0")
+    plan = FaultPlan.uniform(fault_rate, max_delay=0.05, seed=seed)  # refused before starting
     report = DemoReport()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pigeon-demo-") as tmp:
         base = workdir or Path(tmp)
         with ServerProcess(base / "server.db") as server:
-            plan = FaultPlan.uniform(fault_rate, max_delay=0.05, seed=seed)
             with FaultProxy(server.url, plan) as proxy:
                 queue = OfflineQueue(base / "edge.db", retry_policy=DEMO_RETRY)
                 transport = HttpTransport(

@@ -6,18 +6,20 @@ It sits between a client and a pigeon server on loopback and, per request, may:
 - ``drop_response``: forward, let the server commit, then close the connection without
   answering (the client cannot know it happened: the case idempotency keys exist for);
 - ``error``: answer 503 itself without forwarding;
-- ``delay``: wait up to ``max_delay`` seconds before forwarding;
+- ``delay``: wait up to ``max_delay`` seconds first;
 - ``duplicate``: forward the request twice, concurrently, and answer with one of the two.
 
-It can also be switched ``offline`` (every connection is closed at once: the tunnel).
-Requests are parsed with h11 (the HTTP/1.1 state machine uvicorn uses) and forwarded with
-httpx; the proxy runs its own event loop in a background thread so that synchronous tests
-and the demo can drive it.
+Each kind fires on its configured share of requests (see ``FaultPlan``). It can also be
+switched ``offline`` (every connection is closed at once: the tunnel). Requests are parsed
+with h11 (the HTTP/1.1 state machine uvicorn uses) and forwarded with httpx; the proxy runs
+its own event loop in a background thread so that synchronous tests and the demo can
+drive it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 from collections import Counter
@@ -29,12 +31,42 @@ import httpx
 from pigeon.exceptions import ConfigurationError
 
 FAULT_KINDS = ("drop_request", "drop_response", "error", "delay", "duplicate")
+# At most one of these per request: each decides what becomes of the request as a whole.
+EXCLUSIVE_KINDS = ("drop_request", "error", "drop_response")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+_SLACK = 1e-9  # float sums such as 0.1 + 0.2 + 0.7 land a hair above 1
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """What the network does to one request."""
+
+    outcome: str | None = None  # one of EXCLUSIVE_KINDS, or None: forwarded and answered
+    delay: float | None = None  # seconds waited before anything else, if delayed
+    duplicate: bool = False  # forwarded twice (only ever a forwarded request)
+
+    @property
+    def kinds(self) -> list[str]:
+        kinds = [] if self.outcome is None else [self.outcome]
+        if self.delay is not None:
+            kinds.append("delay")
+        if self.duplicate:
+            kinds.append("duplicate")
+        return kinds
 
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """Probability of each fault per request (each drawn independently, in this order)."""
+    """The share of requests each fault kind hits: ``error=0.1`` means 503 on 10% of them.
+
+    Every kind holds its own rate per request. ``drop_request``, ``error`` and
+    ``drop_response`` exclude each other (a request is cut, refused or answered into the
+    void, never two of these), so they are picked in one draw and their rates must not sum
+    above 1. ``delay`` is drawn on its own for every request. ``duplicate`` can only hit a
+    forwarded request (not dropped before the server, not refused with 503), so it is drawn
+    among those with the rate raised to keep its share of all requests; it must not exceed
+    the forwarded share, ``1 - drop_request - error``.
+    """
 
     drop_request: float = 0.0
     drop_response: float = 0.0
@@ -49,12 +81,45 @@ class FaultPlan:
             rate = getattr(self, kind)
             if not 0.0 <= rate <= 1.0:
                 raise ConfigurationError(f"fault rate {kind}={rate} is not between 0 and 1")
-        if self.max_delay < 0:
+        exclusive = math.fsum(getattr(self, kind) for kind in EXCLUSIVE_KINDS)
+        if exclusive > 1.0 + _SLACK:
+            raise ConfigurationError(
+                f"drop_request + error + drop_response = {exclusive:g} is above 1: at most "
+                "one of them happens to a request, so their rates cannot sum above 1"
+            )
+        if self.duplicate > self._forwarded + _SLACK:
+            raise ConfigurationError(
+                f"duplicate={self.duplicate:g} is above the share of requests forwarded at "
+                f"all (1 - drop_request - error = {self._forwarded:g}): only a forwarded "
+                "request can be duplicated"
+            )
+        if not self.max_delay >= 0:
             raise ConfigurationError(f"max_delay={self.max_delay} must not be negative")
+
+    @property
+    def _forwarded(self) -> float:
+        return max(1.0 - self.drop_request - self.error, 0.0)
 
     @classmethod
     def uniform(cls, rate: float, *, max_delay: float = 0.05, seed: int | None = None) -> FaultPlan:
+        """Every kind at ``rate``; at most 1/3, the three exclusive kinds share requests."""
         return cls(rate, rate, rate, rate, rate, max_delay=max_delay, seed=seed)
+
+    def draw(self, rng: random.Random) -> Faults:
+        """The faults of one request. Pure given ``rng``."""
+        delay = rng.uniform(0, self.max_delay) if rng.random() < self.delay else None
+        roll, edge, outcome = rng.random(), 0.0, None
+        for kind in EXCLUSIVE_KINDS:
+            edge += getattr(self, kind)
+            if roll < edge:
+                outcome = kind
+                break
+        duplicate = False
+        if outcome not in ("drop_request", "error") and self.duplicate > 0:
+            # P(duplicate | forwarded) = duplicate / forwarded, so that its share of all
+            # requests is the plan's; multiplied out, a zero forwarded share cannot divide.
+            duplicate = rng.random() * self._forwarded < self.duplicate
+        return Faults(outcome, delay, duplicate)
 
 
 @dataclass
@@ -77,6 +142,9 @@ class FaultProxy:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.plan.seed)
+        # Which of two duplicated answers to return: apart from the plan's draws, so that a
+        # seeded proxy fed requests one at a time draws exactly what the plan alone would.
+        self._pick = random.Random(self.plan.seed)
         self._offline = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -197,29 +265,23 @@ class FaultProxy:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
-    def _draw(self, kind: str) -> bool:
-        hit = self._rng.random() < float(getattr(self.plan, kind))
-        if hit:
-            self.counts[kind] += 1
-        return hit
-
     async def _forward(self, request: _Request) -> tuple[int | None, list[tuple[str, str]], bytes]:
         self.counts["requests"] += 1
-        if self._draw("drop_request"):
+        faults = self.plan.draw(self._rng)
+        self.counts.update(faults.kinds)
+        if faults.delay is not None:
+            await asyncio.sleep(faults.delay)
+        if faults.outcome == "drop_request":
             return None, [], b""
-        if self._draw("error"):
+        if faults.outcome == "error":
             body = b'{"title": "injected fault", "status": 503}'
             return 503, [("content-type", "application/problem+json")], body
-        if self._draw("delay"):
-            await asyncio.sleep(self._rng.uniform(0, self.plan.max_delay))
-        duplicate = self._draw("duplicate")
-        drop_response = self._draw("drop_response")
-        sends = [self._upstream(request)] + ([self._upstream(request)] if duplicate else [])
+        sends = [self._upstream(request)] + ([self._upstream(request)] if faults.duplicate else [])
         results = await asyncio.gather(*sends, return_exceptions=True)
         answered = [r for r in results if isinstance(r, httpx.Response)]
-        if drop_response or not answered:
+        if faults.outcome == "drop_response" or not answered:
             return None, [], b""
-        response = self._rng.choice(answered)
+        response = self._pick.choice(answered)
         headers = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
         return response.status_code, headers, response.content
 
