@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import random
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+import h11
 import httpx
 import pytest
 import uvicorn
@@ -17,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pigeon.exceptions import ConfigurationError
@@ -34,7 +37,60 @@ def _echo_app(seen: list[bytes]) -> Starlette:
             headers={"ETag": '"7"'},
         )
 
-    return Starlette(routes=[Route("/echo", echo, methods=["GET", "POST"])])
+    async def target(request: Request) -> JSONResponse:
+        """What arrived, as raw as ASGI has it: the request line's target and the headers."""
+        query = request.scope["query_string"]
+        raw = request.scope["raw_path"] + (b"?" + query if query else b"")
+        headers = [[k.decode(), v.decode()] for k, v in request.scope["headers"]]
+        return JSONResponse({"target": raw.decode(), "headers": headers})
+
+    async def gz(request: Request) -> Response:
+        return Response(GZIPPED, headers={"content-encoding": "gzip"}, media_type="text/plain")
+
+    async def cookies(request: Request) -> Response:
+        response = Response(b"ok")
+        response.set_cookie("a", "1")
+        response.set_cookie("b", "2")
+        response.raw_headers += [(b"x-twice", b"one"), (b"x-twice", b"two")]
+        return response
+
+    return Starlette(
+        routes=[
+            Route("/echo", echo, methods=["GET", "POST"]),
+            Route("/gz", gz, methods=["GET", "HEAD"]),
+            Route("/cookies", cookies),
+            Route("/{rest:path}", target),
+        ]
+    )
+
+
+GZIPPED = gzip.compress(b"hello, compressed world " * 20)
+
+
+def _raw(
+    proxy_url: str, target: bytes, method: bytes = b"GET", headers: Iterable[tuple[str, str]] = ()
+) -> tuple[h11.Response, bytes]:
+    """One request with this exact target on a socket of its own: an httpx client would
+    itself rewrite a target such as //host/x before the proxy saw it."""
+    port = int(proxy_url.rsplit(":", 1)[1])
+    conn = h11.Connection(h11.CLIENT)
+    fields = [("Host", "x"), *headers, ("Connection", "close")]
+    response, body = None, b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(conn.send(h11.Request(method=method, target=target, headers=fields)))
+        sock.sendall(conn.send(h11.EndOfMessage()))
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                break
+    assert response is not None
+    return response, body
 
 
 @pytest.fixture
@@ -207,3 +263,57 @@ def test_the_proxy_applies_its_plan_s_rates(upstream: tuple[str, list[bytes]]) -
     assert replay == counts - Counter(requests=n)
     forwarded = n - counts["drop_request"] - counts["error"]
     assert len(seen) == forwarded + counts["duplicate"]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [b"//evil.example/x", b"/a/../b", b"/a/./b/", b"/a%2Fb/c?x=%2F&y=a+b&z=%C3%A9", b"/p?"],
+)
+def test_the_request_target_is_forwarded_byte_for_byte(
+    upstream: tuple[str, list[bytes]], target: bytes
+) -> None:
+    url, _ = upstream
+    with FaultProxy(url) as proxy:
+        response, body = _raw(proxy.url, target)
+    assert response.status_code == 200, body
+    assert json.loads(body)["target"] == target.rstrip(b"?").decode()
+
+
+def test_no_header_is_added_to_the_request(upstream: tuple[str, list[bytes]]) -> None:
+    """httpx's default accept-encoding would let the upstream compress for a client that
+    never asked for it; its user-agent would replace the client's absence of one."""
+    url, _ = upstream
+    with FaultProxy(url) as proxy:
+        _, body = _raw(proxy.url, b"/seen", headers=[("X-A", "1"), ("X-A", "2")])
+    headers = json.loads(body)["headers"]
+    assert [k for k, _ in headers] == ["host", "x-a", "x-a"]
+    assert [v for k, v in headers if k == "x-a"] == ["1", "2"]
+
+
+def test_an_absolute_url_target_is_refused_not_forwarded(upstream: tuple[str, list[bytes]]) -> None:
+    url, seen = upstream
+    with FaultProxy(url) as proxy:
+        for target in (url.encode() + b"/echo", b"http://example.invalid/echo"):
+            response, _ = _raw(proxy.url, target)
+            assert response.status_code == 400
+    assert seen == [] and proxy.counts["requests"] == 0
+
+
+def test_a_gzip_answer_is_forwarded_as_sent(upstream: tuple[str, list[bytes]]) -> None:
+    url, _ = upstream
+    with FaultProxy(url) as proxy:
+        response, body = _raw(proxy.url, b"/gz")
+        assert (b"content-encoding", b"gzip") in response.headers.raw_items()
+        assert body == GZIPPED  # raw: not decompressed under a gzip label
+        assert httpx.get(proxy.url + "/gz").content == gzip.decompress(GZIPPED)
+        response, body = _raw(proxy.url, b"/gz", method=b"HEAD")
+        assert body == b"" and dict(response.headers)[b"content-length"] == b"%d" % len(GZIPPED)
+
+
+def test_repeated_answer_headers_stay_apart(upstream: tuple[str, list[bytes]]) -> None:
+    url, _ = upstream
+    with FaultProxy(url) as proxy:
+        reply = httpx.get(proxy.url + "/cookies")
+    assert len(reply.headers.get_list("set-cookie")) == 2
+    assert dict(reply.cookies) == {"a": "1", "b": "2"}
+    assert reply.headers.get_list("x-twice") == ["one", "two"]

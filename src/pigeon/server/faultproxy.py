@@ -14,6 +14,11 @@ switched ``offline`` (every connection is closed at once: the tunnel). Requests 
 with h11 (the HTTP/1.1 state machine uvicorn uses) and forwarded with httpx; the proxy runs
 its own event loop in a background thread so that synchronous tests and the demo can
 drive it.
+
+Apart from its faults it forwards what it got: the request target byte for byte (only
+origin-form, ``/path?query``; an absolute URL is refused with 400, so the proxy never
+carries a request to another host), repeated headers as they came, and the body as it
+came off the wire (a gzip answer stays gzip, with its content-encoding).
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ from pigeon.exceptions import ConfigurationError
 FAULT_KINDS = ("drop_request", "drop_response", "error", "delay", "duplicate")
 # At most one of these per request: each decides what becomes of the request as a whole.
 EXCLUSIVE_KINDS = ("drop_request", "error", "drop_response")
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+# Per-connection headers, remade for each hop (host: the upstream's). Content-length
+# stays both ways, as the body is forwarded unchanged: httpx adds one only where a chunked
+# request had none, and h11 keeps an answer's right for HEAD, 204 and 304.
+_HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"host", b"upgrade", b"te"}
+Headers = list[tuple[bytes, bytes]]
 _SLACK = 1e-9  # float sums such as 0.1 + 0.2 + 0.7 land a hair above 1
 
 
@@ -124,10 +133,18 @@ class FaultPlan:
 
 @dataclass
 class _Request:
-    method: str
-    target: str
-    headers: list[tuple[str, str]]
+    method: bytes
+    target: bytes
+    headers: Headers
     body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    headers: Headers
+    body: bytes
+    reason: bytes = b""
 
 
 @dataclass
@@ -191,9 +208,10 @@ class FaultProxy:
     def _run(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._client = httpx.AsyncClient(
-            base_url=self.upstream, timeout=httpx.Timeout(30.0), limits=httpx.Limits()
-        )
+        # No base_url: httpx merges a target such as //other/x into the URL's authority.
+        # Requests are built by hand (see _upstream), so none of the client's default
+        # headers (accept-encoding, user-agent) are added to what the client sent.
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0), limits=httpx.Limits())
         self._server = loop.run_until_complete(
             asyncio.start_server(self._serve, self.host, self.port)
         )
@@ -224,11 +242,14 @@ class FaultProxy:
                 request = await self._read_request(conn, reader)
                 if request is None or self._offline:
                     break
-                status, headers, body = await self._forward(request)
-                if status is None:  # a fault that cuts the connection
+                answer = await self._forward(request)
+                if answer is None:  # a fault that cuts the connection
                     break
-                writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
-                writer.write(conn.send(h11.Data(data=body)))
+                head = h11.Response(
+                    status_code=answer.status, headers=answer.headers, reason=answer.reason
+                )
+                writer.write(conn.send(head))
+                writer.write(conn.send(h11.Data(data=answer.body)))
                 writer.write(conn.send(h11.EndOfMessage()))
                 await writer.drain()
                 if conn.our_state is h11.MUST_CLOSE:
@@ -253,11 +274,8 @@ class FaultProxy:
                     return None
                 continue
             if isinstance(event, h11.Request):
-                request = _Request(
-                    event.method.decode(),
-                    event.target.decode(),
-                    [(k.decode(), v.decode()) for k, v in event.headers],
-                )
+                # Bytes as they came (h11 has checked them): nothing to decode or re-encode.
+                request = _Request(event.method, event.target, list(event.headers.raw_items()))
             elif isinstance(event, h11.Data) and request is not None:
                 request.body += event.data
             elif isinstance(event, h11.EndOfMessage):
@@ -265,29 +283,49 @@ class FaultProxy:
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
-    async def _forward(self, request: _Request) -> tuple[int | None, list[tuple[str, str]], bytes]:
+    async def _forward(self, request: _Request) -> _Answer | None:
+        """The answer to send back, or None to cut the connection."""
+        if not request.target.startswith(b"/"):
+            # An absolute URL (or authority or * form) would name another server: this is a
+            # reverse proxy for one upstream, not an open forward proxy.
+            body = b'{"title": "request target must be a path (origin-form)", "status": 400}'
+            return _Answer(400, [(b"content-type", b"application/problem+json")], body)
         self.counts["requests"] += 1
         faults = self.plan.draw(self._rng)
         self.counts.update(faults.kinds)
         if faults.delay is not None:
             await asyncio.sleep(faults.delay)
         if faults.outcome == "drop_request":
-            return None, [], b""
+            return None
         if faults.outcome == "error":
             body = b'{"title": "injected fault", "status": 503}'
-            return 503, [("content-type", "application/problem+json")], body
+            return _Answer(503, [(b"content-type", b"application/problem+json")], body)
         sends = [self._upstream(request)] + ([self._upstream(request)] if faults.duplicate else [])
         results = await asyncio.gather(*sends, return_exceptions=True)
-        answered = [r for r in results if isinstance(r, httpx.Response)]
+        answered = [r for r in results if isinstance(r, _Answer)]
         if faults.outcome == "drop_response" or not answered:
-            return None, [], b""
-        response = self._pick.choice(answered)
-        headers = [(k, v) for k, v in response.headers.items() if k.lower() not in _HOP_BY_HOP]
-        return response.status_code, headers, response.content
+            return None
+        return self._pick.choice(answered)
 
-    async def _upstream(self, request: _Request) -> httpx.Response:
+    async def _upstream(self, request: _Request) -> _Answer:
         assert self._client is not None
+        upstream = httpx.URL(self.upstream)
         headers = [(k, v) for k, v in request.headers if k.lower() not in _HOP_BY_HOP]
-        return await self._client.request(
-            request.method, request.target, headers=headers, content=request.body
+        outgoing = httpx.Request(
+            request.method.decode("ascii"),  # a token: h11 let through nothing else
+            upstream,
+            headers=headers,
+            content=request.body,
+            # The request line's target, byte for byte: an httpx URL would normalise it
+            # (/a/../b becomes /b). An upstream URL's own path is kept in front, as before.
+            extensions={"target": upstream.raw_path.rstrip(b"/") + request.target},
         )
+        response = await self._client.send(outgoing, stream=True)
+        try:
+            # Raw: the body as the upstream encoded it, so content-encoding stays true.
+            body = b"".join([chunk async for chunk in response.aiter_raw()])
+        finally:
+            await response.aclose()
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
+        reason = response.extensions.get("reason_phrase", b"")
+        return _Answer(response.status_code, headers, body, reason)
