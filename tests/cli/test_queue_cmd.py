@@ -95,7 +95,37 @@ def test_missing_and_foreign_files_fail_clearly(tmp_path: Path) -> None:
 def test_unknown_status_is_refused(queue_file: tuple[Path, dict[str, str]]) -> None:
     path, _ = queue_file
     code, output = run("list", "-f", str(path), "--status", "lost")
-    assert code == 2 and "unknown status" in output
+    assert code == 2 and "Invalid value for '--status'" in output and "'lost'" in output
+
+
+def test_a_status_never_stored_is_refused(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, _ = queue_file
+    code, output = run("list", "-f", str(path), "--status", "coalesced")
+    assert code == 2 and "Invalid value for '--status'" in output
+
+
+def test_every_stored_status_is_offered() -> None:
+    from typing import get_args
+
+    from pigeon.cli.queue_cmd import StoredStatus
+
+    assert set(get_args(StoredStatus)) == {s.value for s in OpStatus} - {"coalesced"}
+
+
+@pytest.mark.parametrize("status", [[], ["--status", "pending"]])
+def test_a_negative_limit_is_refused(
+    queue_file: tuple[Path, dict[str, str]], status: list[str]
+) -> None:
+    path, _ = queue_file
+    code, output = run("list", "-f", str(path), "--limit", "-2", *status)
+    assert code == 2 and "Invalid value for '--limit'" in output
+
+
+def test_limit_zero_lists_nothing(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, ids = queue_file
+    code, output = run("list", "-f", str(path), "--limit", "0")
+    assert code == 0 and ": 0 operation(s)" in " ".join(output.split())  # title may wrap
+    assert ids["live"] not in output
 
 
 def test_stats_shows_an_authorisation_pause(queue_file: tuple[Path, dict[str, str]]) -> None:
