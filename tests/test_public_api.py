@@ -31,6 +31,7 @@ EXPECTED = {
     "InvalidIdempotencyKey",
     "InvalidState",
     "KeyInProgress",
+    "SchemaTooOld",
     "NotSent",
     "BatchRefused",
     "NotFound",

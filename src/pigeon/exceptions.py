@@ -10,6 +10,7 @@ PigeonError
 ├── StoreError                  the database file cannot be used as asked
 │   ├── ForeignDatabase         not a pigeon file of this kind; never rewritten
 │   ├── SchemaTooNew            written by a newer pigeon; never rewritten
+│   ├── SchemaTooOld            older, and upgrading it was not allowed; never rewritten
 │   └── StoreUnavailable        cannot reach or lock the database
 ├── NotFound                    no such operation / job / record
 ├── InvalidState                the object exists but not in a state that allows this
@@ -67,6 +68,11 @@ class ForeignDatabase(StoreError):
 
 class SchemaTooNew(StoreError):
     pass
+
+
+class SchemaTooOld(StoreError):
+    """An older schema, opened by something that must not upgrade it (``pigeon queue``:
+    an inspecting tool must not move a file beyond the pigeon of the app that owns it)."""
 
 
 class StoreUnavailable(StoreError):

@@ -155,3 +155,36 @@ def test_purge_forgets_only_old_deliveries(queue_file: tuple[Path, dict[str, str
         assert queue.get(ids["dead"]).status is OpStatus.DEAD
     code, output = run("purge", "-f", str(path), "--older-than", "-1")
     assert code == 1 and "older_than must be >= 0" in output
+
+
+def test_an_older_schema_is_refused_and_not_upgraded(
+    queue_file: tuple[Path, dict[str, str]],
+) -> None:
+    # Looking at a queue must not move its file past the pigeon of the app that owns it
+    # (that app would then refuse it as "newer than this pigeon knows").
+    path, _ = queue_file
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 3")  # as a file of the schema before the last
+    conn.close()
+    before = path.read_bytes()
+    code, output = run("stats", "-f", str(path))
+    assert code == 1 and "schema version 3, older than this pigeon's" in output
+    assert path.read_bytes() == before
+    with OfflineQueue(path) as queue:  # the app itself upgrades it
+        assert queue.stats().depth == 1
+
+
+def test_a_file_sqlite_cannot_write_is_a_message_not_a_traceback(
+    queue_file: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read-only file (root, who runs these tests, could write it anyway): opening a
+    # queue writes its state row, and SQLite refuses that with OperationalError.
+    import pigeon.cli.queue_cmd as queue_cmd
+
+    def read_only(*args: object, **kwargs: object) -> OfflineQueue:
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(queue_cmd, "OfflineQueue", read_only)
+    path, _ = queue_file
+    code, output = run("list", "-f", str(path))
+    assert code == 1 and "cannot use" in output and "readonly database" in output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,14 +42,18 @@ err = Console(stderr=True)
 
 @contextlib.contextmanager
 def open_queue(path: Path) -> Iterator[OfflineQueue]:
-    """An existing queue file, as it is (no recovery of in-flight operations). A missing or
-    foreign file, or any PigeonError raised in the ``with`` body, is a clear message and
-    exit status 1."""
+    """An existing queue file, as it is: no recovery of in-flight operations, and no
+    schema upgrade (the app that owns the file may run an older pigeon, which would then
+    refuse it). A missing, foreign, older or unwritable file, or any PigeonError raised in
+    the ``with`` body, is a clear message and exit status 1."""
     try:
-        with OfflineQueue(path, create=False, recover=False) as queue:
+        with OfflineQueue(path, create=False, recover=False, upgrade=False) as queue:
             yield queue
     except PigeonError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+    except sqlite3.Error as exc:  # e.g. a read-only file: opening writes the state row
+        err.print(f"[red]error:[/red] cannot use {path}: {exc}", highlight=False)
         raise typer.Exit(1) from exc
 
 

@@ -71,10 +71,12 @@ class OfflineQueue:
         recover: bool = True,
         rng: random.Random | None = None,
         keep_delivered: float | None = retention.DEFAULT_KEEP_DELIVERED,
+        upgrade: bool = True,
     ) -> None:
         """``keep_delivered``: seconds a delivered operation stays in the file before the
         queue purges it by itself (`pigeon.edge.retention`); None keeps them until
-        ``purge_delivered``."""
+        ``purge_delivered``. ``upgrade=False`` refuses a file of an older schema
+        (SchemaTooOld) instead of migrating it, as tools that only look should."""
         if durability not in ("full", "normal"):
             raise ConfigurationError(f"durability must be 'full' or 'normal', not {durability!r}")
         if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -99,7 +101,12 @@ class OfflineQueue:
         self._now = now
         self._rng = rng or random.Random()
         self._store = st.EdgeStore(
-            path, durability=durability, create=create, recover=recover, now=now()
+            path,
+            durability=durability,
+            create=create,
+            recover=recover,
+            now=now(),
+            upgrade=upgrade,
         )
         self.path = self._store.path
         with self._store.write() as tx:

@@ -63,6 +63,7 @@ class EdgeStore:
         create: bool,
         recover: bool,
         now: float,
+        upgrade: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.db = SQLiteDatabase(
@@ -76,6 +77,7 @@ class EdgeStore:
             # not in a temporary file, or every enqueue pays for file writes.
             pragmas={"temp_store": "MEMORY", "cache_size": -16384},
             page_size=PAGE_SIZE,
+            upgrade=upgrade,
         )
         self._local = threading.local()
         # Every open queue holds this side file's advisory lock shared, recovering or not

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
-from pigeon.exceptions import ForeignDatabase, SchemaTooNew, StoreUnavailable
+from pigeon.exceptions import ForeignDatabase, SchemaTooNew, SchemaTooOld, StoreUnavailable
 from pigeon.storage.queries import migrations
 
 T = TypeVar("T")
@@ -110,8 +110,11 @@ def check_and_migrate(
     path: str | os.PathLike[str],
     create: bool = True,
     page_size: int | None = None,
+    upgrade: bool = True,
 ) -> int:
     """Verify the file is ours (or empty) and bring its schema up to date. Returns version.
+
+    ``upgrade=False``: an older schema is refused (SchemaTooOld) instead of migrated.
 
     ``page_size`` applies to a new (empty) file only: SQLite fixes the page size when the
     first page is written, so an existing file keeps the one it was made with."""
@@ -129,6 +132,11 @@ def check_and_migrate(
         return latest
     if not create and fresh:
         raise ForeignDatabase(f"{name} is not a pigeon {component} database (empty)")
+    if not upgrade and not fresh:
+        raise SchemaTooOld(
+            f"{name} has schema version {header[1]}, older than this pigeon's ({latest}); "
+            "the file was not changed: the application that owns it upgrades it when it opens it"
+        )
     if page_size is not None and fresh:
         # Before journal_mode: switching to WAL writes the header, which fixes the size.
         conn.execute(f"PRAGMA page_size = {int(page_size)}")
@@ -227,6 +235,7 @@ class SQLiteDatabase:
         create: bool = True,
         pragmas: Mapping[str, str | int] | None = None,
         page_size: int | None = None,
+        upgrade: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.durability: Durability = durability
@@ -254,6 +263,7 @@ class SQLiteDatabase:
                     path=path,
                     create=create,
                     page_size=page_size,
+                    upgrade=upgrade,
                 )
         except BaseException:
             self.close()  # a refused file keeps no descriptor (nor -wal/-shm) open on it
