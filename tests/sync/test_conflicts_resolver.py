@@ -44,8 +44,16 @@ class Device:
     resolver: ConflictResolver
     engine: SyncEngine
 
-    def edit(self, type_: str, entity: str, payload: Any, endpoint: str | None = None) -> Any:
-        method = {"create": "POST", "update": "PUT"}[type_] if endpoint else None
+    def edit(
+        self,
+        type_: str,
+        entity: str,
+        payload: Any,
+        endpoint: str | None = None,
+        method: str | None = None,
+    ) -> Any:
+        if method is None and endpoint:
+            method = {"create": "POST", "update": "PUT"}[type_]
         return self.queue.enqueue(type_, entity, payload, endpoint=endpoint, method=method)
 
     def sync(self) -> None:
@@ -227,10 +235,12 @@ def test_crdt_documents_converge_on_both_devices(make_device: Callable[..., Devi
         text += word
         replicas[id(device)] = doc
         update = base64.b64encode(doc.get_update()).decode()
-        device.edit("update", "doc:7", {"update": update})
+        device.edit("update", "doc:7", {"update": update}, method="PATCH")  # adds, not replaces
     phone.sync()
     laptop.sync()
-    phone.edit("update", "doc:7", {"update": base64.b64encode(b"\x00\x00").decode()})
+    phone.edit(
+        "update", "doc:7", {"update": base64.b64encode(b"\x00\x00").decode()}, method="PATCH"
+    )
     phone.sync()  # an empty update: fetches the merged state
     for device in (phone, laptop):
         snapshot = device.resolver.store.snapshot("doc:7")
