@@ -108,7 +108,7 @@ class Executor:
             exchange = self.transport.send(ops, keep_going=self._keep_going)
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.
-            shared_delay: dict[int, float] = {}
+            shared_retry_at: dict[int, float] = {}
             done: set[str] = set()
             # One transaction (one fsync) for the whole reply: settling a batch of 100 must
             # not cost 100 commits. If settling fails part-way, nothing of it is kept and
@@ -129,7 +129,7 @@ class Executor:
                         delivered.append((op, reply, outcome))
                     else:
                         self._deliver(delivered, report)
-                        self._settle(op, reply, outcome, report, shared_delay, now)
+                        self._settle(op, reply, outcome, report, shared_retry_at, now)
                     done.add(op.id)
                 self._deliver(delivered, report)
             settled |= done
@@ -211,7 +211,7 @@ class Executor:
         reply: Reply,
         outcome: Outcome,
         report: CycleReport,
-        shared_delay: dict[int, float],
+        shared_retry_at: dict[int, float],
         now: float,
     ) -> None:
         kind = outcome.kind
@@ -255,8 +255,10 @@ class Executor:
             self._emit("on_failed", op, outcome)
             return
         retry_after = outcome.retry_after
-        if retry_after is None and reply.shared:
-            retry_after = shared_delay.get(id(reply))
+        if retry_after is None and reply.shared and id(reply) in shared_retry_at:
+            # The same moment as the first of the batch, not the same delay from now: each
+            # mark_failed reads the clock anew, and a loaded machine spread them apart.
+            retry_after = max(0.0, shared_retry_at[id(reply)] - self.clock())
         updated = self.queue.mark_failed(
             op.id, outcome.reason, kind=outcome.failure_kind, retry_after=retry_after
         )
@@ -269,5 +271,5 @@ class Executor:
         else:
             report.failed += 1
             if reply.shared:
-                shared_delay.setdefault(id(reply), max(0.0, updated.next_attempt_at - now))
+                shared_retry_at.setdefault(id(reply), updated.next_attempt_at)
             self._emit("on_failed", updated, outcome)
