@@ -3,6 +3,7 @@ two processes on one file."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -86,6 +87,53 @@ def test_a_failing_transaction_fails_its_whole_batch_and_the_next_one_runs() -> 
     with pytest.raises(OSError, match="disk full"):
         group.submit(lambda: 1)
     assert group.submit(lambda: 2) == 2
+
+
+class _Interrupt(Exception):
+    """Raised by the test's SIGINT handler (a KeyboardInterrupt would stop pytest)."""
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise _Interrupt
+
+
+def test_an_interrupted_waiter_settles_its_item_and_hands_on_before_raising() -> None:
+    writing, go = threading.Event(), threading.Event()
+    committed: list[int] = []
+
+    def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
+        if list(items) == [0]:
+            writing.set()
+            assert go.wait(10)
+        committed.extend(items)  # no more(): the waiting caller is chosen to lead next
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(commit)
+    threading.Thread(target=lambda: group.submit(lambda: 0), daemon=True).start()
+    assert writing.wait(10)
+
+    def interrupt_the_waiter_then_let_the_leader_go() -> None:
+        deadline = time.monotonic() + 10
+        while not group._queue and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # the main thread is in its wait
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        time.sleep(0.2)
+        go.set()
+
+    previous = signal.signal(signal.SIGINT, _raise_interrupt)
+    try:
+        threading.Thread(target=interrupt_the_waiter_then_let_the_leader_go).start()
+        with pytest.raises(_Interrupt):
+            group.submit(lambda: 1)  # the main thread waits: signals interrupt its wait
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert committed == [0, 1]  # its item was settled (it led) before the interrupt rose
+    later: dict[str, int] = {}
+    after = threading.Thread(target=lambda: later.update(r=group.submit(lambda: 2)), daemon=True)
+    after.start()
+    after.join(5)
+    assert later == {"r": 2}, "a caller after the interrupted one must not wait for nobody"
 
 
 def test_late_joiners_enter_the_transaction_before_it_commits() -> None:

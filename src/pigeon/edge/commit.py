@@ -88,13 +88,25 @@ class GroupCommit(Generic[T, R]):
                 self._leading = True
                 ticket = None
         outcome: object
+        interrupted: BaseException | None = None
         if ticket is None:
             outcome = self._lead([item], [])[0]
         else:
-            ticket.waiter.acquire()  # released once: our item is done, or we lead next
+            # Released once: our item is done, or we lead next. An interrupt (Ctrl-C in
+            # the main thread) must not end the wait: we may already be the chosen next
+            # leader, and leaving would leave every later caller waiting for nobody. It
+            # is raised once our item is settled, which takes one commit.
+            while True:
+                try:
+                    ticket.waiter.acquire()
+                    break
+                except BaseException as exc:
+                    interrupted = exc
             if not ticket.done:
                 self._lead([], self._take(self._max_batch))  # ours is first in the queue
             outcome = ticket.error if ticket.error is not None else ticket.result
+        if interrupted is not None:
+            raise interrupted
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome  # type: ignore[return-value]
