@@ -169,3 +169,31 @@ def test_bad_spec_is_refused() -> None:
         JobSpec("q", "t", max_attempts=0)
     with pytest.raises(PayloadNotSerializable, match="q/t"):
         JobSpec("q", "t", {"x": object()}).payload_json()
+
+
+def test_an_alert_hook_that_raises_never_loses_the_claim(
+    db: Database, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The hook runs after the claim committed: if it raised out of claim(), the worker
+    # would never see the job it now holds, and max_attempts=1 would fail it unrun.
+    seen: list[int] = []
+
+    def pager_down(failed: FailedJob) -> None:
+        seen.append(failed.id)
+        raise RuntimeError("pager down")
+
+    _, m = make(db, clock, alert=pager_down)
+    old = m.enqueue(JobSpec("q", "t", max_age=10))
+    other = m.enqueue(JobSpec("q", "t", max_age=10))
+    good = m.enqueue(JobSpec("q", "t", max_attempts=1))
+    clock.advance(20)  # old and other are past their max age: claim fails and alerts them
+    (job,) = m.claim("q", "w", 5, lease=60)
+    assert job.id == good
+    assert seen == [old, other]  # one failing call does not silence the next
+    assert caplog.text.count("alert hook failed") == 2
+    # finish() too: the failure is recorded, the hook's error only logged
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
+    (doomed,) = m.claim("q", "w", 5, lease=60)
+    assert m.finish([Outcome(job, None), Outcome(doomed, RuntimeError("x"))]) == [True, True]
+    assert show_job(db, good)["status"] == "succeeded"
+    assert show_job(db, job_id)["status"] == "failed" and seen[-1] == job_id

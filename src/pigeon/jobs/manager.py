@@ -10,6 +10,7 @@ are one set-based statement each.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import traceback
@@ -25,6 +26,7 @@ from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.storage.base import Database, Tx
 
 Clock = Callable[[], float]
+log = logging.getLogger("pigeon.jobs.manager")
 
 
 def enqueue(
@@ -352,9 +354,21 @@ class JobManager:
         return FailedJob(job.id, job.queue, job.task, owner, reason, job.attempt, job.record_id)
 
     def _alert(self, failed: Sequence[FailedJob | None]) -> None:
+        """Call the alert hook once per failed job, after the transaction committed.
+
+        A hook that raises is logged and never propagates: the claim or finish it follows
+        is already durable, and raising would make the caller drop jobs it now holds (held
+        by nobody until their lease expires, an attempt lost). One failing call does not
+        keep the other failed jobs from being alerted."""
         hook = self.app.alert
         if hook is None:
             return
         for item in failed:
-            if item is not None:
+            if item is None:
+                continue
+            try:
                 hook(item)
+            except Exception:
+                log.exception(
+                    "alert hook failed for job %s (%s/%s)", item.id, item.queue, item.task
+                )
