@@ -5,10 +5,11 @@ import random
 import pytest
 
 from pigeon.exceptions import PermanentError
+from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
-from pigeon.jobs.job import JobSpec
+from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, JobSpec
 from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
 from pigeon.storage.base import Database
 
@@ -197,3 +198,34 @@ def test_an_alert_hook_that_raises_never_loses_the_claim(
     assert m.finish([Outcome(job, None), Outcome(doomed, RuntimeError("x"))]) == [True, True]
     assert show_job(db, good)["status"] == "succeeded"
     assert show_job(db, job_id)["status"] == "failed" and seen[-1] == job_id
+
+
+def test_a_tasks_retry_policy_applies_unless_the_spec_gives_its_own(
+    db: Database, clock: FakeClock
+) -> None:
+    app, m = make(db, clock)
+    app.task(lambda: None, queue="q", name="charge", max_attempts=1, max_age=5)
+    app.task(lambda: None, queue="q", name="plain")
+    policy = m.enqueue(JobSpec("q", "charge"))
+    own = m.enqueue(JobSpec("q", "charge", max_attempts=3, max_age=None))
+    default = m.enqueue(JobSpec("q", "plain"))
+    stored = {
+        j: (show_job(db, j)["max_attempts"], show_job(db, j)["max_age"])
+        for j in (policy, own, default)
+    }
+    assert stored == {policy: (1, 5), own: (3, None), default: (DEFAULT_MAX_ATTEMPTS, None)}
+    # the task's single attempt is all it gets: one failure lands it in the failed store
+    job = next(j for j in m.claim("q", "w", 3, lease=5) if j.id == policy)
+    m.finish([Outcome(job, RuntimeError("boom"))])
+    assert "attempts exhausted (1 of 1)" in show_job(db, policy)["last_error"]
+
+
+def test_records_take_the_tasks_retry_policy_from_the_app(db: Database, clock: FakeClock) -> None:
+    app, _ = make(db, clock)
+    app.task(lambda: None, queue="q", name="charge", max_attempts=2, max_age=30)
+    with db.transaction() as tx:
+        rid = records.accept(
+            tx, kind="k", data={}, obligations={"c": JobSpec("q", "charge")}, app=app
+        )
+    job_id = records.get(db, rid)["obligations"]["c"]["job_id"]
+    assert (show_job(db, job_id)["max_attempts"], show_job(db, job_id)["max_age"]) == (2, 30)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Any, Final
 
 from pigeon.exceptions import InvalidOperation, PayloadNotSerializable
 
@@ -24,6 +24,18 @@ class JobStatus(StrEnum):
 DEFAULT_MAX_ATTEMPTS = 5
 
 
+class _Unset(Enum):
+    """A retry-policy field the caller did not give (None already means "no age limit")."""
+
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A job to enqueue; also how an obligation of a record names its job."""
@@ -32,8 +44,10 @@ class JobSpec:
     task: str
     payload: Mapping[str, Any] = field(default_factory=dict)
     delay: float = 0.0
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    max_age: float | None = None
+    # Not given: the policy of the task registered on the app (``@app.task(max_attempts=...,
+    # max_age=...)``), else DEFAULT_MAX_ATTEMPTS and no age limit. Given: this job's own.
+    max_attempts: int | _Unset = UNSET
+    max_age: float | _Unset | None = UNSET
     unique_key: str | None = None
     owner: str | None = None
 
@@ -42,12 +56,21 @@ class JobSpec:
             raise InvalidOperation(
                 f"a job needs a queue and a task, got {self.queue!r}/{self.task!r}"
             )
-        if self.max_attempts < 1:
+        if not isinstance(self.max_attempts, _Unset) and self.max_attempts < 1:
             raise InvalidOperation(f"max_attempts must be >= 1, got {self.max_attempts}")
         if self.delay < 0:
             raise InvalidOperation(f"delay must be >= 0 seconds, got {self.delay}")
-        if self.max_age is not None and self.max_age <= 0:
+        if not isinstance(self.max_age, _Unset | None) and self.max_age <= 0:
             raise InvalidOperation(f"max_age must be > 0 seconds, got {self.max_age}")
+
+    def policy(
+        self, max_attempts: int = DEFAULT_MAX_ATTEMPTS, max_age: float | None = None
+    ) -> tuple[int, float | None]:
+        """(max_attempts, max_age) to store: this spec's own where given, else the fallback
+        passed in (the task's policy, or the defaults)."""
+        attempts = max_attempts if isinstance(self.max_attempts, _Unset) else self.max_attempts
+        age = max_age if isinstance(self.max_age, _Unset) else self.max_age
+        return attempts, age
 
     def payload_json(self) -> str:
         return dump_payload(self.payload, f"{self.queue}/{self.task}")

@@ -39,20 +39,28 @@ def enqueue(
     record_id: str | None = None,
     obligation: str | None = None,
     now: float | None = None,
+    app: App | None = None,
     **options: Any,
 ) -> JobId:
     """Write a job in the caller's transaction; it exists only if that transaction commits.
 
+    With ``app``, a retry policy the spec does not give is the registered task's
+    (``@app.task(max_attempts=..., max_age=...)``); without one, the defaults.
     A ``unique_key`` already used returns the existing job's id instead of a second job."""
     if spec is None:
         spec = JobSpec(queue or "", task or "", payload or {}, **options)
     now = time.time() if now is None else now
+    registered = app.tasks.get(spec.task) if app is not None else None
+    if registered is not None:
+        max_attempts, max_age = spec.policy(registered.max_attempts, registered.max_age)
+    else:
+        max_attempts, max_age = spec.policy()
     params = {
         "queue": spec.queue,
         "task": spec.task,
         "payload": spec.payload_json(),
-        "max_attempts": spec.max_attempts,
-        "max_age": spec.max_age,
+        "max_attempts": max_attempts,
+        "max_age": max_age,
         "now": now,
         "scheduled_at": now + spec.delay,
         "owner": spec.owner,
@@ -120,7 +128,7 @@ class JobManager:
 
     def enqueue(self, spec: JobSpec) -> JobId:
         with self.db.transaction() as tx:
-            return enqueue(tx, spec, now=self.clock())
+            return enqueue(tx, spec, now=self.clock(), app=self.app)
 
     def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease

@@ -15,6 +15,7 @@ from typing import Any
 
 from pigeon.exceptions import InvalidOperation, NotFound
 from pigeon.jobs._db import loads, reading
+from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec, dump_payload
 from pigeon.jobs.ledger import ACCEPTED, complete, event
 from pigeon.jobs.manager import enqueue
@@ -31,8 +32,11 @@ def accept(
     obligations: Mapping[str, JobSpec] | None = None,
     record_id: RecordId | None = None,
     now: float | None = None,
+    app: App | None = None,
 ) -> RecordId:
     """Write the record, one pending obligation per entry and its job, in ``tx``.
+
+    Pass the ``app`` for its tasks' retry policies to apply (see ``manager.enqueue``).
 
     Nothing is visible until the caller's transaction commits, and nothing remains if it
     rolls back: acceptance and the promise of follow-up work are one fact."""
@@ -48,7 +52,7 @@ def accept(
     )
     event(tx, rid, None, ACCEPTED, {"pending": sorted(obligations)}, now=now)
     for name, spec in sorted(obligations.items()):
-        job_id = enqueue(tx, spec, record_id=rid, obligation=name, now=now)
+        job_id = enqueue(tx, spec, record_id=rid, obligation=name, now=now, app=app)
         tx.execute(
             "obl_insert",
             {"record_id": rid, "name": name, "job_id": job_id, "status": "pending", "now": now},
