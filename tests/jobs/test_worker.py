@@ -176,3 +176,37 @@ def test_recycles_over_memory_budget(db: Database) -> None:
     worker = Worker(app, db, {"q": 1}, recycle_mib=1)  # any Python process is over 1 MiB
     assert worker.run(grace=5) == RECYCLE
     assert statuses(db) == {"succeeded": 1}
+
+
+def test_a_finished_job_waiting_in_the_batch_buffer_never_times_out(db: Database) -> None:
+    # Job A returns at once; its outcome waits in the batch buffer while B runs. A timeout
+    # check at a moment past A's timeout (but not B's) must leave A alone. The check is
+    # called from B with an explicit clock, so the test does not race the heartbeat.
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=5.0), batch=2)
+    runs: dict[str, int] = {}
+    a_started: list[float] = []
+    worker: Worker
+
+    @app.task(queue="q")
+    def work(n: str) -> None:
+        runs[n] = runs.get(n, 0) + 1
+        if n == "A":
+            a_started.append(time.monotonic())
+            time.sleep(0.1)  # B starts >= 0.1 s after A (under the 0.2 s flush interval)
+        else:
+            # A is 0.05 s past its timeout, B still >= 0.05 s short of it
+            worker._check_timeouts(now=a_started[0] + 5.0 + 0.05)
+
+    m = JobManager(db, app)
+    a = m.enqueue(JobSpec("q", "work", {"n": "A"}))
+    m.enqueue(JobSpec("q", "work", {"n": "B"}))
+    worker = Worker(app, db, {"q": 1})
+    t = run_in_thread(worker)
+    wait_for(lambda: "B" in runs and not worker._held)
+    worker.stop()
+    t.join()
+    assert worker.stats.timed_out == 0
+    assert runs == {"A": 1, "B": 1}
+    assert [h["outcome"] for h in show_job(db, a)["history"]] == ["succeeded"]
+    assert statuses(db) == {"succeeded": 2}

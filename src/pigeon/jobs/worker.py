@@ -59,6 +59,7 @@ class _Held:
     job: Job
     started: float = 0.0  # monotonic; 0 while claimed but not yet running
     timed_out: bool = False
+    done: bool = False  # its task returned; the outcome may still wait in the batch buffer
     lost: bool = False  # the heartbeat found the lease gone (expired and rescued)
 
 
@@ -260,23 +261,26 @@ class Worker:
                 self.stats.lost += 1
                 return None
             held.started = time.monotonic()
+        error: BaseException | None = None
         try:
             task = self.app.get_task(job.task)
         except NotFound as exc:
-            return Outcome(job, PermanentError(str(exc)))
-        try:
-            if task.context:
-                task.func(JobContext(job, self.db, config.timeouts), **job.payload)
-            else:
-                task.func(**job.payload)
-            error: BaseException | None = None
-        except Exception as exc:
-            error = exc
+            task, error = None, PermanentError(str(exc))
+        if task is not None:
+            try:
+                if task.context:
+                    task.func(JobContext(job, self.db, config.timeouts), **job.payload)
+                else:
+                    task.func(**job.payload)
+            except Exception as exc:
+                error = exc
         with self._lock:
             if held.timed_out:
                 # Already recorded by the heartbeat; the lease is gone.
                 self._held.pop((job.id, job.token), None)
                 return None
+            # Finished: the timeout check leaves it alone while its outcome is buffered.
+            held.done = True
         return Outcome(job, error)
 
     def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
@@ -396,13 +400,13 @@ class Worker:
         current = threading.current_thread()
         return not any(t.is_alive() for t in list(self._threads) if t is not current)
 
-    def _check_timeouts(self) -> None:
-        now = time.monotonic()
+    def _check_timeouts(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         expired: list[Outcome] = []
         stuck = False
         with self._lock:
             for held in self._held.values():
-                if not held.started:
+                if not held.started or held.done:
                     continue
                 timeouts = self.app.queue_config(held.job.queue).timeouts
                 elapsed = now - held.started
