@@ -19,6 +19,7 @@ from .conftest import FakeClock
 def make(db: Database, clock: FakeClock, **app_options: object) -> tuple[App, JobManager]:
     app = App(**app_options)  # type: ignore[arg-type]
     app.queue("q", backoff=Backoff(base=1, cap=8), owner="team-q")
+    app.task(lambda **_: None, queue="q", name="t")  # enqueue refuses tasks the app lacks
     return app, JobManager(db, app, clock=clock, rng=random.Random(7))
 
 
@@ -118,9 +119,9 @@ def test_backoff_is_full_jitter_within_ceiling(db: Database, clock: FakeClock) -
 
 def test_permanent_error_fails_at_once(db: Database, clock: FakeClock) -> None:
     app, m = make(db, clock)
-    app.task(lambda: None, queue="q", name="t", permanent=(KeyError,))
-    a = m.enqueue(JobSpec("q", "t"))
-    b = m.enqueue(JobSpec("q", "t"))
+    app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
+    a = m.enqueue(JobSpec("q", "p"))
+    b = m.enqueue(JobSpec("q", "p"))
     ja, jb = m.claim("q", "w", 2, lease=5)
     m.finish([Outcome(ja, PermanentError("card declined")), Outcome(jb, KeyError("gone"))])
     assert show_job(db, a)["status"] == "failed"

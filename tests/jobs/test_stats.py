@@ -31,6 +31,8 @@ def test_stats_count_only_due_queued_jobs_as_ready(db: Database, clock: FakeCloc
     app = App()
     app.queue("grading", freshness=30, owner="graders")
     app.queue("idle", freshness=5)
+    for name in ("old", "young", "later", "held", "stuck", "doomed"):
+        app.task(lambda: None, queue="grading", name=name)
     m = JobManager(db, app, clock=clock)
     m.enqueue(JobSpec("grading", "old"))
     clock.advance(10)
@@ -65,6 +67,7 @@ def test_breach_alert_fires_once_per_episode_across_monitors(
     alerts: list[tuple[str, float, float]] = []
     app = App(on_freshness_breach=lambda q, age, objective: alerts.append((q, age, objective)))
     app.queue("q", freshness=10)
+    app.task(lambda: None, queue="q", name="t")
     m = JobManager(db, app, clock=clock)
     first, second = FreshnessMonitor(app, db, clock=clock), FreshnessMonitor(app, db, clock=clock)
     m.enqueue(JobSpec("q", "t"))
@@ -94,6 +97,7 @@ def test_a_failing_hook_does_not_stop_the_monitor(db: Database, clock: FakeClock
 
     app = App(on_freshness_breach=hook)
     app.queue("q", freshness=1)
+    app.task(lambda: None, queue="q", name="t")
     JobManager(db, app, clock=clock).enqueue(JobSpec("q", "t"))
     clock.advance(2)
     assert FreshnessMonitor(app, db, clock=clock).check(["q"]) == ["q"]

@@ -12,14 +12,15 @@ Workers import the app by ``"module:attr"`` and open the database they are given
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
+from pigeon.exceptions import ConfigurationError, InvalidOperation, NotFound, PermanentError
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
-from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS
+from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, finite, positive_int
 from pigeon.jobs.timeouts import Timeouts
 
 if TYPE_CHECKING:
@@ -91,6 +92,22 @@ class Task:
     max_attempts: int
     max_age: float | None
     permanent: tuple[type[BaseException], ...]
+
+    def binding_error(self, payload: object) -> str | None:
+        """Why ``payload`` cannot be the task's arguments (None: it binds). The worker
+        calls ``func(ctx, **payload)`` or ``func(**payload)``; a mismatch can never succeed,
+        so it is refused at enqueue and a permanent failure at run time."""
+        if not isinstance(payload, Mapping) or not all(isinstance(k, str) for k in payload):
+            return f"payload must be an object with str keys, got {type(payload).__name__}"
+        try:
+            signature = inspect.signature(self.func)
+        except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+            return None
+        try:
+            signature.bind(*([None] if self.context else []), **payload)
+        except TypeError as exc:
+            return f"payload {sorted(payload)} does not fit task {self.name!r}: {exc}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,13 @@ class App:
     ) -> Any:
         """Register a task. ``context=True`` passes a JobContext as first argument."""
 
+        if not positive_int(max_attempts):
+            raise ConfigurationError(
+                f"task max_attempts must be an integer >= 1, got {max_attempts!r}"
+            )
+        if max_age is not None and (not finite(max_age) or max_age <= 0):
+            raise ConfigurationError(f"task max_age must be finite seconds > 0, got {max_age!r}")
+
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             task_name = name or f.__name__
             if task_name in self.tasks:
@@ -205,6 +229,21 @@ class App:
             return self.tasks[name]
         except KeyError:
             raise NotFound(f"no task named {name!r} in this app") from None
+
+    def check_spec(self, queue: str, task: str, payload: object) -> None:
+        """Refuse (InvalidOperation) a job this app could never run: an unknown task, a
+        queue other than the task's own (no worker of that queue would find it), or a
+        payload that does not bind to the task function's parameters."""
+        registered = self.tasks.get(task)
+        if registered is None:
+            raise InvalidOperation(f"no task named {task!r} in this app")
+        if queue != registered.queue:
+            raise InvalidOperation(
+                f"task {task!r} runs on queue {registered.queue!r}, not {queue!r}"
+            )
+        problem = registered.binding_error(payload)
+        if problem is not None:
+            raise InvalidOperation(problem)
 
     def owner_for(self, queue: str, task: str) -> str:
         t = self.tasks.get(task)

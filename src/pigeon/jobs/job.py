@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
@@ -56,12 +57,28 @@ class JobSpec:
             raise InvalidOperation(
                 f"a job needs a queue and a task, got {self.queue!r}/{self.task!r}"
             )
-        if not isinstance(self.max_attempts, _Unset) and self.max_attempts < 1:
-            raise InvalidOperation(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.delay < 0:
-            raise InvalidOperation(f"delay must be >= 0 seconds, got {self.delay}")
-        if not isinstance(self.max_age, _Unset | None) and self.max_age <= 0:
-            raise InvalidOperation(f"max_age must be > 0 seconds, got {self.max_age}")
+        # The worker calls task(**payload): anything but an object with str keys can
+        # never run, so it is refused here rather than retried for minutes.
+        if not isinstance(self.payload, Mapping):
+            raise InvalidOperation(
+                f"payload of {self.queue}/{self.task} must be a JSON object (a mapping of "
+                f"argument names), got {type(self.payload).__name__}"
+            )
+        bad_keys = [k for k in self.payload if not isinstance(k, str)]
+        if bad_keys:
+            raise InvalidOperation(
+                f"payload of {self.queue}/{self.task} needs str keys, got {bad_keys[0]!r}"
+            )
+        if not isinstance(self.max_attempts, _Unset) and not positive_int(self.max_attempts):
+            raise InvalidOperation(
+                f"max_attempts must be an integer >= 1, got {self.max_attempts!r}"
+            )
+        if not finite(self.delay) or self.delay < 0:
+            raise InvalidOperation(f"delay must be finite seconds >= 0, got {self.delay!r}")
+        if not isinstance(self.max_age, _Unset | None) and (
+            not finite(self.max_age) or self.max_age <= 0
+        ):
+            raise InvalidOperation(f"max_age must be finite seconds > 0, got {self.max_age!r}")
 
     def policy(
         self, max_attempts: int = DEFAULT_MAX_ATTEMPTS, max_age: float | None = None
@@ -76,9 +93,22 @@ class JobSpec:
         return dump_payload(self.payload, f"{self.queue}/{self.task}")
 
 
+def positive_int(value: object) -> bool:
+    # bool is an int subclass, but True attempts is a mistake, not a policy
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def finite(value: object) -> bool:
+    """A real number of seconds: NaN compares false with everything (a NaN delay or
+    max_age would silently mean "never" or "always"), inf would never come due."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def dump_payload(payload: Any, what: str) -> str:
+    # allow_nan=False: NaN/Infinity are not JSON; PostgreSQL's jsonb and other readers
+    # refuse them, and they would come back as floats no task expects.
     try:
-        return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload of {what} is not JSON: {exc}") from exc
 

@@ -44,12 +44,16 @@ def enqueue(
 ) -> JobId:
     """Write a job in the caller's transaction; it exists only if that transaction commits.
 
-    With ``app``, a retry policy the spec does not give is the registered task's
-    (``@app.task(max_attempts=..., max_age=...)``); without one, the defaults.
+    With ``app``, the job must be one the app can run (``App.check_spec``: a registered
+    task, on its own queue, with a payload that binds to its function; InvalidOperation
+    otherwise, nothing written), and a retry policy the spec does not give is the task's
+    (``@app.task(max_attempts=..., max_age=...)``). Without one, the defaults.
     A ``unique_key`` already used returns the existing job's id instead of a second job."""
     if spec is None:
         spec = JobSpec(queue or "", task or "", payload or {}, **options)
     now = time.time() if now is None else now
+    if app is not None:
+        app.check_spec(spec.queue, spec.task, spec.payload)
     registered = app.tasks.get(spec.task) if app is not None else None
     if registered is not None:
         max_attempts, max_age = spec.policy(registered.max_attempts, registered.max_age)
@@ -122,13 +126,16 @@ class JobManager:
         rng: random.Random | None = None,
     ) -> None:
         self.db = db
+        # Without an app there is nothing to check a job against: enqueue then writes what
+        # it is given (a producer that does not import the tasks), with default policies.
+        self._checks = app
         self.app = app or App()
         self.clock = clock
         self.rng = rng or random.Random()
 
     def enqueue(self, spec: JobSpec) -> JobId:
         with self.db.transaction() as tx:
-            return enqueue(tx, spec, now=self.clock(), app=self.app)
+            return enqueue(tx, spec, now=self.clock(), app=self._checks)
 
     def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
@@ -281,7 +288,10 @@ class JobManager:
             return True, None
         message = describe(error)
         reason = None
-        if self.app.is_permanent(job.task, error):
+        mismatch = self._payload_mismatch(job, error)
+        if mismatch is not None:
+            reason = f"permanent error: {mismatch}"
+        elif self.app.is_permanent(job.task, error):
             reason = f"permanent error: {message}"
         else:
             reason = self._out_of_budget(job, now, starting=False)
@@ -299,6 +309,15 @@ class JobManager:
             return False, None
         self._attempt_done(tx, job, "error", message, now)
         return True, None
+
+    def _payload_mismatch(self, job: Job, error: BaseException) -> str | None:
+        """A payload that cannot bind to the task's parameters (stored before the check at
+        enqueue, or by a producer without the app) fails the same way on every attempt:
+        a TypeError from the call is then permanent, not retried with backoff."""
+        task = self.app.tasks.get(job.task)
+        if task is None or not isinstance(error, TypeError):
+            return None
+        return task.binding_error(job.payload)
 
     def _out_of_budget(self, job: Job, now: float, *, starting: bool) -> str | None:
         # On a claim, attempt n is about to run; after a failure, attempt n has been used.
