@@ -7,11 +7,12 @@ import time
 from collections.abc import Callable
 
 from pigeon.jobs.app import App
+from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
 from pigeon.jobs.timeouts import Timeouts
-from pigeon.jobs.worker import RECYCLE, STOPPED, Worker
+from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
 from pigeon.storage.base import Database
 
 
@@ -210,3 +211,32 @@ def test_a_finished_job_waiting_in_the_batch_buffer_never_times_out(db: Database
     assert runs == {"A": 1, "B": 1}
     assert [h["outcome"] for h in show_job(db, a)["history"]] == ["succeeded"]
     assert statuses(db) == {"succeeded": 2}
+
+
+def test_a_timed_out_job_is_not_claimable_before_its_process_is_abandoned(db: Database) -> None:
+    # The retry of a timed-out job must wait until the process still running it has been
+    # abandoned (on_stuck); here it is eligible >= 1 s after that, at its lease's end.
+    app = App()
+    app.queue(
+        "q",
+        timeouts=Timeouts(job=0.3, external_call=0.1, supervisor=0.5, lease=1.5),
+        backoff=Backoff(base=0.001, cap=0.001),  # the retry time is the worker's alone
+    )
+    release = threading.Event()
+    stuck_at: list[float] = []
+
+    @app.task(queue="q")
+    def hang() -> None:
+        release.wait(10)
+
+    def on_stuck() -> None:
+        stuck_at.append(time.time())
+        release.set()
+
+    job_id = JobManager(db, app).enqueue(JobSpec("q", "hang"))
+    worker = Worker(app, db, {"q": 1}, on_stuck=on_stuck)
+    assert worker.run(grace=5) == STUCK
+    job = show_job(db, job_id)
+    assert job["status"] == "queued" and "JobTimeout" in job["last_error"]
+    assert job["scheduled_at"] > stuck_at[0]
+    assert job["scheduled_at"] >= job["history"][0]["started_at"] + 1.5

@@ -7,11 +7,14 @@ after ``keepalive`` seconds without backlog (``scaling``). The same thread runs 
 maintenance: the freshness alert (``stats.FreshnessMonitor``) and the retention purge.
 
 A separate heartbeat thread renews the leases of every job the process holds: job code
-cannot block it. The heartbeat also enforces the timeout hierarchy: a job past its
-timeout is recorded as failed (retried no earlier than its supervisor deadline); a
-process with a job past the supervisor timeout is abandoned (``on_stuck``: in a worker
-process, a hard exit the supervisor replaces), and the lease, longer still, keeps the
-job from a second runner meanwhile.
+cannot block it. The heartbeat also enforces the timeout hierarchy, waking at each
+running job's timeout and supervisor deadline rather than only on its regular ticks: a
+process with a job past the supervisor timeout is abandoned first thing (``on_stuck``: in
+a worker process, a hard exit the supervisor replaces); a job past its timeout is
+recorded as failed and retried no earlier than its lease would have run out (and at
+least one heartbeat interval past its supervisor deadline), so no second runner starts it
+while the process still running it may be alive: the same room the lease, longer than
+the supervisor timeout, gives a job whose process is killed.
 
 An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
@@ -44,6 +47,7 @@ from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
+from pigeon.jobs.timeouts import Timeouts
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.worker")
@@ -143,6 +147,7 @@ class Worker:
         self._held: dict[tuple[int, str], _Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._interval = 0.05  # the heartbeat's, set when it starts
         self.scaler = Scaler(
             self.queues,
             lambda queue, label: self._spawn(label, self._loop, queue),
@@ -371,8 +376,9 @@ class Worker:
         configs = [self.app.queue_config(q) for q in self.queues]
         lease = min(c.timeouts.lease_seconds for c in configs)
         interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
+        self._interval = interval
         while not self._threads_done():
-            self._check_timeouts()
+            next_deadline = self._check_timeouts()
             with self._lock:
                 held = [h.job for h in self._held.values() if not h.timed_out]
             by_lease: dict[float, list[Job]] = {}
@@ -390,8 +396,11 @@ class Worker:
                         held_job = self._held.get((job.id, job.token))
                         if held_job is not None:
                             held_job.lost = True
-            # Once stopping, poll briefly: we only wait for the job threads to drain.
-            if self._stop.wait(interval):
+            # Wake at the next timeout or supervisor deadline (just past it: the checks
+            # are strict), not up to an interval late. Once stopping, poll briefly: we
+            # only wait for the job threads to drain.
+            wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
+            if self._stop.wait(wait):
                 time.sleep(0.02)
 
     def _threads_done(self) -> bool:
@@ -400,10 +409,13 @@ class Worker:
         current = threading.current_thread()
         return not any(t.is_alive() for t in list(self._threads) if t is not current)
 
-    def _check_timeouts(self, now: float | None = None) -> None:
+    def _check_timeouts(self, now: float | None = None) -> float:
+        """Abandon the process if a job is past its supervisor deadline, record the jobs
+        past their timeout; returns the next deadline (monotonic) of a running job."""
         now = time.monotonic() if now is None else now
         expired: list[Outcome] = []
         stuck = False
+        next_deadline = float("inf")
         with self._lock:
             for held in self._held.values():
                 if not held.started or held.done:
@@ -412,6 +424,10 @@ class Worker:
                 elapsed = now - held.started
                 if elapsed > timeouts.supervisor_seconds:
                     stuck = True
+                else:
+                    next_deadline = min(next_deadline, held.started + timeouts.supervisor_seconds)
+                if not held.timed_out:
+                    next_deadline = min(next_deadline, held.started + timeouts.job)
                 if elapsed > timeouts.job and not held.timed_out:
                     held.timed_out = True
                     self.stats.timed_out += 1
@@ -423,15 +439,22 @@ class Worker:
                                 f"job {held.job.id} ({held.job.task}) ran {elapsed:.1f}s, "
                                 f"over its {timeouts.job:g}s timeout"
                             ),
-                            not_before=wall_start + timeouts.supervisor_seconds,
+                            not_before=wall_start + self._retry_delay(timeouts),
                         )
                     )
-        if expired:
-            # Retried while the database is away; given up (logged, counted) past the lease,
-            # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
-        if stuck:
+        if stuck:  # before any database write, which could make it late
             log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
             if self.on_stuck is not None:
                 self.on_stuck()
             self.stop(STUCK)
+        if expired:
+            # Retried while the database is away; given up (logged, counted) past the lease,
+            # when the jobs are recovered by lease expiry like any unrecorded outcome.
+            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+        return next_deadline
+
+    def _retry_delay(self, timeouts: Timeouts) -> float:
+        """Seconds from a timed-out attempt's start to its retry: past the supervisor
+        deadline by at least one heartbeat interval (the process is abandoned by then),
+        and never before its lease would have run out."""
+        return max(timeouts.lease_seconds, timeouts.supervisor_seconds + self._interval)
