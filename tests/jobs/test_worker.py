@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
-from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager
+from pigeon.jobs.job import Job, JobSpec
+from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
 from pigeon.storage.base import Database
@@ -240,3 +240,57 @@ def test_a_timed_out_job_is_not_claimable_before_its_process_is_abandoned(db: Da
     assert job["status"] == "queued" and "JobTimeout" in job["last_error"]
     assert job["scheduled_at"] > stuck_at[0]
     assert job["scheduled_at"] >= job["history"][0]["started_at"] + 1.5
+
+
+def test_a_task_raising_system_exit_fails_only_its_own_job(db: Database) -> None:
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=5.0), batch=3)
+    ran: list[int] = []
+
+    @app.task(queue="q", max_attempts=1)
+    def t(i: int) -> None:
+        ran.append(i)
+        if i == 0:
+            raise SystemExit(2)
+
+    m = JobManager(db, app)
+    ids = [m.enqueue(JobSpec("q", "t", {"i": i})) for i in range(3)]
+    worker = Worker(app, db, {"q": 1})
+    t_ = run_in_thread(worker)
+    wait_for(lambda: statuses(db) == {"failed": 1, "succeeded": 2})
+    assert worker.threads("q") == 1 and not worker.stopping
+    worker.stop()
+    t_.join()
+    assert ran == [0, 1, 2]
+    assert "SystemExit" in show_job(db, ids[0])["last_error"]
+
+
+def test_a_batch_ending_abnormally_releases_the_jobs_it_did_not_run(db: Database) -> None:
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=5.0), batch=3)
+
+    @app.task(queue="q")
+    def noop(i: int) -> None:
+        pass
+
+    m = JobManager(db, app)
+    ids = [m.enqueue(JobSpec("q", "noop", {"i": i})) for i in range(3)]
+    worker = Worker(app, db, {"q": 1})
+    execute = worker._execute
+    broken: list[int] = []
+
+    def execute_once_broken(job: Job) -> Outcome | None:
+        if job.id == ids[1] and not broken:
+            broken.append(job.id)
+            raise RuntimeError("a bug in the worker")
+        return execute(job)
+
+    worker._execute = execute_once_broken  # type: ignore[method-assign]
+    t = run_in_thread(worker)
+    wait_for(lambda: statuses(db) == {"succeeded": 3})
+    assert worker.threads("q") == 1
+    worker.stop()
+    t.join()
+    assert worker.stats.released == 2
+    # released with the attempt refunded, not left to the (7.5 s) lease
+    assert [j["attempts"] for j in list_jobs(db)] == [1, 1, 1]

@@ -16,6 +16,12 @@ least one heartbeat interval past its supervisor deadline), so no second runner 
 while the process still running it may be alive: the same room the lease, longer than
 the supervisor timeout, gives a job whose process is killed.
 
+Whatever a task raises, ``BaseException`` included (``SystemExit`` from a library's
+``sys.exit()``, even a ``KeyboardInterrupt`` it raises itself: a real Ctrl-C reaches the
+main thread, never a task's), is that job's error outcome, and its thread carries on
+with the batch. A batch that ends abnormally (a bug in the worker itself) releases the
+jobs it did not run; its thread logs it and goes on claiming.
+
 An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
 lease renewals fail and are retried; an outcome that cannot be recorded within the lease
@@ -208,6 +214,17 @@ class Worker:
     # -- the claim loop ----------------------------------------------------------------
 
     def _loop(self, queue: str) -> None:
+        try:
+            self._claim_loop(queue)
+        except BaseException:
+            # Not expected (batches and tasks are contained): keep the scaler's count of
+            # live threads true with a replacement.
+            if not self._stop.is_set():
+                log.exception("claim thread of %s died; replacing it", queue)
+                self._spawn(f"{queue}-replacement", self._loop, queue)
+            raise
+
+    def _claim_loop(self, queue: str) -> None:
         config = self.app.queue_config(queue)
         lease = config.timeouts.lease_seconds
         batch = self.batch or config.batch
@@ -225,8 +242,12 @@ class Worker:
                 idle = min(idle * 2, self.poll_max)
                 continue
             idle = self.poll
-            with self.scaler.busy(queue):
-                self._run_batch(queue, jobs)
+            try:
+                with self.scaler.busy(queue):
+                    self._run_batch(queue, jobs)
+            except Exception:
+                log.exception("a batch of %s ended abnormally; its unrun jobs were released", queue)
+                self._stop.wait(min(1.0, lease / 4))
             self._maybe_recycle()
 
     def _run_batch(self, queue: str, jobs: list[Job]) -> None:
@@ -236,25 +257,31 @@ class Worker:
                 self._held[job.id, job.token] = _Held(job)
         outcomes: list[Outcome] = []
         flushed = time.monotonic()
-        for index, job in enumerate(jobs):
-            if self._stop.is_set():
-                rest = jobs[index:]
-                self._flush(outcomes)
-                outcomes = []
-                released = self._persist(rest, functools.partial(self.manager.release, rest))
-                self.stats.released += released or 0
-                self._forget(rest)
-                break
-            outcome = self._execute(job)
-            if outcome is not None:
-                outcomes.append(outcome)
-            # Batched completions, but never sit on results for long.
-            if time.monotonic() - flushed > 0.2:
-                self._flush(outcomes)
-                outcomes, flushed = [], time.monotonic()
-        self._flush(outcomes)
-        with self._lock:
-            self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + len(jobs)
+        ran = 0  # jobs[:ran] ran; a job whose _execute raised counts as not run
+        try:
+            while ran < len(jobs) and not self._stop.is_set():
+                outcome = self._execute(jobs[ran])
+                ran += 1
+                if outcome is not None:
+                    outcomes.append(outcome)
+                # Batched completions, but never sit on results for long.
+                if time.monotonic() - flushed > 0.2:
+                    pending, outcomes, flushed = outcomes, [], time.monotonic()
+                    self._flush(pending)
+        finally:
+            # Stopping, or ending abnormally: record what ran, give back what did not.
+            try:
+                pending, outcomes = outcomes, []
+                self._flush(pending)
+                rest = jobs[ran:]
+                if rest:
+                    released = self._persist(rest, functools.partial(self.manager.release, rest))
+                    with self._lock:
+                        self.stats.released += released or 0
+            finally:
+                self._forget(jobs)  # nothing of this batch stays held (and renewed)
+                with self._lock:
+                    self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + len(jobs)
 
     def _execute(self, job: Job) -> Outcome | None:
         config = self.app.queue_config(job.queue)
@@ -277,7 +304,7 @@ class Worker:
                     task.func(JobContext(job, self.db, config.timeouts), **job.payload)
                 else:
                     task.func(**job.payload)
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: this job's error, not the thread's
                 error = exc
         with self._lock:
             if held.timed_out:
