@@ -6,7 +6,11 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
+from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import App
+from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import Job, JobSpec
@@ -294,3 +298,13 @@ def test_a_batch_ending_abnormally_releases_the_jobs_it_did_not_run(db: Database
     assert worker.stats.released == 2
     # released with the attempt refunded, not left to the (7.5 s) lease
     assert [j["attempts"] for j in list_jobs(db)] == [1, 1, 1]
+
+
+def test_a_worker_budget_above_the_queue_maximum_is_refused(db: Database) -> None:
+    app = App()
+    app.queue("q", min_workers=1, max_workers=2)
+    with pytest.raises(ConfigurationError, match="outside its budget"):
+        Worker(app, db, {"q": 10})
+    with pytest.raises(ConfigurationError, match="outside its budget"):
+        Worker(app, db, {"q": Budget(1, 3)})
+    assert Worker(app, db, {"q": 2}).queues["q"] == Budget(1, 2)

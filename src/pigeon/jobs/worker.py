@@ -119,15 +119,17 @@ class Worker:
         self.app = app
         self.db = db
         # This process's share of each queue's budget: a bare number is a maximum, with
-        # the queue's minimum (capped by it) as the floor. The supervisor checks the
-        # shares of all its processes against the App's budget.
+        # the queue's minimum (capped by it) as the floor; a maximum above the queue's
+        # max_workers is refused (ConfigurationError), as the supervisor refuses it. The
+        # supervisor checks the shares of all its processes against the App's budget.
         self.queues: dict[str, Budget] = {}
         for queue, spec in queues.items():
+            config = app.queue_config(queue)
             if isinstance(spec, int):
                 if spec < 1:
                     continue
-                spec = Budget(min(app.queue_config(queue).min_workers, spec), spec)
-            self.queues[queue] = spec
+                spec = Budget(min(config.min_workers, spec), spec)
+            self.queues[queue] = config.budget(spec)
         if not self.queues:
             raise ConfigurationError(f"a worker needs at least one queue thread, got {queues}")
         self.name = name or f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
