@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pigeon.exceptions import NotFound
+from pigeon.exceptions import InvalidOperation, NotFound
 from pigeon.jobs import outbox, records
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
@@ -99,3 +99,28 @@ def test_obligations_finishing_at_once_still_complete_the_record(db: Database) -
         t.join(20)
     assert not errors, errors
     assert records.get(db, rid)["status"] == "completed"
+
+
+def test_an_obligation_cannot_share_a_unique_key(db: Database, clock: FakeClock) -> None:
+    # Deduplicated, the second record's obligation would point at the first record's job
+    # and stay pending forever: accept refuses it, before writing anything.
+    spec = JobSpec("q", "notify", {"user": 1}, unique_key="notify:1")
+    with db.transaction() as tx:
+        first = records.accept(tx, kind="a", data={}, obligations={"n": spec}, now=clock())
+    held = pytest.raises(InvalidOperation, match="'notify:1' is already held by job")
+    # the transaction commits: even a caller that swallows the error stores nothing
+    with db.transaction() as tx, held:
+        records.accept(tx, kind="a", data={}, obligations={"n": spec}, record_id="second")
+    fresh = JobSpec("q", "notify", {"user": 2}, unique_key="notify:2")
+    shared = pytest.raises(InvalidOperation, match="share unique_key 'notify:2'")
+    with db.transaction() as tx, shared:
+        pair = {"x": fresh, "y": fresh}
+        records.accept(tx, kind="a", data={}, obligations=pair, record_id="third")
+    for refused in ("second", "third"):
+        with pytest.raises(NotFound):
+            records.get(db, refused)
+    assert len(list_jobs(db)) == 1
+    m = JobManager(db, clock=clock)
+    (job,) = m.claim("q", "w", 10, lease=5)
+    assert m.finish([Outcome(job)]) == [True]
+    assert records.get(db, first)["status"] == "completed"

@@ -39,10 +39,17 @@ def accept(
     Pass the ``app`` for its tasks' retry policies to apply (see ``manager.enqueue``).
 
     Nothing is visible until the caller's transaction commits, and nothing remains if it
-    rolls back: acceptance and the promise of follow-up work are one fact."""
+    rolls back: acceptance and the promise of follow-up work are one fact.
+
+    An obligation's ``unique_key`` must be new: a key already held by a job (another
+    record's obligation, or a plain job), or by two obligations of this record, raises
+    InvalidOperation before anything is written. Deduplicating would tie this obligation
+    to a job that settles someone else's, so it would stay pending forever; a record
+    promises its own follow-up work."""
     if not kind:
         raise InvalidOperation("a record needs a kind")
     obligations = dict(obligations or {})
+    _check_unique_keys(tx, obligations)
     now = time.time() if now is None else now
     rid = record_id or str(uuid.uuid4())
     data_json = dump_payload(data, f"record {kind}")
@@ -60,6 +67,25 @@ def accept(
     if not obligations:
         complete(tx, rid, now=now)
     return rid
+
+
+def _check_unique_keys(tx: Tx, obligations: Mapping[str, JobSpec]) -> None:
+    seen: dict[str, str] = {}
+    for name, spec in sorted(obligations.items()):
+        key = spec.unique_key
+        if key is None:
+            continue
+        if key in seen:
+            raise InvalidOperation(
+                f"obligations {seen[key]!r} and {name!r} share unique_key {key!r}"
+            )
+        seen[key] = name
+        held = tx.fetchone("job_by_unique_key", {"unique_key": key})
+        if held is not None:
+            raise InvalidOperation(
+                f"obligation {name!r}: unique_key {key!r} is already held by job "
+                f"{held['id']}; a record's obligation needs a job of its own"
+            )
 
 
 def get(db: Database, record_id: str) -> dict[str, Any]:
