@@ -164,3 +164,20 @@ def test_a_type_error_inside_a_task_whose_payload_binds_is_still_retried(
     (job,) = m.claim("grading", "w", 1, lease=30)
     m.finish([Outcome(job, TypeError("a bug in the task, maybe a flaky dependency"))])
     assert show_job(db, job_id)["status"] == "queued"
+
+
+def test_a_scheduled_job_takes_its_tasks_whole_retry_policy(db: Database, clock: FakeClock) -> None:
+    from pigeon.jobs.schedule import Scheduler
+
+    app = App(retention=None)
+    app.queue("reports")
+
+    @app.task(queue="reports", max_attempts=2, max_age=30.0)
+    def nightly() -> None:
+        pass
+
+    app.periodic(every=60.0, task="nightly")
+    assert Scheduler(app, db, clock=clock).tick_once()
+    [job] = list_jobs(db, limit=10)
+    stored = show_job(db, job["id"])
+    assert (stored["max_attempts"], stored["max_age"]) == (2, 30.0)  # max_age was dropped

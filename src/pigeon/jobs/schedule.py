@@ -53,10 +53,10 @@ class Scheduler:
                     task.queue,
                     task.name,
                     payload,
-                    max_attempts=task.max_attempts,
                     unique_key=f"schedule:{schedule.name}:{tick}",
                 ),
                 now=now,
+                app=self.app,  # the task's own retry policy: max_attempts and max_age
             )
             tx.execute("tick_set_job", {"schedule": schedule.name, "tick": tick, "job_id": job_id})
         return True
