@@ -118,14 +118,7 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
         encoded = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
-    try:
-        size = len(encoded.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        bad = encoded[exc.start : exc.end]
-        raise PayloadNotSerializable(
-            f"payload is not valid text: it holds {bad!r}, a surrogate code point, which has no "
-            "UTF-8 form"
-        ) from None
+    size = len(text(encoded, "payload", PayloadNotSerializable).encode("utf-8"))
     if size > max_bytes:
         raise PayloadTooLarge(f"payload is {size} bytes as JSON, over the limit of {max_bytes}")
     return encoded
