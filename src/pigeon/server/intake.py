@@ -40,12 +40,12 @@ second commit, and a claim orphaned by a crash becomes retryable after ``lock_ti
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import Context, copy_context
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -222,7 +222,7 @@ class Intake:
     def execute_group(
         self,
         items: Sequence[tuple[str, OperationRequest]],
-        contexts: Sequence[contextvars.Context] | None = None,
+        contexts: Sequence[Context] | None = None,
     ) -> list[OpResult]:
         """Apply independent single-operation requests that arrived together, in ONE
         transaction (group commit: one fsync for all of them); the caller answers them
@@ -239,30 +239,19 @@ class Intake:
         again one by one, so the failure stays with its own request."""
         if contexts is not None and len(contexts) != len(items):
             raise ValueError(f"{len(items)} requests but {len(contexts)} contexts")
-        runs = list(contexts) if contexts is not None else [None] * len(items)
-
-        def alone(
-            ctx: contextvars.Context | None, principal: str, op: OperationRequest
-        ) -> OpResult:
-            if ctx is None:
-                return self._execute_alone(principal, op)
-            return ctx.run(self._execute_alone, principal, op)
-
+        # Without them, each runs in a copy of this thread's: the same variables.
+        runs = [*contexts] if contexts is not None else [copy_context() for _ in items]
+        pairs = list(zip(runs, items, strict=True))
         if self.claim_mode == "separate" or len(items) == 1:
-            return [alone(ctx, p, op) for ctx, (p, op) in zip(runs, items, strict=True)]
+            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
         try:
             with self._transaction() as tx:
-                results = [
-                    self._apply_or_refuse(tx, p, op)
-                    if ctx is None
-                    else ctx.run(self._apply_or_refuse, tx, p, op)
-                    for ctx, (p, op) in zip(runs, items, strict=True)
-                ]
+                results = [ctx.run(self._apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
         except STORE_DOWN as exc:
             return [store_unavailable(exc)] * len(items)  # nothing committed
         except Exception:
             log.warning("a group of %d requests failed, applying them one by one", len(items))
-            return [alone(ctx, p, op) for ctx, (p, op) in zip(runs, items, strict=True)]
+            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
         self._notify(results)
         return refresh_all(self.db, results)
 
