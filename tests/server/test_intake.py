@@ -12,7 +12,7 @@ import pytest
 from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
-from pigeon.server.intake import Intake
+from pigeon.server.intake import Handler, Intake
 from pigeon.server.notes import create_note, create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
@@ -122,29 +122,34 @@ def test_deterministic_4xx_after_execution_began_is_stored(
     assert client.get("/notes/nope", headers=ALICE).status_code == 200
 
 
+def _refused_then_retried(db: Database, clock: FakeClock, refuse: Handler) -> Any:
+    """POST a note under key "k" through a handler that answers with ``refuse`` the first
+    time and creates the note the second. Checks that the refusal left no write and gave
+    the key back, and that the retry ran; returns the refused response."""
+    intake = Intake(db, now=clock)
+    calls = {"n": 0}
+
+    def handler(ctx: Any) -> Any:
+        calls["n"] += 1
+        return refuse(ctx) if calls["n"] == 1 else create_note(ctx)
+
+    intake.add_operation("POST", "/notes", handler)
+    with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
+        refused = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        assert read_ledger(db) == []
+        with db.transaction() as tx:
+            assert intake.store.get(tx, "anonymous", "k") is None
+        retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
+    assert len(read_ledger(db)) == 1
+    return refused
+
+
 @pytest.mark.parametrize("kind", ["raise", "5xx"])
 def test_an_exception_or_5xx_rolls_everything_back_and_releases_the_key(
     db: Database, clock: FakeClock, kind: str
 ) -> None:
-    intake = Intake(db, now=clock)
-    flaky = {"fail": True}
-
-    def handler(ctx: Any) -> Any:
-        if flaky["fail"]:
-            return failing_handler(kind)(ctx)
-        return create_note(ctx)
-
-    intake.add_operation("POST", "/notes", handler)
-    with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
-        failed = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-        assert failed.status_code >= 500
-        assert read_ledger(db) == []
-        with db.transaction() as tx:
-            assert intake.store.get(tx, "anonymous", "k") is None
-        flaky["fail"] = False
-        retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
-    assert len(read_ledger(db)) == 1
+    assert _refused_then_retried(db, clock, failing_handler(kind)).status_code >= 500
 
 
 @pytest.mark.parametrize("status", [401, 403, 408, 425, 429])
@@ -153,26 +158,12 @@ def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
 ) -> None:
     # The client retries these with the same key (408/425/429 transient, 401/403 after the
     # user signs in again): a stored one would be replayed for ever, the operation never run.
-    intake = Intake(db, now=clock)
-    busy = {"now": True}
+    def not_now(ctx: Any) -> Any:
+        create_note(ctx)  # written, then refused: must not survive
+        return status, {"detail": "not now"}, {"Retry-After": "1"}
 
-    def handler(ctx: Any) -> Any:
-        if busy["now"]:
-            create_note(ctx)  # written, then refused: must not survive
-            return status, {"detail": "not now"}, {"Retry-After": "1"}
-        return create_note(ctx)
-
-    intake.add_operation("POST", "/notes", handler)
-    with TestClient(create_app(intake, purge_interval=None)) as c:
-        first = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-        assert first.status_code == status and first.headers["retry-after"] == "1"
-        assert read_ledger(db) == []
-        with db.transaction() as tx:
-            assert intake.store.get(tx, "anonymous", "k") is None
-        busy["now"] = False
-        retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-    assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
-    assert len(read_ledger(db)) == 1
+    refused = _refused_then_retried(db, clock, not_now)
+    assert refused.status_code == status and refused.headers["retry-after"] == "1"
 
 
 def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(db: Database, clock: FakeClock) -> None:
