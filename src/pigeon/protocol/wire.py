@@ -37,6 +37,11 @@ MAX_BATCH = 1000  # operations per batch request; the server refuses more with 4
 HEALTH_PATH = "/pigeon/v1/health"
 MAX_KEY_LENGTH = 255
 PROBLEM_JSON = "application/problem+json"
+# 4xx the client sends again with the same key: transient (retry later), and the
+# authorisation statuses (the queue pauses until the user signs in, then resumes). The
+# server must therefore never store them as a key's final answer.
+TRANSIENT_4XX = frozenset({408, 425, 429})
+AUTH_STATUSES = frozenset({401, 403})
 
 # Problem types are URNs: stable, and not tied to a host (pigeon.server.problems makes
 # them as PROBLEM_PREFIX + slug).

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.exceptions import StoreUnavailable
-from pigeon.protocol.wire import PROBLEM_JSON, canonical_json
+from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
 from pigeon.server.problems import problem
 from pigeon.storage.base import Tx
 
@@ -54,7 +54,7 @@ def store_down(exc: BaseException) -> bool:
 # pauses until the user is signed in again, then resumes). Stored, such an answer would be
 # replayed to every retry and the operation could never run, so, like a 5xx, it releases
 # the key and nothing is kept.
-NOT_STORED_4XX = frozenset({401, 403, 408, 425, 429})
+NOT_STORED_4XX = TRANSIENT_4XX | AUTH_STATUSES
 
 
 def stored(status: int) -> bool:

@@ -57,7 +57,6 @@ _MALFORMED: tuple[type[BaseException], ...] = (
     httpx.InvalidURL,
     httpx.LocalProtocolError,
 )
-_TRANSIENT_STATUSES = frozenset({408, 425, 429})
 # RFC 9457: "about:blank" is the type of a problem with no semantics beyond its status.
 _UNTYPED = "about:blank"
 
@@ -167,7 +166,7 @@ def classify(
             etag=(wire.unquote_etag(etag) if etag else "") or None,
             body=body,
         )
-    if status in _TRANSIENT_STATUSES or 500 <= status < 600:
+    if status in wire.TRANSIENT_4XX or 500 <= status < 600:
         return Outcome(
             OutcomeKind.TRANSIENT,
             f"HTTP {status}",
@@ -175,7 +174,7 @@ def classify(
             retry_after=retry_after,
             body=body,
         )
-    if status in (401, 403):
+    if status in wire.AUTH_STATUSES:
         return Outcome(
             OutcomeKind.AUTH, f"HTTP {status}: authorisation needed", status=status, body=body
         )
