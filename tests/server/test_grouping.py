@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import threading
 import uuid
 from typing import Any
 
@@ -165,3 +167,44 @@ def test_execute_group_wants_one_context_per_request(db: Database) -> None:
         intake.execute_group(
             [("a", request("1")), ("a", request("2"))], [contextvars.copy_context()]
         )
+
+
+def test_a_started_group_is_answered_when_its_task_is_cancelled(db: Database) -> None:
+    # Shutdown cancels the draining task while a group is in the writer thread: the group
+    # still commits, and its requests get what committed (not an error for a done effect);
+    # the cancellation is raised after that, and the writer thread is one of its own.
+    from pigeon.server.grouping import GroupCommit
+
+    started, release = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def slow(ctx: IntakeContext) -> Any:
+        seen.append(threading.current_thread().name)
+        started.set()
+        release.wait(5)
+        return 201, {"ok": True}
+
+    intake = Intake(db)
+    intake.add_operation("POST", "/slow", slow)
+    grouped = GroupCommit(intake)
+
+    async def scenario() -> tuple[Any, bool]:
+        op = OperationRequest("POST", "/slow", {}, "k-slow", "k-slow")
+        answer = asyncio.ensure_future(grouped.execute("p", op))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        drain = grouped._draining
+        assert drain is not None
+        drain.cancel()
+        await asyncio.sleep(0.05)
+        assert not answer.done(), "the running group is waited for"
+        release.set()
+        result = await answer
+        with contextlib.suppress(asyncio.CancelledError):
+            await drain
+        return result, drain.cancelled()
+
+    result, cancelled = asyncio.run(scenario())
+    assert result.status == 201 and cancelled
+    assert seen and seen[0].startswith("pigeon-writer")
+    replay = intake.execute("p", OperationRequest("POST", "/slow", {}, "k-slow", "k-slow"))
+    assert replay.status == 201 and replay.replayed and len(seen) == 1
