@@ -14,6 +14,7 @@ import pytest
 
 from pigeon.jobs import outbox, records
 from pigeon.jobs.demo import app as demo_app
+from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.worker import Worker
 from pigeon.server.answers import ANSWERS_PATH, accept_answer, current_answer
@@ -231,3 +232,32 @@ def test_handler_failing_after_the_claim_leaves_no_record_job_or_outbox_row(
         assert _post(url, key, ANSWER).headers["idempotent-replayed"] == "true"
     assert (_jobs(db), _count(db, "rec_counts")) == (1, 1)
     assert _count(db, "outbox_counts", "pending") == 1
+
+
+def test_answer_jobs_are_checked_against_the_job_app_and_take_its_retry_policy(
+    db: Database,
+) -> None:
+    # The app the workers run declares grading's retry policy: the job accepted with the
+    # answer must carry it, and a task the app does not know is refused before anything
+    # is accepted (not found out later by a worker, with the answer already "received").
+    from pigeon.jobs.app import App
+    from pigeon.server.answers import add_answers
+
+    jobs_app = App()
+    jobs_app.queue("grading")
+    jobs_app.queue("notify")
+
+    @jobs_app.task(queue="grading", name="grade", max_attempts=3)
+    def grade(answer_id: str, answer: str, expected: str | None = None) -> None:
+        pass
+
+    intake = Intake(db)
+    add_answers(intake, jobs_app)
+    with live_server(create_app(intake, purge_interval=None)) as url:
+        reply = _post(url, "k", {"question": "2+2?", "answer": "4", "expected": "4"})
+        assert reply.status_code == 202, reply.text
+        [job] = list_jobs(db)
+        assert (job["task"], job["max_attempts"]) == ("grade", 3)
+        refused = _post(url, "k2", ANSWER)  # its "notify" task is not in the app
+        assert refused.status_code == 500 and "send" in refused.text
+    assert _count(db, "rec_counts") == 1 and len(list_jobs(db)) == 1

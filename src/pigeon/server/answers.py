@@ -13,11 +13,13 @@ workers are done (see ``pigeon.server.replay`` for why the status stays 202).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
 from pigeon.exceptions import NotFound
 from pigeon.jobs import outbox, records
+from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
 from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
@@ -30,7 +32,10 @@ ANSWERS_PATH = "/answers"
 ANSWER_TOPIC = "answers.received"
 
 
-def accept_answer(ctx: IntakeContext) -> HandlerResult:
+def accept_answer(ctx: IntakeContext, jobs: App | None = None) -> HandlerResult:
+    """``jobs``: the job app whose workers run the obligations; with it, each job is
+    checked against its task (registered, payload binds) before anything is accepted,
+    and takes the task's retry policy (``@app.task(max_attempts=...)``)."""
     body = ctx.body
     error = _invalid(body)
     if error is not None:
@@ -48,7 +53,13 @@ def accept_answer(ctx: IntakeContext) -> HandlerResult:
             "notify", "send", {"to": body["notify"], "message": message}
         )
     records.accept(
-        ctx.tx, kind="answer", data=data, obligations=obligations, record_id=record_id, now=ctx.now
+        ctx.tx,
+        kind="answer",
+        data=data,
+        obligations=obligations,
+        record_id=record_id,
+        now=ctx.now,
+        app=jobs,
     )
     announce = {"record": record_id, "question": body["question"]}
     outbox.add(ctx.tx, ANSWER_TOPIC, announce, now=ctx.now)
@@ -81,5 +92,7 @@ def _invalid(body: Any) -> str | None:
     return None
 
 
-def add_answers(intake: Intake) -> None:
-    intake.add_operation("POST", ANSWERS_PATH, accept_answer, on_replay=current_answer)
+def add_answers(intake: Intake, jobs: App | None = None) -> None:
+    """Register ``POST /answers``; ``jobs`` as in `accept_answer`."""
+    handler = functools.partial(accept_answer, jobs=jobs)
+    intake.add_operation("POST", ANSWERS_PATH, handler, on_replay=current_answer)

@@ -236,7 +236,9 @@ def create_notes_app(
         LwwCollection(name, max_skew=max_skew).register(intake)
     for name in crdt_collections:
         CrdtCollection(name, max_skew=max_skew).register(intake)
-    add_answers(intake)  # the accountable resource: records, obligations, jobs (202)
+    # The accountable resource: records, obligations, jobs (202), checked against the
+    # tasks of the app `pigeon worker` runs by default and with their retry policies.
+    add_answers(intake, demo_jobs)
 
     async def list_notes(request: Request) -> Response:
         try:
