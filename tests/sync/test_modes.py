@@ -143,3 +143,26 @@ def test_server_outage_releases_without_spending_attempts_and_probe_brings_it_ba
         server.start()
         assert wait_until(lambda: queue.stats().depth == 0)
     assert monitor.online and len(state.effects("a")) == 1
+
+
+def test_start_after_a_stop_that_timed_out_never_runs_two_loops(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    # stop(timeout) can return while the loop is still in a request. A start() then must
+    # not clear the stop under that loop and add a second one beside it (two loops, each
+    # taking batches, and stop() joining only the newer): it waits for the old one first.
+    state.delay = 0.8
+    engine = make_engine()
+    engine.start()
+    engine.enqueue("update", "thing:a", {"x": 1})
+    assert wait_until(lambda: state.single_requests >= 1)
+    engine.stop(timeout=0.05)  # returns; the loop is still waiting for its reply
+    engine.start()
+    loops = [t for t in threading.enumerate() if t.name == "pigeon-sync" and t.is_alive()]
+    try:
+        assert len(loops) == 1, f"{len(loops)} sync loops"
+        engine.enqueue("update", "thing:b", {"x": 2})
+        assert engine.flush(timeout=5)
+    finally:
+        engine.close()
+    assert [e["entity"] for e in state.effects()] == ["a", "b"]

@@ -222,9 +222,12 @@ class SyncEngine:
     # -- thread mode ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Run in a daemon thread until `stop()`."""
+        """Run in a daemon thread until `stop()`. After a `stop` whose timeout ran out,
+        this first waits for that loop to end its cycle: one loop per engine."""
         if self._thread is not None and self._thread.is_alive():
-            return
+            if not self._stopping.is_set():
+                return  # running
+            self._thread.join()
         self._stopping.clear()
         self._attach()
         self.connectivity.start()
@@ -237,7 +240,8 @@ class SyncEngine:
         self._waker.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            self._thread = None
+            if not self._thread.is_alive():
+                self._thread = None  # else kept: start() waits for it to end
         self.connectivity.stop()
 
     def close(self, timeout: float | None = 10.0) -> None:
