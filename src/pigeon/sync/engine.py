@@ -43,6 +43,7 @@ from pigeon.sync.events import (
     ErrorCallback,
     OperationCallback,
     PausedCallback,
+    chain,
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.resolver import ConflictResolver
@@ -100,8 +101,8 @@ class SyncEngine:
         self.batch_size = batch_size
         self.pipeline = pipeline
         if resolver is not None:  # it sees every delivery and conflict before the app does
-            on_delivered = _chain(resolver.on_delivered, on_delivered)
-            on_conflict = _chain(resolver.on_conflict, on_conflict)
+            on_delivered = chain(resolver.on_delivered, on_delivered, self._error)
+            on_conflict = chain(resolver.on_conflict, on_conflict, self._error)
         self.resolver = resolver
         self.callbacks = Callbacks(
             on_delivered, on_failed, on_dead, on_conflict, on_paused, on_error
@@ -462,14 +463,3 @@ class SyncEngine:
         if online:
             self._unreachable_until = 0.0
         self.notify()
-
-
-def _chain(first: OperationCallback, then: OperationCallback | None) -> OperationCallback:
-    def both(op: Operation, outcome: Any) -> None:
-        try:
-            first(op, outcome)
-        finally:
-            if then is not None:
-                then(op, outcome)
-
-    return both

@@ -52,6 +52,29 @@ class Callbacks:
             log.exception("pigeon sync callback %s raised; delivery continues", name)
 
 
+def chain(
+    first: OperationCallback,
+    then: OperationCallback | None,
+    on_error: ErrorCallback,
+) -> OperationCallback:
+    """``first`` (the engine's own: a conflict resolver), then ``then`` (the app's).
+
+    What ``first`` raises goes to ``on_error`` (the engine's ``last_error`` and
+    ``on_error``): a resolver that fails is the engine failing, not an app callback to
+    log and forget. ``then`` runs either way, so the app still hears of the operation."""
+
+    def both(op: Operation, outcome: Outcome) -> None:
+        try:
+            first(op, outcome)
+        except Exception as exc:
+            log.exception("pigeon sync: the conflict resolver raised for %s", op.id)
+            on_error(exc)
+        if then is not None:
+            then(op, outcome)
+
+    return both
+
+
 @dataclass(slots=True)
 class CycleReport:
     """What one executor pass did (and, summed, what an engine has done so far)."""

@@ -20,7 +20,9 @@ said (an LWW write that lost is recorded with the value that beat it).
 `decide` is the pure heart: every conflict ends in exactly one of ``merged`` (a new value
 built from both sides is sent), ``won`` (this device's value is sent against the current
 version), ``lost`` (the server's value stays; this device's edit is recorded) or ``held``
-(a conflicted copy waits for the user: ``pigeon conflicts``).
+(a conflicted copy waits for the user: ``pigeon conflicts``). A merge function that
+raises ends ``held`` too, with the error in the record's detail; the error is then
+raised to the engine, which reports it (``last_error``, ``on_error``).
 
 ``resolver.headers`` gives the transport the device's clock stamp on every request, so the
 server can measure this device's clock offset and correct its operations' stamps
@@ -176,11 +178,19 @@ class ConflictResolver:
         policy = self.policy_for(op.entity)
         found = _current(outcome.body)
         remote, version = found if found is not None else (None, None)
+        failure: Exception | None = None
         with self.queue.batch():
             snapshot = self.store.snapshot(op.entity)
             base = None if snapshot is None else snapshot.data
             local = local_state(self.store.tail(op.entity), base)
-            decision = decide(policy, base, local, remote)
+            try:
+                decision = decide(policy, base, local, remote)
+            except Exception as exc:
+                # The merge (application code: a custom function, a tie-break) failed on
+                # this data. Hold the conflict for the user with the error: without a
+                # "held" row the operation sat in CONFLICT where no one could see or
+                # settle it, blocking its entity for good.
+                failure, decision = exc, Decision("held")
             common = {
                 "strategy": policy.strategy.value,
                 "base": base,
@@ -189,7 +199,13 @@ class ConflictResolver:
                 "remote_version": version,
             }
             if decision.kind == "held":
-                self.store.record(op, "held", **common, detail=outcome.reason)
+                detail = outcome.reason
+                if failure is not None:
+                    detail += (
+                        f"; the {policy.strategy.value} merge raised "
+                        f"{type(failure).__name__}: {failure}"
+                    )
+                self.store.record(op, "held", **common, detail=detail)
             else:
                 new = self.store.settle(
                     op,
@@ -206,6 +222,10 @@ class ConflictResolver:
                     new_op_id=None if new is None else new.id,
                 )
         self._tell(op, decision)
+        if failure is not None:
+            # After the commit: the conflict is held either way. Raised so the engine
+            # reports it (last_error, on_error) like any failure it survives.
+            raise failure
 
     def _tell(self, op: Operation, decision: Decision) -> None:
         if self.on_resolved is None:

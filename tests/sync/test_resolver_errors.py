@@ -1,0 +1,99 @@
+"""A conflict resolver that fails must leave the conflict held, visible and resolvable.
+
+Real queues, the real notes server (in process), the real engine with a resolver whose
+merge function raises on the data it meets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.edge.operation import OpStatus
+from pigeon.edge.queue import OfflineQueue
+from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.server.notes import create_notes_app
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+from pigeon.sync.connectivity import ManualMonitor
+from pigeon.sync.engine import SyncEngine
+from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+from tests.sync.conftest import FAST
+
+
+class MergeBroke(Exception):
+    pass
+
+
+def broken_merge(base: Any, local: Any, remote: Any) -> Any:
+    raise MergeBroke(f"cannot merge {local!r} into {remote!r}")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = open_server_db(tmp_path / "server.db")
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def app(db: Database) -> Any:
+    return create_notes_app(db, purge_interval=None)
+
+
+def note(db: Database, note_id: str) -> Any:
+    with db.transaction() as tx:
+        row = tx.fetchone("note_get", {"principal": "alice", "id": note_id})
+    assert row is not None
+    return json.loads(row["data"])
+
+
+def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
+    tmp_path: Path, app: Any, db: Database
+) -> None:
+    phone_q = OfflineQueue(tmp_path / "phone.db", retry_policy=FAST)
+    laptop_q = OfflineQueue(tmp_path / "laptop.db", retry_policy=FAST)
+    errors: list[BaseException] = []
+    told: list[str] = []
+    resolver = ConflictResolver(laptop_q, {"note": Policy(Strategy.CUSTOM, merge=broken_merge)})
+    with (
+        InProcessTransport(app, token="alice.phone", batch=True) as phone_t,
+        InProcessTransport(app, token="alice.laptop", batch=True) as laptop_t,
+    ):
+        phone = SyncEngine(phone_q, phone_t, connectivity=ManualMonitor())
+        laptop = SyncEngine(
+            laptop_q,
+            laptop_t,
+            connectivity=ManualMonitor(),
+            resolver=resolver,
+            on_error=errors.append,
+            on_conflict=lambda op, outcome: told.append(op.id),
+        )
+        phone_q.enqueue("create", "note:1", {"id": "1", "body": "v1"}, endpoint="/notes")
+        assert phone.drain(timeout=10)
+        laptop_q.set_base_version("note:1", phone_q.base_version("note:1"))
+        phone_q.enqueue("update", "note:1", {"body": "phone"}, endpoint="/notes/1")
+        assert phone.drain(timeout=10)
+        mine = laptop_q.enqueue("update", "note:1", {"body": "laptop"}, endpoint="/notes/1")
+        assert laptop.drain(timeout=10)  # a held conflict is not pending
+
+        # Held, as an unresolved conflict the user can see and settle; the app heard of it.
+        assert laptop_q.get(mine.id).status is OpStatus.CONFLICT
+        assert told == [mine.id]
+        [held] = resolver.store.records("held")
+        assert held.op_id == mine.id and held.remote == {"body": "phone"}
+        assert held.detail is not None and "MergeBroke" in held.detail
+        # ... and the failure went where the engine's failures go.
+        assert [type(e) for e in errors] == [MergeBroke]
+        assert laptop.last_error is errors[0]
+
+        # The way forward: the user's choice settles it like any held conflict.
+        resolver.store.resolve(held.id, "local")
+        assert laptop.drain(timeout=10)
+        assert note(db, "1") == {"body": "laptop"}
+        assert laptop_q.stats().depth == 0
+    phone_q.close()
+    laptop_q.close()
