@@ -125,6 +125,16 @@ def test_unreachable_server_is_a_connect_error_and_probe_says_no() -> None:
         assert t.probe() is False
 
 
+@pytest.mark.parametrize("status", [404, 500, 502, 503, 504])
+def test_probe_says_yes_to_any_http_answer(
+    server: LiveServer, state: WireState, status: int
+) -> None:
+    # The network path works; what a 5xx means for an operation is for classify to say.
+    state.health_status = status
+    with HttpTransport(server.url) as t:
+        assert t.probe() is True
+
+
 def test_probe_and_read_timeout(server: LiveServer, state: WireState) -> None:
     timeout = httpx.Timeout(5.0, read=0.2)
     with HttpTransport(server.url, timeout=timeout) as t:

@@ -49,6 +49,9 @@ class WireState:
     faults: dict[str, list[Fault]] = field(default_factory=lambda: defaultdict(list))
     tokens: set[str] | None = None  # None: no authentication
     delay: float = 0.0  # every request sleeps this long before answering
+    # What the health route answers: 502 plays a gateway (or a server with no such
+    # route) in front of working operation routes.
+    health_status: int = 200
     batch_requests: int = 0
     single_requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -187,7 +190,7 @@ def create_wire_app(state: WireState) -> Starlette:
         return JSONResponse({"results": results})
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"ok": True})
+        return JSONResponse({"ok": state.health_status < 500}, status_code=state.health_status)
 
     return Starlette(
         routes=[

@@ -145,6 +145,31 @@ def test_server_outage_releases_without_spending_attempts_and_probe_brings_it_ba
     assert monitor.online and len(state.effects("a")) == 1
 
 
+def test_a_5xx_from_the_health_route_is_a_working_network_not_an_outage(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState, server: LiveServer
+) -> None:
+    # The default monitor goes offline on a failed connection and probes. A probe that
+    # gets any HTTP answer proves the network path: a 5xx (a gateway before a sick
+    # server, or a server with no such route) is the executor's business (transient,
+    # backoff, same key). Read as "offline", it stranded the background loop for as long
+    # as the health route answered 5xx, although the operation routes worked.
+    from pigeon.edge.retry import RetryPolicy
+    from pigeon.protocol.http import HttpTransport
+    from pigeon.sync.connectivity import ProbeMonitor
+
+    state.health_status = 502
+    transport = HttpTransport(server.url)
+    monitor = ProbeMonitor(transport.probe, backoff=RetryPolicy(base=0.05, cap=0.1))
+    engine = make_engine(transport, connectivity=monitor)
+    server.stop()
+    with engine:
+        engine.enqueue("update", "thing:a", {"x": 1})
+        assert wait_until(lambda: not monitor.online)
+        server.start()
+        assert wait_until(lambda: queue.stats().depth == 0)
+    assert monitor.online and len(state.effects("a")) == 1
+
+
 def test_start_after_a_stop_that_timed_out_never_runs_two_loops(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:

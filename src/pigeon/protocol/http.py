@@ -178,11 +178,17 @@ class HttpTransport:
         return exchange
 
     def probe(self) -> bool:
+        """Whether the server answers at all. Any HTTP status counts, 5xx included: it
+        proves the network path, which is all a connectivity monitor is for. A sick
+        server (a gateway's 502/503/504, a 500) is the executor's business: transient,
+        backoff with the same key, Retry-After honoured. Read as "offline", a health
+        route that answers 5xx (or a server without one, behind such a gateway) kept the
+        engine's background loop idle for as long as it did, though writes went through."""
         try:
-            response = self.client.get(wire.HEALTH_PATH, timeout=PROBE_TIMEOUT)
+            self.client.get(wire.HEALTH_PATH, timeout=PROBE_TIMEOUT)
         except (httpx.HTTPError, OSError):
             return False
-        return response.status_code < 500
+        return True
 
     def close(self) -> None:
         if self._pool is not None:

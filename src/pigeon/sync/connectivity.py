@@ -3,8 +3,9 @@
 `ManualMonitor`: the application knows (an OS network callback, a UI toggle) and calls
 ``set_online``. `ProbeMonitor` (the default): assume online until a request fails to
 connect, then probe ``/pigeon/v1/health`` in the background with exponential backoff and
-full jitter until it answers. While online it sends nothing of its own, so it costs
-nothing when things work.
+full jitter until it answers (any HTTP status: a 5xx is a sick server, which the
+executor's backoff handles, not a lost network). While online it sends nothing of its
+own, so it costs nothing when things work.
 """
 
 from __future__ import annotations
