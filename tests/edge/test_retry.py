@@ -59,6 +59,27 @@ def test_retry_after_is_honoured_exactly_but_never_negative(
     assert policy.delay(n, retry_after=retry_after) == max(retry_after, 0.0)
 
 
+@given(policies, st.integers(1, 200), st.floats(-100, 1e5), st.integers(0, 2**32))
+def test_honour_waits_at_least_the_server_and_at_least_our_own_draw(
+    policy: RetryPolicy, n: int, retry_after: float, seed: int
+) -> None:
+    wait = policy.honour(n, retry_after, rng=random.Random(seed))
+    own = policy.delay(n, rng=random.Random(seed))
+    assert wait == max(retry_after, own)  # never sooner than either asks
+    assert wait <= max(retry_after, policy.backoff(n))  # and no later than needed
+
+
+@given(policies, st.integers(1, 200), st.integers(0, 2**32))
+def test_honour_of_retry_after_zero_is_the_plain_schedule(
+    policy: RetryPolicy, n: int, seed: int
+) -> None:
+    # "Retry-After: 0" to every try must not spend the attempts back to back.
+    for zero in (0.0, -0.0, float("nan")):
+        assert policy.honour(n, zero, rng=random.Random(seed)) == policy.delay(
+            n, rng=random.Random(seed)
+        )
+
+
 @given(policies, st.integers(0, 100), st.floats(0, 1e7))
 def test_exhausted_by_attempts_or_age(policy: RetryPolicy, n: int, age: float) -> None:
     expected = n >= policy.max_attempts or (policy.max_age is not None and age >= policy.max_age)

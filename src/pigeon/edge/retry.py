@@ -3,7 +3,8 @@
 Exponential backoff with *full jitter* (AWS architecture blog, "Exponential Backoff And
 Jitter"): after the n-th failure the ceiling is ``min(cap, base * factor ** (n - 1))`` and
 the actual wait is drawn uniformly from ``[0, ceiling]``, so a crowd of clients that lost the
-network together does not come back together. A server's ``Retry-After`` is honoured exactly.
+network together does not come back together. A server's ``Retry-After`` is a lower bound
+on that wait (`RetryPolicy.honour`), never a way around it.
 """
 
 from __future__ import annotations
@@ -77,11 +78,28 @@ class RetryPolicy:
         retry_after: float | None = None,
         rng: random.Random | None = None,
     ) -> float:
-        """Seconds to wait before the next try. ``retry_after`` (the server knows best)
-        wins over the policy, never negative; otherwise full jitter in ``[0, backoff]``."""
+        """Seconds to wait before the next try: ``retry_after`` exactly if given (never
+        negative; a moment chosen on purpose, e.g. the one a whole failed batch retries
+        at; a server's header goes through `honour` first), otherwise full jitter in
+        ``[0, backoff]``."""
         if retry_after is not None and math.isfinite(retry_after):
             return max(float(retry_after), 0.0)
         return (rng or _DEFAULT_RNG).uniform(0.0, self.backoff(attempts))
+
+    def honour(
+        self, attempts: int, retry_after: float, *, rng: random.Random | None = None
+    ) -> float:
+        """Seconds to wait after the ``attempts``-th failure when the server named
+        ``retry_after``: at least that, and at least a draw of this policy's own backoff.
+
+        Retry-After says when the server may be ready at the earliest, not that our
+        backoff is off. Taken as the whole wait, a server (or a rate limiter that rounds
+        "0.4 s" down) answering ``Retry-After: 0`` to every try had an operation's
+        attempts spent back to back and dead-lettered within milliseconds; a crowd of
+        clients told 0 came back all at once. The larger of the two keeps the server's
+        wish and the jittered schedule (Stripe's clients do the same); 0 is no header."""
+        wait = max(float(retry_after), 0.0) if math.isfinite(retry_after) else 0.0
+        return max(wait, self.delay(attempts, rng=rng))
 
     def exhausted(self, attempts: int, age: float) -> bool:
         """True once ``attempts`` failures or an ``age`` (seconds) mean: dead-letter it."""

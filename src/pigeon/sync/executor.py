@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
@@ -84,6 +85,10 @@ class Executor:
         # "Key in progress" is the server still working, not a failed attempt; a queue
         # whose release() takes a delay lets us wait without spending one.
         self._release_with_delay = _accepts(queue.release, "retry_after")
+        # The queue's policy turns a server's Retry-After into a wait (RetryPolicy.honour);
+        # a queue without one gets the server's value as it came.
+        policy = getattr(queue, "retry_policy", None)
+        self._policy = policy if isinstance(policy, RetryPolicy) else None
         # Events of the pass in progress, held until its commit. Per thread: an engine
         # with a pipeline runs several passes at once.
         self._local = threading.local()
@@ -199,6 +204,13 @@ class Executor:
             self._emit("on_delivered", op, outcome)
         run.clear()
 
+    def _honour(self, attempts: int, retry_after: float | None) -> float | None:
+        """A server's Retry-After as a lower bound on the policy's backoff, not the whole
+        wait (see `RetryPolicy.honour`). None: the queue's policy decides alone."""
+        if retry_after is None or self._policy is None:
+            return retry_after
+        return self._policy.honour(attempts, retry_after)
+
     def _release_sent(self, op_id: str) -> None:
         if self._release_with_delay:
             self.queue.release(op_id, retry_after=0.0)  # type: ignore[call-arg]
@@ -250,14 +262,19 @@ class Executor:
                 report.unreachable = True
             return
         if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
-            self.queue.release(op.id, retry_after=outcome.retry_after)  # type: ignore[call-arg]
+            # No attempt is spent here, so "Retry-After: 0" honoured exactly would resend
+            # at once, again and again, while the server works: the first backoff's draw
+            # at least.
+            wait = self._honour(1, outcome.retry_after)
+            self.queue.release(op.id, retry_after=wait)  # type: ignore[call-arg]
             report.failed += 1
             self._emit("on_failed", op, outcome)
             return
-        retry_after = outcome.retry_after
-        if retry_after is None and reply.shared and id(reply) in shared_retry_at:
+        retry_after = self._honour(op.attempts + 1, outcome.retry_after)
+        if reply.shared and id(reply) in shared_retry_at:
             # The same moment as the first of the batch, not the same delay from now: each
-            # mark_failed reads the clock anew, and a loaded machine spread them apart.
+            # mark_failed reads the clock anew (a loaded machine spread them apart), and
+            # each would draw its own jitter.
             retry_after = max(0.0, shared_retry_at[id(reply)] - self.clock())
         updated = self.queue.mark_failed(
             op.id, outcome.reason, kind=outcome.failure_kind, retry_after=retry_after
