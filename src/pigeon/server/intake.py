@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import Context, copy_context
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from starlette.convertors import Convertor
 from starlette.routing import compile_path
@@ -71,6 +71,7 @@ from pigeon.server.results import (
     OpResult,
     lost_claim,
     problem_result,
+    retried,
     store_down,
     store_unavailable,
     stored,
@@ -83,6 +84,7 @@ ClaimMode = Literal["inline", "separate"]
 HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 Handler = Callable[["IntakeContext"], HandlerResult]
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +212,7 @@ class Intake:
             if self.claim_mode == "separate":
                 result = self._execute_separate(principal, op)
             else:
-                with self._transaction() as tx:
-                    result = self._apply(tx, principal, op)
+                result = self._transact(lambda tx: self._apply(tx, principal, op))
         except _Failed as failed:
             return failed.result
         except STORE_DOWN as exc:
@@ -245,8 +246,9 @@ class Intake:
         if self.claim_mode == "separate" or len(items) == 1:
             return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
         try:
-            with self._transaction() as tx:
-                results = [ctx.run(self._apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
+            results = self._transact(
+                lambda tx: [ctx.run(self._apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
+            )
         except STORE_DOWN as exc:
             return [store_unavailable(exc)] * len(items)  # nothing committed
         except Exception:
@@ -294,17 +296,18 @@ class Intake:
         return refresh_all(self.db, results)
 
     def _chunk(self, principal: str, ops: list[OperationRequest | OpResult]) -> list[OpResult]:
-        results: list[OpResult] = []
-        with self._transaction() as tx:
+        def apply(tx: Tx) -> list[OpResult]:
+            results: list[OpResult] = []
             for op in ops:
-                if isinstance(op, OpResult):
-                    results.append(op)
-                    continue
-                result = self._apply_or_refuse(tx, principal, op)
+                result = (
+                    op if isinstance(op, OpResult) else self._apply_or_refuse(tx, principal, op)
+                )
                 results.append(result)
                 if result.transient:
                     break
-        return results
+            return results
+
+        return self._transact(apply)
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""
@@ -326,6 +329,16 @@ class Intake:
         with self.db.transaction() as tx:
             yield tx
 
+    def _transact(self, work: Callable[[Tx], T]) -> T:
+        """``work`` in a transaction of its own, run again from the start when the database
+        aborts it as a deadlock victim (``results.retried``): nothing of it committed."""
+
+        def attempt() -> T:
+            with self._transaction() as tx:
+                return work(tx)
+
+        return retried(attempt)
+
     def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
         """Claim, run, store: raises ``_Failed`` for a transient outcome (roll it all back)."""
         route, params = self._route(op)
@@ -336,16 +349,18 @@ class Intake:
 
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         route, params = self._route(op)
-        with self._transaction() as tx:
-            decision = self._claim(tx, principal, op)
+        decision = self._transact(lambda tx: self._claim(tx, principal, op))
         if decision.claim is None:
             return self._refused(decision, route, params, principal, op)
         claim = decision.claim
+
+        def work(tx: Tx) -> OpResult:
+            if not self.store.fence(tx, claim):
+                return lost_claim(op.key)
+            return self._run(tx, claim, route, params, principal, op)
+
         try:
-            with self._transaction() as tx:
-                if not self.store.fence(tx, claim):
-                    return lost_claim(op.key)
-                return self._run(tx, claim, route, params, principal, op)
+            return self._transact(work)  # a deadlock victim runs again under the same claim
         except BaseException:
             with contextlib.suppress(*STORE_DOWN), self._transaction() as tx:
                 self.store.release(tx, claim)

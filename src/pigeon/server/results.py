@@ -7,10 +7,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import random
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pigeon.exceptions import StoreUnavailable
 from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
@@ -18,6 +20,8 @@ from pigeon.server.problems import problem
 from pigeon.storage.base import Tx
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _store_down_errors() -> tuple[type[BaseException], ...]:
@@ -47,6 +51,46 @@ def store_down(exc: BaseException) -> bool:
         code = getattr(exc, "sqlite_errorcode", None)
         return code is None or code & 0xFF in _SQLITE_UNAVAILABLE
     return isinstance(exc, STORE_DOWN)
+
+
+# SQLSTATEs with which PostgreSQL aborts a transaction to settle contention, expecting it
+# to be run again: serialization_failure and deadlock_detected. Not the rest of class 40
+# (a deferred constraint violated at commit fails again however often it is run).
+_CONTENTION_STATES = frozenset({"40001", "40P01"})
+CONTENTION_RETRIES = 3  # runs after the first, each after a short random pause
+
+
+def contended(exc: BaseException) -> bool:
+    """Was the transaction aborted to break a deadlock or a serialization conflict? Then
+    nothing of it committed and running it again is the cure, not a 503: the store is up,
+    and the other transaction has already gone on. (The PostgreSQL backend wraps the
+    driver's error in ``StoreUnavailable``: the cause chain is searched.)"""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlstate", None) in _CONTENTION_STATES:
+            return True
+        current = current.__cause__
+    return False
+
+
+def retried(run: Callable[[], T], *, retries: int = CONTENTION_RETRIES) -> T:
+    """``run()``, which opens and commits a transaction of its own, run again from the
+    start while the database aborts it as a deadlock victim (at most ``retries`` more
+    times). Only a whole transaction is run again: a part of one cannot be, its snapshot
+    and the locks it took before the abort are gone with it."""
+    attempt = 0
+    while True:
+        try:
+            return run()
+        except STORE_DOWN as exc:
+            if attempt >= retries or not contended(exc):
+                raise
+            attempt += 1
+            log.info("transaction aborted by contention, running it again (%d): %s", attempt, exc)
+            # A random pause, growing: two victims of one another do not meet in step again.
+            time.sleep(random.uniform(0, 0.01 * 2**attempt))
 
 
 # 4xx answers that mean "not now" rather than "no": the client sends the same key again
@@ -87,12 +131,14 @@ def problem_result(status: int, slug: str, title: str, detail: str, **extra: Any
 def store_unavailable(exc: BaseException) -> OpResult:
     """Fail closed: without the store there is no dedup, so nothing may run."""
     log.warning("idempotency store unavailable: %s", exc)
-    result = problem_result(
-        503,
-        "store-unavailable",
-        "Service unavailable",
-        "the idempotency store cannot be reached; nothing was executed",
-    )
+    if contended(exc):  # still a deadlock victim after CONTENTION_RETRIES runs
+        detail = (
+            "the database aborted the transaction to break a deadlock or serialization "
+            f"conflict, {CONTENTION_RETRIES + 1} times; nothing was executed"
+        )
+    else:
+        detail = "the idempotency store cannot be reached; nothing was executed"
+    result = problem_result(503, "store-unavailable", "Service unavailable", detail)
     return dataclasses.replace(result, headers=(*result.headers, ("retry-after", "1")))
 
 
