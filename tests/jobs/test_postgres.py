@@ -92,6 +92,8 @@ _PLANNED = {
     "job_succeed_many": {"ids": [5, 6], "attempts": [1, 1], "tokens": ["t", "u"], "now": 1.0},
     "job_renew": {"id": 5, "attempt": 1, "token": "t", "until": 1.0},
     "job_renew_many": {"ids": [5, 6], "attempts": [1, 1], "tokens": ["t", "u"], "until": 1.0},
+    "job_lock_many": {"ids": [5, 6]},
+    "rec_lock_many": {"record_ids": ["r5", "r6"]},
     "job_requeue": {
         "id": 5,
         "attempt": 1,
@@ -173,7 +175,12 @@ def test_claims_and_lookups_stay_off_sequential_scans(pg: Database) -> None:
 
 def _numbered(query: str, params: dict[str, object]) -> str:
     """%(name)s -> $n, with the types PREPARE cannot guess from an untyped parameter."""
-    types = {"ids": "bigint[]", "attempts": "integer[]", "tokens": "text[]"}
+    types = {
+        "ids": "bigint[]",
+        "attempts": "integer[]",
+        "tokens": "text[]",
+        "record_ids": "text[]",
+    }
     for i, key in enumerate(params, start=1):
         value = params[key]
         kind = types.get(key) or (

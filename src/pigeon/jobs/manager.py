@@ -112,6 +112,29 @@ def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
     }
 
 
+def lock_in_order(tx: Tx, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
+    """On PostgreSQL, take the row locks a transaction about ``jobs`` will need before it
+    writes anything, in the one order every such transaction follows: the jobs by
+    ascending id, then their records by ascending id.
+
+    Without it, rows are locked as statements reach them: a batch's successes before its
+    failures, records in the order of their jobs, an attempt event's foreign key (KEY
+    SHARE on the record) before the record's FOR UPDATE. Two finishes, or a finish and the
+    heartbeat's renewal, meeting the same rows in other orders then deadlock, and
+    PostgreSQL aborts one of them: a renewal lost or a finish retried after a second's
+    stall. ``jobs_held``: the caller already holds the job rows (a claim took them with
+    SKIP LOCKED, which never waits). SQLite has one writer: nothing to order."""
+    if tx.backend != "postgres" or not jobs:
+        return
+    record_ids = sorted({j.record_id for j in jobs if j.record_id})
+    job_ids = sorted({j.id for j in jobs})
+    # One row is ordered by itself, unless records are locked after it.
+    if not jobs_held and (len(job_ids) > 1 or record_ids):
+        tx.execute("job_lock_many", {"ids": job_ids})
+    if record_ids:
+        tx.execute("rec_lock_many", {"record_ids": record_ids})
+
+
 def describe(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
 
@@ -168,6 +191,7 @@ class JobManager:
                     ],
                 )
             runnable = []
+            doomed: list[tuple[Job, str]] = []
             for job in jobs:
                 if job.attempt > 1:
                     tx.execute(
@@ -177,7 +201,10 @@ class JobManager:
                 if reason is None:
                     runnable.append(job)
                 else:
-                    alerts.append(self._fail(tx, job, reason, now))
+                    doomed.append((job, reason))
+            lock_in_order(tx, [job for job, _ in doomed], jobs_held=True)
+            for job, reason in doomed:
+                alerts.append(self._fail(tx, job, reason, now))
         self._alert(alerts)
         return runnable
 
@@ -216,6 +243,7 @@ class JobManager:
         results: dict[int, bool] = {}
         alerts = []
         with self.db.transaction() as tx:
+            lock_in_order(tx, [o.job for o in outcomes])
             rest = list(enumerate(outcomes))
             if tx.backend == "postgres":
                 rest = self._succeed_many(tx, rest, results, now)
@@ -257,7 +285,8 @@ class JobManager:
         now = self.clock()
         released = 0
         with self.db.transaction() as tx:
-            for job in jobs:
+            # Ascending ids: the order of every batched write of job rows (lock_in_order).
+            for job in sorted(jobs, key=lambda j: j.id):
                 cursor = tx.execute(
                     "job_requeue",
                     {**job.key(), "scheduled_at": now, "error": None, "refund": 1},

@@ -152,12 +152,32 @@ WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
 
 -- name: job_renew_many
 -- job_renew for parallel arrays of (id, attempt, token); returns the leases still held.
+-- The rows are locked in ascending id order first (the subquery's FOR UPDATE sits above
+-- its sort), the order every batched write follows (job_lock_many): an update joined
+-- on the arrays locks rows in whatever order its plan meets them, and a finish holding
+-- some of these rows while waiting for the others would deadlock with it.
 UPDATE pigeon_jobs AS j SET reserved_until = %(until)s
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[])
+FROM (SELECT l.id FROM pigeon_jobs AS l WHERE l.id = ANY (%(ids)s::bigint[])
+      ORDER BY l.id FOR UPDATE) AS locked,
+     unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[])
      AS held (id, attempt, token)
-WHERE j.id = held.id AND j.attempts = held.attempt AND j.lease_token = held.token
-  AND j.status = 'reserved'
+WHERE j.id = locked.id AND j.id = held.id AND j.attempts = held.attempt
+  AND j.lease_token = held.token AND j.status = 'reserved'
 RETURNING j.id
+
+-- name: job_lock_many
+-- The first statement of a transaction that writes several jobs (a batch's finish or
+-- release): their rows locked in ascending id order, so two such transactions, or one
+-- and a lease renewal, meeting the same rows queue behind each other instead of each
+-- holding what the other waits for (a deadlock PostgreSQL breaks by aborting one).
+SELECT id FROM pigeon_jobs WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id FOR UPDATE
+
+-- name: rec_lock_many
+-- The records a transaction will settle or add events to, locked after its jobs and in
+-- ascending id order. Locked up front, not one by one as their jobs come: an event's
+-- foreign key takes a KEY SHARE lock on its record, and two transactions that each hold
+-- one and then ask for rec_lock's FOR UPDATE deadlock even over a single record.
+SELECT id FROM pigeon_records WHERE id = ANY (%(record_ids)s::text[]) ORDER BY id FOR UPDATE
 
 -- name: job_succeed
 UPDATE pigeon_jobs
