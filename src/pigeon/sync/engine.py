@@ -239,9 +239,15 @@ class SyncEngine:
         """Stop after the cycle in progress (its operations are all settled or released)."""
         self._stopping.set()
         self._waker.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if not self._thread.is_alive():
+        thread = self._thread
+        # From a callback (any thread doing this engine's work: its loop, a lane, a
+        # flush) the loop cannot end before the callback returns: joining it raised
+        # (its own thread) or waited out the timeout (a lane the loop waits for). The
+        # loop stops after the cycle in progress all the same.
+        inside = thread is threading.current_thread() or getattr(self._mine, "lanes", 0) > 0
+        if thread is not None and not inside:
+            thread.join(timeout)
+            if not thread.is_alive():
                 self._thread = None  # else kept: start() waits for it to end
         self.connectivity.stop()
 
@@ -396,6 +402,13 @@ class SyncEngine:
         queue is paused, the server unreachable or time is up, and (``honour_stop``, the
         background loop) when the engine is stopping or the monitor says offline. An
         explicit flush tries whatever the monitor says."""
+        self._mine.lanes = getattr(self._mine, "lanes", 0) + 1  # see stop()
+        try:
+            return self._lane_cycles(deadline, honour_stop)
+        finally:
+            self._mine.lanes -= 1
+
+    def _lane_cycles(self, deadline: float | None, honour_stop: bool) -> bool:
         while True:
             if self.queue.paused is not None:
                 return False

@@ -1,0 +1,70 @@
+"""Stopping and closing the engine from inside its own callbacks, and flush's timeout.
+
+Real engine, real SQLite queue, real HttpTransport, the uvicorn wire app."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pigeon.edge.operation import Operation
+from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.retry import RetryPolicy
+from pigeon.protocol.http import HttpTransport
+from pigeon.sync.classify import Outcome
+from pigeon.sync.connectivity import ProbeMonitor
+from pigeon.sync.engine import SyncEngine
+from tests.protocol.wire_app import LiveServer
+from tests.sync.conftest import MakeEngine
+
+
+def wait_until(predicate: object, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_close_from_a_callback_stops_the_engine_without_raising(
+    make_engine: MakeEngine, queue: OfflineQueue, server: LiveServer, pipeline: int
+) -> None:
+    # "Signed out: stop syncing" from on_delivered (or on_paused). stop() joined the
+    # engine's own thread from inside it: RuntimeError, swallowed as a callback error,
+    # and the monitor's probe thread and the subscriptions were left behind. From a lane
+    # thread (pipeline > 1) it waited its whole timeout for a thread waiting on it.
+    transport = HttpTransport(server.url)
+    monitor = ProbeMonitor(transport.probe, backoff=RetryPolicy(base=0.05, cap=0.1))
+    raised: list[BaseException] = []
+    returned = threading.Event()
+    engine: SyncEngine | None = None
+
+    def on_delivered(op: Operation, outcome: Outcome) -> None:
+        assert engine is not None
+        try:
+            engine.close(timeout=5)
+        except BaseException as exc:
+            raised.append(exc)
+        returned.set()
+
+    engine = make_engine(
+        transport, connectivity=monitor, on_delivered=on_delivered, pipeline=pipeline
+    )
+    engine.start()
+    thread = engine._thread
+    assert thread is not None
+    started = time.monotonic()
+    engine.enqueue("update", "thing:a", {"x": 1})
+    assert returned.wait(5)
+    assert time.monotonic() - started < 2  # not the join's whole timeout
+    assert raised == []
+    assert wait_until(lambda: not thread.is_alive())
+    assert not any(t.name == "pigeon-probe" for t in threading.enumerate())
+    # Closed: the queue no longer wakes it.
+    queue.enqueue("update", "thing:b", {"x": 1})
+    time.sleep(0.2)
+    assert queue.stats().depth == 1
