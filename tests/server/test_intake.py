@@ -210,6 +210,39 @@ def test_already_applied_keeps_a_refusal_a_refusal(
     assert late.headers["idempotent-replayed"] == "true"
 
 
+def test_already_applied_conflict_carries_the_current_version(
+    client: TestClient, db: Database, clock: FakeClock
+) -> None:
+    """A 412 (or 409) answered "already applied" after its stored body is gone names the
+    entity's current version and data, as the original did: without them the client's
+    resolver has no remote side and can only hold the conflict for the user."""
+    assert post(client, "mk", {"id": "1", "title": "a"}).status_code == 201
+    moved = client.put("/notes/1", json={"title": "b"}, headers=ALICE | {"Idempotency-Key": "m"})
+    assert moved.headers["etag"] == '"2"'
+    stale = ALICE | {"Idempotency-Key": "stale", "If-Match": '"1"'}
+    first = client.put("/notes/1", json={"title": "c"}, headers=stale)
+    assert first.status_code == 412 and first.json()["version"] == 2
+    client.patch("/notes/1", json={"tag": "x"}, headers=ALICE | {"Idempotency-Key": "p"})
+    clock.advance(DAY + 1)  # the stored 412 is gone, the claim is not
+    late = client.put("/notes/1", json={"title": "c"}, headers=stale)
+    assert late.status_code == 412 and late.headers["idempotent-replayed"] == "true"
+    body = late.json()
+    assert (body["status"], body["original_status"]) == ("already_applied", 412)
+    # The current state, not the one the original 412 saw: version 3 after the PATCH.
+    assert body["current"]["version"] == 3
+    assert body["current"]["data"] == {"title": "b", "tag": "x"}
+    refused = post(client, "dup", {"id": "1"})  # a create of an existing note: 409
+    clock.advance(DAY + 1)
+    late_409 = post(client, "dup", {"id": "1"})
+    assert late_409.status_code == 409 and late_409.json()["current"]["version"] == 3
+    assert refused.json()["current"]["version"] == 3
+    # A write that took effect says only "already applied": its current state is not what
+    # this client wrote, and must not become the base of its next merge.
+    done = client.put("/notes/1", json={"title": "b"}, headers=ALICE | {"Idempotency-Key": "m"})
+    assert done.status_code == 200 and "current" not in done.json()
+    assert len(read_ledger(db)) == 3
+
+
 def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "server.db"
     db = open_server_db(path)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -62,14 +61,20 @@ from pigeon.server.idempotency import (
     Decision,
     IdempotencyPolicy,
     IdempotencyStore,
-    Outcome,
     StoredResponse,
 )
-from pigeon.server.replay import ReplayHook, ReplayInfo, hooked, refresh_all, refusal
+from pigeon.server.replay import (
+    ReplayHook,
+    ReplayInfo,
+    hooked_refusal,
+    refresh_all,
+    refusal,
+)
 from pigeon.server.results import (
     STORE_DOWN,
     OpResult,
     lost_claim,
+    normalise,
     problem_result,
     retried,
     store_down,
@@ -421,7 +426,7 @@ class Intake:
             # The one savepoint of this operation: the handler's writes and, for a 2xx,
             # the stored response (a claim lost meanwhile takes the writes back with it).
             with tx.savepoint():
-                status, body, headers = _normalise(route.handler(ctx))
+                status, body, headers = normalise(route.handler(ctx))
                 result = OpResult(
                     status,
                     "" if body is None else canonical_json(body),
@@ -466,11 +471,8 @@ class Intake:
         principal: str,
         op: OperationRequest,
     ) -> OpResult:
-        hook = route.on_replay
-        if hook is None or decision.outcome is not Outcome.REPLAY:
+        if route.on_replay is None:
             return refusal(decision, op.key)
-        assert decision.response is not None
-        stored = decision.response
         info = ReplayInfo(
             principal=principal,
             idempotency_key=op.key,
@@ -479,24 +481,12 @@ class Intake:
             path=op.path,
             path_params=params,
             body=op.body,
-            status=stored.status,
+            status=decision.original_status or 0,
             completed_at=decision.completed_at,
         )
-        body = json.loads(stored.body) if stored.body and stored.body_format == "json" else None
-        return refusal(decision, op.key, hooked(hook, body, info))
+        return hooked_refusal(decision, op.key, route.on_replay, info)
 
     def _notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.after_commit is not None:
             self.after_commit(keys)
-
-
-def _normalise(out: HandlerResult) -> tuple[int, Any, tuple[tuple[str, str], ...]]:
-    if len(out) == 2:
-        status, body = out
-        headers: Mapping[str, str] = {}
-    else:
-        status, body, headers = out
-    if not isinstance(status, int) or not 100 <= status <= 599:
-        raise TypeError(f"a handler must return an HTTP status, not {status!r}")
-    return status, body, tuple((k.lower(), str(v)) for k, v in headers.items())

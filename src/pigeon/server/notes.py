@@ -48,6 +48,7 @@ from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
 from pigeon.server.lww import LwwCollection
 from pigeon.server.problems import problem
 from pigeon.server.records import records_routes
+from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Row, Tx
 
 LEDGER_PATH = "/pigeon/v1/ledger"
@@ -190,6 +191,24 @@ def delete_note(ctx: IntakeContext) -> HandlerResult:
     return 200, {"id": note_id, "deleted": True, "version": int(row["version"])}
 
 
+def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
+    """Replay hook of the notes' writes: a conflict (412, 409) answered "already applied"
+    once its stored body is purged carries the note as it is now, which the client's
+    resolver merges against (see ``pigeon.server.replay``). A replay of a stored answer
+    stays verbatim: its body and ETag agree. A write that took effect gets nothing: the
+    note's current state is not what this client wrote, and must not become the base of
+    its next merge."""
+    if info.response_kept or info.status not in (409, 412):
+        return None
+    note_id = info.path_params.get("id")
+    if note_id is None and isinstance(info.body, dict):
+        note_id = info.body.get("id")
+    if note_id in (None, ""):
+        return None
+    row = tx.fetchone("note_get", {"principal": info.principal, "id": str(note_id)})
+    return None if row is None or row["deleted"] else note_json(row)
+
+
 def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
     """Every applied operation, in the order it committed (for tests and the demo)."""
     with db.transaction() as tx:
@@ -228,10 +247,10 @@ def create_notes_app(
         after_commit=after_commit,
         clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
     )
-    intake.add_operation("POST", "/notes", create_note)
-    intake.add_operation("PUT", "/notes/{id}", replace_note)
-    intake.add_operation("PATCH", "/notes/{id}", patch_note)
-    intake.add_operation("DELETE", "/notes/{id}", delete_note)
+    intake.add_operation("POST", "/notes", create_note, on_replay=current_note)
+    intake.add_operation("PUT", "/notes/{id}", replace_note, on_replay=current_note)
+    intake.add_operation("PATCH", "/notes/{id}", patch_note, on_replay=current_note)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
     for name in lww_collections:
         LwwCollection(name, max_skew=max_skew).register(intake)
     for name in crdt_collections:

@@ -40,7 +40,8 @@ another principal never sees the response.
   with `{replayed}: true`. Stored responses are kept {resp} s; after that, for up to
   {claim} s from the first request, the key answers `200 {{"status": "already_applied",
   "operation_id": ...}}` (with the original status instead of 200 when that was a
-  refusal) and `{replayed}: true`, never a second effect.
+  refusal, and for a refused conflict the entity's `current` state where the operation
+  gives it) and `{replayed}: true`, never a second effect.
 - Same key still running: `409` problem with `{retry}`. A claim whose holder died is
   retryable after the lock timeout of {lock} s.
 - Same key, different request: `422` problem; the original is untouched.

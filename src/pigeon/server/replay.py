@@ -14,14 +14,21 @@ so the original answer is still a true one.
 The status stays the stored one. For an acceptance that is ``202``, whose body
 RFC 9110 (15.3.3) says "ought to describe the request's current status": exactly what a
 hook returns. Clients classify by status, so a retry is never a different class of
-answer than the first attempt. The hook runs only while the stored response is kept;
-after that the key answers "already applied" with the original operation id.
+answer than the first attempt.
+
+After the stored response is purged the key answers "already applied" with the original
+operation id and status, and the hook is called once more, with ``stored_body=None`` and
+``info.response_kept`` False: what it returns is sent as that answer's ``current``. That
+is how a conflict refused long ago (412, 409) still reaches the client with the version
+and data it needs to resolve: without them its resolver has no remote side and can only
+hold the conflict for the user. A hook returns None where it has nothing to add.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,21 +54,24 @@ class ReplayInfo:
     path: str
     path_params: Mapping[str, Any]
     body: Any  # the request body (identical to the original's: same fingerprint)
-    status: int  # the stored status, which the replay keeps
+    status: int  # the original status (a replay keeps it; "already applied" keeps a 4xx)
     completed_at: float | None
+    # False for "already applied": the stored response is purged, the hook's answer goes
+    # under ``current`` (a replay whose stored body was empty also gets None as it).
+    response_kept: bool = True
 
 
 ReplayHook = Callable[[Tx, Any, ReplayInfo], Any]
 
 
-def refusal(decision: Decision, key: str, refresh: Callable[[Tx], Any] | None = None) -> OpResult:
-    """The answer to a request that must not run; ``refresh`` marks a hooked replay."""
+def refusal(decision: Decision, key: str) -> OpResult:
+    """The answer to a request that must not run (``hooked_refusal`` adds a route's hook)."""
     replayed = ((REPLAYED.lower(), "true"),)
     if decision.outcome is Outcome.REPLAY:
         assert decision.response is not None
         response = decision.response
         headers = response.headers + replayed
-        return OpResult(response.status, response.body, headers, replayed=True, refresh=refresh)
+        return OpResult(response.status, response.body, headers, replayed=True)
     if decision.outcome is Outcome.ALREADY_APPLIED:
         body = {
             "status": "already_applied",
@@ -99,8 +109,27 @@ def refusal(decision: Decision, key: str, refresh: Callable[[Tx], Any] | None = 
     )
 
 
-def hooked(hook: ReplayHook, stored: Any, info: ReplayInfo) -> Callable[[Tx], Any]:
-    return lambda tx: hook(tx, stored, info)
+def hooked_refusal(decision: Decision, key: str, hook: ReplayHook, info: ReplayInfo) -> OpResult:
+    """``refusal`` for a route with a replay hook: a replay's body is the hook's, and an
+    "already applied" carries what the hook returns, called with no stored body, under
+    ``current`` (nothing when it returns None)."""
+    result = refusal(decision, key)
+    if decision.outcome is Outcome.REPLAY:
+        assert decision.response is not None
+        kept = decision.response
+        body = json.loads(kept.body) if kept.body and kept.body_format == "json" else None
+        return dataclasses.replace(result, refresh=lambda tx: hook(tx, body, info))
+    if decision.outcome is Outcome.ALREADY_APPLIED:
+        answer = result.body
+
+        purged = dataclasses.replace(info, response_kept=False)
+
+        def current(tx: Tx) -> Any:
+            found = hook(tx, None, purged)
+            return None if found is None else answer | {"current": found}
+
+        return dataclasses.replace(result, refresh=current)
+    return result
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import logging
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -153,3 +153,15 @@ def lost_claim(key: str) -> OpResult:
     return dataclasses.replace(
         result, transient=True, headers=(*result.headers, ("retry-after", "1"))
     )
+
+
+def normalise(out: tuple[Any, ...]) -> tuple[int, Any, tuple[tuple[str, str], ...]]:
+    """A handler's ``(status, body)`` or ``(status, body, headers)``, headers lower-cased."""
+    if len(out) == 2:
+        status, body = out
+        headers: Mapping[str, str] = {}
+    else:
+        status, body, headers = out
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        raise TypeError(f"a handler must return an HTTP status, not {status!r}")
+    return status, body, tuple((k.lower(), str(v)) for k, v in headers.items())
