@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +15,9 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.classify import Outcome
-from pigeon.sync.connectivity import ProbeMonitor
+from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
-from tests.protocol.wire_app import LiveServer
+from tests.protocol.wire_app import LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
 
@@ -68,3 +69,43 @@ def test_close_from_a_callback_stops_the_engine_without_raising(
     queue.enqueue("update", "thing:b", {"x": 1})
     time.sleep(0.2)
     assert queue.stats().depth == 1
+
+
+@pytest.mark.parametrize("call", ["flush", "drain"])
+def test_flush_and_drain_keep_their_timeout_while_a_request_is_on_the_wire(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState, call: str
+) -> None:
+    # A "sync now" button with a timeout: the server is slow to answer. The cycle went on
+    # in the caller's thread until the reply (or the transport's 10 s read timeout)
+    # came, however small the timeout. It must return False on time, and the request,
+    # left to finish, still settles its operation (once, and a later flush sees it).
+    state.delay = 1.5
+    engine = make_engine()
+    op = queue.enqueue("update", "thing:a", {"x": 1})
+    started = time.monotonic()
+    assert getattr(engine, call)(timeout=0.3) is False
+    assert time.monotonic() - started < 1.0
+    state.delay = 0.0
+    assert engine.flush(timeout=5)  # waits for the request still on the way
+    assert queue.get(op.id).status.value == "delivered"
+    assert len(state.effects("a")) == 1 and state.seen_keys[op.idempotency_key] == 1
+
+
+class DiskFull(Exception):
+    pass
+
+
+class FullQueue(OfflineQueue):
+    def next_batch(self, n: int = 100) -> list[Operation]:
+        raise DiskFull("database or disk is full")
+
+
+def test_flush_with_a_timeout_still_raises_what_the_queue_raises(
+    tmp_path: Path, server: LiveServer
+) -> None:
+    queue = FullQueue(tmp_path / "full.db")
+    with HttpTransport(server.url) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
+        with pytest.raises(DiskFull):
+            engine.flush(timeout=2)
+    queue.close()

@@ -47,7 +47,7 @@ from pigeon.sync.events import (
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.resolver import ConflictResolver
-from pigeon.sync.scheduler import Notices, Waker, wait_time
+from pigeon.sync.scheduler import Notices, Waker, wait_time, within
 
 log = logging.getLogger("pigeon.sync")
 
@@ -163,8 +163,14 @@ class SyncEngine:
         self.notify()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Sync now, in the calling thread, until nothing is due (True), or give up (False)
-        when ``timeout`` passes, the queue is paused, or the server cannot be reached.
+        """Sync now until nothing is due (True), or give up (False) when ``timeout``
+        passes, the queue is paused, or the server cannot be reached.
+
+        Without a timeout it syncs in the calling thread. With one, in a worker thread,
+        so that a request on the wire when ``timeout`` passes does not hold the caller
+        (for up to the transport's read timeout): False comes on time, and the request
+        goes on and settles its operations when the reply comes (a later flush or drain
+        waits for it). From one of this engine's callbacks it stays in that thread.
 
         Operations waiting out a backoff are not due: flush does not wait for them (see
         `drain`). Operations another thread of this engine has on the way (the background
@@ -173,6 +179,15 @@ class SyncEngine:
         believes we are offline.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        # In a callback, a worker would wait for the cycle the callback is part of.
+        if deadline is None or getattr(self._mine, "lanes", 0) > 0:
+            return self._flush(deadline)
+        finished, result = within(
+            timeout or 0.0, lambda: self._flush(deadline), name="pigeon-flush"
+        )
+        return finished and bool(result)
+
+    def _flush(self, deadline: float | None) -> bool:
         self._unreachable_until = 0.0
         while True:
             seen = self._notices.count
@@ -316,7 +331,7 @@ class SyncEngine:
                 try:
                     delay = await asyncio.to_thread(self._step)
                 except Exception as exc:
-                    await self._back_off_async(self._step_failed(exc))
+                    await self._waker.sleep_async(self._step_failed(exc), self._stopping)
                     continue
                 self._error_streak = 0
                 if self._stopping.is_set():
@@ -328,18 +343,6 @@ class SyncEngine:
             self._stopping.set()
             self._waker.unbind()
             self.connectivity.stop()
-
-    async def _back_off_async(self, seconds: float) -> None:
-        """Sleep ``seconds`` unless stopped: wake-ups in between are dropped (the next step
-        looks at the whole queue anyway). Cleared before the stop check, so a stop() that
-        sets the flag after that check still wakes the wait."""
-        deadline = time.monotonic() + seconds
-        while True:
-            self._waker.clear()
-            remaining = deadline - time.monotonic()
-            if self._stopping.is_set() or remaining <= 0:
-                return
-            await self._waker.wait_async(remaining)
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """`flush` without blocking the event loop."""

@@ -1,9 +1,13 @@
 """What the engine tells the application: callbacks per operation, and cycle reports.
 
-Callbacks run on the engine's thread (or the asyncio mode's worker thread) right after the
-queue recorded the transition, so an operation is already durably delivered / held / dead
-when its callback sees it. A callback that raises is logged and otherwise ignored: an
-application bug must not stop delivery or strand an operation in flight.
+Callbacks run right after the queue recorded the transition, so an operation is already
+durably delivered / held / dead when its callback sees it. They run on whichever thread
+ran the cycle: the background loop's, the asyncio mode's worker thread, a flush's (its
+worker thread when given a timeout), or a lane's. With ``pipeline=1`` cycles take turns,
+so callbacks never run two at once; with more, they may, and must be thread-safe.
+
+A callback that raises is logged and otherwise ignored: an application bug must not stop
+delivery or strand an operation in flight.
 """
 
 from __future__ import annotations

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("pigeon.sync")
 
 
 def wait_time(
@@ -91,6 +98,18 @@ class Waker:
             return False
         return True
 
+    async def sleep_async(self, seconds: float, stopping: threading.Event) -> None:
+        """Sleep ``seconds`` unless ``stopping`` is set: wake-ups in between are dropped
+        (the next step looks at the whole queue anyway). Cleared before the stop check,
+        so a stop() that sets the flag after that check still wakes the wait."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.clear()
+            remaining = deadline - time.monotonic()
+            if stopping.is_set() or remaining <= 0:
+                return
+            await self.wait_async(remaining)
+
 
 class Notices:
     """A count of events that any number of threads can wait for without consuming them.
@@ -121,3 +140,43 @@ class Notices:
         """Sleep until the count is no longer ``seen`` (True) or ``timeout`` passes."""
         with self._changed:
             return self._changed.wait_for(lambda: self._count != seen, timeout)
+
+
+def within(timeout: float, work: Callable[[], T], *, name: str) -> tuple[bool, T | None]:
+    """Run ``work()`` in a daemon thread and wait at most ``timeout`` seconds for it.
+
+    Returns (True, its result), raises what it raised, or (False, None) once ``timeout``
+    passes; ``work`` then goes on by itself and what it raises later is logged. This is
+    how a caller's deadline is kept while a request is on the wire: no HTTP request can
+    be abandoned half-way without losing its reply, but the caller need not wait for it.
+    """
+    lock = threading.Lock()
+    done = threading.Event()
+    box: list[tuple[bool, object]] = []
+    abandoned = False
+
+    def run() -> None:
+        try:
+            outcome: tuple[bool, object] = (True, work())
+        except BaseException as exc:
+            outcome = (False, exc)
+        with lock:
+            box.append(outcome)
+            late = abandoned
+        done.set()
+        if late and not outcome[0]:
+            error = outcome[1]
+            assert isinstance(error, BaseException)
+            log.error("pigeon sync: %s failed after its caller's timeout", name, exc_info=error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    done.wait(timeout)
+    with lock:
+        if not box:
+            abandoned = True
+            return False, None
+    ok, value = box[0]
+    if not ok:
+        assert isinstance(value, BaseException)
+        raise value
+    return True, value  # type: ignore[return-value]
