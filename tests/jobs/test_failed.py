@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.jobs import records
+from pigeon.jobs.app import App
+from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import FailedStore, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
@@ -66,3 +70,37 @@ def test_review_needs_reason_and_existing_job(db: Database, clock: FakeClock) ->
         store.retry(job_id, reviewer="ana", reason=" ")
     with pytest.raises(NotFound, match="no job 999"):
         store.cancel(999, reviewer="ana", reason="x")
+
+
+class _Ceiling(random.Random):
+    """Full jitter drawn at its ceiling: the delay shows which attempt the backoff counted."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+def test_a_reviewed_retry_backs_off_from_a_fresh_start(db: Database, clock: FakeClock) -> None:
+    # A retry after a review gives the job a fresh attempt budget; its backoff starts over
+    # with it. Counting every attempt since enqueue, the first failure after the review
+    # waited as the 5th failure would (16x the first delay here; the cap after a few
+    # reviews), though the job had failed once in its new budget.
+    app = App()
+    app.queue("q", backoff=Backoff(base=10, cap=100_000))
+    app.task(lambda: None, queue="q", name="t", max_attempts=4)
+    m = JobManager(db, app, clock=clock, rng=_Ceiling())
+    job_id = m.enqueue(JobSpec("q", "t"))
+    delays = []
+    for _ in range(4):
+        (job,) = m.claim("q", "w", 1, lease=5)
+        m.finish([Outcome(job, RuntimeError("down"))])
+        row = show_job(db, job_id)
+        if row["status"] == "queued":
+            delays.append(row["scheduled_at"] - clock())
+            clock.advance(delays[-1])
+    assert delays == [10, 20, 40]
+    assert show_job(db, job_id)["status"] == "failed"
+    FailedStore(db, clock=clock).retry(job_id, reviewer="ana", reason="fixed upstream")
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert job.attempt == 5  # history keeps counting
+    m.finish([Outcome(job, RuntimeError("still down"))])
+    assert show_job(db, job_id)["scheduled_at"] - clock() == 10  # attempt 1 of the new budget

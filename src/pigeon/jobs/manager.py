@@ -330,7 +330,11 @@ class JobManager:
             alert = self._fail(tx, job, reason, now, attempt_error=message)
             return alert is not None, alert
         backoff = self.app.queue_config(job.queue).backoff
-        retry_at = max(now + backoff.delay(job.attempt, self.rng), outcome.not_before)
+        # Counted within the job's current budget: a reviewed retry starts the attempts and
+        # their backoff afresh (the 1st failure after it waits like a 1st failure, not like
+        # the 6th), as the budget check above counts them.
+        failures = max(1, job.attempt - job.attempt_base)
+        retry_at = max(now + backoff.delay(failures, self.rng), outcome.not_before)
         cursor = tx.execute(
             "job_requeue", {**job.key(), "scheduled_at": retry_at, "error": message, "refund": 0}
         )
