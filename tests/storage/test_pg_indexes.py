@@ -56,6 +56,7 @@ LOOKUPS: dict[str, dict[str, Any]] = {
     "purge_responses": {"now": NOW, "limit": 5000},
     "purge_claims": {"now": NOW, "limit": 5000},
     "note_get": NOTE,
+    "note_lock": NOTE,
     "note_list": NOTE,
     "note_write": NOTE | {"now": NOW},
     "ledger_all": {"after": ROWS - 100, "limit": 1000},

@@ -83,7 +83,9 @@ def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any] | HandlerRe
 
 
 def _current(ctx: IntakeContext, note_id: str) -> Row | None:
-    row = ctx.tx.fetchone("note_get", {"principal": ctx.principal, "id": note_id})
+    # Locked (note_lock): the check (If-Match) and the write it allows are one step for
+    # other writers of the note, or two of them could both pass it against one version.
+    row = ctx.tx.fetchone("note_lock", {"principal": ctx.principal, "id": note_id})
     return row if row is not None and not row["deleted"] else None
 
 

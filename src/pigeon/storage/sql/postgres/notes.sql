@@ -6,6 +6,16 @@ SELECT principal, id, version, data, deleted, clock, created_at, updated_at
 FROM notes
 WHERE principal = %(principal)s AND id = %(id)s
 
+-- name: note_lock
+-- note_get for a write handler: the row stays locked until the commit, so a concurrent
+-- write of the note (another intake process, or a request beside this one) reads it only
+-- after this one's version is in: its If-Match is checked, and its merge patch applied,
+-- against the latest version, never against the one both read first (a lost update).
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM notes
+WHERE principal = %(principal)s AND id = %(id)s
+FOR UPDATE
+
 -- name: note_list
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
 FROM notes

@@ -5,6 +5,13 @@ SELECT principal, id, version, data, deleted, clock, created_at, updated_at
 FROM notes
 WHERE principal = :principal AND id = :id
 
+-- name: note_lock
+-- note_get for a write handler (PostgreSQL locks the row here); SQLite's one writer, taken
+-- by BEGIN IMMEDIATE, already keeps every other write out until the commit.
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM notes
+WHERE principal = :principal AND id = :id
+
 -- name: note_list
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
 FROM notes

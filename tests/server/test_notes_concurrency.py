@@ -1,0 +1,87 @@
+"""Two writes of one note at the same moment on PostgreSQL, where intake requests run side
+by side (SQLite's single writer orders them whole): ``If-Match`` must still refuse the
+second, and a merge patch must still merge into the latest data."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from pigeon.server.notes import create_notes_app
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+
+from .conftest import live_server
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Database]:
+    database = open_server_db(pg_url)
+    yield database
+    database.close()
+
+
+def _both_blocked_then_release(pg_url: str, send: Any, requests: list[Any]) -> list[Any]:
+    """Hold the note's row lock from outside, let every request read the note and queue
+    on it, then let go: the requests' reads all happen before any of their writes."""
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT 1 FROM notes WHERE id = '1' FOR UPDATE")
+        with ThreadPoolExecutor(len(requests)) as pool:
+            futures = [pool.submit(send, *r) for r in requests]
+            deadline = time.monotonic() + 10
+            while _waiting(pg_url) < len(requests):
+                assert time.monotonic() < deadline, "the requests never queued on the note"
+                assert not any(f.done() for f in futures), [f.result().text for f in futures]
+                time.sleep(0.02)
+            holder.rollback()
+            return [f.result() for f in futures]
+
+
+def _waiting(pg_url: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as probe:
+        row = probe.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_two_writes_with_the_same_if_match_one_wins_one_gets_412(pg: Database, pg_url: str) -> None:
+    with (
+        live_server(create_notes_app(pg, purge_interval=None)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        assert client.post("/notes", json={"id": "1", "t": 0}, headers={"Idempotency-Key": "c"})
+
+        def send(key: str, body: Any) -> httpx.Response:
+            headers = {"Idempotency-Key": key, "If-Match": '"1"'}
+            return client.put("/notes/1", json=body, headers=headers)
+
+        replies = _both_blocked_then_release(pg_url, send, [("a", {"t": "a"}), ("b", {"t": "b"})])
+        assert sorted(r.status_code for r in replies) == [200, 412], [r.text for r in replies]
+        [won] = [r for r in replies if r.status_code == 200]
+        assert client.get("/notes/1").json()["data"] == won.json()["data"]
+        assert client.get("/notes/1").json()["version"] == 2
+
+
+def test_two_concurrent_merge_patches_both_land(pg: Database, pg_url: str) -> None:
+    with (
+        live_server(create_notes_app(pg, purge_interval=None)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        assert client.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "c"})
+
+        def send(key: str, body: Any) -> httpx.Response:
+            return client.patch("/notes/1", json=body, headers={"Idempotency-Key": key})
+
+        replies = _both_blocked_then_release(pg_url, send, [("a", {"x": 1}), ("b", {"y": 2})])
+        assert [r.status_code for r in replies] == [200, 200]
+        note = client.get("/notes/1").json()
+        assert (note["version"], note["data"]) == (3, {"x": 1, "y": 2})
