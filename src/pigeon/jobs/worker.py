@@ -7,14 +7,15 @@ after ``keepalive`` seconds without backlog (``scaling``). The same thread runs 
 maintenance: the freshness alert (``stats.FreshnessMonitor``) and the retention purge.
 
 A separate heartbeat thread renews the leases of every job the process holds: job code
-cannot block it. The heartbeat also enforces the timeout hierarchy, waking at each
-running job's timeout and supervisor deadline rather than only on its regular ticks: a
-process with a job past the supervisor timeout is abandoned first thing (``on_stuck``: in
-a worker process, a hard exit the supervisor replaces); a job past its timeout is
-recorded as failed and retried no earlier than its lease would have run out (and at
-least one heartbeat interval past its supervisor deadline), so no second runner starts it
-while the process still running it may be alive: the same room the lease, longer than
-the supervisor timeout, gives a job whose process is killed.
+cannot block it, and a round that fails (a bug of its own, a raising ``on_stuck``) is
+logged and the next one runs. The heartbeat also enforces the timeout hierarchy, waking
+at each running job's timeout and supervisor deadline rather than only on its regular
+ticks: a process with a job past the supervisor timeout is abandoned first thing
+(``on_stuck``: in a worker process, a hard exit the supervisor replaces); a job past its
+timeout is recorded as failed and retried no earlier than its lease would have run out
+(and at least one heartbeat interval past its supervisor deadline), so no second runner
+starts it while the process still running it may be alive: the same room the lease,
+longer than the supervisor timeout, gives a job whose process is killed.
 
 Whatever a task raises, ``BaseException`` included (``SystemExit`` from a library's
 ``sys.exit()``, even a ``KeyboardInterrupt`` it raises itself: a real Ctrl-C reaches the
@@ -34,12 +35,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import resource
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
@@ -47,6 +46,7 @@ from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
 from pigeon.jobs.context import JobContext
+from pigeon.jobs.held import Held, WorkerStats, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.jobs.retention import purge_finished
@@ -62,38 +62,6 @@ T = TypeVar("T")
 STOPPED = 0
 RECYCLE = 3  # exit code asking the supervisor for a fresh process
 STUCK = 70
-
-
-@dataclass
-class _Held:
-    job: Job
-    started: float = 0.0  # monotonic; 0 while claimed but not yet running
-    timed_out: bool = False
-    done: bool = False  # its task returned; the outcome may still wait in the batch buffer
-    lost: bool = False  # the heartbeat found the lease gone (expired and rescued)
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    released: int = 0
-    lost: int = 0
-    timed_out: int = 0
-    unrecorded: int = 0  # outcomes the database never heard of (left to lease expiry)
-    by_queue: dict[str, int] = field(default_factory=dict)
-    purged: int = 0
-
-
-def rss_mib() -> float:
-    """Current resident set size (Linux /proc), else the peak as getrusage reports it."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            pages = int(f.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Worker:
@@ -152,7 +120,7 @@ class Worker:
         self._stop = threading.Event()
         # Keyed by (job, lease token): after a lease expires, another thread of this very
         # process may hold the same job under a new token.
-        self._held: dict[tuple[int, str], _Held] = {}
+        self._held: dict[tuple[int, str], Held] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._interval = 0.05  # the heartbeat's, set when it starts
@@ -256,7 +224,7 @@ class Worker:
         with self._lock:
             self.stats.claimed += len(jobs)
             for job in jobs:
-                self._held[job.id, job.token] = _Held(job)
+                self._held[job.id, job.token] = Held(job)
         outcomes: list[Outcome] = []
         flushed = time.monotonic()
         ran = 0  # jobs[:ran] ran; a job whose _execute raised counts as not run
@@ -407,30 +375,45 @@ class Worker:
         interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
         self._interval = interval
         while not self._threads_done():
-            next_deadline = self._check_timeouts()
-            with self._lock:
-                held = [h.job for h in self._held.values() if not h.timed_out]
-            by_lease: dict[float, list[Job]] = {}
-            for job in held:
-                by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
-                by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
-            for seconds, jobs in by_lease.items():
-                try:
-                    lost = self.manager.renew(jobs, seconds)
-                except Exception as exc:
-                    log.warning("renewing %d leases failed (%s)", len(jobs), exc)
-                    continue
+            try:
+                next_deadline = self._beat()
+            except Exception:
+                # The heartbeat must outlive any bug of its own: without it no lease is
+                # renewed, and every job this process runs is run again by whoever
+                # rescues it. The next round tries again.
+                log.exception("heartbeat of worker %s failed; going on", self.name)
                 with self._lock:
-                    for job in lost:
-                        held_job = self._held.get((job.id, job.token))
-                        if held_job is not None:
-                            held_job.lost = True
+                    self.stats.heartbeat_errors += 1
+                next_deadline = float("inf")
             # Wake at the next timeout or supervisor deadline (just past it: the checks
             # are strict), not up to an interval late. Once stopping, poll briefly: we
             # only wait for the job threads to drain.
             wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
             if self._stop.wait(wait):
                 time.sleep(0.02)
+
+    def _beat(self) -> float:
+        """One round: the timeout checks, then every held lease renewed; returns the next
+        deadline (monotonic) of a running job."""
+        next_deadline = self._check_timeouts()
+        with self._lock:
+            held = [h.job for h in self._held.values() if not h.timed_out]
+        by_lease: dict[float, list[Job]] = {}
+        for job in held:
+            by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
+            by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
+        for seconds, jobs in by_lease.items():
+            try:
+                lost = self.manager.renew(jobs, seconds)
+            except Exception as exc:
+                log.warning("renewing %d leases failed (%s)", len(jobs), exc)
+                continue
+            with self._lock:
+                for job in lost:
+                    held_job = self._held.get((job.id, job.token))
+                    if held_job is not None:
+                        held_job.lost = True
+        return next_deadline
 
     def _threads_done(self) -> bool:
         if not self._stop.is_set():
@@ -473,8 +456,11 @@ class Worker:
                     )
         if stuck:  # before any database write, which could make it late
             log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
-            if self.on_stuck is not None:
-                self.on_stuck()
+            try:
+                if self.on_stuck is not None:
+                    self.on_stuck()
+            except BaseException:  # sys.exit() here would end only this thread
+                log.exception("on_stuck of worker %s failed; stopping it", self.name)
             self.stop(STUCK)
         if expired:
             # Retried while the database is away; given up (logged, counted) past the lease,

@@ -1,0 +1,120 @@
+"""A worker's own threads failing outside any task: a claim thread is replaced, the
+heartbeat goes on renewing leases, and a stuck process is abandoned even when its
+``on_stuck`` hook raises. Each failure is real (raised inside the running thread); the
+leases are shown renewed by a second worker that would rescue any job whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pigeon.jobs.app import App
+from pigeon.jobs.failed import list_jobs
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, enqueue
+from pigeon.jobs.timeouts import Timeouts
+from pigeon.jobs.worker import STUCK, Worker
+from pigeon.storage.base import Database
+
+from .test_worker import run_in_thread, statuses, wait_for
+
+SHORT_LEASE = Timeouts(job=1.0, external_call=0.1, supervisor=1.1, lease=1.2)
+
+
+def _spinning_app() -> App:
+    app = App()
+    app.queue("q", timeouts=SHORT_LEASE)
+
+    @app.task(queue="q")
+    def spin(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.01)
+
+    return app
+
+
+def _enqueue_past_the_lease(db: Database, app: App) -> None:
+    # One thread, a batch of 3 jobs of 0.7 s: the last one starts ~1.4 s after the claim,
+    # past the 1.2 s lease. Only renewals keep the thief from rescuing it.
+    with db.transaction() as tx:  # one commit: the worker claims all three at once
+        for _ in range(3):
+            enqueue(tx, JobSpec("q", "spin", {"seconds": 0.7}), app=app)
+
+
+def _fail_once(fn: Callable[..., object], after: int = 0) -> Callable[..., object]:
+    """``fn``, raising RuntimeError on its call number ``after`` (counted from 0)."""
+    calls = [0]
+
+    def wrapped(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == after + 1:
+            raise RuntimeError("a bug in the worker itself")
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+def _live(prefix: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def _run_with_thief(db: Database, app: App, worker: Worker) -> Worker:
+    thief = Worker(app, db, {"q": 1}, batch=3, name="thief")
+    t1 = run_in_thread(worker)
+    time.sleep(0.1)
+    _enqueue_past_the_lease(db, app)
+    time.sleep(0.2)  # the worker claims the batch first
+    t2 = run_in_thread(thief)
+    wait_for(lambda: statuses(db) == {"succeeded": 3})
+    worker.stop()
+    thief.stop()
+    t1.join(10)
+    t2.join(10)
+    return thief
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_claim_thread_dying_between_batches_is_replaced_and_leases_stay_renewed(
+    db: Database,
+) -> None:
+    app = _spinning_app()
+    worker = Worker(app, db, {"q": 1}, batch=3, poll=0.02, poll_max=0.05)
+    # The claim loop's idle wait raises once: the thread dies outside any batch or task.
+    worker.wakeup.wait = _fail_once(worker.wakeup.wait)  # type: ignore[method-assign]
+    thief = _run_with_thief(db, app, worker)
+    assert worker.stats.claimed == 3 and thief.stats.claimed == 0
+    assert [j["attempts"] for j in list_jobs(db)] == [1, 1, 1]  # never rescued
+    assert worker.threads("q") == 1
+
+
+def test_the_heartbeat_survives_a_failure_and_keeps_renewing(db: Database) -> None:
+    app = _spinning_app()
+    worker = Worker(app, db, {"q": 1}, batch=3, poll=0.02, poll_max=0.05)
+    # The timeout check raises on the heartbeat's 3rd round: before the fix the heartbeat
+    # thread died there, no lease was renewed again and the thief ran the jobs a second time.
+    worker._check_timeouts = _fail_once(worker._check_timeouts, after=2)  # type: ignore[method-assign]
+    thief = _run_with_thief(db, app, worker)
+    assert worker.stats.claimed == 3 and thief.stats.claimed == 0
+    assert [j["attempts"] for j in list_jobs(db)] == [1, 1, 1]
+
+
+def test_a_stuck_process_is_abandoned_even_if_on_stuck_raises(db: Database) -> None:
+    app = _spinning_app()
+    calls: list[int] = []
+
+    def on_stuck() -> None:
+        calls.append(1)
+        sys.exit(STUCK)  # SystemExit in the heartbeat thread: it would end only that thread
+
+    worker = Worker(app, db, {"q": 1}, on_stuck=on_stuck)
+    JobManager(db, app).enqueue(JobSpec("q", "spin", {"seconds": 3.0}))  # past supervisor=1.1
+    t = run_in_thread(worker)
+    wait_for(lambda: worker.stopping, timeout=5)
+    t.join(10)
+    assert calls and worker.exit_code == STUCK
