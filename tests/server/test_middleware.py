@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.storage.base import Database
 
-from .conftest import FakeClock, TestClient
+from .conftest import FakeClock, TestClient, live_server
 
 
 def make(db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
@@ -171,3 +173,46 @@ def test_the_middleware_renews_the_claim_of_a_slow_request(db: Database) -> None
     assert first.status_code == 201
     assert retry.status_code == 409 and "retry-after" in retry.headers
     assert runs == [1]
+
+
+def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
+    db: Database,
+) -> None:
+    """Starlette's StreamingResponse (ASGI spec < 2.4, as uvicorn's HTTP says) listens for
+    the client's disconnect while it streams. The body the middleware hands the app must
+    not be followed by a made-up ``http.disconnect``: that cancelled the stream after its
+    first chunk, and the truncated body was sent and stored as the key's answer."""
+    runs: list[int] = []
+
+    async def export(request: Request) -> Response:
+        await request.body()
+        runs.append(1)
+
+        async def rows() -> Any:
+            for i in range(5):
+                await asyncio.sleep(0.02)
+                yield f"row {i}\n".encode()
+
+        return StreamingResponse(rows(), status_code=201, media_type="text/plain")
+
+    app = IdempotencyMiddleware(_app_with(export), db)
+    expected = "".join(f"row {i}\n" for i in range(5))
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+        first = client.post("/things", json={}, headers={"Idempotency-Key": "x"})
+        again = client.post("/things", json={}, headers={"Idempotency-Key": "x"})
+    assert (first.status_code, first.text) == (201, expected)
+    assert (again.status_code, again.text) == (201, expected)
+    assert again.headers["idempotent-replayed"] == "true"
+    # A client that gives up in the middle of the stream gets the whole answer on its
+    # retry: the app was not told it left, so it finished, and the whole body was stored.
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=0.03) as client:
+        with pytest.raises(httpx.TimeoutException):
+            client.post("/things", json={}, headers={"Idempotency-Key": "gone"})
+        client.timeout = httpx.Timeout(10)
+        late = client.post("/things", json={}, headers={"Idempotency-Key": "gone"})
+        while late.status_code == 409:  # still streaming into the middleware
+            time.sleep(0.05)
+            late = client.post("/things", json={}, headers={"Idempotency-Key": "gone"})
+    assert (late.status_code, late.text) == (201, expected)
+    assert late.headers["idempotent-replayed"] == "true"
+    assert runs == [1, 1]

@@ -10,7 +10,9 @@ the response is stored, the claim is orphaned; once ``lock_timeout`` has passed 
 runs the application AGAIN (a second effect). Use the intake (handlers receiving
 ``ctx.tx``) wherever the effect lives in the same database. While the application runs,
 its claim is renewed every third of ``lock_timeout``, so a slow request is never run a
-second time while its process lives.
+second time while its process lives. The app's response, streamed or not, is collected
+whole before anything is sent, and the app is never told of the client's disconnect: the
+answer is the key's, stored and replayed, not the connection's.
 
 Everything else matches the intake: 400 for a missing/malformed key, replay with
 ``Idempotent-Replayed: true``, 409 + ``Retry-After`` while in progress, 422 for a
@@ -134,10 +136,16 @@ class IdempotencyMiddleware:
 
         async def replay_body() -> Message:
             nonlocal delivered
-            if delivered:
-                return {"type": "http.disconnect"}
-            delivered = True
-            return {"type": "http.request", "body": raw, "more_body": False}
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            # Nothing more to read, and no disconnect to tell of: the answer to a keyed
+            # write is stored and replayed, so the app must finish it whole whether or not
+            # this client stays to read it (it gets it on its retry). An invented
+            # disconnect made Starlette's StreamingResponse, which listens for one, cancel
+            # its stream unsent, and the empty body was stored as the key's answer.
+            await asyncio.Event().wait()  # never set: only the app's cancelling ends it
+            raise AssertionError("unreachable")
 
         async def capture(message: Message) -> None:
             nonlocal start
