@@ -29,12 +29,22 @@ class Scheduler:
         self.clock = clock
 
     def tick_once(self) -> list[tuple[str, int]]:
-        """Enqueue the current tick of every schedule no other worker has taken yet."""
+        """Enqueue the current tick of every schedule no other worker has taken yet.
+
+        A schedule whose tick cannot be enqueued (its task is gone, its payload does not
+        fit the task, the database refused) is logged and left untaken, to be tried again
+        on the next pass; the schedules after it still run: one broken schedule must not
+        keep every schedule declared after it from ever running."""
         won = []
         now = self.clock()
         for schedule in self.app.schedules.values():
             tick = math.floor(now / schedule.every)
-            if self._take(schedule, tick, now):
+            try:
+                taken = self._take(schedule, tick, now)
+            except Exception:
+                log.exception("schedule %r: tick %d could not be enqueued", schedule.name, tick)
+                continue
+            if taken:
                 won.append((schedule.name, tick))
         return won
 
