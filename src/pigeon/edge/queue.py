@@ -51,9 +51,10 @@ NOT_SENT = _NotSent.NOT_SENT
 class OfflineQueue:
     """A durable, ordered, coalescing outbox in one SQLite file.
 
-    Safe for many threads, and for several processes on one file (``BEGIN IMMEDIATE``,
-    busy timeout). On open, operations left in flight by a process that died go back to
-    pending with their key unchanged, unless another process has the file open.
+    Safe for many threads, and for several processes (or queues) on one file (``BEGIN
+    IMMEDIATE``, busy timeout). Operations left in flight by a queue that is gone (died,
+    or closed) go back to pending, key unchanged: on open, and in ``next_batch`` every
+    ``recover_every`` seconds (`pigeon.edge.owners`; never with ``recover=False``).
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class OfflineQueue:
         rng: random.Random | None = None,
         keep_delivered: float | None = retention.DEFAULT_KEEP_DELIVERED,
         upgrade: bool = True,
+        recover_every: float = st.RECOVER_EVERY,
     ) -> None:
         """``keep_delivered``: seconds a delivered operation stays in the file before the
         queue purges it by itself (`pigeon.edge.retention`); None keeps them until
@@ -107,6 +109,7 @@ class OfflineQueue:
             recover=recover,
             now=now(),
             upgrade=upgrade,
+            recover_every=recover_every,
         )
         self.path = self._store.path
         with self._store.write() as tx:

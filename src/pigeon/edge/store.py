@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pigeon.edge import owners
 from pigeon.edge.append import Built as Built
 from pigeon.edge.append import NewOp as NewOp
 from pigeon.edge.append import append, stamp, write_all
@@ -37,6 +38,7 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks, recover on
 APPLICATION_ID = 0x50474E45  # "PGNE": a pigeon edge queue file
 LIVE = (OpStatus.PENDING, OpStatus.IN_FLIGHT, OpStatus.CONFLICT)
 HISTORY_LIMIT = 100  # failed attempts remembered per operation
+RECOVER_EVERY = owners.CHECK_EVERY  # seconds between next_batch's looks for dead owners
 # New queue files only (an existing file keeps its size). An enqueue rewrites four pages
 # (the row and three index leaves) and every one goes to the WAL whole: 2 KiB pages halve
 # what each commit writes, while rows (~0.5 KiB) still fit several to a page. Measured on
@@ -45,9 +47,11 @@ PAGE_SIZE = 2048
 
 
 def _open_lock(path: str) -> int | None:
-    """The side file whose advisory lock says which processes have the queue open; None
-    where there is no flock, or in a read-only directory (then nobody can tell, and an
-    opener that recovers does so)."""
+    """The side file whose advisory lock says whether any other queue has the file open;
+    None where there is no flock, or in a read-only directory (then nobody can tell, and
+    an opener that recovers does so). Which queue holds an in-flight operation, and
+    whether it is still alive, is told by its owner file instead (pigeon.edge.owners);
+    this lock still decides for rows with no owner (written before there were owners)."""
     if fcntl is not None:
         with contextlib.suppress(OSError):
             return os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,8 +68,10 @@ class EdgeStore:
         recover: bool,
         now: float,
         upgrade: bool = True,
+        recover_every: float = RECOVER_EVERY,
     ) -> None:
         self.path = os.fspath(path)
+        every = owners.check_every(recover_every)  # refused before anything is opened
         self.db = SQLiteDatabase(
             path,
             application_id=APPLICATION_ID,
@@ -83,6 +89,9 @@ class EdgeStore:
         # Every open queue holds this side file's advisory lock shared, recovering or not
         # (the CLI opens without recovering): a process that recovers must see them all.
         self._lock_fd = _open_lock(self.path)
+        # Before recovering: a neighbour's check must already see us alive when our first
+        # in-flight row appears, and our own sweep must know which file is ours.
+        self._owners = owners.Owners(self.path, every=every, recover=recover)
         try:
             if recover:
                 self._recover(now)
@@ -93,19 +102,23 @@ class EdgeStore:
             raise
 
     def _recover(self, now: float) -> None:
-        """Put in-flight operations back to pending, unless another live process has the
-        file open (its in-flight operations are really in flight). Whoever can take the
-        side lock exclusively is alone and recovers, then keeps it shared like everyone
-        else."""
+        """Put back to pending the in-flight operations of queues that are gone. Whoever
+        can take the side lock exclusively is alone and puts back all of them (also those
+        with no owner), then keeps it shared like everyone else. Otherwise only those of
+        owners found dead (pigeon.edge.owners): a live queue's, in this process or
+        another, are really in flight."""
         sole = True
         if self._lock_fd is not None:
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 sole = False
-        if sole:
-            with self.write() as tx:
+        with self.write() as tx:
+            if sole:
                 tx.execute("recover_in_flight", {"now": now})
+            else:
+                self._owners.recover(tx, now)
+        self._owners.sweep()  # files of the dead with nothing in flight
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
 
@@ -149,6 +162,7 @@ class EdgeStore:
 
     def close(self) -> None:
         self.db.close()
+        self._owners.close()  # after the file: nothing of ours goes in flight any more
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -210,9 +224,15 @@ class EdgeStore:
         return row
 
     def dispatch(self, tx: SQLiteTx, n: int, now: float) -> list[Operation]:
+        # From time to time, first take over what queues that died left in flight, in
+        # this same transaction: it is due now and leaves in this very batch, our token on
+        # it. Only here, never on enqueue: one check serves every sender of this queue.
+        if self._owners.due():
+            self._owners.recover(tx, now)
         cursor = tx.conn.cursor()
         cursor.row_factory = None  # tuples: rows.operations() reads them by position
-        cursor.execute(tx.queries["dispatch_due"], {"now": now, "n": n})
+        params = {"now": now, "n": n, "owner": self._owners.token}
+        cursor.execute(tx.queries["dispatch_due"], params)
         return sorted(operations(cursor), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:

@@ -82,8 +82,10 @@ UPDATE operations SET head = 1
 SELECT * FROM operations WHERE id = :id;
 
 -- name: dispatch_due
--- The oldest due heads, at most :n, marked in flight and returned: one statement.
-UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1
+-- The oldest due heads, at most :n, marked in flight and returned: one statement. :owner
+-- is the token of the queue that takes them (NULL if it has none): while that queue lives
+-- no other recovers them (pigeon.edge.owners).
+UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1, owner = :owner
  WHERE seq IN (SELECT seq FROM operations
                 WHERE head = 1 AND status = 'pending' AND next_attempt_at <= :now
                 ORDER BY seq LIMIT :n)
@@ -173,8 +175,21 @@ UPDATE operations
  WHERE seq = :seq;
 
 -- name: recover_in_flight
--- After a crash: whatever was in flight is sent again, same key, attempts unchanged.
+-- After a crash, by an opener alone with the file: whatever was in flight is sent again,
+-- same key, attempts unchanged.
 UPDATE operations SET status = 'pending', next_attempt_at = :now WHERE status = 'in_flight';
+
+-- name: in_flight_owners
+-- The queues other than :me (NULL: none) that have operations in flight. Only heads are
+-- ever in flight, so this reads operations_heads' in-flight range, not the table: cheap
+-- enough for a running queue to ask every few seconds.
+SELECT DISTINCT owner FROM operations
+ WHERE head = 1 AND status = 'in_flight' AND owner IS NOT NULL AND owner IS NOT :me;
+
+-- name: recover_owner
+-- recover_in_flight for the operations of one queue that is gone (pigeon.edge.owners).
+UPDATE operations SET status = 'pending', next_attempt_at = :now
+ WHERE head = 1 AND status = 'in_flight' AND owner = :owner;
 
 -- name: pending_ops
 SELECT * FROM operations

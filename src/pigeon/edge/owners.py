@@ -1,0 +1,204 @@
+"""Who has an operation in flight, and whether that queue is still alive.
+
+Every open ``EdgeStore`` makes a random token and holds an exclusive ``flock`` on its own
+file ``<path>-owners/<token>`` for as long as it is open; ``next_batch`` writes the token
+on the rows it marks in flight. An owner is alive while its file is locked: the lock goes
+with its process (a SIGKILL or power loss releases it) and with ``close()``, which also
+removes the file. A file that can be locked, or is missing, belongs to a queue that is
+gone, so its in-flight operations go back to pending, same key, while the other queues
+of the file (other processes, or other queues in this process) keep theirs. A queue
+looks when it opens (unless ``recover=False``) and again from ``next_batch`` every
+``recover_every`` seconds, so a running process takes over a dead neighbour's operations
+without a restart. The folder itself is never removed: that would race with an opener
+making its file in it.
+
+``flock``, not POSIX ``fcntl``/``lockf`` record locks: those belong to the process, so two
+queues of one process would see each other as dead, and closing any descriptor of the
+file (as a liveness check does) would drop the owner's lock. A ``flock`` belongs to the
+open file description: a check opens its own and never disturbs the owner's.
+
+Where there is no ``flock`` (Windows) or the directory cannot be written, a queue has no
+token (its rows carry NULL, as rows written before the ``owner`` column did) and the
+store falls back on the side lock alone: in-flight operations are recovered on open, only
+by an opener that is alone with the file (`pigeon.edge.store`).
+
+Crash safety: a dead owner's file is removed before the transaction that puts its rows
+back commits. A crash in between leaves rows naming a missing file, which is as dead as
+one that can be locked, so the next check recovers them; a crash after the commit leaves
+at most an unlocked file, which the next open's sweep removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.storage.sqlite import SQLiteTx
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock; see the module docstring
+    fcntl = None  # type: ignore[assignment]
+
+FLOCK: bool = fcntl is not None  # a name mypy does not take for always true
+
+SUFFIX = "-owners"
+# How often a running queue looks for operations of queues that died (next_batch). The
+# check is one index range over the in-flight heads, plus a flock attempt per other owner
+# found there; five seconds keeps it out of the way of a busy sender while a dead
+# neighbour's entities wait a few seconds at most.
+CHECK_EVERY = 5.0
+# What we make (uuid4().hex). Anything else in the directory, or on a row, is not ours to
+# judge: never removed, and its rows are left to the opener that is alone.
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+_CLAIM_TRIES = 5
+
+
+def check_every(seconds: float) -> float:
+    """A valid check interval (``math.inf``: never while running), or ConfigurationError."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or math.isnan(seconds)
+        or seconds < 0
+    ):
+        raise ConfigurationError(f"recover_every must be seconds >= 0, not {seconds!r}")
+    return float(seconds)
+
+
+def _claim(directory: str) -> tuple[str, int] | None:
+    """Make and lock a new owner file: ``(token, descriptor)``, None if we cannot.
+
+    A sweep by another opener may lock and remove a file between our create and our lock
+    (it cannot know the file is new). So after taking the lock we check that the name
+    still leads to our file; once we hold the lock nobody else can remove it (removal is
+    done only under the lock), so a token returned here is safe to write on rows."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError:  # e.g. a read-only directory: no token, the side lock alone
+        return None
+    for _ in range(_CLAIM_TRIES):
+        token = uuid.uuid4().hex
+        name = os.path.join(directory, token)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.stat(name)):
+                return token, fd
+        except OSError:  # swept before we locked it: try another token
+            pass
+        os.close(fd)
+    return None
+
+
+def dead(directory: str, token: str) -> bool:
+    """Whether the queue of ``token`` is gone; if so its file is removed (under its lock).
+
+    Unsure is alive: a file we may not open (another user's) is left alone, and so are its
+    operations, rather than sending them twice at once."""
+    if not _TOKEN.fullmatch(token):
+        return False
+    name = os.path.join(directory, token)
+    try:
+        fd = os.open(name, os.O_RDONLY)
+    except FileNotFoundError:  # closed, or removed by an earlier check: gone
+        return True
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # locked: its queue is open
+            return False
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        return True
+    finally:
+        os.close(fd)  # our own open file description: the owner's lock is not touched
+
+
+class Owners:
+    """This store's owner file, and the recovery of other owners' operations."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        every: float,
+        recover: bool,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``recover=False`` (tools that only look, such as the CLI): this queue still
+        protects what it marks in flight, but never puts back another queue's."""
+        self.directory = path + SUFFIX
+        self.token: str | None = None
+        self._fd: int | None = None
+        self._pid = os.getpid()
+        if FLOCK:
+            claimed = _claim(self.directory)
+            if claimed is not None:
+                self.token, self._fd = claimed
+        # Without flock nobody's liveness can be told: never check while running.
+        self._every = check_every(every) if recover and FLOCK else math.inf
+        self._monotonic = monotonic
+        self._next = monotonic() + self._every  # open has just recovered
+
+    def due(self) -> bool:
+        """Time for a running check (then not again for ``every`` seconds): a clock read
+        and a comparison, on every next_batch."""
+        if self._every == math.inf:
+            return False
+        now = self._monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self._every
+        return True
+
+    def recover(self, tx: SQLiteTx, now: float) -> int:
+        """Put the in-flight operations of owners that are gone back to pending, in ``tx``.
+        Returns how many owners were found gone. Rows of live owners, of this queue and
+        with no owner are never touched."""
+        if not FLOCK:
+            return 0
+        rows = tx.fetchall("in_flight_owners", {"me": self.token})
+        gone = [r["owner"] for r in rows if dead(self.directory, r["owner"])]
+        if gone:
+            tx.executemany("recover_owner", [{"owner": o, "now": now} for o in gone])
+        return len(gone)
+
+    def sweep(self) -> None:
+        """Remove the files of owners that are gone and had nothing in flight (a process
+        killed while idle), so crashes do not pile up files. Best effort."""
+        if not FLOCK:
+            return
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            if name != self.token:
+                dead(self.directory, name)
+
+    def close(self) -> None:
+        """Give the token up: what this queue left in flight becomes recoverable. The file
+        goes first, while still locked, so no check sees it unlocked and ours.
+
+        A forked child shares the lock (one open file description) and only lets go of
+        its descriptor: removing the file would make the parent look dead while it runs."""
+        if self._fd is None:
+            return
+        assert self.token is not None
+        if os.getpid() == self._pid:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.directory, self.token))
+        os.close(self._fd)
+        self._fd = None
