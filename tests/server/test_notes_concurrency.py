@@ -12,7 +12,10 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from pycrdt import Doc, Text
 
+from pigeon.clock import HLCTimestamp
+from pigeon.server.crdt import decode, encode
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
@@ -85,3 +88,64 @@ def test_two_concurrent_merge_patches_both_land(pg: Database, pg_url: str) -> No
         assert [r.status_code for r in replies] == [200, 200]
         note = client.get("/notes/1").json()
         assert (note["version"], note["data"]) == (3, {"x": 1, "y": 2})
+
+
+@pytest.mark.parametrize("collection", ["lww-notes", "docs"])
+def test_two_first_writes_of_a_new_resource_are_both_settled(
+    pg: Database, pg_url: str, collection: str
+) -> None:
+    """Two devices write a resource the server has not seen yet, at once: the second
+    insert meets the first's row. It must be settled (LWW: by clock; CRDT: merged) like
+    any write, not fail with 500 on the primary key and send the device into backoff."""
+    app = create_notes_app(
+        pg, purge_interval=None, lww_collections=["lww-notes"], crdt_collections=["docs"]
+    )
+    now_ms = int(time.time() * 1000)
+
+    def body(device: str) -> Any:
+        if collection == "lww-notes":
+            return {"text": device}
+        doc = Doc()
+        doc["t"] = Text()
+        doc["t"] += device
+        return {"update": encode(doc.get_update())}
+
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+
+        def send(device: str, wall: int) -> httpx.Response:
+            headers = {
+                "Idempotency-Key": device,
+                "X-Pigeon-Clock": HLCTimestamp(wall, 0, device).encode(),
+            }
+            method = "PUT" if collection == "lww-notes" else "PATCH"
+            return client.request(method, f"/{collection}/r", json=body(device), headers=headers)
+
+        with psycopg.connect(pg_url) as holder:
+            # An uncommitted row with the same key: both requests' inserts queue behind it.
+            holder.execute(
+                "INSERT INTO resources (principal, collection, id, version, data, deleted, "
+                "clock, raw_clock, created_at, updated_at) "
+                "VALUES ('anonymous', %s, 'r', 1, '{}', 0, 'c', 'c', 0, 0)",
+                (collection,),
+            )
+            with ThreadPoolExecutor(2) as pool:
+                futures = [pool.submit(send, "d1", now_ms - 10), pool.submit(send, "d2", now_ms)]
+                deadline = time.monotonic() + 10
+                while _waiting(pg_url) < 2:
+                    assert time.monotonic() < deadline, "the requests never queued"
+                    time.sleep(0.02)
+                holder.rollback()
+                replies = [f.result() for f in futures]
+        assert sorted(r.status_code for r in replies) == [200, 201], [r.text for r in replies]
+        current = client.get(f"/{collection}/r").json()
+    if collection == "lww-notes":
+        # The greater clock, whichever came first (if it did, the older one lost: version 1).
+        assert current["data"] == {"text": "d2"}
+        outcomes = [r.json()["outcome"] for r in replies]
+        assert sorted(outcomes) in (["created", "won"], ["created", "lost"])
+    else:
+        assert current["version"] == 2
+        doc = Doc()
+        doc["t"] = Text()
+        doc.apply_update(decode(current["data"]["state"]))
+        assert sorted(str(doc["t"])) == sorted("d1d2")

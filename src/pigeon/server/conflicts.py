@@ -159,7 +159,10 @@ def store(
     stamped: Stamped,
     *,
     deleted: bool = False,
-) -> Row:
+) -> Row | None:
+    """Write the resource and return its row; None when this was to be its first write
+    and another writer created it meanwhile (two devices, one new id, at once): the
+    caller loads that row and settles against it like any later write."""
     params = {
         "principal": ctx.principal,
         "collection": collection,
@@ -170,8 +173,11 @@ def store(
         "raw_clock": stamped.raw.encode(),
         "now": ctx.now,
     }
-    if ctx.tx.fetchone("resource_write", params) is None:
-        ctx.tx.execute("resource_insert", params)
+    if (
+        ctx.tx.fetchone("resource_write", params) is None
+        and ctx.tx.fetchone("resource_insert", params) is None
+    ):
+        return None
     row = ctx.tx.fetchone("resource_get", params)
     assert row is not None
     return row

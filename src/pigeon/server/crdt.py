@@ -81,7 +81,19 @@ class CrdtCollection:
             return _bad('a document write is {"update": "<base64 Yjs update>"}')
         try:
             update = decode(ctx.body.get("update"))
-            row = cf.load(ctx, self.name, doc_id)
+        except InvalidOperation as exc:
+            return _bad(str(exc))
+        # Twice at most: a first write that another writer beat to the insert (two devices, one
+        # new document, at once) merges into the document that writer created.
+        settled = self._apply(ctx, doc_id, update)
+        if settled is None:
+            settled = self._apply(ctx, doc_id, update)
+        assert settled is not None, "the document exists, it cannot be created twice"
+        return settled
+
+    def _apply(self, ctx: IntakeContext, doc_id: str, update: bytes) -> HandlerResult | None:
+        row = cf.load(ctx, self.name, doc_id)
+        try:
             stored = b"" if row is None else decode(json.loads(row["data"])["state"])
             state = merge(stored, update) if stored else merge(update)
         except InvalidOperation as exc:
@@ -96,11 +108,14 @@ class CrdtCollection:
         if row is not None and not stamped.supersedes(cf.Stamped.stored(row)):
             stamped = cf.Stamped.stored(row)
         other = None if row is None else row["clock"]
-        row = cf.store(ctx, self.name, doc_id, {"state": encode(state)}, stamped)
+        written = cf.store(ctx, self.name, doc_id, {"state": encode(state)}, stamped)
+        if written is None:
+            return None
         if other is not None:
-            cf.record(ctx, row, "merged", cf.Stamped.of(ctx, self.max_skew_ms), ctx.body, other)
-        cf.ledger(ctx, row, 200 if other else 201)
-        return _answer(row, 200 if other else 201)
+            merged = cf.Stamped.of(ctx, self.max_skew_ms)
+            cf.record(ctx, written, "merged", merged, ctx.body, other)
+        cf.ledger(ctx, written, 200 if other else 201)
+        return _answer(written, 200 if other else 201)
 
 
 def _bad(detail: str) -> HandlerResult:

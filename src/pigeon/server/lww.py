@@ -65,9 +65,13 @@ class LwwCollection:
         stamped = cf.Stamped.of(ctx, self.max_skew_ms)
         row = cf.load(ctx, self.name, resource_id)
         if row is None:
-            row = cf.store(ctx, self.name, resource_id, data or {}, stamped, deleted=deleted)
-            cf.ledger(ctx, row, 201)
-            return _answer(row, "created", 201)
+            created = cf.store(ctx, self.name, resource_id, data or {}, stamped, deleted=deleted)
+            if created is not None:
+                cf.ledger(ctx, created, 201)
+                return _answer(created, "created", 201)
+            # Another device's first write got in first: the clocks decide between the two.
+            row = cf.load(ctx, self.name, resource_id)
+            assert row is not None
         current = cf.Stamped.stored(row)
         if not stamped.supersedes(current):
             cf.record(ctx, row, "lost", stamped, data, row["clock"])
@@ -76,6 +80,7 @@ class LwwCollection:
         # A delete keeps the last data under the tombstone: what was deleted stays readable.
         kept = row_data(row) if deleted else data
         row = cf.store(ctx, self.name, resource_id, kept, stamped, deleted=deleted)
+        assert row is not None  # it exists, locked by load: an update
         cf.record(ctx, row, "won", stamped, data, current.effective.encode())
         cf.ledger(ctx, row, 200)
         return _answer(row, "won", 200)

@@ -16,12 +16,17 @@ FROM resources
 WHERE principal = %(principal)s AND collection = %(collection)s AND id = %(id)s
 
 -- name: resource_insert
+-- A first write. Nothing comes back when another writer created the resource meanwhile
+-- (on PostgreSQL this waits for that writer's commit): the handler then settles against
+-- the row it made, instead of failing on the primary key.
 INSERT INTO resources (
     principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
     updated_at
 ) VALUES (
     %(principal)s, %(collection)s, %(id)s, 1, %(data)s, %(deleted)s, %(clock)s, %(raw_clock)s, %(now)s, %(now)s
 )
+ON CONFLICT (principal, collection, id) DO NOTHING
+RETURNING id
 
 -- name: resource_write
 UPDATE resources

@@ -14,12 +14,17 @@ FROM resources
 WHERE principal = :principal AND collection = :collection AND id = :id
 
 -- name: resource_insert
+-- A first write. Nothing comes back when another writer created the resource meanwhile
+-- (on PostgreSQL this waits for that writer's commit): the handler then settles against
+-- the row it made, instead of failing on the primary key.
 INSERT INTO resources (
     principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
     updated_at
 ) VALUES (
     :principal, :collection, :id, 1, :data, :deleted, :clock, :raw_clock, :now, :now
 )
+ON CONFLICT (principal, collection, id) DO NOTHING
+RETURNING id
 
 -- name: resource_write
 UPDATE resources
