@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from openapi_spec_validator import validate
 
+from pigeon.server.app import create_app
 from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.intake import Intake
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 
-from .conftest import TestClient
+from .conftest import TestClient, failing_handler
 
 
 def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> None:
@@ -39,3 +43,43 @@ def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> 
     assert "/pigeon/v1/batch" in spec["paths"] and "/notes" in spec["paths"]
     assert "409" in spec["paths"]["/notes"]["post"]["responses"]
     assert "3600 s" in spec["info"]["description"]
+
+
+def _documented(operation: dict[str, Any], status: int) -> dict[str, Any] | None:
+    responses = operation["responses"]
+    return responses.get(str(status)) or responses.get(f"{str(status)[0]}XX")
+
+
+def test_every_status_a_write_answers_is_in_its_contract(db: Database) -> None:
+    """A client generated from the document must know every answer the server gives,
+    with the media type it comes in: the operation's own refusals (404, 409, 412) and a
+    failed handler's 500 included, not only the idempotency layer's."""
+    app = create_notes_app(db, purge_interval=None)
+    failing = Intake(db)
+    failing.add_operation("POST", "/notes", failing_handler("raise"))
+    with (
+        TestClient(app) as client,
+        TestClient(create_app(failing, purge_interval=None)) as broken,
+    ):
+        spec = client.get("/pigeon/v1/openapi.json").json()
+        keys = iter(range(1000))
+
+        def send(method: str, path: str, body: Any = None, **headers: str) -> Any:
+            sent = {"Idempotency-Key": f"k{next(keys)}"} | headers
+            return client.request(method, path, json=body, headers=sent)
+
+        answers = [
+            ("/notes", "post", send("POST", "/notes", {"id": "1"})),  # 201
+            ("/notes", "post", send("POST", "/notes", {"id": "1"})),  # 409 exists
+            ("/notes/{id}", "put", send("PUT", "/notes/1", {}, **{"If-Match": '"9"'})),  # 412
+            ("/notes/{id}", "patch", send("PATCH", "/notes/nope", {})),  # 404
+            ("/notes/{id}", "delete", client.delete("/notes/1")),  # 400 no key
+            ("/answers", "post", send("POST", "/answers", {})),  # 422 invalid
+            ("/notes", "post", broken.post("/notes", json={}, headers={"Idempotency-Key": "b"})),
+        ]
+    assert {r.status_code for *_, r in answers} == {201, 409, 412, 404, 400, 422, 500}
+    for path, method, reply in answers:
+        documented = _documented(spec["paths"][path][method], reply.status_code)
+        assert documented is not None, f"{method} {path} answered {reply.status_code}"
+        media = reply.headers["content-type"].split(";")[0]
+        assert media in documented.get("content", {}), (path, reply.status_code, media)

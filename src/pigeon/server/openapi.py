@@ -20,6 +20,7 @@ from pigeon.protocol.wire import (
     IF_MATCH,
     MAX_KEY_LENGTH,
     PROBLEM_JSON,
+    PROBLEM_KEY_IN_PROGRESS,
     REPLAYED,
     RETRY_AFTER,
 )
@@ -91,9 +92,31 @@ def _write_operation(method: str, path: str) -> dict[str, Any]:
             },
             "400": _problem("Missing or malformed Idempotency-Key, or a body that is not JSON"),
             "401": _problem("Authentication required"),
-            "409": _problem("The same key is still in progress", RETRY_AFTER),
+            "409": _problem(
+                f"The same key is still in progress (type {PROBLEM_KEY_IN_PROGRESS}, with "
+                f"{RETRY_AFTER}: send it again later); any other 409 is the operation's own "
+                "conflict, stored and replayed like any refusal",
+                RETRY_AFTER,
+            ),
             "422": _problem("The key was used for a different request"),
+            # The operation's own answers: which ones depends on the application, so only
+            # their classes are promised, with both media types a handler may answer in.
+            "4XX": {
+                "description": (
+                    "The operation's own refusal (e.g. 404, 409, a stale If-Match's 412 "
+                    "with the current state), stored under the key and replayed; 401, "
+                    "403, 408, 425 and 429 are not stored: send the same key again"
+                ),
+                "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
+                "content": {
+                    "application/json": {"schema": {}},
+                    PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}},
+                },
+            },
             "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
+            "5XX": _problem(
+                "The operation failed; nothing of it was kept, the same key runs it again"
+            ),
         },
         "x-pigeon-idempotent": True,
     }
@@ -117,6 +140,12 @@ def build_openapi(
                 "parameters": _path_params(path),
                 "responses": {"200": {"description": "OK"}},
             }
+    unavailable = "Idempotency store unavailable; nothing was executed"
+    if intake.batch_chunk is not None:  # the chunks before the failure have committed
+        unavailable += (
+            f" after the chunks (of {intake.batch_chunk} operations) already committed, "
+            "which the batch sent again replays"
+        )
     paths[BATCH_PATH] = {
         "post": {
             "operationId": "pigeon_batch",
@@ -143,7 +172,7 @@ def build_openapi(
                 },
                 "400": _problem("Not a batch"),
                 "401": _problem("Authentication required"),
-                "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
+                "503": _problem(unavailable, RETRY_AFTER),
             },
         }
     }
