@@ -69,7 +69,7 @@ def _run_with_thief(db: Database, app: App, worker: Worker) -> Worker:
     t1 = run_in_thread(worker)
     time.sleep(0.1)
     _enqueue_past_the_lease(db, app)
-    time.sleep(0.2)  # the worker claims the batch first
+    wait_for(lambda: worker.stats.claimed == 3)  # the worker holds the batch first
     t2 = run_in_thread(thief)
     wait_for(lambda: statuses(db) == {"succeeded": 3})
     worker.stop()
