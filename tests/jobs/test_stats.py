@@ -150,3 +150,27 @@ def test_worker_fires_the_breach_alert_once_while_a_job_waits(db: Database) -> N
         gate.set()
         worker.stop()
         thread.join()
+
+
+def test_an_episode_left_open_by_a_monitor_that_went_away_is_closed_by_the_next(
+    db: Database, clock: FakeClock
+) -> None:
+    # A breach, then every worker restarted (a deploy, recycling) before the queue was
+    # fresh again: the monitor that opened the episode is gone. The new monitors must end
+    # it when they see the queue fresh, or the next breach never alerts.
+    alerts: list[str] = []
+    app = App(on_freshness_breach=lambda q, age, objective: alerts.append(q))
+    app.queue("q", freshness=10)
+    app.task(lambda: None, queue="q", name="t")
+    m = JobManager(db, app, clock=clock)
+    m.enqueue(JobSpec("q", "t"))
+    clock.advance(11)
+    assert FreshnessMonitor(app, db, clock=clock).check(["q"]) == ["q"]  # then it exits
+    (job,) = m.claim("q", "w", 1, lease=60)
+    m.finish([Outcome(job)])
+    restarted = FreshnessMonitor(app, db, clock=clock)
+    assert restarted.check(["q"]) == [] and open_breaches(db) == []
+    m.enqueue(JobSpec("q", "t"))
+    clock.advance(11)
+    assert restarted.check(["q"]) == ["q"]
+    assert alerts == ["q", "q"]

@@ -158,6 +158,11 @@ class FreshnessMonitor:
         self.db = db
         self.clock = clock
         self._open: set[str] = set()  # episodes this monitor has seen open
+        # Queues observed at least once. An episode may have been opened by a monitor that
+        # is gone (its process recycled or redeployed mid-breach): the first fresh
+        # observation closes whatever is there, or its row would outlive the breach and
+        # swallow the alert of every later one.
+        self._seen: set[str] = set()
 
     def observe(self, queue: str, oldest_ready_at: float | None) -> bool:
         """Record what was seen of ``queue``; True if this call fired the alert."""
@@ -165,11 +170,13 @@ class FreshnessMonitor:
         objective = self.app.queue_config(queue).freshness
         age = ready_age(oldest_ready_at, now)
         if not is_breach(age, objective):
-            if queue in self._open:
+            if queue in self._open or queue not in self._seen:
                 with self.db.transaction() as tx:
                     tx.execute("breach_close", {"queue": queue})
                 self._open.discard(queue)
+            self._seen.add(queue)
             return False
+        self._seen.add(queue)
         if queue in self._open:
             return False
         assert age is not None
