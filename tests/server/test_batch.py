@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -132,6 +133,48 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
     assert [e["idempotency_key"] for e in read_ledger(db)] == ["ok"]
     with db.transaction() as tx:
         assert intake.store.get(tx, "anonymous", "bad") is None
+
+
+def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the_batch(
+    db: Database, clock: FakeClock
+) -> None:
+    # psycopg raises OperationalError for a whole family of SQLSTATEs, some of which are
+    # the statement's own fault: 54000 "program limit exceeded" (here a value too large
+    # for a btree index) fails the same way every time it runs. Read as "store down" it
+    # answered 503 for the whole batch and for every resend: the batch, good operations
+    # included, could never get through.
+    if db.backend != "postgres":
+        pytest.skip("a PostgreSQL SQLSTATE class")
+    intake, _, client = make(db, clock)
+    huge = os.urandom(4000).hex()  # random: no compression brings it under the limit
+
+    def oversized(ctx: Any) -> Any:
+        ctx.tx.execute(
+            "note_create",
+            {
+                "principal": ctx.principal,
+                "id": huge,
+                "data": "{}",
+                "deleted": 0,
+                "clock": ctx.clock,
+                "now": ctx.now,
+            },
+        )
+        return 201, {}
+
+    intake.add_operation("POST", "/oversized", oversized)
+    results = batch(
+        client,
+        op("ok", "POST", "/notes", {"id": "ok"}),
+        op("big", "POST", "/oversized", {}),
+    )
+    assert [r["status"] for r in results] == [201, 500]
+    assert "index row size" in results[1]["body"]["detail"]
+    assert [e["idempotency_key"] for e in read_ledger(db)] == ["ok"]
+    alone = intake.execute("anonymous", OperationRequest("POST", "/oversized", {}, "big", "big"))
+    assert alone.status == 500 and alone.body["type"].endswith("handler-failed")
+    with db.transaction() as tx:
+        assert intake.store.get(tx, "anonymous", "big") is None
 
 
 def test_an_operation_is_the_same_request_alone_or_in_a_batch(

@@ -21,7 +21,7 @@ from pigeon.exceptions import StoreUnavailable
 from pigeon.server.app import create_app
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.notes import create_note, read_ledger
-from pigeon.server.results import contended
+from pigeon.server.results import contended, store_down
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 
@@ -145,3 +145,15 @@ def test_contention_is_told_from_an_outage() -> None:
     assert contended(psycopg.errors.SerializationFailure("could not serialize"))
     assert not contended(psycopg.OperationalError("connection refused"))
     assert not contended(StoreUnavailable("every pooled connection was dead"))
+
+
+def test_a_postgres_statements_own_error_is_not_the_store_being_down() -> None:
+    errors = psycopg.errors
+    assert store_down(psycopg.OperationalError("server closed the connection"))  # no state
+    assert store_down(errors.AdminShutdown("terminating connection"))
+    assert store_down(errors.TooManyConnections("too many clients"))
+    assert store_down(errors.LockNotAvailable("lock timeout"))
+    assert store_down(errors.DeadlockDetected("deadlock detected"))
+    assert store_down(StoreUnavailable("every pooled connection was dead"))
+    assert not store_down(errors.ProgramLimitExceeded("index row size exceeds maximum"))
+    assert not store_down(errors.UndefinedColumn("no such column"))

@@ -43,13 +43,29 @@ STORE_DOWN = _store_down_errors()
 _SQLITE_UNAVAILABLE = frozenset({5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 26})
 
 
+# psycopg raises OperationalError for these SQLSTATE classes and codes, which mean the
+# server or the connection cannot serve now: connection exception (08), a transaction
+# aborted by contention (40: run again, see ``retried``), insufficient resources (53),
+# operator intervention (57: shutdown, statement timeout), system error (58) and
+# lock_not_available (55P03). The rest of what it raises as OperationalError, above all
+# 54 "program limit exceeded" (a value too large for an index, too many columns), is the
+# statement's own fault: it fails the same way on every run.
+_PG_UNAVAILABLE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+_PG_UNAVAILABLE_STATES = frozenset({"55P03"})
+
+
 def store_down(exc: BaseException) -> bool:
     """Is this one of ``STORE_DOWN`` because the store is unavailable, rather than a SQL
     error of the statement that raised it? Only the former fails a whole group or batch
-    with 503; the latter is the failure of the one operation whose handler ran it."""
+    with 503; the latter is the failure of the one operation whose handler ran it (a
+    503 for it would be sent again, and fail again, for ever, with its batch)."""
     if isinstance(exc, sqlite3.OperationalError):
         code = getattr(exc, "sqlite_errorcode", None)
         return code is None or code & 0xFF in _SQLITE_UNAVAILABLE
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(state, str) and not isinstance(exc, StoreUnavailable):
+        # No SQLSTATE at all (the server never answered) stays "down".
+        return state[:2] in _PG_UNAVAILABLE_CLASSES or state in _PG_UNAVAILABLE_STATES
     return isinstance(exc, STORE_DOWN)
 
 
