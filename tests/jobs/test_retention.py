@@ -84,3 +84,30 @@ def test_worker_maintenance_purges(db: Database) -> None:
         worker.stop()
         thread.join()
     assert worker.stats.purged == 1
+
+
+def test_a_unique_key_holds_while_its_job_is_kept_and_is_freed_by_the_purge(
+    db: Database, clock: FakeClock
+) -> None:
+    # The documented window of a unique_key (JobSpec.unique_key): not a lock released
+    # when the job ends (Procrastinate's queueing_lock, celery-once), but enqueue
+    # idempotency for as long as the job is kept: a finished job still holds its key,
+    # and the key is free again once retention has purged the job. A failed job is never
+    # purged, so it holds its key until reviewed (a cancel lets it be purged).
+    m = JobManager(db, clock=clock)
+    spec = JobSpec("q", "t", unique_key="invoice:42")
+    first = m.enqueue(spec)
+    _finish_all(m, "q")
+    clock.advance(6 * DAY)
+    assert m.enqueue(spec) == first  # finished, still kept: nothing new runs
+    assert _finish_all(m, "q") == []
+    clock.advance(2 * DAY)
+    assert purge_finished(db, 7 * DAY, clock=clock) == 1
+    second = m.enqueue(spec)
+    assert second != first
+    failing = JobSpec("q", "t", unique_key="refund:7", max_attempts=1)
+    failed = m.enqueue(failing)
+    _finish_all(m, "q", PermanentError("no"))
+    clock.advance(30 * DAY)
+    purge_finished(db, 7 * DAY, clock=clock)
+    assert m.enqueue(failing) == failed

@@ -138,7 +138,8 @@ class App:
         # Called once per breach episode (see pigeon.jobs.stats.FreshnessMonitor).
         self.on_freshness_breach = on_freshness_breach
         # Succeeded and cancelled jobs older than this are purged by the workers'
-        # maintenance; None keeps them forever. Failed jobs are never purged.
+        # maintenance; None keeps them forever. Failed jobs are never purged. A purged
+        # job's unique_key is free again: this is also the window of enqueue dedup.
         self.retention = retention
         self.permanent = permanent
         self.default_owner = default_owner

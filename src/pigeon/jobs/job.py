@@ -49,6 +49,13 @@ class JobSpec:
     # max_age=...)``), else DEFAULT_MAX_ATTEMPTS and no age limit. Given: this job's own.
     max_attempts: int | _Unset = UNSET
     max_age: float | _Unset | None = UNSET
+    # Enqueue idempotency, not a lock: while a job with this key is kept, enqueueing the
+    # key again returns that job's id and writes nothing, even once the job has finished
+    # (unlike Procrastinate's queueing_lock or celery-once, which free the key when the
+    # job starts or ends: to run the work again, use a new key). The key is freed when
+    # retention purges the job (App.retention: a week after it succeeded or was
+    # cancelled; failed jobs are kept until reviewed). Work that must never happen twice
+    # over any span of time is guarded by an effect's key (ctx.effect), kept for good.
     unique_key: str | None = None
     owner: str | None = None
 

@@ -48,7 +48,9 @@ def enqueue(
     task, on its own queue, with a payload that binds to its function; InvalidOperation
     otherwise, nothing written), and a retry policy the spec does not give is the task's
     (``@app.task(max_attempts=..., max_age=...)``). Without one, the defaults.
-    A ``unique_key`` already used returns the existing job's id instead of a second job."""
+    A ``unique_key`` already used returns the existing job's id instead of a second job,
+    for as long as that job is kept: until retention purges it, when the key is free again
+    (see ``JobSpec.unique_key``)."""
     if spec is None:
         spec = JobSpec(queue or "", task or "", payload or {}, **options)
     now = time.time() if now is None else now
