@@ -58,6 +58,24 @@ def test_a_bad_key_is_refused_with_400_and_nothing_runs(
     assert client.get("/notes", headers=ALICE).json() == {"notes": []}
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("PATCH", "/answers", 405), ("GET", "/pigeon/v1/batch", 405), ("POST", "/nope", 404)],
+)
+def test_an_unknown_route_or_method_is_a_problem_naming_it(
+    client: TestClient, method: str, path: str, status: int
+) -> None:
+    """Every refusal is problem+json (RFC 9457) saying what was wrong, the router's own
+    404 and 405 included: a client reads ``type`` and ``detail``, not Starlette's text."""
+    reply = client.request(method, path, json={}, headers=ALICE | {"Idempotency-Key": "k"})
+    assert reply.status_code == status
+    assert reply.headers["content-type"] == PROBLEM_JSON
+    problem = reply.json()
+    assert problem["status"] == status and path in problem["detail"]
+    if status == 405:
+        assert method in problem["detail"] and "POST" in reply.headers["allow"]
+
+
 def test_a_replay_returns_the_stored_answer_and_runs_nothing(
     client: TestClient, db: Database
 ) -> None:

@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -138,6 +139,29 @@ def _result_json(entry: object, result: OpResult) -> dict[str, Any]:
     }
 
 
+async def _route_problem(request: Request, exc: Exception) -> Response:
+    """The router's own 404 and 405 as problems naming the method and path, like every
+    other refusal (Starlette answers them in plain text)."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        result = problem_result(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            f"{method} is not allowed on {path}; allowed: {allowed}",
+        )
+    elif exc.status_code == 404:
+        result = problem_result(404, "no-such-route", "Not found", f"no route {method} {path}")
+    else:
+        detail = f"{method} {path}: {exc.detail}"
+        result = problem_result(exc.status_code, "http-error", str(exc.detail), detail)
+    response = render(result)
+    response.headers.update(exc.headers or {})
+    return response
+
+
 def _auth_failure(exc: AuthorizationRequired) -> Response:
     result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
     return render(result)
@@ -229,7 +253,9 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = Starlette(routes=all_routes, lifespan=lifespan)
+    app = Starlette(
+        routes=all_routes, lifespan=lifespan, exception_handlers={HTTPException: _route_problem}
+    )
     app.state.intake = intake
     app.state.group_commit = grouped
     return app
