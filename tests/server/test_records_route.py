@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from pigeon.jobs import records
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.server.records import records_routes
-from pigeon.storage.base import Database
+from pigeon.storage.base import Database, Tx
 from pigeon.storage.server import open_server_db
+
+from .conftest import live_server
 
 
 @pytest.fixture
@@ -72,3 +79,41 @@ def test_unknown_record_is_a_problem_404(served: tuple[str, Database]) -> None:
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/problem+json")
     assert "nope" in response.json()["detail"]
+
+
+class SlowDatabase:
+    """The real database, each transaction first waiting ``delay`` seconds: a busy store
+    (a pool with no free connection, a slow disk)."""
+
+    def __init__(self, inner: Database, delay: float) -> None:
+        self.inner, self.delay, self.backend = inner, delay, inner.backend
+
+    @contextlib.contextmanager
+    def transaction(self, **options: Any) -> Iterator[Tx]:
+        time.sleep(self.delay)
+        with self.inner.transaction(**options) as tx:  # type: ignore[call-arg]
+            yield tx
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_slow_record_read_does_not_stall_the_server(tmp_path: Path) -> None:
+    """The route read the database on the event loop: while one record read waited on
+    the store, no other request of the process (health probes, writes) was answered."""
+
+    async def health(request: Any) -> Any:
+        return PlainTextResponse("ok")
+
+    db = open_server_db(tmp_path / "s.db")
+    slow = SlowDatabase(db, 1.0)
+    app = Starlette(routes=[*records_routes(slow), Route("/health", health)])
+    with live_server(app) as url, ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(httpx.get, f"{url}/pigeon/v1/records/nope", timeout=10)
+        time.sleep(0.2)  # the read is waiting on the store now
+        started = time.monotonic()
+        assert httpx.get(f"{url}/health", timeout=10).text == "ok"
+        waited = time.monotonic() - started
+        assert reading.result().status_code == 404
+    db.close()
+    assert waited < 0.5, f"the health probe waited {waited:.2f} s behind a record read"

@@ -7,6 +7,7 @@ answer is the current approved state (``received`` with its pending obligations,
 
 from __future__ import annotations
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
@@ -23,7 +24,9 @@ def records_routes(db: Database) -> list[BaseRoute]:
     async def get_record(request: Request) -> JSONResponse:
         record_id = request.path_params["record_id"]
         try:
-            view = records.get(db, record_id)
+            # In a worker thread: a read waiting on the store (a busy pool, a slow disk)
+            # must not hold up the event loop, and with it every other request.
+            view = await run_in_threadpool(records.get, db, record_id)
         except NotFound as exc:
             return JSONResponse(
                 {"type": "about:blank", "title": "Not Found", "status": 404, "detail": str(exc)},
