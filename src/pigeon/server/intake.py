@@ -240,9 +240,10 @@ class Intake:
 
         Unlike a batch, nothing here stops at a transient failure: each operation's
         savepoint and claim are already undone when its result says "retry", so every
-        result is what ``execute`` alone would have answered. Should the group's
-        transaction fail for another reason (a bug, a deadlock), the requests are applied
-        again one by one, so the failure stays with its own request."""
+        result is what ``execute`` alone would have answered. A deadlock victim runs the
+        whole group again (``_transact``); should the transaction fail for another reason
+        (a bug), the requests are applied again one by one, so the failure stays with its
+        own request."""
         if contexts is not None and len(contexts) != len(items):
             raise ValueError(f"{len(items)} requests but {len(contexts)} contexts")
         # Without them, each runs in a copy of this thread's: the same variables.
