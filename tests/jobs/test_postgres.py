@@ -89,7 +89,13 @@ _PLANNED = {
         "n": 8,
     },
     "job_succeed": {"id": 5, "attempt": 1, "token": "t", "now": 1.0},
-    "job_succeed_many": {"ids": [5, 6], "attempts": [1, 1], "tokens": ["t", "u"], "now": 1.0},
+    "job_succeed_many": {
+        "ids": [5, 6],
+        "attempts": [1, 1],
+        "tokens": ["t", "u"],
+        "started": [0.5, 0.5],
+        "now": 1.0,
+    },
     "job_renew": {"id": 5, "attempt": 1, "token": "t", "until": 1.0},
     "job_renew_many": {"ids": [5, 6], "attempts": [1, 1], "tokens": ["t", "u"], "until": 1.0},
     "job_lock_many": {"ids": [5, 6]},
@@ -110,6 +116,7 @@ _PLANNED = {
         "outcome": "succeeded",
         "error": None,
         "now": 1.0,
+        "started_at": 0.5,
     },
     "job_attempt_lost": {"job_id": 5, "attempt": 2, "now": 1.0},
     "job_attempts": {"job_id": 5},
@@ -180,6 +187,7 @@ def _numbered(query: str, params: dict[str, object]) -> str:
         "attempts": "integer[]",
         "tokens": "text[]",
         "record_ids": "text[]",
+        "started": "double precision[]",
     }
     for i, key in enumerate(params, start=1):
         value = params[key]

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pigeon.exceptions import PermanentError
+from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
@@ -19,6 +20,7 @@ from pigeon.jobs.stats import (
     open_breaches,
     percentiles,
     queue_stats,
+    service_times,
 )
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
@@ -174,3 +176,40 @@ def test_an_episode_left_open_by_a_monitor_that_went_away_is_closed_by_the_next(
     clock.advance(11)
     assert restarted.check(["q"]) == ["q"]
     assert alerts == ["q", "q"]
+
+
+def test_occupied_time_is_measured_from_when_each_job_started_not_from_the_claim(
+    db: Database,
+) -> None:
+    # A batch of 3 jobs of ~0.3 s each, run one after the other by one thread. The
+    # service times (the planner's s, the dashboard's occupied-time distribution) and
+    # each attempt event are ~0.3 s, not the 0.3 / 0.6 / 0.9 s since the batch's claim.
+    app = App()
+    app.queue("q", batch=3)
+
+    @app.task(queue="q")
+    def nap() -> None:
+        time.sleep(0.3)
+
+    with db.transaction() as tx:
+        rid = records.accept(
+            tx,
+            kind="k",
+            data={},
+            obligations={f"o{i}": JobSpec("q", "nap") for i in range(3)},
+            app=app,
+        )
+    worker = Worker(app, db, {"q": 1})
+    thread = run_in_thread(worker)
+    try:
+        wait_for(lambda: len(service_times(db, "q")) == 3)
+    finally:
+        worker.stop()
+        thread.join()
+    assert worker.stats.by_queue == {"q": 3}  # one batch
+    times = service_times(db, "q")
+    assert all(0.29 <= s < 0.5 for s in times), times
+    seconds = [
+        e["detail"]["seconds"] for e in records.get(db, rid)["events"] if e["state"] == "attempt"
+    ]
+    assert len(seconds) == 3 and all(0.29 <= s < 0.5 for s in seconds), seconds

@@ -138,6 +138,8 @@ class Job:
     record_id: str | None
     obligation: str | None
     token: str
+    # When the claim was made; the worker moves it to when the task begins (a job of a
+    # batch waits behind the others), so an attempt's occupied time is the task's own.
     started_at: float = 0.0
 
     @classmethod

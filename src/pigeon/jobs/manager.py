@@ -105,11 +105,13 @@ class FailedJob:
 
 
 def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
-    """Parallel arrays of (id, attempt, token) for the set-based PostgreSQL statements."""
+    """Parallel arrays of (id, attempt, token, started) for the set-based PostgreSQL
+    statements."""
     return {
         "ids": [j.id for j in jobs],
         "attempts": [j.attempt for j in jobs],
         "tokens": [j.token for j in jobs],
+        "started": [j.started_at for j in jobs],
         "until": until,
     }
 
@@ -305,6 +307,7 @@ class JobManager:
                             "outcome": "released",
                             "error": None,
                             "now": now,
+                            "started_at": job.started_at,
                         },
                     )
         return released
@@ -375,6 +378,7 @@ class JobManager:
                 "outcome": outcome,
                 "error": error,
                 "now": now,
+                "started_at": job.started_at,
             },
         )
         if event:

@@ -263,6 +263,7 @@ class Worker:
                 self.stats.lost += 1
                 return None
             held.started = time.monotonic()
+            job.started_at = self.manager.clock()  # the attempt's occupied time starts here
         error: BaseException | None = None
         try:
             task = self.app.get_task(job.task)

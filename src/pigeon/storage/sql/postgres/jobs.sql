@@ -138,7 +138,10 @@ UPDATE pigeon_job_attempts SET outcome = 'lease_expired', finished_at = %(now)s
 WHERE job_id = %(job_id)s AND attempt < %(attempt)s AND outcome = 'running'
 
 -- name: job_attempt_finish
-UPDATE pigeon_job_attempts SET outcome = %(outcome)s, error = %(error)s, finished_at = %(now)s
+-- started_at becomes when the task began: the attempt was written at the claim, and a
+-- job of a batch waits there for the jobs before it (its occupied time must not).
+UPDATE pigeon_job_attempts
+SET outcome = %(outcome)s, error = %(error)s, finished_at = %(now)s, started_at = %(started_at)s
 WHERE job_id = %(job_id)s AND attempt = %(attempt)s
 
 -- name: job_attempts
@@ -187,18 +190,20 @@ WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
 
 -- name: job_succeed_many
 -- job_succeed and job_attempt_finish(succeeded) for parallel arrays of (id, attempt,
--- token); returns the jobs whose lease was still held (the others were rescued).
+-- token, started: when the task began); returns the jobs whose lease was still held (the
+-- others were rescued).
 WITH done AS (
     UPDATE pigeon_jobs AS j
     SET status = 'succeeded', finished_at = %(now)s, reserved_until = NULL, last_error = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[])
-         AS held (id, attempt, token)
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(tokens)s::text[],
+                %(started)s::double precision[])
+         AS held (id, attempt, token, started)
     WHERE j.id = held.id AND j.attempts = held.attempt AND j.lease_token = held.token
       AND j.status = 'reserved'
-    RETURNING j.id, j.attempts
+    RETURNING j.id, j.attempts, held.started
 ), attempts AS (
     UPDATE pigeon_job_attempts AS a
-    SET outcome = 'succeeded', error = NULL, finished_at = %(now)s
+    SET outcome = 'succeeded', error = NULL, finished_at = %(now)s, started_at = done.started
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
 )
 SELECT id FROM done

@@ -85,7 +85,10 @@ UPDATE pigeon_job_attempts SET outcome = 'lease_expired', finished_at = :now
 WHERE job_id = :job_id AND attempt < :attempt AND outcome = 'running'
 
 -- name: job_attempt_finish
-UPDATE pigeon_job_attempts SET outcome = :outcome, error = :error, finished_at = :now
+-- started_at becomes when the task began: the attempt was written at the claim, and a
+-- job of a batch waits there for the jobs before it (its occupied time must not).
+UPDATE pigeon_job_attempts
+SET outcome = :outcome, error = :error, finished_at = :now, started_at = :started_at
 WHERE job_id = :job_id AND attempt = :attempt
 
 -- name: job_attempts
