@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -79,3 +80,18 @@ def test_handler_mode_and_bad_arguments() -> None:
     assert seen == [one.idempotency_key]
     with pytest.raises(ConfigurationError, match="exactly one"):
         InProcessTransport()
+
+
+def test_an_app_slower_than_the_timeout_is_a_read_timeout() -> None:
+    # Embedded, a hung app must not hang the engine's cycle (and stop() with it): the
+    # timeout option was dropped (the client is made here) and the loop bridge waited
+    # for the app without any limit, httpx's default included.
+    state = WireState()
+    state.delay = 2.0
+    with InProcessTransport(create_wire_app(state), lifespan=False, timeout=0.3) as t:
+        started = time.monotonic()
+        reply = t.send([op("a")]).replies[0][1]
+        assert isinstance(reply.error, httpx.ReadTimeout)
+        assert time.monotonic() - started < 1.5
+        state.delay = 0.0
+        assert t.send([op("b")]).replies[0][1].status == 201  # the bridge still works

@@ -14,6 +14,7 @@ lifespan *state* is not passed to requests, so apps should keep what they need o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol.http import HttpTransport
+from pigeon.protocol.http import DEFAULT_TIMEOUT, HttpTransport
 
 IN_PROCESS_URL = "http://pigeon.invalid"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -43,14 +44,25 @@ class _LoopThreadASGI(httpx.BaseTransport):
         if lifespan:
             self._call(self._startup())
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         # Rebuild the request around bytes: its sync stream cannot be read from the loop.
         body = request.read()
         inner = httpx.Request(request.method, request.url, headers=request.headers, content=body)
-        return self._call(self._round_trip(inner))
+        # httpx leaves timeouts to the transport, and ASGITransport keeps none: without
+        # this, an app that hangs held the engine's cycle (and stop()) forever. The whole
+        # body is handed over at once, so waiting for the answer is the read.
+        read = request.extensions.get("timeout", {}).get("read")
+        try:
+            return self._call(self._round_trip(inner), read)
+        except concurrent.futures.TimeoutError:
+            # Not cancelled: like a real server after the client gave up, the app goes on
+            # (a commit it makes is replayed to the same key next time).
+            raise httpx.ReadTimeout(
+                f"the app did not answer within {read} s", request=request
+            ) from None
 
     async def _round_trip(self, request: httpx.Request) -> httpx.Response:
         response = await self._asgi.handle_async_request(request)
@@ -120,6 +132,8 @@ class InProcessTransport(HttpTransport):
             transport = httpx.MockTransport(handler)
         else:
             raise ConfigurationError("InProcessTransport needs exactly one of app= or handler=")
-        client = httpx.Client(base_url=base_url, transport=transport)
+        # The timeout is the client's (HttpTransport ignores its own with a client given).
+        timeout = options.pop("timeout", DEFAULT_TIMEOUT)
+        client = httpx.Client(base_url=base_url, transport=transport, timeout=timeout)
         super().__init__(client=client, **options)
         self._owns_client = True  # closing the client closes the app's loop too
