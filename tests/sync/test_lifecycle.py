@@ -109,3 +109,56 @@ def test_flush_with_a_timeout_still_raises_what_the_queue_raises(
         with pytest.raises(DiskFull):
             engine.flush(timeout=2)
     queue.close()
+
+
+class SlowDisk(OfflineQueue):
+    """A real queue whose next ``next_batch`` after `hold()` waits (a disk stalled, a
+    write lock held elsewhere) until `go()`."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.held = threading.Event()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self._once = threading.Lock()
+
+    def hold(self) -> None:
+        self.gate.clear()
+        self.held.set()
+
+    def go(self) -> None:
+        self.gate.set()
+
+    def next_batch(self, n: int = 100) -> list[Operation]:
+        if self.held.is_set() and self._once.acquire(blocking=False):
+            self.held.clear()
+            self.entered.set()
+            self.gate.wait(10)
+            self._once.release()
+        return super().next_batch(n)
+
+
+@pytest.mark.parametrize("call", ["flush", "drain"])
+def test_flush_and_drain_see_another_threads_empty_cycle_end(
+    tmp_path: Path, server: LiveServer, call: str
+) -> None:
+    # The background loop is in a cycle that will find nothing (woken by an enqueue that
+    # flush took first, an idle recheck). flush/drain saw it on the way and waited for
+    # its notice, but a cycle that takes nothing posts none: they waited out their whole
+    # timeout, and with none, forever.
+    queue = SlowDisk(tmp_path / "slow.db")
+    with HttpTransport(server.url) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), pipeline=2)
+        engine.start()
+        try:
+            queue.hold()
+            engine.notify()
+            assert queue.entered.wait(5)  # the loop's cycle is in next_batch
+            threading.Timer(0.3, queue.go).start()
+            started = time.monotonic()
+            assert getattr(engine, call)(timeout=5) is True
+            assert time.monotonic() - started < 2
+        finally:
+            queue.go()
+            engine.stop()
+    queue.close()

@@ -47,7 +47,7 @@ from pigeon.sync.events import (
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.resolver import ConflictResolver
-from pigeon.sync.scheduler import Notices, Waker, wait_time, within
+from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
 
 log = logging.getLogger("pigeon.sync")
 
@@ -114,14 +114,13 @@ class SyncEngine:
         # one happens. Never cleared: compare identities to notice a new one.
         self.last_error: BaseException | None = None
         self._error_streak = 0  # steps of the loop that raised in a row
-        self._running = 0  # cycles in progress, in any thread (under _state_lock)
-        self._mine = threading.local()  # .running: those of the current thread
         self._reconnect = reconnect
         self._idle_recheck = idle_recheck
         self._batch_window = batch_window
         self._clock = clock
         self._waker = Waker()  # the background loop's wake-up flag
         self._notices = Notices()  # the same wake-ups, for drain (which must not clear it)
+        self._cycles = Cycles(self._notices)  # on the way, for flush and drain to wait for
         self._turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
@@ -180,7 +179,7 @@ class SyncEngine:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         # In a callback, a worker would wait for the cycle the callback is part of.
-        if deadline is None or getattr(self._mine, "lanes", 0) > 0:
+        if deadline is None or self._cycles.in_lane:
             return self._flush(deadline)
         finished, result = within(
             timeout or 0.0, lambda: self._flush(deadline), name="pigeon-flush"
@@ -193,7 +192,7 @@ class SyncEngine:
             seen = self._notices.count
             if not self._lanes(deadline, honour_stop=False):
                 return False
-            if self._notices.count == seen and not self._busy():
+            if self._notices.count == seen and not self._cycles.busy():
                 return True  # nothing due, nothing on the way, nothing new meanwhile
             # Something moved while we looked: our cycles sent operations (their entities'
             # next ones may be due now), another thread's cycle ended or is still on the
@@ -201,9 +200,9 @@ class SyncEngine:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             seen = self._notices.count
-            if self._busy():
+            if self._cycles.busy():
                 remaining = None if deadline is None else deadline - time.monotonic()
-                self._notices.wait_past(seen, remaining)
+                self._cycles.wait(seen, remaining, busy=True)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Flush, then keep waiting out backoffs until nothing is pending at all (True),
@@ -220,7 +219,7 @@ class SyncEngine:
             due = self.queue.next_due_at()
             # After next_due_at: a cycle counts itself busy before it takes operations, so
             # those it took between the two looks are seen here, if not as due.
-            busy = self._busy()
+            busy = self._cycles.busy()
             if due is None and not busy:
                 return True
             pause: float | None = None  # a cycle on the way: until it ends (a notice)
@@ -233,7 +232,7 @@ class SyncEngine:
                     return False
                 pause = remaining if pause is None else min(pause, remaining)
             # Until the next backoff timer, the end of a cycle on the way, or an enqueue.
-            self._notices.wait_past(seen, pause)
+            self._cycles.wait(seen, pause, busy=busy)
 
     # -- thread mode ------------------------------------------------------------------
 
@@ -259,7 +258,7 @@ class SyncEngine:
         # flush) the loop cannot end before the callback returns: joining it raised
         # (its own thread) or waited out the timeout (a lane the loop waits for). The
         # loop stops after the cycle in progress all the same.
-        inside = thread is threading.current_thread() or getattr(self._mine, "lanes", 0) > 0
+        inside = thread is threading.current_thread() or self._cycles.in_lane
         if thread is not None and not inside:
             thread.join(timeout)
             if not thread.is_alive():
@@ -405,11 +404,8 @@ class SyncEngine:
         queue is paused, the server unreachable or time is up, and (``honour_stop``, the
         background loop) when the engine is stopping or the monitor says offline. An
         explicit flush tries whatever the monitor says."""
-        self._mine.lanes = getattr(self._mine, "lanes", 0) + 1  # see stop()
-        try:
+        with self._cycles.lane():  # see stop()
             return self._lane_cycles(deadline, honour_stop)
-        finally:
-            self._mine.lanes -= 1
 
     def _lane_cycles(self, deadline: float | None, honour_stop: bool) -> bool:
         while True:
@@ -432,33 +428,19 @@ class SyncEngine:
         if not self._turns.acquire(timeout=timeout):
             return None
         report: CycleReport | None = None
-        with self._state_lock:
-            self._running += 1  # before next_batch: see drain
-        self._mine.running = getattr(self._mine, "running", 0) + 1
+        self._cycles.begin()  # before next_batch: see drain
         try:
             report = self.executor.run_once(self.batch_size)
         finally:
             self._turns.release()
-            self._mine.running -= 1
-            with self._state_lock:
-                self._running -= 1
-            # A flush or drain in another thread may wait for these operations. A cycle
-            # that took nothing changes nothing: no notice, or drain would never sleep.
-            if report is None or report.taken:
-                self._notices.post()
+            # A flush or drain in another thread may wait for these operations.
+            self._cycles.end(took=report is None or report.taken > 0)
         with self._state_lock:
             self._account(report)
         if report.error is not None:  # outside the lock: on_error is application code
             log.warning("pigeon sync: a request could not be made", exc_info=report.error)
             self._error(report.error)
         return report
-
-    def _busy(self) -> bool:
-        """Whether a cycle of this engine in another thread has operations on the way.
-        The current thread's own cycle (a callback calling flush) is not waited for: it
-        cannot end before the callback returns."""
-        with self._state_lock:
-            return self._running - getattr(self._mine, "running", 0) > 0
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -136,10 +136,73 @@ class Notices:
             self._count += 1
             self._changed.notify_all()
 
-    def wait_past(self, seen: int, timeout: float | None) -> bool:
-        """Sleep until the count is no longer ``seen`` (True) or ``timeout`` passes."""
+    def nudge(self) -> None:
+        """Have waiters look at their ``until`` again, without an event (see wait_past)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._count != seen, timeout)
+            self._changed.notify_all()
+
+    def wait_past(
+        self, seen: int, timeout: float | None, until: Callable[[], bool] | None = None
+    ) -> bool:
+        """Sleep until the count is no longer ``seen`` or ``until()`` (True; ``until`` is
+        looked at again on each `nudge`), or ``timeout`` passes."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._count != seen or (until is not None and until()), timeout
+            )
+
+
+class Cycles:
+    """The sync cycles of one engine in progress, in any thread, for flush and drain to
+    wait for; and whether the current thread is doing the engine's work (a lane).
+
+    A waiter waits only for OTHER threads' cycles: its own cannot end while a callback of
+    it calls flush. A cycle that took operations posts a notice as it ends; one that took
+    nothing only nudges, so that a waiter that saw it on the way sees it end (a notice
+    would have a flush that loops on its own empty cycles loop forever)."""
+
+    def __init__(self, notices: Notices) -> None:
+        self._notices = notices
+        self._lock = threading.Lock()
+        self._running = 0
+        self._mine = threading.local()  # .running: cycles, .lanes: lanes of this thread
+
+    def begin(self) -> None:
+        with self._lock:
+            self._running += 1
+        self._mine.running = getattr(self._mine, "running", 0) + 1
+
+    def end(self, took: bool) -> None:
+        self._mine.running -= 1
+        with self._lock:
+            self._running -= 1
+        if took:
+            self._notices.post()
+        else:
+            self._notices.nudge()
+
+    def busy(self) -> bool:
+        """Whether another thread has a cycle on the way. One int read, no lock: it is
+        also read under the notices' lock, in `wait`."""
+        return self._running - getattr(self._mine, "running", 0) > 0
+
+    def wait(self, seen: int, timeout: float | None, *, busy: bool) -> None:
+        """Until a notice past ``seen``, ``timeout``, or (``busy``: a cycle of another
+        thread was seen on the way) until no cycle of another thread is on the way."""
+        until = (lambda: not self.busy()) if busy else None
+        self._notices.wait_past(seen, timeout, until)
+
+    @contextlib.contextmanager
+    def lane(self) -> Iterator[None]:
+        self._mine.lanes = getattr(self._mine, "lanes", 0) + 1
+        try:
+            yield
+        finally:
+            self._mine.lanes -= 1
+
+    @property
+    def in_lane(self) -> bool:
+        return getattr(self._mine, "lanes", 0) > 0
 
 
 def within(timeout: float, work: Callable[[], T], *, name: str) -> tuple[bool, T | None]:
