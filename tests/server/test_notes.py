@@ -8,6 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pigeon.exceptions import AuthorizationRequired
+from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.server.auth import BearerAuth
 from pigeon.server.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.storage.base import Database
 
@@ -94,3 +97,29 @@ def test_merge_patch_sets_what_the_patch_sets_and_removes_nulls(target: Any, pat
     for name in target.keys() - patch.keys():
         assert merged[name] == target[name]
     assert merge_patch(merged, patch) == merged  # idempotent
+
+
+def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database) -> None:
+    """The notes' read routes answered a missing token with a bare {"detail"} as
+    application/json (always 401, even for an authenticator's 403) and a query
+    parameter that is not a number with a 500 in plain text."""
+
+    def forbid_bob(conn: Any) -> str:
+        if conn.headers.get("authorization") == "Bearer bob.1":
+            raise AuthorizationRequired("bob may not read here", status=403)
+        return BearerAuth(required=True)(conn)
+
+    app = create_notes_app(db, purge_interval=None, lww_collections=["l"], authenticate=forbid_bob)
+    alice = {"Authorization": "Bearer alice.1"}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for path in ("/notes", "/notes/1", "/l/1", "/pigeon/v1/outcomes"):
+            anonymous = client.get(path)
+            assert anonymous.status_code == 401, path
+            assert anonymous.headers["content-type"] == PROBLEM_JSON
+            assert "Authorization" in anonymous.json()["detail"]
+            assert client.get(path, headers={"Authorization": "Bearer bob.1"}).status_code == 403
+        for path in ("/pigeon/v1/ledger?after=x", "/pigeon/v1/outcomes?after=1.5"):
+            bad = client.get(path, headers=alice)
+            assert bad.status_code == 400, path
+            assert bad.headers["content-type"] == PROBLEM_JSON
+            assert "'after'" in bad.json()["detail"]

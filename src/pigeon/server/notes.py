@@ -46,7 +46,7 @@ from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
 from pigeon.server.lww import LwwCollection
-from pigeon.server.problems import problem
+from pigeon.server.problems import problem, problem_response
 from pigeon.server.records import records_routes
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Row, Tx
@@ -217,6 +217,23 @@ def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list
         return tx.fetchall("ledger_all", {"after": after, "limit": limit})
 
 
+def _unauthorized(exc: AuthorizationRequired) -> Response:
+    body = problem(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
+    return problem_response(body)
+
+
+def _number(request: Request, name: str, default: int) -> int | Response:
+    """An integer query parameter, or the 400 problem naming it."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        detail = f"query parameter {name!r} must be an integer, not {text!r}"
+        return problem_response(problem(400, "bad-query", "Bad request", detail))
+
+
 def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
     with db.transaction() as tx:
         return fn(tx)
@@ -265,7 +282,7 @@ def create_notes_app(
         try:
             principal = auth(request)
         except AuthorizationRequired as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=401)
+            return _unauthorized(exc)
         rows = await run_in_threadpool(
             _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
         )
@@ -275,7 +292,7 @@ def create_notes_app(
         try:
             principal = auth(request)
         except AuthorizationRequired as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=401)
+            return _unauthorized(exc)
         note_id = request.path_params["id"]
         row = await run_in_threadpool(
             _read, db, lambda tx: tx.fetchone("note_get", {"principal": principal, "id": note_id})
@@ -286,8 +303,12 @@ def create_notes_app(
         return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
 
     async def ledger(request: Request) -> Response:
-        after = int(request.query_params.get("after", "0"))
-        limit = int(request.query_params.get("limit", "100000"))
+        after = _number(request, "after", 0)
+        if isinstance(after, Response):
+            return after
+        limit = _number(request, "limit", 100_000)
+        if isinstance(limit, Response):
+            return limit
         rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)
         return JSONResponse({"entries": rows})
 
@@ -296,7 +317,7 @@ def create_notes_app(
             try:
                 principal = auth(request)
             except AuthorizationRequired as exc:
-                return JSONResponse({"detail": str(exc)}, status_code=401)
+                return _unauthorized(exc)
             found = request.path_params["id"]
             row = await run_in_threadpool(read_resource, db, principal, collection, found)
             if row is None or row["deleted"]:
@@ -311,8 +332,10 @@ def create_notes_app(
         try:
             principal = auth(request)
         except AuthorizationRequired as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=401)
-        after = int(request.query_params.get("after", "0"))
+            return _unauthorized(exc)
+        after = _number(request, "after", 0)
+        if isinstance(after, Response):
+            return after
         rows = await run_in_threadpool(read_outcomes, db, principal, after=after)
         return JSONResponse({"outcomes": rows})
 
