@@ -230,3 +230,21 @@ def test_records_take_the_tasks_retry_policy_from_the_app(db: Database, clock: F
         )
     job_id = records.get(db, rid)["obligations"]["c"]["job_id"]
     assert (show_job(db, job_id)["max_attempts"], show_job(db, job_id)["max_age"]) == (2, 30)
+
+
+def test_a_delayed_jobs_age_limit_counts_from_when_it_is_due(
+    db: Database, clock: FakeClock
+) -> None:
+    # "Give up after trying for a minute", asked of a job due in an hour: the minute
+    # begins when the job is due. Counted from enqueue, the job was already over its
+    # max age when first claimed and failed without ever running.
+    _, m = make(db, clock)
+    job_id = m.enqueue(JobSpec("q", "t", delay=3600, max_age=60))
+    clock.advance(3600)
+    (job,) = m.claim("q", "w", 1, lease=5)
+    clock.advance(30)
+    assert m.finish([Outcome(job, RuntimeError("flaky"))]) == [True]
+    assert show_job(db, job_id)["status"] == "queued"  # 30 s into its minute: retried
+    clock.advance(31)  # past the minute: the next claim gives up on it
+    assert m.claim("q", "w", 1, lease=5) == []
+    assert "older than its max age (61.0s > 60s)" in show_job(db, job_id)["last_error"]

@@ -47,6 +47,8 @@ class JobSpec:
     delay: float = 0.0
     # Not given: the policy of the task registered on the app (``@app.task(max_attempts=...,
     # max_age=...)``), else DEFAULT_MAX_ATTEMPTS and no age limit. Given: this job's own.
+    # max_age counts seconds from when the job is due (enqueue + delay; a reviewed retry
+    # starts it again), so a delayed job is never too old before its first run.
     max_attempts: int | _Unset = UNSET
     max_age: float | _Unset | None = UNSET
     # Enqueue idempotency, not a lock: while a job with this key is kept, enqueueing the

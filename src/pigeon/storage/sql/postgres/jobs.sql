@@ -51,10 +51,13 @@ WHERE record_id = %(record_id)s ORDER BY id
 
 -- name: job_insert
 -- The statement trigger pigeon_jobs_inserted sends the queue's NOTIFY (at commit).
+-- budget_start (where max_age counts from) is when the job is due: a delayed job is not
+-- late before then, and counted from enqueue a delay past max_age would fail it unrun.
 INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
                          budget_start, scheduled_at, owner, record_id, obligation, unique_key)
 VALUES (%(queue)s, %(task)s, %(payload)s, 'queued', %(max_attempts)s, %(max_age)s, %(now)s,
-        %(now)s, %(scheduled_at)s, %(owner)s, %(record_id)s, %(obligation)s, %(unique_key)s)
+        %(scheduled_at)s, %(scheduled_at)s, %(owner)s, %(record_id)s, %(obligation)s,
+        %(unique_key)s)
 ON CONFLICT (unique_key) DO NOTHING
 RETURNING id
 

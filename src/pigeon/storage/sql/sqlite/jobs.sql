@@ -48,9 +48,11 @@ SELECT id, obligation, state, detail, at FROM pigeon_record_events
 WHERE record_id = :record_id ORDER BY id
 
 -- name: job_insert
+-- budget_start (where max_age counts from) is when the job is due: a delayed job is not
+-- late before then, and counted from enqueue a delay past max_age would fail it unrun.
 INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
                          budget_start, scheduled_at, owner, record_id, obligation, unique_key)
-VALUES (:queue, :task, :payload, 'queued', :max_attempts, :max_age, :now, :now,
+VALUES (:queue, :task, :payload, 'queued', :max_attempts, :max_age, :now, :scheduled_at,
         :scheduled_at, :owner, :record_id, :obligation, :unique_key)
 ON CONFLICT (unique_key) DO NOTHING
 RETURNING id
