@@ -162,3 +162,54 @@ def test_flush_and_drain_see_another_threads_empty_cycle_end(
             queue.go()
             engine.stop()
     queue.close()
+
+
+def test_cancelling_the_asyncio_task_never_blocks_the_event_loop(
+    tmp_path: Path, state: WireState
+) -> None:
+    # Offline, the default monitor probes; this server accepts connections and never
+    # answers, so a probe is a 2 s read. Cancelling run() stopped the monitor on the
+    # event loop's thread: a join of the probe thread that froze every other task.
+    import asyncio
+    import contextlib
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    queue = OfflineQueue(tmp_path / "aio.db")
+    transport = HttpTransport(url)
+    monitor = ProbeMonitor(transport.probe, online=False)
+    engine = SyncEngine(queue, transport, connectivity=monitor)
+
+    async def main() -> float:
+        task = asyncio.create_task(engine.run())
+        assert await asyncio.to_thread(wait_until, lambda: monitor.probes >= 1)
+        gaps: list[float] = []
+
+        async def ticker() -> None:
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        ticking = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        ticking.cancel()
+        return max(gaps)
+
+    try:
+        assert asyncio.run(main()) < 0.5
+        assert wait_until(lambda: not any(t.name == "pigeon-probe" for t in threading.enumerate()))
+    finally:
+        engine.close()
+        transport.close()
+        silent.close()
+        queue.close()

@@ -341,7 +341,10 @@ class SyncEngine:
             # itself, so tell it to stop after the cycle in progress, as stop() would.
             self._stopping.set()
             self._waker.unbind()
-            self.connectivity.stop()
+            # Not on the loop's thread: stopping a ProbeMonitor joins its thread, which
+            # may be in a probe (seconds against a silent server), and every other task
+            # would freeze meanwhile. Shielded: a second cancel does not cut it short.
+            await asyncio.shield(asyncio.to_thread(self.connectivity.stop))
 
     async def aflush(self, timeout: float | None = None) -> bool:
         """`flush` without blocking the event loop."""
