@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
 from pigeon.exceptions import AuthorizationRequired
@@ -69,6 +70,18 @@ def _clock(value: object) -> str | OpResult:
     return value
 
 
+def route_path(scope: Scope) -> str:
+    """The path as the router matched it: percent-decoded (``request.url.path`` escapes
+    ``?``, ``#`` and ``\\`` again, so an id holding one named another entity than in a
+    batch) and without the prefix of a ``Mount`` the app is served under (its
+    ``root_path``), which the intake's templates do not have."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
+
+
 async def parse_request(request: Request) -> OperationRequest | OpResult:
     """A single-operation request, or the 400 that refuses it (before anything runs)."""
     try:
@@ -86,7 +99,7 @@ async def parse_request(request: Request) -> OperationRequest | OpResult:
     if_match = request.headers.get(IF_MATCH)
     return OperationRequest(
         method=request.method,
-        path=request.url.path,
+        path=route_path(request.scope),
         body=body,
         key=key,
         operation_id=request.headers.get(OPERATION_ID) or key,
