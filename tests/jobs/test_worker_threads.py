@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
+from pigeon.exceptions import StoreUnavailable
 from pigeon.jobs.app import App
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
@@ -118,3 +119,43 @@ def test_a_stuck_process_is_abandoned_even_if_on_stuck_raises(db: Database) -> N
     wait_for(lambda: worker.stopping, timeout=5)
     t.join(10)
     assert calls and worker.exit_code == STUCK
+
+
+def test_a_job_whose_lease_lapsed_while_it_waited_in_the_batch_is_not_started(
+    db: Database,
+) -> None:
+    # The heartbeat cannot renew (here its renewals fail; a paused process or a
+    # database that answers claims but not this node's renewals is the same): the batch's
+    # third job waits past its lease, and the thief rescues it. The worker must not start
+    # it as well when its turn comes.
+    app = App()
+    app.queue("q", timeouts=SHORT_LEASE)
+    runs: list[int] = []
+
+    @app.task(queue="q")
+    def spin(i: int, seconds: float) -> None:
+        runs.append(i)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.01)
+
+    worker = Worker(app, db, {"q": 1}, batch=3, poll=0.02, poll_max=0.05)
+
+    def renew_fails(*args: object) -> object:
+        raise StoreUnavailable("renewals do not get through")
+
+    worker.manager.renew = renew_fails  # type: ignore[assignment]
+    with db.transaction() as tx:
+        for i, seconds in enumerate((0.7, 0.7, 0.1)):
+            enqueue(tx, JobSpec("q", "spin", {"i": i, "seconds": seconds}), app=app)
+    t1 = run_in_thread(worker)
+    wait_for(lambda: worker.stats.claimed == 3)
+    thief = Worker(app, db, {"q": 1}, batch=3, name="thief")
+    t2 = run_in_thread(thief)
+    wait_for(lambda: statuses(db) == {"succeeded": 3})
+    wait_for(lambda: worker.stats.by_queue.get("q") == 3)  # its batch is over
+    worker.stop()
+    thief.stop()
+    t1.join(10)
+    t2.join(10)
+    assert runs.count(2) == 1, runs  # the third job ran once: by the thief

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import resource
+import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pigeon.jobs.job import Job
+
+if TYPE_CHECKING:
+    from pigeon.jobs.manager import JobManager
+
+log = logging.getLogger("pigeon.jobs.worker")
 
 
 @dataclass
@@ -18,6 +27,9 @@ class Held:
     timed_out: bool = False
     done: bool = False  # its task returned; the outcome may still wait in the batch buffer
     lost: bool = False  # the heartbeat found the lease gone (expired and rescued)
+    # Monotonic time the lease is known to run until (from before the claim or the last
+    # renewal that got through): past it, another worker may have rescued the job.
+    lease_end: float = math.inf
 
 
 @dataclass
@@ -42,3 +54,16 @@ def rss_mib() -> float:
         return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def confirm_lease(manager: JobManager, job: Job, lease: float) -> float | None:
+    """Renew one lease now, before its job starts, when the heartbeat's renewals have not
+    kept it ahead: the new ``lease_end``, or None when the lease is gone or the renewal
+    failed. Starting the job regardless would run it beside the worker that rescued it."""
+    asked = time.monotonic()
+    try:
+        lost = manager.renew([job], lease)
+    except Exception as exc:
+        log.warning("job %s: its lease could not be confirmed (%s); not starting it", job.id, exc)
+        return None
+    return None if lost else asked + lease

@@ -27,7 +27,8 @@ An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
 lease renewals fail and are retried; an outcome that cannot be recorded within the lease
 is dropped, and the job is claimed again once its lease has expired: never lost, and its
-effects, being claims, never doubled.
+effects, being claims, never doubled. A job of a batch whose lease the renewals did not
+keep ahead is not started before one renewal of its own gets through.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
 from pigeon.jobs.context import JobContext
-from pigeon.jobs.held import Held, WorkerStats, rss_mib
+from pigeon.jobs.held import Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.jobs.retention import purge_finished
@@ -201,6 +202,7 @@ class Worker:
         idle = self.poll
         while not self._stop.is_set() and not self.scaler.retire(queue):
             seen = self.wakeup.generation(queue)
+            asked = time.monotonic()  # the leases run at least until asked + lease
             try:
                 jobs = self.manager.claim(queue, self.name, batch, lease)
             except Exception as exc:
@@ -214,17 +216,17 @@ class Worker:
             idle = self.poll
             try:
                 with self.scaler.busy(queue):
-                    self._run_batch(queue, jobs)
+                    self._run_batch(queue, jobs, asked + lease)
             except Exception:
                 log.exception("a batch of %s ended abnormally; its unrun jobs were released", queue)
                 self._stop.wait(min(1.0, lease / 4))
             self._maybe_recycle()
 
-    def _run_batch(self, queue: str, jobs: list[Job]) -> None:
+    def _run_batch(self, queue: str, jobs: list[Job], lease_end: float) -> None:
         with self._lock:
             self.stats.claimed += len(jobs)
             for job in jobs:
-                self._held[job.id, job.token] = Held(job)
+                self._held[job.id, job.token] = Held(job, lease_end=lease_end)
         outcomes: list[Outcome] = []
         flushed = time.monotonic()
         ran = 0  # jobs[:ran] ran; a job whose _execute raised counts as not run
@@ -257,6 +259,13 @@ class Worker:
         config = self.app.queue_config(job.queue)
         with self._lock:
             held = self._held.get((job.id, job.token))
+        # Renewals keep lease_end a lease ahead; within one heartbeat of it they are not
+        # getting through (or the process was paused): confirm the lease before starting.
+        if held is not None and time.monotonic() >= held.lease_end - self._interval:
+            lease_end = confirm_lease(self.manager, job, config.timeouts.lease_seconds)
+            with self._lock:
+                held.lost, held.lease_end = lease_end is None or held.lost, lease_end or 0.0
+        with self._lock:
             if held is None or held.lost:
                 # Never start a job whose lease is gone: its rescuer runs it.
                 self._held.pop((job.id, job.token), None)
@@ -404,16 +413,22 @@ class Worker:
             by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
             by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
         for seconds, jobs in by_lease.items():
+            asked = time.monotonic()
             try:
                 lost = self.manager.renew(jobs, seconds)
             except Exception as exc:
                 log.warning("renewing %d leases failed (%s)", len(jobs), exc)
                 continue
+            gone = {(job.id, job.token) for job in lost}
             with self._lock:
-                for job in lost:
+                for job in jobs:
                     held_job = self._held.get((job.id, job.token))
-                    if held_job is not None:
+                    if held_job is None:
+                        continue
+                    if (job.id, job.token) in gone:
                         held_job.lost = True
+                    else:
+                        held_job.lease_end = asked + seconds
         return next_deadline
 
     def _threads_done(self) -> bool:
