@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,31 @@ def test_an_unknown_route_or_method_is_a_problem_naming_it(
     assert problem["status"] == status and path in problem["detail"]
     if status == 405:
         assert method in problem["detail"] and "POST" in reply.headers["allow"]
+
+
+@pytest.mark.parametrize("depth", [5_000, 990])
+def test_json_nested_too_deep_is_a_400_not_a_crash(client: TestClient, depth: int) -> None:
+    """json.loads raises RecursionError (not ValueError) past Python's recursion limit, and
+    a body just under it still overflowed later, when the fingerprint encoded it deeper in
+    the stack: a 500 in plain text, or for a batch a connection reset."""
+    deep = "[" * depth + "]" * depth
+    headers = ALICE | {"Idempotency-Key": "deep", "Content-Type": "application/json"}
+    for path, content in (
+        ("/notes", deep),
+        ("/pigeon/v1/batch", deep),
+        ("/pigeon/v1/batch", '{"operations": [{"body": ' + deep + "}]}"),
+    ):
+        reply = client.post(path, content=content, headers=headers)
+        assert reply.status_code == 400, (path, reply.text[:200])
+        assert reply.headers["content-type"] == PROBLEM_JSON
+        assert "deep" in reply.json()["detail"]
+    # Nesting within the limit is an ordinary operation, alone and in a batch.
+    nested = {"id": f"n{depth}", "t": json.loads("[" * 190 + "]" * 190)}
+    assert post(client, f"ok{depth}", nested).status_code == 201
+    entry = {"idempotency_key": f"ok{depth}", "method": "POST", "path": "/notes", "body": nested}
+    reply = client.post("/pigeon/v1/batch", json={"operations": [entry]}, headers=ALICE)
+    [replayed] = reply.json()["results"]
+    assert (replayed["status"], replayed["replayed"]) == (201, True)
 
 
 def test_a_replay_returns_the_stored_answer_and_runs_nothing(

@@ -216,3 +216,23 @@ def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
     assert (late.status_code, late.text) == (201, expected)
     assert late.headers["idempotent-replayed"] == "true"
     assert runs == [1, 1]
+
+
+def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
+    db: Database, clock: FakeClock
+) -> None:
+    # Parsing it for the fingerprint raised RecursionError, which is no ValueError: 500.
+    runs: list[int] = []
+
+    async def things(request: Request) -> Response:
+        runs.append(1)
+        return JSONResponse({"size": len(await request.body())}, status_code=201)
+
+    client = TestClient(IdempotencyMiddleware(_app_with(things), db, now=clock))
+    deep = "[" * 5000 + "]" * 5000
+    key = {"Idempotency-Key": "deep"}
+    first = client.post("/things", content=deep, headers=key)
+    again = client.post("/things", content=deep, headers=key)
+    other = client.post("/things", content=deep + " ", headers=key)
+    assert (first.status_code, again.headers["idempotent-replayed"]) == (201, "true")
+    assert other.status_code == 422 and runs == [1]

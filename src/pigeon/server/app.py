@@ -44,6 +44,36 @@ from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_un
 log = logging.getLogger(__name__)
 
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
+# JSON nesting a request may have: far beyond any operation's data, far below Python's
+# recursion limit, which json.loads reaches with a RecursionError (not a ValueError) and
+# canonical_json, encoding the fingerprint deeper in the stack, reaches sooner still.
+MAX_JSON_DEPTH = 200
+
+
+def load_json(raw: bytes | str) -> Any:
+    """``json.loads``, raising ValueError for JSON nested deeper than ``MAX_JSON_DEPTH``."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        value, depth = None, MAX_JSON_DEPTH + 1
+    else:
+        depth = _depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested too deep (more than {MAX_JSON_DEPTH} levels)")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_JSON_DEPTH:  # deeper is refused anyway: no need to walk on
+                children = item.values() if isinstance(item, dict) else item
+                stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def render(result: OpResult) -> Response:
@@ -90,7 +120,7 @@ async def parse_request(request: Request) -> OperationRequest | OpResult:
         return _bad_request("bad-idempotency-key", str(exc))
     raw = await request.body()
     try:
-        body = json.loads(raw) if raw.strip() else None
+        body = load_json(raw) if raw.strip() else None
     except ValueError as exc:
         return _bad_request("bad-json", f"the request body is not JSON: {exc}")
     clock = _clock(request.headers.get(CLOCK))
@@ -215,7 +245,7 @@ def create_app(
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
         try:
-            payload = json.loads(await request.body())
+            payload = load_json(await request.body())
         except ValueError as exc:
             return render(_bad_request("bad-json", f"the batch body is not JSON: {exc}"))
         entries = payload.get("operations") if isinstance(payload, dict) else None

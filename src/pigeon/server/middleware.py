@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
-from pigeon.server.app import render
+from pigeon.server.app import load_json, render
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
@@ -109,8 +108,8 @@ class IdempotencyMiddleware:
 
     def _claim(self, principal: str, key: str, scope: Scope, raw: bytes) -> Decision:
         try:
-            body: Any = json.loads(raw) if raw.strip() else None
-        except ValueError:
+            body: Any = load_json(raw) if raw.strip() else None
+        except ValueError:  # not JSON, or nested too deep to encode: its bytes are hashed
             body = {"raw": base64.b64encode(raw).decode("ascii")}
         # The query is part of the request the wrapped app sees (unlike the intake's
         # handlers, which get only the path): the same key with another query is another
