@@ -52,6 +52,10 @@ class WireState:
     # What the health route answers: 502 plays a gateway (or a server with no such
     # route) in front of working operation routes.
     health_status: int = 200
+    # A rate limiter before the server: while set, every request (single or batch) is
+    # answered 429 with this Retry-After, and nothing reaches the operations.
+    rate_limited: str | None = None
+    limited_requests: int = 0
     batch_requests: int = 0
     single_requests: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -131,7 +135,17 @@ def _principal(state: WireState, request: Request) -> str | None:
 
 
 def create_wire_app(state: WireState) -> Starlette:
+    def limited() -> Response | None:
+        with state.lock:
+            if state.rate_limited is None:
+                return None
+            state.limited_requests += 1
+        headers = {"retry-after": state.rate_limited}
+        return JSONResponse({"detail": "slow down"}, status_code=429, headers=headers)
+
     async def one(request: Request) -> Response:
+        if (refused := limited()) is not None:
+            return refused
         with state.lock:
             state.single_requests += 1
             state.seen_headers.append(dict(request.headers))
@@ -156,6 +170,8 @@ def create_wire_app(state: WireState) -> Starlette:
         return JSONResponse(payload, status_code=status, headers=headers)
 
     async def batch(request: Request) -> Response:
+        if (refused := limited()) is not None:
+            return refused
         with state.lock:
             state.batch_requests += 1
         operations = (await request.json())["operations"]

@@ -69,3 +69,28 @@ def test_key_in_progress_with_retry_after_zero_is_not_resent_in_a_tight_loop(
             # Waits drawn from [0, 0.2 s]: about four tries, not one per round trip.
             assert state.seen_keys[op.idempotency_key] < 12
             assert slow_queue.get(op.id).attempts == 0
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_429_holds_the_whole_queue_back_not_just_its_operation(
+    slow_queue: OfflineQueue, server: LiveServer, state: WireState, batch: bool
+) -> None:
+    # 429 is about this client's rate, not the operation. The pass went on sending every
+    # other operation (single mode: one 429 and one attempt spent each; batch mode: the
+    # next batch at once), and each later pass the same, until the attempts ran out.
+    # After a 429 nothing more goes out before its Retry-After.
+    state.rate_limited = "1"
+    ops = [
+        slow_queue.enqueue("update", f"thing:e{i}", {"i": i}, endpoint=f"/things/e{i}")
+        for i in range(20)
+    ]
+    with HttpTransport(server.url, batch=batch) as transport:
+        engine = SyncEngine(slow_queue, transport, connectivity=ManualMonitor(), batch_size=5)
+        with engine:
+            time.sleep(0.5)
+            assert state.limited_requests == 1
+            spent = sum(slow_queue.get(op.id).attempts for op in ops)
+            assert spent == (5 if batch else 1)  # one request's operations
+            state.rate_limited = None
+            assert engine.drain(timeout=10)
+    assert len(state.effects()) == 20

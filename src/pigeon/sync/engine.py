@@ -46,6 +46,7 @@ from pigeon.sync.events import (
     chain,
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
+from pigeon.sync.holds import Holds
 from pigeon.sync.resolver import ConflictResolver
 from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
 
@@ -114,7 +115,7 @@ class SyncEngine:
         # one happens. Never cleared: compare identities to notice a new one.
         self.last_error: BaseException | None = None
         self._error_streak = 0  # steps of the loop that raised in a row
-        self._reconnect = reconnect
+        self._reconnect = reconnect  # also after a step of the loop raised
         self._idle_recheck = idle_recheck
         self._batch_window = batch_window
         self._clock = clock
@@ -125,8 +126,7 @@ class SyncEngine:
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._unreachable_until = 0.0
-        self._unreachable_streak = 0
+        self._holds = Holds(reconnect, clock)  # an unreachable server's, a 429's
         self._attached = False
         self._attach()
 
@@ -163,7 +163,8 @@ class SyncEngine:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Sync now until nothing is due (True), or give up (False) when ``timeout``
-        passes, the queue is paused, or the server cannot be reached.
+        passes, the queue is paused, the server cannot be reached, or it asked this client
+        to hold off (429: until its wait ends, not even a flush sends anything).
 
         Without a timeout it syncs in the calling thread. With one, in a worker thread,
         so that a request on the wire when ``timeout`` passes does not hold the caller
@@ -187,7 +188,7 @@ class SyncEngine:
         return finished and bool(result)
 
     def _flush(self, deadline: float | None) -> bool:
-        self._unreachable_until = 0.0
+        self._holds.reachable()
         while True:
             seen = self._notices.count
             if not self._lanes(deadline, honour_stop=False):
@@ -205,15 +206,23 @@ class SyncEngine:
                 self._cycles.wait(seen, remaining, busy=True)
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Flush, then keep waiting out backoffs until nothing is pending at all (True),
-        or until ``timeout``, a pause, or an unreachable server (False). Conflicts and dead
-        letters are not pending: they wait for a person or a resolver. Nor is True ever
-        returned while this engine has an operation on the way."""
+        """Flush, then keep waiting out backoffs (a 429's hold of the whole queue too)
+        until nothing is pending at all (True), or until ``timeout``, a pause, or an
+        unreachable server (False). Conflicts and dead letters are not pending: they wait
+        for a person or a resolver. Nor is True ever returned while this engine has an
+        operation on the way."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.flush(remaining):
-                return False
+                # A 429's hold is a backoff like the others: waited out, not given up on.
+                hold = self._holds.throttled()
+                if hold <= 0 or self.queue.paused is not None:
+                    return False
+                if remaining is not None and hold >= remaining:
+                    return False
+                self._notices.wait_past(self._notices.count, hold + self._batch_window)
+                continue
             # Taken before looking: whatever changes after the look posts a notice after it.
             seen = self._notices.count
             due = self.queue.next_due_at()
@@ -375,7 +384,7 @@ class SyncEngine:
         paused = self.queue.paused is not None
         online = self.connectivity.online
         now = self._clock()
-        if not paused and online and now >= self._unreachable_until:
+        if not paused and online and now >= self._holds.until:
             self._lanes(None, honour_stop=True)  # until nothing is due, or it must stop
             paused = self.queue.paused is not None
             online = self.connectivity.online
@@ -385,7 +394,7 @@ class SyncEngine:
             next_due=None if paused else self.queue.next_due_at(),
             paused=paused,
             online=online,
-            unreachable_until=self._unreachable_until,
+            unreachable_until=self._holds.until,
             idle_recheck=self._idle_recheck,
             batch_window=self._batch_window,
         )
@@ -404,9 +413,9 @@ class SyncEngine:
 
     def _lane(self, deadline: float | None, honour_stop: bool) -> bool:
         """Cycles, one after another, until one takes nothing (True); False when the
-        queue is paused, the server unreachable or time is up, and (``honour_stop``, the
-        background loop) when the engine is stopping or the monitor says offline. An
-        explicit flush tries whatever the monitor says."""
+        queue is paused, the server unreachable or holding us off (429), time is up, and
+        (``honour_stop``, the background loop) when the engine is stopping or the monitor
+        says offline. An explicit flush tries whatever the monitor says."""
         with self._cycles.lane():  # see stop()
             return self._lane_cycles(deadline, honour_stop)
 
@@ -414,6 +423,8 @@ class SyncEngine:
         while True:
             if self.queue.paused is not None:
                 return False
+            if self._holds.throttled():
+                return not self._due()  # held off by a 429: True if nothing was held back
             if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
                 return False
             report = self._cycle(deadline)
@@ -421,10 +432,16 @@ class SyncEngine:
                 return False
             if report.error is not None:  # no request could be made: back off
                 return False
+            if report.throttled_until is not None:
+                return not self._due()
             if report.taken == 0:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
+
+    def _due(self) -> bool:
+        due = self.queue.next_due_at()
+        return due is not None and due <= self._clock()
 
     def _cycle(self, deadline: float | None) -> CycleReport | None:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -447,20 +464,15 @@ class SyncEngine:
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
-        if report.unreachable or report.error is not None:
-            self._unreachable_streak += 1
-            delay = self._reconnect.delay(self._unreachable_streak)
-            self._unreachable_until = self._clock() + delay
-            # Only a failed connection says the server is unreachable: a probe would find
-            # it up and wake us at once, when it is the token that is failing.
-            if report.unreachable:
-                self.connectivity.report_unreachable()
-        elif report.sent:
-            self._unreachable_streak = 0
-            self._unreachable_until = 0.0
+        self._holds.after(report)
+        # Only a failed connection says the server is unreachable: a probe would find it
+        # up and wake us at once, when it is the token that is failing.
+        if report.unreachable:
+            self.connectivity.report_unreachable()
+        elif report.sent and report.error is None:
             self.connectivity.report_reachable()
 
     def _connectivity_changed(self, online: bool) -> None:
         if online:
-            self._unreachable_until = 0.0
+            self._holds.reachable()
         self.notify()

@@ -96,6 +96,9 @@ class CycleReport:
     # released unspent; the engine backs off as for an unreachable server, but the
     # server's reachability is not in question.
     error: BaseException | None = None
+    # 429: the server asked this client (not one operation) to slow down; nothing more
+    # may go out before this moment (the engine's clock).
+    throttled_until: float | None = None
 
     @property
     def sent(self) -> int:

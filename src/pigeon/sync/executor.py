@@ -175,6 +175,8 @@ class Executor:
 
     def _keep_going(self, reply: Reply) -> bool:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
+        if outcome.status == 429:
+            return False  # "too many requests": sending the rest now only earns more 429s
         return outcome.sent and outcome.kind not in (OutcomeKind.AUTH, OutcomeKind.REFUSED)
 
     def _release(
@@ -279,6 +281,12 @@ class Executor:
         updated = self.queue.mark_failed(
             op.id, outcome.reason, kind=outcome.failure_kind, retry_after=retry_after
         )
+        if outcome.status == 429:
+            # About this client's rate, not this operation: the whole queue holds off
+            # until the operation's own retry (or the server's wait, if it is dead).
+            alive = updated.status is OpStatus.PENDING
+            until = updated.next_attempt_at if alive else now + (retry_after or 0.0)
+            report.throttled_until = max(report.throttled_until or 0.0, until)
         if updated.status is OpStatus.DEAD:
             report.dead += 1
             self._emit("on_dead", updated, outcome)
