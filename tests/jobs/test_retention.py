@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -11,7 +12,8 @@ from pigeon.jobs.app import App
 from pigeon.jobs.failed import FailedStore, list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome, enqueue
-from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.retention import purge_finished, purge_ticks
+from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 
@@ -111,3 +113,47 @@ def test_a_unique_key_holds_while_its_job_is_kept_and_is_freed_by_the_purge(
     clock.advance(30 * DAY)
     purge_finished(db, 7 * DAY, clock=clock)
     assert m.enqueue(failing) == failed
+
+
+def test_worker_maintenance_purges_old_schedule_ticks_and_keeps_recent_ones(
+    db: Database,
+) -> None:
+    # A schedule writes one tick row per period (86,400 a day at every=1 s) and only the
+    # current tick is ever taken: rows past the retention are history nobody reads.
+    app = App(retention=DAY)
+    app.queue("q")
+    app.task(lambda: None, queue="q", name="noop")
+    app.periodic(every=3600.0, task="noop", name="hourly")
+    now = time.time()
+    for hours_ago in (50, 30, 2, 1):
+        assert Scheduler(app, db, clock=lambda h=hours_ago: now - h * 3600).tick_once()
+    worker = Worker(app, db, {"q": 1}, control_every=0.05, purge_every=0.1, schedules=False)
+    thread = run_in_thread(worker)
+
+    def ticks() -> list[int]:
+        with db.transaction() as tx:
+            return [t["tick"] for t in tx.fetchall("tick_list", {"schedule": "hourly"})]
+
+    try:
+        wait_for(lambda: len(ticks()) == 2, timeout=5)
+    finally:
+        worker.stop()
+        thread.join()
+    assert ticks() == [int((now - 7200) // 3600), int((now - 3600) // 3600)]
+    # The current tick, never taken before, is still taken once.
+    scheduler = Scheduler(app, db, clock=lambda: now)
+    assert len(scheduler.tick_once()) == 1 and scheduler.tick_once() == []
+
+
+def test_purge_ticks_goes_in_bounded_batches_across_gaps(db: Database) -> None:
+    app = App(retention=None)
+    app.queue("q")
+    app.task(lambda: None, queue="q", name="noop")
+    schedule = app.periodic(every=10.0, task="noop", name="s")
+    for tick in [*range(0, 5), *range(50, 55)]:  # workers were down in between
+        assert Scheduler(app, db, clock=lambda t=tick: t * 10.0 + 1).tick_once()
+    # Ticks before (640 - 100) / 10 = 54 go, two tick numbers per transaction.
+    assert purge_ticks(db, [schedule], 100.0, batch=2, clock=lambda: 640.0) == 9
+    with db.transaction() as tx:
+        left = [t["tick"] for t in tx.fetchall("tick_list", {"schedule": "s"})]
+    assert left == [54]

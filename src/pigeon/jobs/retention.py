@@ -7,15 +7,22 @@ Failed jobs wait in the failed store for review and are never purged here; recor
 obligations and their events stay too: the ledger outlives the jobs that served it. A
 job purged with its ``unique_key`` frees the key (a schedule's ticks stay in their own
 table, so a purged tick is not run again).
+
+A schedule's ticks are purged after the same retention (``purge_ticks``): only the
+current tick of a schedule is ever taken, so an older row only records what ran, and a
+tick is never taken twice unless the clock goes back by more than the retention. Ticks of
+a schedule no longer declared in the app are left alone.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs._db import rowcount
+from pigeon.jobs.app import Schedule
 from pigeon.storage.base import Database
 
 DEFAULT_BATCH = 500
@@ -54,3 +61,38 @@ def _purge_batch(db: Database, params: dict[str, float]) -> int:
         tx.execute("job_purge_attempts", params)
         tx.execute("job_purge_reviews", params)
         return rowcount(tx.execute("job_purge_finished", params))
+
+
+def purge_ticks(
+    db: Database,
+    schedules: Iterable[Schedule],
+    older_than: float,
+    *,
+    batch: int = DEFAULT_BATCH,
+    max_batches: int | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Delete the ticks of ``schedules`` older than ``older_than`` seconds, at most
+    ``batch`` ticks per short transaction and ``max_batches`` per schedule (None: all);
+    returns how many. Without it the ticks table grows by one row per period forever."""
+    if not older_than > 0:
+        raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
+    now = clock()
+    total = 0
+    for schedule in schedules:
+        params = {
+            "schedule": schedule.name,
+            "before_tick": math.floor((now - older_than) / schedule.every),
+            "limit": batch,
+        }
+        done = 0
+        while max_batches is None or done < max_batches:
+            # Each batch takes at least the oldest tick while one is old enough: a batch
+            # smaller than ``batch`` (ticks missed while no worker ran) is not the end.
+            with db.transaction() as tx:
+                purged = rowcount(tx.execute("tick_purge", params))
+            total += purged
+            done += 1
+            if not purged:
+                break
+    return total

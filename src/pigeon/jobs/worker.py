@@ -50,7 +50,7 @@ from pigeon.jobs.context import JobContext
 from pigeon.jobs.held import Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
-from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
@@ -374,6 +374,7 @@ class Worker:
                 last_purge = time.monotonic()
                 try:
                     self.stats.purged += purge_finished(self.db, retention, max_batches=20)
+                    purge_ticks(self.db, self.app.schedules.values(), retention, max_batches=20)
                 except Exception as exc:
                     log.warning("purging finished jobs failed (%s)", exc)
 

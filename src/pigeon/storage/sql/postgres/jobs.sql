@@ -357,6 +357,14 @@ ON CONFLICT (schedule, tick) DO NOTHING
 UPDATE pigeon_schedule_ticks SET job_id = %(job_id)s
 WHERE schedule = %(schedule)s AND tick = %(tick)s
 
+-- name: tick_purge
+-- One bounded batch of a schedule's old ticks: the tick numbers before before_tick, at
+-- most limit of them from its oldest, found through the primary key (schedule, tick).
+DELETE FROM pigeon_schedule_ticks
+WHERE schedule = %(schedule)s AND tick < %(before_tick)s
+  AND tick < (SELECT min(tick) FROM pigeon_schedule_ticks WHERE schedule = %(schedule)s)
+             + %(limit)s
+
 -- name: tick_list
 SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = %(schedule)s ORDER BY tick

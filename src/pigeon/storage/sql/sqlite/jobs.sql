@@ -233,6 +233,14 @@ ON CONFLICT (schedule, tick) DO NOTHING
 -- name: tick_set_job
 UPDATE pigeon_schedule_ticks SET job_id = :job_id WHERE schedule = :schedule AND tick = :tick
 
+-- name: tick_purge
+-- One bounded batch of a schedule's old ticks: the tick numbers before before_tick, at
+-- most limit of them from its oldest, found through the primary key (schedule, tick).
+DELETE FROM pigeon_schedule_ticks
+WHERE schedule = :schedule AND tick < :before_tick
+  AND tick < (SELECT min(tick) FROM pigeon_schedule_ticks WHERE schedule = :schedule)
+             + :limit
+
 -- name: tick_list
 SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = :schedule ORDER BY tick
