@@ -102,6 +102,24 @@ def test_json_nested_too_deep_is_a_400_not_a_crash(client: TestClient, depth: in
     assert (replayed["status"], replayed["replayed"]) == (201, True)
 
 
+def test_a_principal_too_long_to_scope_a_key_is_refused_401(client: TestClient) -> None:
+    """Keys are stored per (principal, key), one index entry. A principal of a few KB
+    (here from a bearer token) cannot be indexed by PostgreSQL: every write of it was
+    answered 503 "store cannot be reached", for ever (and logged as an outage), where
+    SQLite took it. It is the credential that is unusable: 401, on both."""
+    for principal in ("p" * 256, os.urandom(4000).hex()):
+        token = {"Authorization": f"Bearer {principal}.token"}
+        for reply in (
+            client.post("/notes", json={"id": "1"}, headers=token | {"Idempotency-Key": "k"}),
+            client.post("/pigeon/v1/batch", json={"operations": []}, headers=token),
+        ):
+            assert reply.status_code == 401, reply.text[:200]
+            assert reply.headers["content-type"] == PROBLEM_JSON
+            assert f"{len(principal)} characters" in reply.json()["detail"]
+    ok = {"Authorization": "Bearer " + "p" * 255 + ".token", "Idempotency-Key": "k"}
+    assert client.post("/notes", json={"id": "1"}, headers=ok).status_code == 201
+
+
 def test_a_replay_returns_the_stored_answer_and_runs_nothing(
     client: TestClient, db: Database
 ) -> None:

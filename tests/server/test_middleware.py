@@ -236,3 +236,13 @@ def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
     other = client.post("/things", content=deep + " ", headers=key)
     assert (first.status_code, again.headers["idempotent-replayed"]) == (201, "true")
     assert other.status_code == 422 and runs == [1]
+
+
+def test_the_middleware_refuses_a_principal_too_long_to_scope_a_key(
+    db: Database, clock: FakeClock
+) -> None:
+    client, effects = make(db, clock)
+    token = {"Authorization": "Bearer " + "p" * 256 + ".t", "Idempotency-Key": "k"}
+    reply = client.post("/charges", json={"amount": 1}, headers=token)
+    assert reply.status_code == 401 and "256 characters" in reply.json()["detail"]
+    assert effects == []

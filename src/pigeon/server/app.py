@@ -34,7 +34,7 @@ from pigeon.protocol.wire import (
     MAX_BATCH,
     unquote_etag,
 )
-from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.grouping import GroupCommit
 from pigeon.server.intake import Intake, OperationRequest
@@ -229,7 +229,7 @@ def create_app(
 
     async def operation(request: Request) -> Response:
         try:
-            principal = auth(request)
+            principal = principal_of(auth, request)
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
         parsed = await parse_request(request)
@@ -241,7 +241,7 @@ def create_app(
 
     async def batch(request: Request) -> Response:
         try:
-            principal = auth(request)
+            principal = principal_of(auth, request)
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
         try:

@@ -17,6 +17,24 @@ from pigeon.exceptions import AuthorizationRequired
 Authenticator = Callable[[HTTPConnection], str]
 
 ANONYMOUS = "anonymous"
+# Keys are stored per (principal, key) in one index entry: a principal of a few KB cannot
+# be indexed by PostgreSQL (2704 bytes a btree entry). Like the key's own limit.
+MAX_PRINCIPAL_LENGTH = 255
+
+
+def principal_of(authenticate: Authenticator, conn: HTTPConnection) -> str:
+    """The principal ``authenticate`` names, refused (``AuthorizationRequired``, 401) when
+    it cannot scope a key: empty, or too long to index. Without this a long one was
+    answered 503 "store unavailable" for ever on PostgreSQL while SQLite took it."""
+    principal = authenticate(conn)
+    if not principal:
+        raise AuthorizationRequired("the credentials name no principal", status=401)
+    if len(principal) > MAX_PRINCIPAL_LENGTH:
+        raise AuthorizationRequired(
+            f"the principal is {len(principal)} characters, at most {MAX_PRINCIPAL_LENGTH} allowed",
+            status=401,
+        )
+    return principal
 
 
 @dataclass(frozen=True, slots=True)

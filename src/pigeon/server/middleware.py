@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
 from pigeon.server.app import load_json, render
-from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
     Claim,
@@ -85,7 +85,7 @@ class IdempotencyMiddleware:
             return
         request = Request(scope, receive)
         try:
-            principal = self.authenticate(request)
+            principal = principal_of(self.authenticate, request)
             key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
         except AuthorizationRequired as exc:
             result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
