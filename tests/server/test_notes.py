@@ -123,3 +123,26 @@ def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database
             assert bad.status_code == 400, path
             assert bad.headers["content-type"] == PROBLEM_JSON
             assert "'after'" in bad.json()["detail"]
+
+
+def test_an_id_too_long_to_index_is_refused_400_on_every_backend(db: Database) -> None:
+    """A note (or resource) id is part of its table's primary key. A few KB of it cannot
+    be indexed by PostgreSQL: the write failed there with a 500 on every resend, until the
+    client gave up, while SQLite stored it. Now a stored 400, the same everywhere."""
+    app = create_notes_app(
+        db, purge_interval=None, lww_collections=["lww"], crdt_collections=["docs"]
+    )
+    huge = "i" * 256
+    update = "AQHVptONiNioAQAEAQF0AmQxAA=="  # any base64: the id is refused first
+    with TestClient(app) as client:
+        for method, path, body in (
+            ("POST", "/notes", {"id": huge}),
+            ("POST", "/lww", {"id": huge, "t": 1}),
+            ("PUT", f"/lww/{huge}", {"t": 1}),
+            ("POST", "/docs", {"id": huge, "update": update}),
+            ("PATCH", f"/docs/{huge}", {"update": update}),
+        ):
+            reply = send(client, method, path, body)
+            assert reply.status_code == 400, (method, path[:20], reply.text[:200])
+            assert "256 characters" in reply.json()["detail"]
+        assert send(client, "POST", "/notes", {"id": "i" * 255}).status_code == 201

@@ -79,6 +79,9 @@ class CrdtCollection:
     def _merge(self, ctx: IntakeContext, doc_id: str) -> HandlerResult:
         if not isinstance(ctx.body, dict):
             return _bad('a document write is {"update": "<base64 Yjs update>"}')
+        too_long = cf.id_too_long(doc_id)
+        if too_long is not None:
+            return _bad(too_long)
         try:
             update = decode(ctx.body.get("update"))
         except InvalidOperation as exc:

@@ -62,6 +62,9 @@ class LwwCollection:
     def _write(
         self, ctx: IntakeContext, resource_id: str, data: Any, *, deleted: bool
     ) -> HandlerResult:
+        too_long = cf.id_too_long(resource_id)
+        if too_long is not None:
+            return _bad(too_long)
         stamped = cf.Stamped.of(ctx, self.max_skew_ms)
         row = cf.load(ctx, self.name, resource_id)
         if row is None:

@@ -37,6 +37,7 @@ from pigeon.server.conflicts import (
     OUTCOMES_PATH,
     BoundedClock,
     DeviceClockMiddleware,
+    id_too_long,
     read_outcomes,
     read_resource,
     resource_json,
@@ -145,6 +146,9 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     assert isinstance(ctx.body, dict)
     raw_id = ctx.body.get("id")
     note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
+    too_long = id_too_long(note_id)
+    if too_long is not None:
+        return _bad(too_long)
     created = ctx.tx.fetchone("note_create", _params(ctx, note_id, data, False))
     if created is not None:
         return _applied(ctx, created, 201)
