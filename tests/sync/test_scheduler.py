@@ -141,3 +141,22 @@ def test_cycle_report_sums_counters() -> None:
     total.add(CycleReport(taken=1, dead=1))
     assert (total.taken, total.delivered, total.dead, total.released) == (4, 2, 1, 1)
     assert total.sent == 3 and total.paused is None and not total.unreachable
+
+
+def test_a_listener_may_stop_the_probe_monitor_that_calls_it() -> None:
+    # Listeners run on the probe thread: stop() joined that very thread and raised
+    # RuntimeError into the listener (logged as a listener error, the rest of it skipped).
+    monitor = ProbeMonitor(lambda: True, online=False)
+    done: list[str] = []
+
+    def listener(online: bool) -> None:
+        monitor.stop()
+        done.append("stopped")
+
+    monitor.subscribe(listener)
+    monitor.start()
+    deadline = time.monotonic() + 5
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done == ["stopped"] and monitor.online
+    monitor.stop()

@@ -133,8 +133,14 @@ class ProbeMonitor(ManualMonitor):
         self._change(True)
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            if thread is threading.current_thread():
+                self._stopping.clear()  # stop() then start() in a listener: carry on
+                return
+            if not self._stopping.is_set():
+                return  # running
+            thread.join()  # after a stop that did not wait for it: one probe thread
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="pigeon-probe", daemon=True)
         self._thread.start()
@@ -142,9 +148,13 @@ class ProbeMonitor(ManualMonitor):
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+        thread = self._thread
+        # From a listener (they run on the probe thread) it ends once the listener returns;
+        # joining it from there raised RuntimeError into the listener.
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+        if thread is not None and not thread.is_alive():
+            self._thread = None  # else kept: start() waits for it, never runs two
 
     def _run(self) -> None:
         failures = 0
