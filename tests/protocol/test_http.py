@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 import uuid
 from typing import Any
@@ -344,3 +345,34 @@ def test_sending_nothing_is_an_empty_exchange_and_no_request(batch: bool | int) 
     with HttpTransport(client=client, batch=batch) as t:
         exchange = t.send([])
     assert exchange.replies == [] and requests == []
+
+
+def test_a_proxy_that_refuses_the_tunnel_is_not_sent_and_costs_no_attempt() -> None:
+    # An https server through a forward proxy that answers CONNECT with 403 (a captive
+    # portal, a corporate proxy's policy): the request never left the proxy, the server
+    # cannot have seen it. Read as an attempt, each pass spent one per operation and
+    # marked them sent (never folded, never cancelled) while the network was not there.
+    import socket
+
+    from pigeon.sync.classify import classify
+
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(4)
+
+    def refuse() -> None:
+        conn, _ = proxy.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=refuse, daemon=True).start()
+    port = proxy.getsockname()[1]
+    client = httpx.Client(base_url="https://pigeon.invalid", proxy=f"http://127.0.0.1:{port}")
+    with HttpTransport(client=client) as t:
+        reply = t.send([op("a")]).replies[0][1]
+    client.close()
+    proxy.close()
+    assert isinstance(reply.error, httpx.ProxyError)
+    outcome = classify(None, error=reply.error, now=time.time())
+    assert outcome.sent is False

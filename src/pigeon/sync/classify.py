@@ -50,6 +50,9 @@ _NOT_SENT: tuple[type[BaseException], ...] = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,
+    # The proxy refused the tunnel (CONNECT) or the SOCKS handshake: raised only before
+    # the request itself is written (a captive portal, a proxy's policy).
+    httpx.ProxyError,
 )
 # The request cannot be formed at all; sending it again cannot help.
 _MALFORMED: tuple[type[BaseException], ...] = (
