@@ -213,3 +213,22 @@ def test_cancelling_the_asyncio_task_never_blocks_the_event_loop(
         transport.close()
         silent.close()
         queue.close()
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_closed_transport_sends_nothing_and_marks_nothing_sent(
+    make_engine: MakeEngine, queue: OfflineQueue, server: LiveServer, batch: bool
+) -> None:
+    # Shut down in the wrong order: the transport is closed, the engine not yet. httpx
+    # raised RuntimeError out of send(), and the executor released the operations as
+    # possibly sent: never sent, they could no longer be cancelled or folded into.
+    errors: list[BaseException] = []
+    transport = HttpTransport(server.url, batch=batch)
+    engine = make_engine(transport, on_error=errors.append)
+    op = queue.enqueue("update", "thing:a", {"x": 1})
+    transport.close()
+    assert engine.flush(timeout=2) is False
+    assert errors and "closed" in str(errors[-1])
+    assert queue.get(op.id).attempts == 0
+    queue.cancel(op.id)  # never sent: the app may still take it back
+    assert queue.stats().depth == 0

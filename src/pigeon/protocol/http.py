@@ -124,6 +124,11 @@ class HttpTransport:
         keep = keep_going or (lambda _reply: True)
         if not operations:  # nothing to send; batch mode would cut it in chunks of 0
             return Exchange()
+        if self.client.is_closed:
+            # httpx raises RuntimeError, which read as "may have been sent" left every
+            # operation marked sent (never folded into or cancelled again). Nothing was.
+            closed = Reply(error=NotSent("the transport is closed; nothing was sent"), shared=True)
+            return Exchange([(op, closed) for op in operations])
         if self.batch_size is None:
             return self._run(
                 list(operations),
