@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,31 @@ def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_url: 
     numbers = sorted(t["tick"] for t in ticks)
     # consecutive ticks while the workers were up, none taken twice
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def test_a_child_that_keeps_failing_at_start_is_relaunched_with_backoff(tmp_path: Path) -> None:
+    # The database cannot be opened (here: its directory is missing; at a deploy, the
+    # database not up yet): every child exits at once. Relaunched on every check (5 a
+    # second), each a fresh interpreter importing the app, the supervisor pinned a CPU
+    # and filled the log. It now waits longer after each quick failure.
+    sup = Supervisor(
+        APP,
+        str(tmp_path / "missing" / "jobs.db"),
+        {"chaos": 1},
+        processes=1,
+        options=WorkerOptions(schedules=False),
+    )
+    sup.start()
+    try:
+        slot = sup.slots[0]
+        for expected_wait in (0.5, 1.0):
+            first = slot.process
+            assert first is not None
+            first.join(30)
+            assert first.exitcode not in (None, 0)
+            assert sup.check() == 0  # a quick failure: not relaunched at once
+            assert slot.process is first
+            time.sleep(expected_wait + 0.1)
+            assert sup.check() == 1  # relaunched once its backoff has passed
+    finally:
+        sup.stop(grace=5)

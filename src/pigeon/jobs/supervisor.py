@@ -4,8 +4,10 @@
 grading and 2 notify threads (``grading=2:12`` also sets the minimum, split the same
 way); each process scales its threads within its share, so together they never exceed
 the App's ``max_workers``. A child that exits is replaced: after recycling (exit code 3), after
-being abandoned for a stuck job (70) or after a crash. SIGTERM to the supervisor is passed
-on to every child, which stops claiming and finishes or releases its jobs within the lease.
+being abandoned for a stuck job (70) or after a crash; one that keeps failing within
+seconds of its start is relaunched with a growing delay, not on every check. SIGTERM to
+the supervisor is passed on to every child, which stops claiming and finishes or releases
+its jobs within the lease.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
 
 log = logging.getLogger("pigeon.jobs.supervisor")
+
+# A child that exits on its own with an error this soon after its start (not recycled,
+# not abandoned for a stuck job, not killed by a signal) failed to start: the database
+# unreachable, the app failing to import. Relaunching it at once would spawn an
+# interpreter every check, so its relaunch waits RELAUNCH_BASE, doubling with each quick
+# failure in a row up to RELAUNCH_CAP.
+QUICK_EXIT = 10.0
+RELAUNCH_BASE = 0.5
+RELAUNCH_CAP = 30.0
 
 
 def split(queues: Mapping[str, int], processes: int) -> list[dict[str, int]]:
@@ -95,6 +106,9 @@ class _Slot:
     queues: dict[str, Budget]
     process: BaseProcess | None = None
     exits: list[int | None] = field(default_factory=list)
+    started: float = 0.0  # monotonic, of the current process
+    quick_failures: int = 0  # in a row
+    relaunch_at: float | None = None  # set once its exit is seen: when to launch again
 
 
 class Supervisor:
@@ -126,6 +140,8 @@ class Supervisor:
             name="pigeon-worker",
         )
         slot.process.start()
+        slot.started = time.monotonic()
+        slot.relaunch_at = None
 
     def start(self) -> None:
         for slot in self.slots:
@@ -135,22 +151,46 @@ class Supervisor:
         return [s.process.pid for s in self.slots if s.process and s.process.pid is not None]
 
     def check(self) -> int:
-        """Replace every child that has exited; returns how many were replaced."""
+        """Replace every child that has exited (after a quick failure, once its backoff
+        has passed); returns how many were replaced."""
         replaced = 0
         for slot in self.slots:
             proc = slot.process
             if proc is None or proc.is_alive() or self._stop.is_set():
                 continue
-            proc.join()
-            slot.exits.append(proc.exitcode)
-            if proc.exitcode == RECYCLE:
-                self.recycled += 1
-            else:
-                log.warning("worker %s exited with %s; replacing it", proc.pid, proc.exitcode)
+            now = time.monotonic()
+            if slot.relaunch_at is None:
+                self._exited(slot, proc, now)
+            assert slot.relaunch_at is not None
+            if now < slot.relaunch_at:
+                continue
             self.restarts += 1
             replaced += 1
             self._launch(slot)
         return replaced
+
+    def _exited(self, slot: _Slot, proc: BaseProcess, now: float) -> None:
+        proc.join()
+        code = proc.exitcode
+        slot.exits.append(code)
+        lived = now - slot.started
+        if code == RECYCLE:
+            self.recycled += 1
+        quick = code is not None and code > 0 and code not in (RECYCLE, STUCK)
+        quick = quick and lived < QUICK_EXIT
+        slot.quick_failures = slot.quick_failures + 1 if quick else 0
+        wait = 0.0
+        if quick:
+            wait = min(RELAUNCH_CAP, RELAUNCH_BASE * 2 ** (slot.quick_failures - 1))
+        if code != RECYCLE:
+            log.warning(
+                "worker %s exited with %s after %.1fs; replacing it in %.1fs",
+                proc.pid,
+                code,
+                lived,
+                wait,
+            )
+        slot.relaunch_at = now + wait
 
     def stop(self, grace: float | None = None) -> None:
         """SIGTERM every child, wait up to ``grace`` (default: the longest lease), then kill."""
