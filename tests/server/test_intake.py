@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -375,3 +377,27 @@ def test_authentication_can_be_required(db: Database) -> None:
         )
     assert (anonymous.status_code, malformed.status_code, ok.status_code) == (401, 401, 201)
     assert read_ledger(db)[0]["principal"] == "a"
+
+
+def test_the_purge_loop_survives_a_failed_round(db: Database) -> None:
+    """One failed purge round that is not a store outage (sqlite3.DatabaseError, a
+    psycopg InternalError...) ended the background task for good: nothing was purged
+    again until a restart, and the tables grew without bound. It is logged and the next
+    round runs."""
+
+    class FlakyPurge(Intake):
+        rounds = 0
+
+        def purge(self, batch: int = 5000) -> tuple[int, int]:
+            FlakyPurge.rounds += 1
+            if FlakyPurge.rounds == 1:
+                raise sqlite3.DatabaseError("database disk image is malformed")
+            return super().purge(batch)
+
+    intake = FlakyPurge(db)
+    intake.add_operation("POST", "/notes", create_note)
+    with TestClient(create_app(intake, purge_interval=0.05)):
+        deadline = time.monotonic() + 5
+        while FlakyPurge.rounds < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert FlakyPurge.rounds >= 3

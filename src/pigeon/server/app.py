@@ -312,3 +312,7 @@ async def _purge_forever(intake: Intake, interval: float) -> None:
             log.info("purged %d stored responses and %d expired claims", responses, claims)
         except STORE_DOWN as exc:
             log.warning("purge skipped, store unavailable: %s", exc)
+        except Exception:
+            # Any other failure of one round: logged, and the next round runs. Leaving the
+            # loop ended purging until a restart, and the claims table grew without bound.
+            log.exception("purge round failed; the next one runs in %s s", interval)
