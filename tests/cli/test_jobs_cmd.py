@@ -181,3 +181,14 @@ def test_worker_refuses_bad_queue_spec(tmp_path: Path) -> None:
         args=["worker", "--db", str(tmp_path / "w.db"), "--queue", "grading=99"],
     )
     assert result.exit_code != 0 and "outside its budget" in result.output
+
+
+def test_jobs_list_refuses_an_unknown_status(failed_db: tuple[Path, int, str]) -> None:
+    # A typo must not read as "no such jobs": "0 jobs" for --status faild would tell an
+    # operator the failed store is empty.
+    path, _, _ = failed_db
+    result = runner.invoke(
+        app, env={"COLUMNS": "200"}, args=["jobs", "list", "--status", "faild", "--db", str(path)]
+    )
+    assert result.exit_code != 0 and "faild" in result.output
+    assert "1 jobs" in invoke("jobs", "list", "--status", "failed", "--db", str(path))

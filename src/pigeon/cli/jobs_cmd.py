@@ -14,6 +14,7 @@ from rich.table import Table
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
+from pigeon.jobs.job import JobStatus
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.stats import queue_stats
 from pigeon.storage.server import open_server_db
@@ -72,14 +73,14 @@ def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
 @app.command("list")
 def list_cmd(
     db: DbOption,
-    status: Annotated[
-        str | None, typer.Option(help="queued, reserved, succeeded, failed, cancelled")
-    ] = None,
+    # A choice, not free text: a misspelt status would list nothing, read as "none".
+    status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this status.")] = None,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     limit: int = 50,
 ) -> None:
     """The most recent jobs."""
-    rows = list_jobs(_open(db), status=status, queue=queue, limit=limit)
+    wanted = None if status is None else status.value
+    rows = list_jobs(_open(db), status=wanted, queue=queue, limit=limit)
     console.print(_table(rows, f"{len(rows)} jobs", failed=False))
 
 
