@@ -8,12 +8,14 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from pigeon.edge.operation import Operation
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
+from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
@@ -232,3 +234,24 @@ def test_a_closed_transport_sends_nothing_and_marks_nothing_sent(
     assert queue.get(op.id).attempts == 0
     queue.cancel(op.id)  # never sent: the app may still take it back
     assert queue.stats().depth == 0
+
+
+def test_a_batch_reply_that_answers_none_of_its_operations_is_not_resent_in_a_loop(
+    queue: OfflineQueue,
+) -> None:
+    # 200 {"results": []}: a server (or a proxy's cached page) that answered nothing about
+    # any operation. They were released as never attempted and due at once, so the lane
+    # sent them again, and again: a tight loop, no attempt spent, no backoff, no end.
+    requests: list[int] = []
+
+    def empty(request: httpx.Request) -> httpx.Response:
+        requests.append(1)
+        return httpx.Response(200, json={"results": []})
+
+    with InProcessTransport(handler=empty, batch=True) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
+        op = queue.enqueue("update", "thing:a", {"x": 1})
+        engine.flush(timeout=1)
+    assert len(requests) == 1
+    stored = queue.get(op.id)
+    assert stored.attempts == 1 and "none of" in (stored.last_error or "")

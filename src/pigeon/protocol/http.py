@@ -294,6 +294,17 @@ class HttpTransport:
             if result is None:
                 continue  # the server stopped before this one: not attempted
             answered.append((op, _result_reply(result)))
+        if not answered:
+            # A server that stops at a failure still answers that operation: none
+            # answered is a reply that says nothing (results for other ids, a proxy's
+            # cached page). Read as "none attempted", they were due again at once and
+            # resent in a tight loop; an unknown outcome is a backoff with the same keys.
+            error = UnknownOutcome(
+                f"batch reply HTTP {status} answered none of its {len(chunk)} operations",
+                status=status,
+                body=body,
+            )
+            return _all(chunk, Reply(error=error, shared=True))
         return answered
 
     def _split(self, chunk: Sequence[Operation], keep: KeepGoing, body: Any) -> Answered:
