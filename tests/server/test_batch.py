@@ -180,6 +180,22 @@ def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the
         assert intake.store.get(tx, "anonymous", "big") is None
 
 
+def test_an_entity_name_too_long_to_index_is_refused_as_a_bad_entry(
+    db: Database, clock: FakeClock
+) -> None:
+    # The entity names the operation in the effect ledger, whose index on it cannot hold a
+    # few KB on PostgreSQL: that entry failed there on every resend (SQLite took it).
+    _, _, client = make(db, clock)
+    results = batch(
+        client,
+        op("long", "POST", "/notes", {"id": "a"}, entity="note:" + "x" * 508),
+        op("ok", "POST", "/notes", {"id": "b"}, entity="note:b"),
+    )
+    assert [r["status"] for r in results] == [400, 201]
+    assert "entity" in results[0]["body"]["detail"]
+    assert [e["entity"] for e in read_ledger(db)] == ["note:b"]
+
+
 def test_an_operation_is_the_same_request_alone_or_in_a_batch(
     db: Database, clock: FakeClock
 ) -> None:

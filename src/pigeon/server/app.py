@@ -48,6 +48,7 @@ OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "alre
 # recursion limit, which json.loads reaches with a RecursionError (not a ValueError) and
 # canonical_json, encoding the fingerprint deeper in the stack, reaches sooner still.
 MAX_JSON_DEPTH = 200
+MAX_ENTITY_LENGTH = 512  # "<type>:<id>", the id itself at most 255 (conflicts.MAX_ID_LENGTH)
 
 
 def load_json(raw: bytes | str) -> Any:
@@ -159,6 +160,14 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
     if isinstance(clock, OpResult):
         return clock
     if_match, op_id, entity = entry.get("if_match"), entry.get("id"), entry.get("entity")
+    if entity and len(str(entity)) > MAX_ENTITY_LENGTH:
+        # It names the effect in the ledger, whose index on it PostgreSQL cannot fill
+        # with a few KB: refused here, not failed there on every resend.
+        return _bad_request(
+            "bad-batch-entry",
+            f"operations[{index}]: the entity is {len(str(entity))} characters, "
+            f"at most {MAX_ENTITY_LENGTH} allowed",
+        )
     return OperationRequest(
         method=method.upper(),
         path=path,
