@@ -248,3 +248,14 @@ def test_a_delayed_jobs_age_limit_counts_from_when_it_is_due(
     clock.advance(31)  # past the minute: the next claim gives up on it
     assert m.claim("q", "w", 1, lease=5) == []
     assert "older than its max age (61.0s > 60s)" in show_job(db, job_id)["last_error"]
+
+
+def test_a_batch_is_claimed_in_due_order_on_every_backend(db: Database, clock: FakeClock) -> None:
+    # The batch runs in the order claim returns it. PostgreSQL sorts by (scheduled_at,
+    # id); SQLite's UPDATE ... RETURNING gives rows in no promised order (in practice by
+    # id), so a job due earlier but enqueued later ran after a newer one.
+    _, m = make(db, clock)
+    later = m.enqueue(JobSpec("q", "t", delay=50))
+    sooner = m.enqueue(JobSpec("q", "t"))
+    clock.advance(100)
+    assert [j.id for j in m.claim("q", "w", 2, lease=5)] == [sooner, later]

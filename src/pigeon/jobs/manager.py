@@ -184,7 +184,12 @@ class JobManager:
                 if not jobs:
                     return []
             else:
-                jobs = [Job.from_row(row, now) for row in tx.fetchall("job_claim", params)]
+                # SQLite returns an UPDATE's rows in no promised order: the batch runs in
+                # due order, as PostgreSQL's claim returns it.
+                rows = sorted(
+                    tx.fetchall("job_claim", params), key=lambda r: (r["scheduled_at"], r["id"])
+                )
+                jobs = [Job.from_row(row, now) for row in rows]
                 if not jobs:
                     return []
                 tx.executemany(
