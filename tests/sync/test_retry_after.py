@@ -94,3 +94,23 @@ def test_a_429_holds_the_whole_queue_back_not_just_its_operation(
             state.rate_limited = None
             assert engine.drain(timeout=10)
     assert len(state.effects()) == 20
+
+
+def test_a_429_whose_wait_is_already_over_holds_nothing_back(
+    tmp_path: Path, server: LiveServer, state: WireState
+) -> None:
+    # The hold after a 429 ends at the operation's own retry, which can come within a
+    # millisecond (no Retry-After, a short backoff). Looked at after it ended, flush said
+    # False ("held back") and drain gave up; they must just go on sending.
+    quick = RetryPolicy(base=0.001, factor=1.0, cap=0.001, max_attempts=8)
+    queue = OfflineQueue(tmp_path / "quick.db", retry_policy=quick, coalesce=False)
+    state.faults["a"] = [Fault(429)]
+    with HttpTransport(server.url) as transport:
+        engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
+        queue.enqueue("update", "thing:a", {"x": 1}, endpoint="/things/a")
+        assert engine.flush(timeout=5)
+        queue.enqueue("update", "thing:b", {"x": 1}, endpoint="/things/b")
+        state.faults["b"] = [Fault(429)]
+        assert engine.drain(timeout=5)
+    assert len(state.effects()) == 2
+    queue.close()

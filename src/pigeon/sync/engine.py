@@ -215,13 +215,16 @@ class SyncEngine:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.flush(remaining):
-                # A 429's hold is a backoff like the others: waited out, not given up on.
-                hold = self._holds.throttled()
-                if hold <= 0 or self.queue.paused is not None:
+                # Given up on: a pause, an unreachable server (or no request could be
+                # made), the timeout. A 429's hold is a backoff like the others: waited
+                # out (it may have ended already, between flush's look and this one).
+                stuck = self._holds.unreachable_until > self._clock()
+                if self.queue.paused is not None or stuck:
                     return False
-                if remaining is not None and hold >= remaining:
+                hold = self._holds.throttled() + self._batch_window
+                if deadline is not None and time.monotonic() + hold >= deadline:
                     return False
-                self._notices.wait_past(self._notices.count, hold + self._batch_window)
+                self._notices.wait_past(self._notices.count, hold)
                 continue
             # Taken before looking: whatever changes after the look posts a notice after it.
             seen = self._notices.count
@@ -432,9 +435,7 @@ class SyncEngine:
                 return False
             if report.error is not None:  # no request could be made: back off
                 return False
-            if report.throttled_until is not None:
-                return not self._due()
-            if report.taken == 0:
+            if report.taken == 0:  # (after a 429: the hold is looked at above)
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
