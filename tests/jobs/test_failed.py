@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
+from pigeon.exceptions import InvalidOperation, InvalidState, JobTimeout, NotFound
 from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
@@ -104,3 +104,25 @@ def test_a_reviewed_retry_backs_off_from_a_fresh_start(db: Database, clock: Fake
     assert job.attempt == 5  # history keeps counting
     m.finish([Outcome(job, RuntimeError("still down"))])
     assert show_job(db, job_id)["scheduled_at"] - clock() == 10  # attempt 1 of the new budget
+
+
+def test_a_reviewed_retry_of_a_timed_out_job_waits_until_its_process_is_abandoned(
+    db: Database, clock: FakeClock
+) -> None:
+    # A job over its timeout is recorded by the heartbeat while its task may still be
+    # running; a retry waits for its process to be abandoned (Outcome.not_before). When
+    # that was its last attempt it lands in the failed store instead, and a reviewer's
+    # retry must wait just the same, or the job runs beside the stuck original.
+    m = JobManager(db, clock=clock)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
+    (job,) = m.claim("q", "w", 1, lease=60)
+    clock.advance(30)
+    abandoned_by = clock() + 20
+    timed_out = Outcome(job, JobTimeout("ran 30s, over its 29s timeout"), not_before=abandoned_by)
+    assert m.finish([timed_out]) == [True]
+    assert show_job(db, job_id)["status"] == "failed"
+    FailedStore(db, clock=clock).retry(job_id, reviewer="ana", reason="looks transient")
+    assert m.claim("q", "w", 1, lease=60) == []  # the original may still be running
+    clock.advance(21)
+    (again,) = m.claim("q", "w", 1, lease=60)
+    assert again.id == job_id

@@ -108,7 +108,15 @@ _PLANNED = {
         "error": "e",
         "refund": 0,
     },
-    "job_fail": {"id": 5, "attempt": 1, "token": "t", "now": 1.0, "error": "e", "owner": "o"},
+    "job_fail": {
+        "id": 5,
+        "attempt": 1,
+        "token": "t",
+        "now": 1.0,
+        "error": "e",
+        "owner": "o",
+        "not_before": 0.0,
+    },
     "job_attempt_start": {"job_id": 5, "attempt": 2, "worker": "w", "now": 1.0},
     "job_attempt_finish": {
         "job_id": 5,

@@ -337,7 +337,9 @@ class JobManager:
             if reason is not None:
                 reason = f"{reason}; last error: {message}"
         if reason is not None:
-            alert = self._fail(tx, job, reason, now, attempt_error=message)
+            alert = self._fail(
+                tx, job, reason, now, attempt_error=message, not_before=outcome.not_before
+            )
             return alert is not None, alert
         backoff = self.app.queue_config(job.queue).backoff
         # Counted within the job's current budget: a reviewed retry starts the attempts and
@@ -402,15 +404,22 @@ class JobManager:
             ledger.event(tx, job.record_id, job.obligation, ledger.ATTEMPT, detail, now=now)
 
     def _fail(
-        self, tx: Tx, job: Job, reason: str, now: float, *, attempt_error: str | None = None
+        self,
+        tx: Tx,
+        job: Job,
+        reason: str,
+        now: float,
+        *,
+        attempt_error: str | None = None,
+        not_before: float = 0.0,
     ) -> FailedJob | None:
         """Move the job to the failed store if this worker still holds it (job, attempt,
         lease token); only then is the attempt recorded as failed, so a late finisher never
-        rewrites the history of a job someone else rescued."""
+        rewrites the history of a job someone else rescued. ``not_before``: no reviewed
+        retry runs it earlier (a timed-out attempt's process may still be running)."""
         owner = job.owner or self.app.owner_for(job.queue, job.task)
-        if not rowcount(
-            tx.execute("job_fail", {**job.key(), "now": now, "error": reason, "owner": owner})
-        ):
+        params = {**job.key(), "now": now, "error": reason, "owner": owner}
+        if not rowcount(tx.execute("job_fail", {**params, "not_before": not_before})):
             return None
         self._attempt_done(tx, job, "failed", attempt_error or reason, now)
         if job.record_id and job.obligation:

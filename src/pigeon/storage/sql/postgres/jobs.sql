@@ -219,9 +219,11 @@ WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
   AND status = 'reserved'
 
 -- name: job_fail
+-- scheduled_at keeps not_before (a timed-out attempt's process may still run until then):
+-- a reviewed retry does not queue the job before it.
 UPDATE pigeon_jobs
 SET status = 'failed', finished_at = %(now)s, reserved_until = NULL, last_error = %(error)s,
-    owner = %(owner)s
+    owner = %(owner)s, scheduled_at = GREATEST(scheduled_at, %(not_before)s)
 WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
   AND status = 'reserved'
 
@@ -248,8 +250,9 @@ LIMIT %(limit)s
 
 -- name: job_review_retry
 UPDATE pigeon_jobs
-SET status = 'queued', attempt_base = attempts, budget_start = %(now)s, scheduled_at = %(now)s,
-    reserved_until = NULL, lease_token = NULL, finished_at = NULL
+SET status = 'queued', attempt_base = attempts, budget_start = GREATEST(%(now)s, scheduled_at),
+    scheduled_at = GREATEST(%(now)s, scheduled_at), reserved_until = NULL, lease_token = NULL,
+    finished_at = NULL
 WHERE id = %(id)s AND status = 'failed'
 
 -- name: job_review_cancel

@@ -113,9 +113,11 @@ SET status = 'queued', scheduled_at = :scheduled_at, reserved_until = NULL,
 WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
 
 -- name: job_fail
+-- scheduled_at keeps not_before (a timed-out attempt's process may still run until then):
+-- a reviewed retry does not queue the job before it.
 UPDATE pigeon_jobs
 SET status = 'failed', finished_at = :now, reserved_until = NULL, last_error = :error,
-    owner = :owner
+    owner = :owner, scheduled_at = max(scheduled_at, :not_before)
 WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
 
 -- name: job_get
@@ -135,8 +137,9 @@ LIMIT :limit
 
 -- name: job_review_retry
 UPDATE pigeon_jobs
-SET status = 'queued', attempt_base = attempts, budget_start = :now, scheduled_at = :now,
-    reserved_until = NULL, lease_token = NULL, finished_at = NULL
+SET status = 'queued', attempt_base = attempts, budget_start = max(:now, scheduled_at),
+    scheduled_at = max(:now, scheduled_at), reserved_until = NULL, lease_token = NULL,
+    finished_at = NULL
 WHERE id = :id AND status = 'failed'
 
 -- name: job_review_cancel
