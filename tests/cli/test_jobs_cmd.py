@@ -192,3 +192,17 @@ def test_jobs_list_refuses_an_unknown_status(failed_db: tuple[Path, int, str]) -
     )
     assert result.exit_code != 0 and "faild" in result.output
     assert "1 jobs" in invoke("jobs", "list", "--status", "failed", "--db", str(path))
+
+
+def test_jobs_list_counts_attempts_within_the_current_budget(
+    failed_db: tuple[Path, int, str],
+) -> None:
+    # After a reviewed retry the job has a fresh budget: its first new attempt is 1 of 1
+    # (2 in all), not "2/1", which reads as over its limit.
+    path, job_id, _ = failed_db
+    invoke("jobs", "retry", str(job_id), "--reason", "fixed", "--db", str(path))
+    db = open_server_db(path)
+    (job,) = JobManager(db).claim("grading", "w", 1, lease=10)
+    JobManager(db).finish([Outcome(job, RuntimeError("still broken"))])
+    out = invoke("jobs", "failed", "--db", str(path))
+    assert "1/1 (2)" in out and "2/1" not in out

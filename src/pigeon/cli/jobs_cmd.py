@@ -45,6 +45,14 @@ def _age(ts: float | None) -> str:
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
 
 
+def _attempts(row: dict[str, Any]) -> str:
+    """Attempts used of the current budget: a reviewed retry starts a fresh one, so after
+    it the total (in brackets) can exceed max_attempts without the job being over it."""
+    used = row["attempts"] - row["attempt_base"]
+    total = f" ({row['attempts']})" if row["attempt_base"] else ""
+    return f"{used}/{row['max_attempts']}{total}"
+
+
 def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
     table = Table(title=title)
     for column in ("id", "queue", "task", "status", "attempts", "age"):
@@ -58,7 +66,7 @@ def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
             row["queue"],
             row["task"],
             row["status"],
-            f"{row['attempts']}/{row['max_attempts']}",
+            _attempts(row),
             _age(row["created_at"]),
         ]
         if failed:
