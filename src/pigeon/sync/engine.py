@@ -426,8 +426,12 @@ class SyncEngine:
         while True:
             if self.queue.paused is not None:
                 return False
-            if self._holds.throttled():
-                return not self._due()  # held off by a 429: True if nothing was held back
+            now = self._clock()
+            if now < self._holds.throttled_until:
+                # Held off by a 429: True if nothing due was held back. One "now" for
+                # both looks, or a hold ending in between reads as holding something back.
+                due = self.queue.next_due_at()
+                return due is None or due > now
             if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
                 return False
             report = self._cycle(deadline)
@@ -439,10 +443,6 @@ class SyncEngine:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
-
-    def _due(self) -> bool:
-        due = self.queue.next_due_at()
-        return due is not None and due <= self._clock()
 
     def _cycle(self, deadline: float | None) -> CycleReport | None:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
