@@ -6,6 +6,7 @@ leases are shown renewed by a second worker that would rescue any job whose leas
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -159,3 +160,32 @@ def test_a_job_whose_lease_lapsed_while_it_waited_in_the_batch_is_not_started(
     t1.join(10)
     t2.join(10)
     assert runs.count(2) == 1, runs  # the third job ran once: by the thief
+
+
+def test_a_graceful_stop_that_runs_out_of_grace_says_which_jobs_it_left(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The process exits with the job still running; it is recovered after its lease
+    # expires. That must not happen in silence: the operator learns which jobs, and why.
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=5.0))
+    started = threading.Event()
+
+    @app.task(queue="q")
+    def slow() -> None:
+        started.set()
+        time.sleep(1.5)
+
+    job_id = JobManager(db, app).enqueue(JobSpec("q", "slow"))
+    worker = Worker(app, db, {"q": 1})
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(worker.run(grace=0.2)), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="pigeon.jobs.worker"):
+        thread.start()
+        assert started.wait(10)
+        worker.stop()
+        thread.join(10)
+    assert code == [0]
+    left = [r.getMessage() for r in caplog.records if "grace" in r.getMessage()]
+    assert len(left) == 1 and f"[{job_id}]" in left[0], caplog.text
+    assert worker.join(5)  # the job ends on its own; nothing outlives the database

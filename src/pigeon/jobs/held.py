@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pigeon.jobs.worker")
 
+# A graceful stop whose grace ran out: the process exits with these jobs mid-run.
+LEFT_RUNNING = (
+    "worker %s: jobs %s still running after the %gs grace; they are claimed again once "
+    "their leases expire"
+)
+
 
 @dataclass
 class Held:

@@ -47,7 +47,7 @@ from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
 from pigeon.jobs.context import JobContext
-from pigeon.jobs.held import Held, WorkerStats, confirm_lease, rss_mib
+from pigeon.jobs.held import LEFT_RUNNING, Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.jobs.retention import purge_finished, purge_ticks
@@ -179,7 +179,10 @@ class Worker:
         self._stop.wait()
         if grace is None:
             grace = max(c.timeouts.job for c in map(self.app.queue_config, self.queues))
-        self.join(grace)
+        if not self.join(grace):  # the process exits anyway: say what it leaves behind
+            with self._lock:
+                running = sorted(h.job.id for h in self._held.values() if h.started)
+            log.warning(LEFT_RUNNING, self.name, running, grace)
         return self.exit_code
 
     # -- the claim loop ----------------------------------------------------------------
