@@ -3,8 +3,8 @@
 Exponential backoff with *full jitter* (AWS architecture blog, "Exponential Backoff And
 Jitter"): after the n-th failure the ceiling is ``min(cap, base * factor ** (n - 1))`` and
 the actual wait is drawn uniformly from ``[0, ceiling]``, so a crowd of clients that lost the
-network together does not come back together. A server's ``Retry-After`` is a lower bound
-on that wait (`RetryPolicy.honour`), never a way around it.
+network together does not come back together. A server's ``Retry-After`` overrides that
+wait (`RetryPolicy.honour`), except ``Retry-After: 0``, which names no wait at all.
 """
 
 from __future__ import annotations
@@ -90,16 +90,19 @@ class RetryPolicy:
         self, attempts: int, retry_after: float, *, rng: random.Random | None = None
     ) -> float:
         """Seconds to wait after the ``attempts``-th failure when the server named
-        ``retry_after``: at least that, and at least a draw of this policy's own backoff.
+        ``retry_after``: exactly that when it is a positive wait (the server knows best;
+        it overrides the backoff, as DESIGN.md's retry rule says), otherwise this
+        policy's own jittered draw.
 
-        Retry-After says when the server may be ready at the earliest, not that our
-        backoff is off. Taken as the whole wait, a server (or a rate limiter that rounds
-        "0.4 s" down) answering ``Retry-After: 0`` to every try had an operation's
-        attempts spent back to back and dead-lettered within milliseconds; a crowd of
-        clients told 0 came back all at once. The larger of the two keeps the server's
-        wish and the jittered schedule (Stripe's clients do the same); 0 is no header."""
-        wait = max(float(retry_after), 0.0) if math.isfinite(retry_after) else 0.0
-        return max(wait, self.delay(attempts, rng=rng))
+        ``Retry-After: 0`` (or a date already past) names no wait. Taken literally, a
+        server or a rate limiter that rounds "0.4 s" down, answering 0 to every try, had
+        an operation's attempts spent back to back and dead-lettered within
+        milliseconds, and a 409 "key in progress" (no attempt spent) resent in a tight
+        loop; a crowd of clients told 0 came back all at once. So 0 is read as no
+        header: the usual full-jitter schedule."""
+        if math.isfinite(retry_after) and retry_after > 0:
+            return float(retry_after)
+        return self.delay(attempts, rng=rng)
 
     def exhausted(self, attempts: int, age: float) -> bool:
         """True once ``attempts`` failures or an ``age`` (seconds) mean: dead-letter it."""

@@ -207,8 +207,8 @@ class Executor:
         run.clear()
 
     def _honour(self, attempts: int, retry_after: float | None) -> float | None:
-        """A server's Retry-After as a lower bound on the policy's backoff, not the whole
-        wait (see `RetryPolicy.honour`). None: the queue's policy decides alone."""
+        """A server's Retry-After as the wait, except 0, which leaves it to the policy's
+        backoff (see `RetryPolicy.honour`). None: the queue's policy decides alone."""
         if retry_after is None or self._policy is None:
             return retry_after
         return self._policy.honour(attempts, retry_after)
@@ -264,9 +264,9 @@ class Executor:
                 report.unreachable = True
             return
         if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
-            # No attempt is spent here, so "Retry-After: 0" honoured exactly would resend
-            # at once, again and again, while the server works: the first backoff's draw
-            # at least.
+            # No attempt is spent here, so "Retry-After: 0" taken literally would resend
+            # at once, again and again, while the server works: 0 is the first backoff's
+            # draw instead.
             wait = self._honour(1, outcome.retry_after)
             self.queue.release(op.id, retry_after=wait)  # type: ignore[call-arg]
             report.failed += 1
