@@ -45,7 +45,9 @@ statuses = st.integers(min_value=100, max_value=599)
         (404, OutcomeKind.PERMANENT),
         (410, OutcomeKind.PERMANENT),
         (422, OutcomeKind.PERMANENT),
-        (302, OutcomeKind.PERMANENT),
+        (301, OutcomeKind.REFUSED),
+        (302, OutcomeKind.REFUSED),
+        (308, OutcomeKind.REFUSED),
     ],
 )
 def test_status_table(status: int, kind: OutcomeKind) -> None:

@@ -326,3 +326,22 @@ def test_if_match_is_filled_in_for_updates_and_deletes_only(queue: OfflineQueue)
         ("/notes/1", '"v2"'),
         ("/notes/1", '"v2"'),
     ]
+
+
+def test_a_redirect_pauses_the_queue_instead_of_dead_lettering_every_operation(
+    make_engine: MakeEngine, queue: OfflineQueue, state: WireState
+) -> None:
+    # An http base URL behind an https redirect answers every operation 308: that is the
+    # configuration's fault, not the operations'. Nothing is dead-lettered, no attempt is
+    # spent, the reason names the redirect; after a fix and resume(), all are delivered.
+    paused: list[str] = []
+    engine = make_engine(on_paused=paused.append)
+    state.faults["a"].append(Fault(308))
+    ops = [engine.enqueue("update", f"thing:{e}", {"e": e}) for e in "ab"]
+    assert engine.flush(timeout=5) is False
+    assert engine.paused and "308" in engine.paused and paused == [engine.paused]
+    assert queue.dead_letters() == []
+    assert all(queue.get(op.id).attempts == 0 for op in ops)
+    engine.resume()
+    assert engine.flush(timeout=5)
+    assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)

@@ -38,8 +38,9 @@ class OutcomeKind(enum.StrEnum):
     KEY_IN_PROGRESS = "key_in_progress"  # 409: the server is still running this key
     CONFLICT = "conflict"  # stale base version: hold for the conflict resolver
     AUTH = "auth"  # 401/403: pause the whole queue, spend nothing
-    # A batch request refused as a whole (transport.BatchRefused): none applied, and the
-    # same request will be refused again; pause the whole queue, spend nothing.
+    # A batch request refused as a whole (transport.BatchRefused): none applied, or a
+    # redirect (3xx) of any request; the same request will be refused again: pause the
+    # whole queue, spend nothing.
     REFUSED = "refused"
     PERMANENT = "permanent"  # will never succeed: dead-letter
 
@@ -203,8 +204,21 @@ def classify(
         return Outcome(
             OutcomeKind.CONFLICT, "HTTP 412: base version is stale", status=status, body=body
         )
-    # 4xx not handled above, and anything outside 2xx/4xx/5xx (a 3xx to a write means a
-    # misrouted endpoint): sending the same request again cannot change the answer.
+    if 300 <= status < 400:
+        # A redirect answers the endpoint, not the operation: a base URL on http behind
+        # an https redirect, a moved API. Every operation would get it, so dead-lettering
+        # each (as a 4xx) fills the dead letters with work that was never refused; like
+        # a batch refused as a whole, it pauses the queue until the configuration is
+        # fixed. (httpx does not follow redirects: a 301/302/303 would resend a write as
+        # a GET.)
+        location = header(headers, "location")
+        reason = f"HTTP {status}: the server redirects this request" + (
+            f" to {location}" if location else ""
+        )
+        reason += "; check the transport's base URL and endpoints, then resume"
+        return Outcome(OutcomeKind.REFUSED, reason, status=status, body=body)
+    # 4xx not handled above, and anything outside 2xx-5xx: sending the same request
+    # again cannot change the answer.
     detail = _problem_detail(body)
     reason = f"HTTP {status}" + (f": {detail}" if detail else "")
     return Outcome(OutcomeKind.PERMANENT, reason, status=status, body=body)

@@ -241,9 +241,10 @@ class Executor:
             self._emit("on_delivered", op, outcome)
             return
         if kind is OutcomeKind.AUTH or kind is OutcomeKind.REFUSED:
-            if kind is OutcomeKind.AUTH:
-                # The request reached the server (which may store a 403 under the key):
-                # keep it marked sent, so no later edit folds into it.
+            if kind is OutcomeKind.AUTH or (outcome.status is not None and outcome.status < 400):
+                # The request reached the server (which may store a 403 under the key, or
+                # have applied it before its redirect, as a 303 after a POST says): keep
+                # it marked sent, so no later edit folds into it.
                 self._release_sent(op.id)
             else:
                 # Refused before any operation was looked at (no batch route, a batch it
