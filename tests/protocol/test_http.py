@@ -376,3 +376,21 @@ def test_a_proxy_that_refuses_the_tunnel_is_not_sent_and_costs_no_attempt() -> N
     assert isinstance(reply.error, httpx.ProxyError)
     outcome = classify(None, error=reply.error, now=time.time())
     assert outcome.sent is False
+
+
+def test_headers_given_in_another_case_are_replaced_not_sent_twice(
+    server: LiveServer, state: WireState
+) -> None:
+    # HTTP names are case-insensitive: an app's own "authorization" beside the token, or
+    # an "idempotency-key" of its own, went out as a second line (and a server following
+    # the Idempotency-Key draft refuses two key lines with 400).
+    state.tokens = {"alice:1"}
+    one = op("a")
+    given = {"authorization": "Bearer stale", "idempotency-key": "not-this", "X-App": "t"}
+    with HttpTransport(server.url, token="alice:1", headers=given) as t:
+        assert t.send([one]).replies[0][1].status == 201
+    [raw] = state.seen_raw_headers
+    lines = [(name.lower(), value) for name, value in raw]
+    assert [v for n, v in lines if n == "authorization"] == ["Bearer alice:1"]
+    assert [v for n, v in lines if n == "idempotency-key"] == [one.idempotency_key]
+    assert [v for n, v in lines if n == "x-app"] == ["t"]

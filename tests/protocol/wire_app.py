@@ -46,6 +46,8 @@ class WireState:
     seen_keys: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     seen_if_match: list[str | None] = field(default_factory=list)
     seen_headers: list[dict[str, str]] = field(default_factory=list)
+    # The header lines as they came, repeats included (a dict keeps one of each name).
+    seen_raw_headers: list[list[tuple[str, str]]] = field(default_factory=list)
     faults: dict[str, list[Fault]] = field(default_factory=lambda: defaultdict(list))
     tokens: set[str] | None = None  # None: no authentication
     delay: float = 0.0  # every request sleeps this long before answering
@@ -149,6 +151,9 @@ def create_wire_app(state: WireState) -> Starlette:
         with state.lock:
             state.single_requests += 1
             state.seen_headers.append(dict(request.headers))
+            state.seen_raw_headers.append(
+                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+            )
         raw = await request.body()
         body = await request.json() if raw else None
         if state.delay:  # after reading: a slow server still has the whole request

@@ -8,6 +8,7 @@ batch. In both modes the operation's idempotency key goes out unchanged on every
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -108,6 +109,7 @@ class HttpTransport:
         self.client = client or httpx.Client(base_url=base_url, timeout=timeout)
         self.concurrency = concurrency
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @property
     def batched(self) -> bool:
@@ -161,15 +163,17 @@ class HttpTransport:
                 if stop(item, answered):
                     break
             return exchange
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pigeon-http")
+        with self._pool_lock:  # lanes of a pipelined engine send at once: one pool
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pigeon-http")
+            pool = self._pool
         started: list[Future[Answered]] = []
         on_the_wire: dict[Future[Answered], Item] = {}
         stopped = False
         while True:
             while not stopped and len(started) < len(items) and len(on_the_wire) < self.concurrency:
                 item = items[len(started)]
-                future = self._pool.submit(call, item)
+                future = pool.submit(call, item)
                 started.append(future)
                 on_the_wire[future] = item
             if not on_the_wire:
@@ -208,8 +212,11 @@ class HttpTransport:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _common_headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
+    def _common_headers(self) -> httpx.Headers:
+        # httpx.Headers, not a dict: names are case-insensitive, so the token's
+        # Authorization and each operation's Idempotency-Key replace an app's own
+        # "authorization" or "idempotency-key" instead of going out as a second line.
+        headers = httpx.Headers()
         if self._headers is not None:
             headers.update(self._headers() if callable(self._headers) else self._headers)
         if self._token is not None:
