@@ -11,7 +11,7 @@ import pytest
 from pigeon.edge.operation import OpStatus, OpType
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
-from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
+from pigeon.exceptions import InvalidOperation, InvalidState, NotFound, StoreUnavailable
 from tests.edge.conftest import FakeClock
 
 
@@ -346,3 +346,22 @@ def test_oldest_age_reads_the_heads_index_not_the_table(queue: OfflineQueue) -> 
     plan = tx.conn.execute("EXPLAIN QUERY PLAN " + tx.queries["oldest_head"]).fetchall()
     details = " ".join(row["detail"] for row in plan)
     assert "USING INDEX operations_heads" in details and "SCAN operations" not in details, details
+
+
+def test_a_closed_queue_refuses_to_be_used_and_keeps_nothing_open(tmp_path: Path) -> None:
+    # close() let go of the file and of its owner lock (another process may now take
+    # over its in-flight operations); using the queue after that quietly opened a new
+    # connection and went on, as if it still held them.
+    path = tmp_path / "q.db"
+    queue = OfflineQueue(path)
+    queue.enqueue("create", "note:1", {"t": "x"})
+    queue.close()
+    for use in (
+        lambda: queue.enqueue("create", "note:2", {"t": "y"}),
+        lambda: queue.next_batch(10),
+        lambda: queue.stats(),
+    ):
+        with pytest.raises(StoreUnavailable, match="closed"):
+            use()
+    with OfflineQueue(path) as again:  # the file itself is fine
+        assert [op.entity for op in again.pending] == ["note:1"]

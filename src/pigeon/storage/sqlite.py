@@ -251,6 +251,7 @@ class SQLiteDatabase:
         # Other processes still meet the busy timeout. Reentrant, so a nested BEGIN gets
         # SQLite's own error rather than a deadlock.
         self._writer = threading.RLock()
+        self._closed = False
         if not create and not os.path.exists(self.path):
             raise StoreUnavailable(f"{self.path}: no such file")
         conn = self.connection()
@@ -278,6 +279,11 @@ class SQLiteDatabase:
     def connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            # Only here, off the hot path: close() drops every thread's connection.
+            # Opening a new one would quietly reuse a store its owner let go of (its
+            # locks and owner token released, so another process may take over).
+            if self._closed:
+                raise StoreUnavailable(f"{self.path}: this store was closed")
             try:
                 conn = connect(self.path, self.durability)
             except sqlite3.DatabaseError as exc:
@@ -342,6 +348,7 @@ class SQLiteDatabase:
         return SQLiteTx(self.connection(), self.queries)
 
     def close(self) -> None:
+        self._closed = True
         with self._all_lock:
             for conn in self._all:  # the keys
                 with contextlib.suppress(sqlite3.Error):
