@@ -83,6 +83,14 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
 
 
 @pytest.fixture
+def pg(pg_url: str) -> Iterator[Database]:
+    """The server database on PostgreSQL alone, for what only that backend can do."""
+    database = open_server_db(pg_url)
+    yield database
+    database.close()
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 

@@ -139,16 +139,14 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
 
 
 def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the_batch(
-    db: Database, clock: FakeClock
+    pg: Database, clock: FakeClock
 ) -> None:
     # psycopg raises OperationalError for a whole family of SQLSTATEs, some of which are
     # the statement's own fault: 54000 "program limit exceeded" (here a value too large
     # for a btree index) fails the same way every time it runs. Read as "store down" it
     # answered 503 for the whole batch and for every resend: the batch, good operations
     # included, could never get through.
-    if db.backend != "postgres":
-        pytest.skip("a PostgreSQL SQLSTATE class")
-    intake, _, client = make(db, clock)
+    intake, _, client = make(pg, clock)
     huge = os.urandom(4000).hex()  # random: no compression brings it under the limit
 
     def oversized(ctx: Any) -> Any:
@@ -173,10 +171,10 @@ def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the
     )
     assert [r["status"] for r in results] == [201, 500]
     assert "index row size" in results[1]["body"]["detail"]
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["ok"]
+    assert [e["idempotency_key"] for e in read_ledger(pg)] == ["ok"]
     alone = intake.execute("anonymous", OperationRequest("POST", "/oversized", {}, "big", "big"))
     assert alone.status == 500 and alone.body["type"].endswith("handler-failed")
-    with db.transaction() as tx:
+    with pg.transaction() as tx:
         assert intake.store.get(tx, "anonymous", "big") is None
 
 

@@ -9,13 +9,11 @@ for what the server settles in milliseconds, and said the store was down when it
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import psycopg
-import pytest
 
 from pigeon.exceptions import StoreUnavailable
 from pigeon.server.app import create_app
@@ -23,16 +21,8 @@ from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.notes import create_note, read_ledger
 from pigeon.server.results import contended, store_down
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 
 from .conftest import live_server
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    database = open_server_db(pg_url)
-    yield database
-    database.close()
 
 
 class Crossing:
