@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,8 @@ import pytest
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import LiveServer, WireState, live_server
@@ -54,3 +57,20 @@ def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]
     for engine, transport in made:
         engine.stop()
         transport.close()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    """A reference notes server's database (SQLite), for tests against the real app."""
+    database = open_server_db(tmp_path / "server.db")
+    yield database
+    database.close()

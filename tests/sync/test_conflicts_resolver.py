@@ -23,7 +23,6 @@ from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.server.conflicts import read_outcomes
 from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
@@ -58,13 +57,6 @@ class Device:
 
     def sync(self) -> None:
         assert self.engine.drain(timeout=10)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_server_db(tmp_path / "server.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -20,16 +20,7 @@ from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import LiveServer, WireState
-from tests.sync.conftest import MakeEngine
-
-
-def wait_until(predicate: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
+from tests.sync.conftest import MakeEngine, wait_until
 
 
 @pytest.mark.parametrize("pipeline", [1, 2])

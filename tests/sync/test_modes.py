@@ -12,16 +12,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.sync.classify import Outcome
 from pigeon.sync.connectivity import ManualMonitor
 from tests.protocol.wire_app import Fault, LiveServer, WireState
-from tests.sync.conftest import MakeEngine
-
-
-def wait_until(predicate: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
+from tests.sync.conftest import MakeEngine, wait_until
 
 
 def test_thread_mode_syncs_on_enqueue_and_on_backoff_timer(

@@ -14,18 +14,10 @@ from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import LiveServer
 from tests.sync.conftest import FAST
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_server_db(tmp_path / "server.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ merge function raises on the data it meets."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
@@ -30,13 +28,6 @@ class MergeBroke(Exception):
 
 def broken_merge(base: Any, local: Any, remote: Any) -> Any:
     raise MergeBroke(f"cannot merge {local!r} into {remote!r}")
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_server_db(tmp_path / "server.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture
