@@ -11,7 +11,11 @@ Two ceilings, measured in the same run: the same `pigeon serve` driven by a clie
 does nothing but send requests built before the clock starts (new keys each, no queue,
 no engine) — one operation per request, one at a time, and batches of 100, two on the
 wire. The server's own work per operation is all that is left, so the engine in the
-matching mode cannot beat these rows.
+matching mode cannot beat these rows. And the raw limit under them: the same prebuilt
+requests to an app that runs only the intake's own SQL per operation (claim, note, ledger
+row, stored response, a savepoint each, one commit per request) straight on sqlite3
+(bench/_raw_intake_app.py): the price of the storage the protocol asks for, with none of
+pigeon's code around it.
 
 The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
 process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL
@@ -20,9 +24,11 @@ SQLite insert per request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +39,7 @@ from bench._servers import process, timed_clients, uvicorn_app
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
-from pigeon.server.openapi import OPENAPI_PATH
+from pigeon.protocol.wire import HEALTH_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 
@@ -51,9 +57,10 @@ def _floor(path: str, n: int) -> float:
         return rate(n, time.perf_counter() - started)
 
 
-def _server_alone(tmp: Path, n: int, batch: int, streams: int) -> float:
+def _server_alone(tmp: Path, n: int, batch: int, streams: int, *, raw: bool = False) -> float:
     """Operations per second of `pigeon serve` fed prebuilt requests (``batch`` = 1: single
-    POST /notes) over ``streams`` keep-alive connections, each one request at a time."""
+    POST /notes) over ``streams`` keep-alive connections, each one request at a time.
+    ``raw``: the same requests to the intake's SQL alone (bench/_raw_intake_app.py)."""
     per = max(n // streams // batch, 1)
 
     def op(key: str) -> dict[str, Any]:
@@ -84,13 +91,23 @@ def _server_alone(tmp: Path, n: int, batch: int, streams: int) -> float:
             ok += batch if answer.status_code in (200, 201) else 0
         return ok
 
-    with ServerProcess(tmp / f"alone-{batch}-{streams}.db") as server:
+    with _alone_server(tmp / f"alone-{batch}-{streams}.db", raw=raw) as url:
         answered, elapsed = timed_clients(
-            server.url, streams, send, warm=lambda s, client: client.get(OPENAPI_PATH)
+            url, streams, send, warm=lambda s, client: client.get(HEALTH_PATH)
         )
     if answered != per * batch * streams:
         raise RuntimeError(f"server alone: {answered}/{per * batch * streams} answered")
     return rate(answered, elapsed)
+
+
+@contextlib.contextmanager
+def _alone_server(db: Path, *, raw: bool) -> Iterator[str]:
+    if raw:
+        with process(uvicorn_app("bench._raw_intake_app:app"), probe_path=HEALTH_PATH) as url:
+            yield url
+    else:
+        with ServerProcess(db) as server:
+            yield server.url
 
 
 def _pigeon(
@@ -140,6 +157,11 @@ def run(*, quick: bool = False) -> list[Row]:
             ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1)),
             ("batches of 100, 2 on the wire", _server_alone(Path(tmp), n_batch, 100, 2)),
         ]
+        raw_limits = [
+            ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1, raw=True)),
+            ("batches of 100, 2 on the wire",
+             _server_alone(Path(tmp), n_batch, 100, 2, raw=True)),
+        ]  # fmt: skip
     floors.append(_floor("/plain", n_floor))
     floor = max(floors)
     floor_name = "floor: plain httpx -> Starlette"
@@ -156,6 +178,11 @@ def run(*, quick: bool = False) -> list[Row]:
     for label, measured in ceilings:
         rows.append(
             row(f"ceiling: server alone, prebuilt, {label}", measured, floor, unit="ops/s",
+                baseline_name=floor_name, target="-", ok=True)
+        )  # fmt: skip
+    for label, measured in raw_limits:
+        rows.append(
+            row(f"raw limit: the intake's SQL alone, {label}", measured, floor, unit="ops/s",
                 baseline_name=floor_name, target="-", ok=True)
         )  # fmt: skip
     return rows

@@ -1,0 +1,118 @@
+"""The raw limit of the intake: pigeon's own SQL per operation, and nothing else.
+
+A Starlette app that runs, for each create it receives, exactly the statements the intake
+and the notes handler run (the named queries claim_insert, note_create, ledger_append,
+claim_complete, with a savepoint around the handler's part, on a database made by pigeon's
+migrations, synchronous=FULL, one commit per request) straight on sqlite3 in the event
+loop: no Intake, no routing table, no group commit, no replay, no problem documents. What
+is left is the price of the storage the protocol asks for (one key claim, the effect, its
+ledger row and the stored response, in one transaction) plus the least Python that can
+feed it, so the pigeon server cannot beat these rows; how far below them it stays is the
+cost of pigeon's own code.
+
+Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
+with the same prebuilt requests as the "server alone" ceilings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.storage.server import open_server_db, server_queries
+
+_path = os.path.join(tempfile.mkdtemp(prefix="pigeon-raw-"), "raw.db")
+open_server_db(_path).close()  # pigeon's schema, indexes included
+_conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
+_conn.execute("PRAGMA journal_mode = WAL")
+_conn.execute("PRAGMA synchronous = FULL")
+_SQL = server_queries("sqlite")
+_POLICY = IdempotencyPolicy()
+_HEADERS = json.dumps([])
+
+
+def _apply(key: str, body: dict[str, Any], now: float) -> dict[str, Any]:
+    """One create, as the intake runs it inside the request's transaction."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    claim = {
+        "principal": "anonymous",
+        "idem_key": key,
+        "fingerprint": hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest(),
+        "method": "POST",
+        "path": "/notes",
+        "operation_id": key,
+        "lock_token": key,
+        "locked_until": now + _POLICY.lock_timeout,
+        "claim_expires_at": now + _POLICY.claim_retention,
+        "now": now,
+    }
+    if _conn.execute(_SQL["claim_insert"], claim).fetchone() is None:
+        raise RuntimeError(f"key {key!r} seen twice: the benchmark sends fresh keys")
+    _conn.execute("SAVEPOINT op")
+    data = {k: v for k, v in body.items() if k != "id"}
+    note = _conn.execute(
+        _SQL["note_create"],
+        {"principal": "anonymous", "id": body["id"], "data": json.dumps(data), "clock": "0",
+         "now": now},
+    ).fetchone()  # fmt: skip
+    _conn.execute(
+        _SQL["ledger_append"],
+        {"idempotency_key": key, "principal": "anonymous", "operation_id": key,
+         "entity": f"note:{body['id']}", "method": "POST", "status": 201, "version": note[2],
+         "clock": "0", "now": now},
+    )  # fmt: skip
+    answer = {"id": body["id"], "version": note[2], **data}
+    done = _conn.execute(
+        _SQL["claim_complete"],
+        {"principal": "anonymous", "idem_key": key, "lock_token": key, "status": 201,
+         "response_headers": _HEADERS, "response_body": json.dumps(answer),
+         "body_format": "json", "now": now,
+         "response_expires_at": now + _POLICY.response_retention},
+    ).fetchone()  # fmt: skip
+    assert done is not None
+    _conn.execute("RELEASE op")
+    return answer
+
+
+async def single(request: Request) -> JSONResponse:
+    body = json.loads(await request.body())
+    _conn.execute("BEGIN IMMEDIATE")
+    answer = _apply(request.headers["idempotency-key"], body, time.time())
+    _conn.execute("COMMIT")
+    return JSONResponse(answer, status_code=201)
+
+
+async def batch(request: Request) -> JSONResponse:
+    entries = json.loads(await request.body())["operations"]
+    now = time.time()
+    _conn.execute("BEGIN IMMEDIATE")
+    results = [
+        {"id": e.get("id"), "status": 201, "body": _apply(e["idempotency_key"], e["body"], now)}
+        for e in entries
+    ]
+    _conn.execute("COMMIT")
+    return JSONResponse({"results": results})
+
+
+async def health(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+app = Starlette(
+    routes=[
+        Route("/notes", single, methods=["POST"]),
+        Route("/pigeon/v1/batch", batch, methods=["POST"]),
+        Route("/pigeon/v1/health", health, methods=["GET"]),
+    ]
+)
