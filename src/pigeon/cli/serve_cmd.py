@@ -26,6 +26,7 @@ from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import ClaimMode
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
@@ -57,6 +58,8 @@ def app_from_env() -> Starlette:
         # The reference server shows every conflict strategy the server settles itself.
         lww_collections=REFERENCE_LWW,
         crdt_collections=REFERENCE_CRDT,
+        max_body=int(env.get(_ENV + "MAX_BODY", str(DEFAULT_MAX_BODY))),
+        max_batch_body=int(env.get(_ENV + "MAX_BATCH_BODY", str(DEFAULT_MAX_BATCH_BODY))),
     )
 
 
@@ -137,6 +140,12 @@ def serve(
     response_retention: Annotated[float, typer.Option(help="Seconds responses are kept.")] = DAY,
     claim_retention: Annotated[float, typer.Option(help="Seconds keys are kept.")] = 30 * DAY,
     require_auth: Annotated[bool, typer.Option(help="Refuse requests without a token.")] = False,
+    max_body: Annotated[
+        int, typer.Option(min=1, help="Bytes of body one operation may have; more is 413.")
+    ] = DEFAULT_MAX_BODY,
+    max_batch_body: Annotated[
+        int, typer.Option(min=1, help="Bytes of body a batch request may have; more is 413.")
+    ] = DEFAULT_MAX_BATCH_BODY,
     log_level: Annotated[
         LogLevel, typer.Option(case_sensitive=False, help="uvicorn log level.")
     ] = "warning",
@@ -156,6 +165,8 @@ def serve(
         "RESPONSE_RETENTION": str(response_retention),
         "CLAIM_RETENTION": str(claim_retention),
         "REQUIRE_AUTH": "1" if require_auth else "0",
+        "MAX_BODY": str(max_body),
+        "MAX_BATCH_BODY": str(max_batch_body),
         "SUPERVISED": "1" if workers > 1 else "0",
         "SUPERVISOR": str(os.getpid()),
     }

@@ -38,6 +38,7 @@ from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.grouping import GroupCommit
 from pigeon.server.intake import Intake, OperationRequest
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limit, read_body
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
 
@@ -113,13 +114,18 @@ def route_path(scope: Scope) -> str:
     return path
 
 
-async def parse_request(request: Request) -> OperationRequest | OpResult:
-    """A single-operation request, or the 400 that refuses it (before anything runs)."""
+async def parse_request(
+    request: Request, *, max_body: int = DEFAULT_MAX_BODY
+) -> OperationRequest | OpResult:
+    """A single-operation request, or the 400 (413 for a body over ``max_body`` bytes)
+    that refuses it (before anything runs)."""
     try:
         key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
     except InvalidIdempotencyKey as exc:
         return _bad_request("bad-idempotency-key", str(exc))
-    raw = await request.body()
+    raw = await read_body(request, max_body, "one operation's request")
+    if isinstance(raw, OpResult):
+        return raw
     try:
         body = load_json(raw) if raw.strip() else None
     except ValueError as exc:
@@ -227,10 +233,16 @@ def create_app(
     purge_interval: float | None = 3600.0,
     title: str = "pigeon intake",
     group_commit: bool | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> Starlette:
     """``group_commit``: single-operation requests that arrive together share one
     transaction (`pigeon.server.grouping`). By default on for SQLite, whose one writer
-    serialises them anyway, and off for PostgreSQL, where they run side by side."""
+    serialises them anyway, and off for PostgreSQL, where they run side by side.
+    ``max_body`` / ``max_batch_body``: bytes of request body a single operation / a batch
+    may have; more is refused with 413 before it is read whole (`pigeon.server.limits`)."""
+    max_body = checked_limit("max_body", max_body)
+    max_batch_body = checked_limit("max_batch_body", max_batch_body)
     auth: Authenticator = authenticate or BearerAuth()
     if group_commit is None:
         group_commit = intake.db.backend == "sqlite"
@@ -241,7 +253,7 @@ def create_app(
             principal = principal_of(auth, request)
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
-        parsed = await parse_request(request)
+        parsed = await parse_request(request, max_body=max_body)
         if isinstance(parsed, OpResult):
             return render(parsed)
         if grouped is not None:
@@ -253,8 +265,11 @@ def create_app(
             principal = principal_of(auth, request)
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
+        raw = await read_body(request, max_batch_body, "a batch request")
+        if isinstance(raw, OpResult):
+            return render(raw)
         try:
-            payload = load_json(await request.body())
+            payload = load_json(raw)
         except ValueError as exc:
             return render(_bad_request("bad-json", f"the batch body is not JSON: {exc}"))
         entries = payload.get("operations") if isinstance(payload, dict) else None
@@ -276,7 +291,13 @@ def create_app(
         # Deliberately touches no database: connectivity monitors probe it often.
         return JSONResponse({"status": "ok"})
 
-    spec = build_openapi(intake, title=title, extra_routes=routes)
+    spec = build_openapi(
+        intake,
+        title=title,
+        extra_routes=routes,
+        max_body=max_body,
+        max_batch_body=max_batch_body,
+    )
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(spec)

@@ -46,6 +46,7 @@ from pigeon.server.crdt import CrdtCollection
 from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.server.lww import LwwCollection
 from pigeon.server.problems import problem, problem_response
 from pigeon.server.records import records_routes
@@ -255,11 +256,14 @@ def create_notes_app(
     lww_collections: Sequence[str] = (),
     crdt_collections: Sequence[str] = (),
     max_skew: float = DEFAULT_MAX_SKEW,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> Starlette:
     """The notes app. ``lww_collections`` / ``crdt_collections`` name collections the
     server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
     ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
-    ahead of the server's clock before it is no longer believed (`pigeon.server.conflicts`)."""
+    ahead of the server's clock before it is no longer believed (`pigeon.server.conflicts`);
+    ``max_body`` / ``max_batch_body``: see `create_app`."""
     auth: Authenticator = authenticate or BearerAuth()
     max_skew_ms = int(max_skew * 1000)
     intake = Intake(
@@ -361,6 +365,8 @@ def create_notes_app(
         authenticate=auth,
         purge_interval=purge_interval,
         title="pigeon notes",
+        max_body=max_body,
+        max_batch_body=max_batch_body,
     )
     app.state.db = db
     app.add_middleware(DeviceClockMiddleware)

@@ -18,12 +18,14 @@ from pigeon.protocol.wire import (
     HEALTH_PATH,
     IDEMPOTENCY_KEY,
     IF_MATCH,
+    MAX_BATCH,
     MAX_KEY_LENGTH,
     PROBLEM_JSON,
     PROBLEM_KEY_IN_PROGRESS,
     REPLAYED,
     RETRY_AFTER,
 )
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
     from pigeon.server.intake import Intake
@@ -50,6 +52,8 @@ another principal never sees the response.
 - 2xx and 4xx answers are stored, except 401, 403, 408, 425 and 429, which the client
   sends again; those, a 5xx or a crash store nothing, so a retry runs.
 - Store unavailable: `503` with `{retry}`; nothing runs without dedup.
+- A request body over {max_body} bytes ({max_batch_body} for a batch): `413` problem,
+  before the body is read whole; nothing ran, the key is not taken.
 """
 
 
@@ -70,7 +74,14 @@ def _path_params(path: str) -> list[dict[str, Any]]:
     ]
 
 
-def _write_operation(method: str, path: str) -> dict[str, Any]:
+def _too_large(limit: int, what: str) -> dict[str, Any]:
+    return _problem(
+        f"The request body is over the limit of {limit} bytes for {what} (a Content-Length "
+        "over it is refused before the body is read); nothing was executed or stored"
+    )
+
+
+def _write_operation(method: str, path: str, max_body: int) -> dict[str, Any]:
     return {
         "operationId": f"{method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
         "summary": f"{method} {path} (idempotent write)",
@@ -82,6 +93,7 @@ def _write_operation(method: str, path: str) -> dict[str, Any]:
         ],
         "requestBody": {
             "required": False,
+            "description": f"At most {max_body} bytes",
             "content": {"application/json": {"schema": {}}},
         },
         "responses": {
@@ -98,6 +110,7 @@ def _write_operation(method: str, path: str) -> dict[str, Any]:
                 "conflict, stored and replayed like any refusal",
                 RETRY_AFTER,
             ),
+            "413": _too_large(max_body, "one operation"),
             "422": _problem("The key was used for a different request"),
             # The operation's own answers: which ones depends on the application, so only
             # their classes are promised, with both media types a handler may answer in.
@@ -123,13 +136,20 @@ def _write_operation(method: str, path: str) -> dict[str, Any]:
 
 
 def build_openapi(
-    intake: Intake, *, title: str = "pigeon intake", extra_routes: Sequence[BaseRoute] = ()
+    intake: Intake,
+    *,
+    title: str = "pigeon intake",
+    extra_routes: Sequence[BaseRoute] = (),
+    max_body: int = DEFAULT_MAX_BODY,
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> dict[str, Any]:
     policy = intake.policy
     paths: dict[str, dict[str, Any]] = {}
     for route in intake.routes:
         path = _PARAM.sub(r"{\1}", route.template)
-        paths.setdefault(path, {})[route.method.lower()] = _write_operation(route.method, path)
+        paths.setdefault(path, {})[route.method.lower()] = _write_operation(
+            route.method, path, max_body
+        )
     for extra in extra_routes:
         if not isinstance(extra, Route):
             continue
@@ -159,6 +179,7 @@ def build_openapi(
             ),
             "requestBody": {
                 "required": True,
+                "description": f"At most {max_batch_body} bytes",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
             },
             "responses": {
@@ -172,6 +193,9 @@ def build_openapi(
                 },
                 "400": _problem("Not a batch"),
                 "401": _problem("Authentication required"),
+                "413": _too_large(
+                    max_batch_body, "a batch; send its operations in smaller batches"
+                ),
                 "503": _problem(unavailable, RETRY_AFTER),
             },
         }
@@ -196,6 +220,8 @@ def build_openapi(
                 resp=int(policy.response_retention),
                 claim=int(policy.claim_retention),
                 lock=int(policy.lock_timeout),
+                max_body=max_body,
+                max_batch_body=max_batch_body,
             ),
         },
         "paths": paths,
@@ -210,6 +236,11 @@ def build_openapi(
             "claim_retention_seconds": policy.claim_retention,
             "lock_timeout_seconds": policy.lock_timeout,
             "claim_mode": intake.claim_mode,
+        },
+        "x-pigeon-limits": {
+            "max_body_bytes": max_body,
+            "max_batch_body_bytes": max_batch_body,
+            "max_batch_operations": MAX_BATCH,
         },
     }
 

@@ -1,0 +1,53 @@
+"""Request body limits of the intake's write routes: an over-large body is refused with
+413 before it is read whole (a ``Content-Length`` over the limit before a byte of it is
+read, a streamed one as soon as what arrived passes it), and before anything runs.
+
+Defaults: the edge queue refuses payloads over 1 MiB of JSON (``OfflineQueue``'s
+``max_payload_bytes``), and a single operation's body is that payload, so 2 MiB leaves
+room for other clients' encodings; a batch carries up to ``MAX_BATCH`` operations, and a
+client whose batch is refused with 413 sends it again in halves.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.server.results import OpResult, problem_result
+
+DEFAULT_MAX_BODY = 2 << 20  # bytes of one operation's request body
+DEFAULT_MAX_BATCH_BODY = 16 << 20  # bytes of a batch request's body
+TOO_LARGE = "body-too-large"  # problem type slug of the 413
+
+
+def checked_limit(name: str, value: object) -> int:
+    """``value`` as a body limit in bytes, or a ConfigurationError naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive number of bytes, not {value!r}")
+    return value
+
+
+def too_large(what: str, limit: int, seen: str) -> OpResult:
+    return problem_result(
+        413,
+        TOO_LARGE,
+        "Request body too large",
+        f"{what} may have at most {limit} bytes of body; {seen}. Nothing was executed",
+        max_bytes=limit,
+    )
+
+
+async def read_body(request: Request, limit: int, what: str) -> bytes | OpResult:
+    """The request body, read while counting, or the 413 that refuses it."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return too_large(what, limit, f"its Content-Length is {int(declared)}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            # The rest is never read here: the server discards it, it is not kept.
+            return too_large(what, limit, f"{size} bytes had arrived when it was refused")
+        chunks.append(chunk)
+    return b"".join(chunks)
