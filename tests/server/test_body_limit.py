@@ -192,14 +192,14 @@ def test_the_batch_route_has_its_own_limit(url: str, db: Database) -> None:
     assert stored(db) == (1, 1)
 
 
-def test_a_single_operation_limit_above_the_batch_limit_is_its_own(db: Database) -> None:
+def test_a_batch_limit_below_the_single_operation_limit_is_refused(db: Database) -> None:
+    """An operation the single route accepts must fit in a batch of one, or a client that
+    splits a refused batch down to it would dead-letter it on the batch route's 413."""
     intake = Intake(db)
     intake.add_operation("POST", "/notes", create_note)
-    app = create_app(intake, purge_interval=None, max_body=20_000, max_batch_body=5000)
-    with live_server(app) as base:
-        assert post(base, "/notes", note_body(10_000, "big")).status_code == 201
-        assert post(base, BATCH_PATH, batch_body(10_000)).status_code == 413
-    assert [row["entity"] for row in read_ledger(db)] == ["note:big"]
+    with pytest.raises(ConfigurationError, match=r"max_batch_body \(5000\) must be at least"):
+        create_app(intake, purge_interval=None, max_body=20_000, max_batch_body=5000)
+    create_app(intake, purge_interval=None, max_body=5000, max_batch_body=5000)  # equal: fine
 
 
 def test_a_single_operations_413_is_a_permanent_failure_for_the_client(url: str) -> None:
@@ -256,7 +256,7 @@ def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered
 ) -> None:
     """The transport halves a batch refused with 413 until the halves fit: every
     operation is applied once, in order, and none is dead-lettered."""
-    app = create_notes_app(db, purge_interval=None, max_batch_body=6000)
+    app = create_notes_app(db, purge_interval=None, max_body=6000, max_batch_body=6000)
     statuses: list[int] = []
     with (
         live_server(app) as base,
@@ -333,4 +333,20 @@ def test_pigeon_serve_refuses_a_limit_below_one_byte(tmp_path: Path, option: str
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and f"Invalid value for '{option}'" in result.stderr
+    assert not db.exists()
+
+
+def test_pigeon_serve_refuses_a_batch_limit_below_the_single_operation_limit(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    args = ["--max-body", "5000", "--max-batch-body", "4000"]
+    result = subprocess.run(
+        [*PIGEON, "serve", "--db", str(db), "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "must be at least --max-body" in result.stderr
     assert not db.exists()

@@ -253,3 +253,25 @@ def _claim_state(db: Database, key: str) -> str | None:
     with db.transaction() as tx:
         row = IdempotencyStore().get(tx, "anonymous", key)
     return None if row is None else str(row["state"])
+
+
+def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
+    db: Database, clock: FakeClock
+) -> None:
+    effects: list[Any] = []
+
+    async def charge(request: Request) -> Response:
+        effects.append(await request.body())
+        return JSONResponse({"ok": True}, status_code=201)
+
+    app = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
+    client = TestClient(IdempotencyMiddleware(app, db, now=clock, max_body=100))
+    key = {"Idempotency-Key": "big"}
+    refused = client.post("/charges", content=b'{"x": "' + b"y" * 200 + b'"}', headers=key)
+    assert refused.status_code == 413
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert "at most 100 bytes" in refused.json()["detail"] and effects == []
+    with db.transaction() as tx:  # nothing claimed: the key runs when the body fits
+        assert IdempotencyStore(IdempotencyPolicy(), now=clock).get(tx, "anonymous", "big") is None
+    assert client.post("/charges", json={"x": 1}, headers=key).status_code == 201
+    assert len(effects) == 1

@@ -155,6 +155,11 @@ def serve(
         raise typer.BadParameter("durability must be 'full' or 'normal'")
     if claim_mode not in ("inline", "separate"):
         raise typer.BadParameter("claim-mode must be 'inline' or 'separate'")
+    if max_batch_body < max_body:
+        raise typer.BadParameter(
+            f"--max-batch-body ({max_batch_body}) must be at least --max-body ({max_body}): "
+            "an operation must fit in a batch of one"
+        )
     checked_policy(lock_timeout, response_retention, claim_retention)
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.

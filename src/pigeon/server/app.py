@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
-from pigeon.exceptions import AuthorizationRequired
+from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.protocol.wire import (
     BATCH_PATH,
     CLOCK,
@@ -243,6 +243,12 @@ def create_app(
     may have; more is refused with 413 before it is read whole (`pigeon.server.limits`)."""
     max_body = checked_limit("max_body", max_body)
     max_batch_body = checked_limit("max_batch_body", max_batch_body)
+    if max_batch_body < max_body:
+        # An operation the single route accepts must also fit in a batch of one: else the
+        # client, splitting down to it, takes the batch route's 413 as permanent.
+        raise ConfigurationError(
+            f"max_batch_body ({max_batch_body}) must be at least max_body ({max_body})"
+        )
     auth: Authenticator = authenticate or BearerAuth()
     if group_commit is None:
         group_commit = intake.db.backend == "sqlite"

@@ -49,8 +49,15 @@ from pigeon.server.idempotency import (
     StoredResponse,
 )
 from pigeon.server.intake import WRITE_METHODS
+from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
 from pigeon.server.replay import refusal
-from pigeon.server.results import STORE_DOWN, problem_result, store_unavailable, stored
+from pigeon.server.results import (
+    STORE_DOWN,
+    OpResult,
+    problem_result,
+    store_unavailable,
+    stored,
+)
 from pigeon.storage.base import Database
 
 _NOT_STORED = {b"content-length", b"date", b"server", b"transfer-encoding", b"connection"}
@@ -67,6 +74,7 @@ class IdempotencyMiddleware:
         authenticate: Authenticator | None = None,
         methods: Iterable[str] = WRITE_METHODS,
         paths: Iterable[str] = ("/",),
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.app = app
         self.db = db
@@ -74,6 +82,8 @@ class IdempotencyMiddleware:
         self.authenticate = authenticate or BearerAuth()
         self.methods = frozenset(m.upper() for m in methods)
         self.paths = tuple(paths)
+        # The whole body is read (and kept) before the claim: bounded, as the intake's are.
+        self.max_body = checked_limit("max_body", max_body)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -95,7 +105,10 @@ class IdempotencyMiddleware:
             result = problem_result(400, "bad-idempotency-key", "Bad request", str(exc))
             await render(result)(scope, receive, send)
             return
-        raw = await request.body()
+        raw = await read_body(request, self.max_body, "a request")
+        if isinstance(raw, OpResult):  # 413: nothing claimed, the app never sees it
+            await render(raw)(scope, receive, send)
+            return
         try:
             decision = await run_in_threadpool(self._claim, principal, key, scope, raw)
         except STORE_DOWN as exc:
