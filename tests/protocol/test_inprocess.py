@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -95,3 +97,24 @@ def test_an_app_slower_than_the_timeout_is_a_read_timeout() -> None:
         assert time.monotonic() - started < 1.5
         state.delay = 0.0
         assert t.send([op("b")]).replies[0][1].status == 201  # the bridge still works
+
+
+def test_closing_cancels_a_request_still_running_and_lets_it_unwind() -> None:
+    """A request that outlived its timeout is cancelled when the transport closes, and
+    its cleanup runs (it used to be destroyed pending with the loop)."""
+    events: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        events.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+        finally:
+            events.append("cleaned up")
+
+    with InProcessTransport(app, lifespan=False, timeout=0.2) as t:
+        assert isinstance(t.send([op("a")]).replies[0][1].error, httpx.ReadTimeout)
+        assert events == ["started"]
+    assert events == ["started", "cancelled", "cleaned up"]

@@ -98,11 +98,21 @@ class _LoopThreadASGI(httpx.BaseTransport):
             await self._lifespan_in.put({"type": "lifespan.shutdown"})
             await asyncio.wait_for(self._lifespan_task, timeout=10)
 
+    async def _cancel_rest(self) -> None:
+        """Cancel what is still running on the loop (a request that outlived its timeout)
+        and wait for it to unwind, as a server shutting down would: closing the loop over
+        pending tasks destroyed them without running their cleanup."""
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
     def close(self) -> None:
         if self._loop.is_closed():
             return
         try:
             self._call(self._shutdown())
+            self._call(self._cancel_rest(), 10)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
