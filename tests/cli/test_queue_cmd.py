@@ -165,6 +165,7 @@ def test_an_older_schema_is_refused_and_not_upgraded(
     path, _ = queue_file
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE operations DROP COLUMN owner")  # what schema 5 added
+    conn.execute("ALTER TABLE edge_state DROP COLUMN owners_issued")  # and schema 6
     conn.execute("PRAGMA user_version = 3")  # as a file of an older schema
     conn.close()
     before = path.read_bytes()

@@ -154,6 +154,7 @@ def test_an_older_file_takes_its_greatest_stored_stamp_as_the_floor(tmp_path: Pa
     conn = sqlite3.connect(path)
     conn.execute("UPDATE edge_state SET clock = ''")
     conn.execute("ALTER TABLE operations DROP COLUMN owner")  # what schema 5 added
+    conn.execute("ALTER TABLE edge_state DROP COLUMN owners_issued")  # and schema 6
     conn.execute("PRAGMA user_version = 3")
     conn.commit()
     conn.close()

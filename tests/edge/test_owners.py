@@ -8,6 +8,7 @@ process's owner file is released by the kernel, its file stays behind.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import signal
@@ -139,9 +140,9 @@ def test_two_queues_of_one_process_never_take_each_others(path: Path) -> None:
 def test_close_removes_the_owner_file(path: Path) -> None:
     queue = OfflineQueue(path)
     [token] = owner_files(path)
-    assert len(token) == 32 and set(token) <= set("0123456789abcdef")
+    assert token == "1"  # the first number the new file issued
     with OfflineQueue(path):
-        assert len(owner_files(path)) == 2
+        assert owner_files(path) == ["1", "2"]
     assert owner_files(path) == [token]
     queue.close()
     assert owner_files(path) == []
@@ -207,7 +208,9 @@ def test_an_old_file_is_upgraded_and_its_ownerless_rows_recovered_as_before(
     _schema_4_file(path, "old-op")
     with OfflineQueue(path, now=clock, recover_every=0) as a:  # alone: recovers as before
         conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (
+            len(migrations("sqlite", "edge")),
+        )
         [(owner,)] = conn.execute("SELECT owner FROM operations WHERE id = 'old-op'")
         assert owner is None
         [op] = a.next_batch()
@@ -227,8 +230,13 @@ def test_an_old_file_is_upgraded_and_its_ownerless_rows_recovered_as_before(
 
 def test_running_checks_are_throttled(path: Path) -> None:
     t = [100.0]
-    mine = owners.Owners(str(path), every=5, recover=True, monotonic=lambda: t[0])
-    looking = owners.Owners(str(path), every=5, recover=False, monotonic=lambda: t[0])
+    numbers = itertools.count(1)
+    mine = owners.Owners(
+        str(path), issue=lambda _: next(numbers), every=5, recover=True, monotonic=lambda: t[0]
+    )
+    looking = owners.Owners(
+        str(path), issue=lambda _: next(numbers), every=5, recover=False, monotonic=lambda: t[0]
+    )
     try:
         assert not mine.due()  # open has just recovered
         t[0] += 5
@@ -249,3 +257,109 @@ def test_recover_every_must_be_seconds(path: Path, bad: object) -> None:
     with pytest.raises(ConfigurationError, match="recover_every"):
         OfflineQueue(path, recover_every=bad)  # type: ignore[arg-type]
     assert not path.exists()  # refused before anything was opened
+
+
+def issued(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        [(n,)] = conn.execute("SELECT owners_issued FROM edge_state")
+        return int(n)
+    finally:
+        conn.close()
+
+
+def owner_of(path: Path, op_id: str) -> str | None:
+    conn = sqlite3.connect(path)
+    try:
+        [(owner,)] = conn.execute("SELECT owner FROM operations WHERE id = ?", (op_id,))
+        return owner  # type: ignore[no-any-return]
+    finally:
+        conn.close()
+
+
+def test_the_file_counts_its_tokens_and_never_issues_one_twice(path: Path) -> None:
+    # Short tokens (written on every row taken) must not repeat in a file: a new owner
+    # with a dead one's token would keep the dead one's rows in flight as its own.
+    with OfflineQueue(path, durability="normal") as q1, OfflineQueue(path) as q2:
+        assert owner_files(path) == ["1", "2"]
+        op = q1.enqueue("create", "note:1", {})
+        assert [o.id for o in q1.next_batch()] == [op.id]
+        assert owner_of(path, op.id) == "1"
+        assert q2.next_batch() == []
+    assert owner_files(path) == []  # both closed: their names are free, not reusable
+    assert issued(path) == 2
+    with OfflineQueue(path, durability="normal") as q3:
+        assert owner_files(path) == ["3"]
+        [again] = q3.next_batch()  # q1 is gone: its operation leaves again, same key
+        assert (again.id, again.idempotency_key) == (op.id, op.idempotency_key)
+        assert owner_of(path, op.id) == "3"
+    assert issued(path) == 3
+
+
+def test_a_name_already_in_the_folder_is_skipped(path: Path) -> None:
+    with OfflineQueue(path):  # token 1, alive
+        # The queue file goes back (as if restored from a backup): its count says 0
+        # while the folder already has 1 (held) and 2 (a dead owner's, left behind).
+        conn = sqlite3.connect(path)
+        conn.execute("UPDATE edge_state SET owners_issued = 0")
+        conn.commit()
+        conn.close()
+        (Path(str(path) + owners.SUFFIX) / "2").touch()
+        with OfflineQueue(path) as b:
+            assert owner_files(path) == ["1", "3"]  # 2 swept by b's open: unlocked
+            assert issued(path) == 3
+            b.enqueue("create", "note:1", {})
+            [op] = b.next_batch()
+            assert owner_of(path, op.id) == "3"
+
+
+def test_a_name_made_by_another_opener_meanwhile_is_skipped(tmp_path: Path) -> None:
+    folder = str(tmp_path / "q.db-owners")
+    floors: list[int] = []
+
+    def issue(floor: int) -> int:
+        # Another opener makes the next name between our look at the folder and our
+        # O_EXCL create, as two openers of a file restored from a backup might.
+        floors.append(floor)
+        number = max(floor, 6) + 1
+        if len(floors) == 1:
+            (Path(folder) / str(number)).touch()
+        return number
+
+    Path(folder).mkdir()
+    (Path(folder) / "5").touch()
+    (Path(folder) / "notes.txt").touch()
+    claimed = owners._claim(folder, issue)
+    assert claimed is not None
+    token, fd = claimed
+    try:
+        # Above the greatest number in the folder, then past the one made meanwhile.
+        assert (token, floors) == ("8", [5, 7])
+        assert not owners.dead(folder, token)  # ours, locked: alive
+    finally:
+        os.close(fd)
+
+
+def test_a_running_queue_recovers_rows_of_a_dead_owner_of_the_previous_version(
+    path: Path,
+) -> None:
+    # After an upgrade, a 32-hex token (uuid4, what the previous version made) can only be
+    # a dead process's: its rows are still taken over while the file is in use, not left
+    # for an opener that is alone. A token that is not ours at all stays in flight.
+    old, foreign = "c" * 32, "not-ours"
+    with alive(path, recover_every=0) as (a, mine), OfflineQueue(path) as b:
+        stale = Path(str(path) + owners.SUFFIX) / old
+        stale.touch()  # left by the killed old process: nobody holds its lock
+        ops = {o: a.enqueue("create", f"old:{o}", {}) for o in (old, foreign)}
+        conn = sqlite3.connect(path)
+        conn.executemany(
+            "UPDATE operations SET status = 'in_flight', dispatches = 1, owner = ? WHERE id = ?",
+            [(o, op.id) for o, op in ops.items()],
+        )
+        conn.commit()
+        conn.close()
+        [again] = a.next_batch()  # the running check (recover_every=0), not an open
+        assert (again.id, again.idempotency_key) == (ops[old].id, ops[old].idempotency_key)
+        assert not stale.exists()
+        assert in_flight(a, ops[foreign]) and owner_of(path, ops[foreign].id) == foreign
+        assert in_flight(a, mine) and b.next_batch() == []

@@ -20,6 +20,7 @@ from pigeon.edge import owners
 from pigeon.edge.append import Built as Built
 from pigeon.edge.append import NewOp as NewOp
 from pigeon.edge.append import append, stamp, write_all
+from pigeon.edge.ids import uuid4
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.rows import operations, response_text
 from pigeon.edge.rows import require as require
@@ -89,9 +90,14 @@ class EdgeStore:
         # Every open queue holds this side file's advisory lock shared, recovering or not
         # (the CLI opens without recovering): a process that recovers must see them all.
         self._lock_fd = _open_lock(self.path)
-        # Before recovering: a neighbour's check must already see us alive when our first
-        # in-flight row appears, and our own sweep must know which file is ours.
-        self._owners = owners.Owners(self.path, every=every, recover=recover)
+        try:
+            # Before recovering: a neighbour's check must already see us alive when our
+            # first in-flight row appears, and our own sweep must know which file is ours.
+            self._owners = owners.Owners(self.path, issue=self._issue, every=every, recover=recover)
+        except BaseException:
+            self.db.close()
+            self._close_lock()
+            raise
         try:
             if recover:
                 self._recover(now)
@@ -100,6 +106,17 @@ class EdgeStore:
         except BaseException:
             self.close()
             raise
+
+    def _issue(self, floor: int) -> int:
+        """The file's next owner token above ``floor``, committed (pigeon.edge.owners). A
+        new file gets its state row here (as OfflineQueue's init_state would make it:
+        that one then finds it), since a token is issued before anything else is written."""
+        with self.write() as tx:
+            tx.execute("init_state", {"node_id": uuid4().split("-")[0]})
+            row = tx.fetchone("issue_owner", {"floor": floor})
+        assert row is not None
+        number: int = row["owners_issued"]
+        return number
 
     def _recover(self, now: float) -> None:
         """Put back to pending the in-flight operations of queues that are gone. Whoever
@@ -163,6 +180,9 @@ class EdgeStore:
     def close(self) -> None:
         self.db.close()
         self._owners.close()  # after the file: nothing of ours goes in flight any more
+        self._close_lock()
+
+    def _close_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

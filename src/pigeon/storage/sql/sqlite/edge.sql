@@ -18,6 +18,15 @@ UPDATE edge_state
    SET clock = max(clock, :clock), coalesced = coalesced + :coalesced
  WHERE one = 1;
 
+-- name: issue_owner
+-- The next owner token of this file (pigeon.edge.owners), in a short write transaction of
+-- its own when a store opens: above every number issued before and above :floor (the
+-- greatest number already naming a file in the owners' folder). Run after init_state: a
+-- new file has no state row until then.
+UPDATE edge_state SET owners_issued = max(owners_issued, :floor) + 1
+ WHERE one = 1
+RETURNING owners_issued;
+
 -- name: set_paused
 UPDATE edge_state SET paused = :paused WHERE one = 1;
 
@@ -84,7 +93,8 @@ SELECT * FROM operations WHERE id = :id;
 -- name: dispatch_due
 -- The oldest due heads, at most :n, marked in flight and returned: one statement. :owner
 -- is the token of the queue that takes them (NULL if it has none): while that queue lives
--- no other recovers them (pigeon.edge.owners).
+-- no other recovers them (pigeon.edge.owners). A short number (issue_owner): written on
+-- every row taken, a 32-character token cost 6-9% of the delivery cycle.
 UPDATE operations SET status = 'in_flight', dispatches = dispatches + 1, owner = :owner
  WHERE seq IN (SELECT seq FROM operations
                 WHERE head = 1 AND status = 'pending' AND next_attempt_at <= :now
