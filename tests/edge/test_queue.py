@@ -348,6 +348,17 @@ def test_oldest_age_reads_the_heads_index_not_the_table(queue: OfflineQueue) -> 
     assert "USING INDEX operations_heads" in details and "SCAN operations" not in details, details
 
 
+@pytest.mark.parametrize("name", ["recover_in_flight", "recover_owner", "in_flight_owners"])
+def test_recovery_reads_the_heads_index_not_the_table(queue: OfflineQueue, name: str) -> None:
+    # Every open recovers; a scan there grew with the delivered history kept for a week.
+    tx = queue._store.read()
+    plan = tx.conn.execute(
+        "EXPLAIN QUERY PLAN " + tx.queries[name], {"now": 0, "owner": "1", "me": "1"}
+    ).fetchall()
+    details = " ".join(row["detail"] for row in plan)
+    assert "USING INDEX operations_heads" in details and "SCAN operations" not in details, details
+
+
 def test_a_closed_queue_refuses_to_be_used_and_keeps_nothing_open(tmp_path: Path) -> None:
     # close() let go of the file and of its owner lock (another process may now take
     # over its in-flight operations); using the queue after that quietly opened a new

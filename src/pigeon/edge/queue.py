@@ -113,7 +113,7 @@ class OfflineQueue:
         )
         self.path = self._store.path
         with self._store.write() as tx:
-            tx.execute("init_state", {"node_id": uuid4().split("-")[0]})
+            st.init_state(tx)
             state = tx.fetchone("get_state")
         assert state is not None
         self.node_id: str = node_id or state["node_id"]

@@ -59,6 +59,12 @@ def _open_lock(path: str) -> int | None:
     return None
 
 
+def init_state(tx: SQLiteTx) -> None:
+    """Give a new file its state row, with a random node id for its clock (a no-op on a
+    file that has one): by whichever of the store and the queue writes first."""
+    tx.execute("init_state", {"node_id": uuid4().split("-")[0]})
+
+
 class EdgeStore:
     def __init__(
         self,
@@ -112,7 +118,7 @@ class EdgeStore:
         new file gets its state row here (as OfflineQueue's init_state would make it:
         that one then finds it), since a token is issued before anything else is written."""
         with self.write() as tx:
-            tx.execute("init_state", {"node_id": uuid4().split("-")[0]})
+            init_state(tx)
             row = tx.fetchone("issue_owner", {"floor": floor})
         assert row is not None
         number: int = row["owners_issued"]

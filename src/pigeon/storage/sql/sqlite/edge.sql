@@ -186,8 +186,11 @@ UPDATE operations
 
 -- name: recover_in_flight
 -- After a crash, by an opener alone with the file: whatever was in flight is sent again,
--- same key, attempts unchanged.
-UPDATE operations SET status = 'pending', next_attempt_at = :now WHERE status = 'in_flight';
+-- same key, attempts unchanged. Only heads are ever in flight: ``head = 1`` lets the open
+-- read operations_heads' in-flight range instead of scanning every row (delivered ones
+-- are kept for a week: a scan of them on every open grew with the history).
+UPDATE operations SET status = 'pending', next_attempt_at = :now
+ WHERE head = 1 AND status = 'in_flight';
 
 -- name: in_flight_owners
 -- The queues other than :me (NULL: none) that have operations in flight. Only heads are
