@@ -228,11 +228,14 @@ def test_a_closed_transport_sends_nothing_and_marks_nothing_sent(
 
 
 def test_a_batch_reply_that_answers_none_of_its_operations_is_not_resent_in_a_loop(
-    queue: OfflineQueue,
+    tmp_path: Path,
 ) -> None:
     # 200 {"results": []}: a server (or a proxy's cached page) that answered nothing about
     # any operation. They were released as never attempted and due at once, so the lane
     # sent them again, and again: a tight loop, no attempt spent, no backoff, no end.
+    # A backoff of seconds, not the suite's FAST one: its full jitter can draw a wait of a
+    # millisecond, after which flush rightly sends the operation again (a flaky "2 == 1").
+    queue = OfflineQueue(tmp_path / "edge.db", retry_policy=RetryPolicy(base=5.0, cap=5.0))
     requests: list[int] = []
 
     def empty(request: httpx.Request) -> httpx.Response:
@@ -245,4 +248,5 @@ def test_a_batch_reply_that_answers_none_of_its_operations_is_not_resent_in_a_lo
         engine.flush(timeout=1)
     assert len(requests) == 1
     stored = queue.get(op.id)
+    queue.close()
     assert stored.attempts == 1 and "none of" in (stored.last_error or "")
