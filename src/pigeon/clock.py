@@ -15,6 +15,9 @@ from threading import Lock
 
 _WALL_DIGITS = 15
 _COUNTER_DIGITS = 10
+# Hot path (every enqueue stamps one): %-formatting with the widths written in is half
+# the cost of an f-string whose format spec is itself built at each call.
+_FORMAT = f"%0{_WALL_DIGITS}d-%0{_COUNTER_DIGITS}d-%s"
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -24,7 +27,7 @@ class HLCTimestamp:
     node: str = ""
 
     def encode(self) -> str:
-        return f"{self.wall_ms:0{_WALL_DIGITS}d}-{self.counter:0{_COUNTER_DIGITS}d}-{self.node}"
+        return _FORMAT % (self.wall_ms, self.counter, self.node)
 
     @classmethod
     def decode(cls, text: str) -> HLCTimestamp:

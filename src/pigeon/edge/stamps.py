@@ -29,12 +29,18 @@ class FileClock:
 
     def __init__(self, node: str, wall: Callable[[], int]) -> None:
         self._hlc = HybridLogicalClock(node, wall=wall)
+        # The last stamp this process wrote as the floor. A floor still equal to it (no
+        # other process stamped since, the common case) was issued by this clock, which
+        # is therefore at or above it already: no decoding, no observing.
+        self._recorded = ""
 
     def observe_floor(self, tx: SQLiteTx) -> None:
         """Catch up with the greatest stamp any process recorded in the file."""
         row = tx.fetchone("get_clock")
-        if row is not None and row["clock"]:
-            self._hlc.observe(HLCTimestamp.decode(row["clock"]))
+        if row is not None:
+            floor = row["clock"]
+            if floor and floor != self._recorded:  # hot path: skipped when it is ours
+                self._hlc.observe(HLCTimestamp.decode(floor))
 
     def now(self) -> HLCTimestamp:
         """The next stamp of this process's clock (above the floor once observed)."""
@@ -44,8 +50,10 @@ class FileClock:
         """The next stamp, encoded as it is stored."""
         return self._hlc.now().encode()
 
-    @staticmethod
-    def record(tx: SQLiteTx, stamp: str, coalesced: int = 0) -> None:
-        """Raise the file's floor to ``stamp`` (and count the sends coalescing saved), in
-        the transaction that issued it, so the stamp and its floor commit together."""
+    def record(self, tx: SQLiteTx, stamp: str, coalesced: int = 0) -> None:
+        """Raise the file's floor to ``stamp`` (one this clock issued), and count the sends
+        coalescing saved, in the transaction that issued it, so the stamp and its floor
+        commit together."""
         tx.execute("bump_state", {"clock": stamp, "coalesced": coalesced})
+        # Even if this transaction rolls back: a floor equal to it is still ours.
+        self._recorded = stamp
