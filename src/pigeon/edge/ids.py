@@ -1,7 +1,10 @@
 """Operation ids: UUID version 7 (RFC 9562), time-ordered so the id index grows at its end.
 
-Both are formatted from their 128-bit integer directly: ``str(uuid.UUID(...))`` costs
-more than the rest of making them, and every enqueue makes two.
+Both are written as text directly, from random hex digits: ``str(uuid.UUID(...))`` costs
+more than the rest of making them, and every enqueue makes two. The pool keeps its random
+bytes as hex text, so an id is a few slices of it (no integer arithmetic, no formatting of
+a 128-bit number); the version digit is written in, and the variant digit is ``8``-``b``
+by the low two bits of a random digit.
 
 Random bits come from ``os.urandom`` 4 KiB at a time. ``os.urandom`` releases the
 interpreter lock around its system call, so with one call per id every enqueue gave the
@@ -16,55 +19,47 @@ import os
 import threading
 import time
 
-_POOL_SIZE = 4096
+_POOL_SIZE = 4096  # random bytes per refill: 8,192 hex digits, ~160 enqueues
 
 
 class _RandomPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._bytes = b""
+        self._hex = ""
         self._at = 0
 
-    def take(self, n: int) -> int:
-        """``n`` fresh random bytes from ``os.urandom``, as a big-endian integer."""
+    def take(self, n: int) -> str:
+        """``n`` fresh random hex digits (4 bits each) from ``os.urandom``."""
         with self._lock:
             at = self._at
-            if at + n > len(self._bytes):
-                self._bytes, at = os.urandom(_POOL_SIZE), 0
-            self._at = at + n
-            return int.from_bytes(self._bytes[at : at + n], "big")
+            end = at + n
+            if end > len(self._hex):
+                self._hex, at, end = os.urandom(_POOL_SIZE).hex(), 0, n
+            self._at = end
+            return self._hex[at:end]
 
     def clear(self) -> None:
         self._lock = threading.Lock()  # a fork may have copied it held
-        self._bytes, self._at = b"", 0
+        self._hex, self._at = "", 0
 
 
 _pool = _RandomPool()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_pool.clear)
 
-
-def _format(value: int) -> str:
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+# The RFC 4122 variant digit (binary 10xx) keeping a random digit's two low bits.
+_VARIANT = {d: "89ab"[int(d, 16) & 0b11] for d in "0123456789abcdef"}
+_MS_MASK = (1 << 48) - 1
 
 
 def uuid7() -> str:
     """48 bits of Unix milliseconds, version 7, 74 random bits. Python 3.11 has no uuid7."""
-    ms = time.time_ns() // 1_000_000
-    rand = _pool.take(10)
-    value = (ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76  # version
-    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
-    value |= 0b10 << 62  # RFC 4122 variant
-    value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
-    return _format(value)
-
-
-_V4_CLEAR = ~((0xF << 76) | (0b11 << 62))
-_V4_SET = (0x4 << 76) | (0b10 << 62)
+    ms = "%012x" % (time.time_ns() // 1_000_000 & _MS_MASK)
+    r = _pool.take(19)  # rand_a: 3 digits; variant: 2 bits of 1; rand_b: the other 15
+    return f"{ms[:8]}-{ms[8:]}-7{r[:3]}-{_VARIANT[r[3]]}{r[4:7]}-{r[7:]}"
 
 
 def uuid4() -> str:
     """Idempotency keys: fully random (122 bits from os.urandom), nothing to learn from them."""
-    return _format((_pool.take(16) & _V4_CLEAR) | _V4_SET)
+    h = _pool.take(31)  # 30 digits whole, and 2 bits of the variant's
+    return f"{h[:8]}-{h[8:12]}-4{h[12:15]}-{_VARIANT[h[15]]}{h[16:19]}-{h[19:]}"
