@@ -69,7 +69,7 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
             return functools.partial(to_operation, {**tail, **params}), 1
         if decision.fold is Fold.DROP:
             tx.execute("delete_op", {"seq": tail["seq"]})
-            return functools.partial(from_new, new, seq=0, status=OpStatus.COALESCED), 2
+            return functools.partial(from_new, new, 0, OpStatus.COALESCED), 2
     params = {
         "id": new.id,
         "idempotency_key": new.idempotency_key,
@@ -85,7 +85,7 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
     }
     seq = tx.execute("insert_op", params).lastrowid
     assert seq is not None
-    return functools.partial(from_new, new, seq=seq, status=OpStatus.PENDING), 0
+    return functools.partial(from_new, new, seq, OpStatus.PENDING), 0
 
 
 def write_all(
@@ -176,12 +176,13 @@ def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseE
     # far plus one, so the rows hold consecutive seqs ending at the last one.
     first = last - len(heads) + 1
     built.extend(
-        functools.partial(from_new, new, seq=first + i, status=OpStatus.PENDING)
-        for i, new in enumerate(heads)
+        functools.partial(from_new, new, first + i, OpStatus.PENDING) for i, new in enumerate(heads)
     )
 
 
-def from_new(new: NewOp, *, seq: int, status: OpStatus) -> Operation:
+def from_new(new: NewOp, seq: int, status: OpStatus, /) -> Operation:
+    # Positional: a partial of it is called once per enqueue, and keywords would make it
+    # merge a dict of them on every call.
     return Operation(
         id=new.id,
         type=new.type,

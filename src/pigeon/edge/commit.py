@@ -122,25 +122,32 @@ class GroupCommit(Generic[T, R]):
         """Commit ``own`` items (untracked: the caller's) and ``batch``'s, plus whatever
         queues meanwhile; settle the tickets, hand over, return ``own``'s outcomes."""
 
+        mine = len(own)
+
         def more() -> list[T]:
-            extra = self._take(self._max_batch - len(own) - len(batch))
+            extra = self._take(self._max_batch - mine - len(batch))
             batch.extend(extra)
             return [t.item for t in extra]
 
         try:
+            # Hot path: a lone enqueue leads with its own item and no batch; build nothing
+            # for a batch it does not have (no generator, no zip, no slices).
+            items = own + [t.item for t in batch] if batch else own
             try:
-                outcomes = self._commit([*own, *(t.item for t in batch)], more)
+                outcomes = self._commit(items, more)
             except BaseException as exc:  # the whole transaction rolled back
-                outcomes = [exc] * (len(own) + len(batch))
+                outcomes = [exc] * (mine + len(batch))
             self.transactions += 1
             self.items += len(outcomes)
-            for ticket, outcome in zip(batch, outcomes[len(own) :], strict=True):
-                if isinstance(outcome, BaseException):
-                    ticket.error = outcome
-                else:
-                    ticket.result = outcome
-                ticket.done = True
-            return outcomes[: len(own)]
+            if batch:
+                for ticket, outcome in zip(batch, outcomes[mine:], strict=True):
+                    if isinstance(outcome, BaseException):
+                        ticket.error = outcome
+                    else:
+                        ticket.result = outcome
+                    ticket.done = True
+                return outcomes[:mine]
+            return outcomes
         finally:
             with self._lock:
                 successor = self._queue[0] if self._queue else None
