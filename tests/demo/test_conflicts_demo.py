@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from pigeon.cli import app
@@ -24,3 +26,28 @@ def test_the_cli_prints_the_table() -> None:
     result = CliRunner().invoke(app, ["demo", "--conflicts"], env={"COLUMNS": "240"})
     assert result.exit_code == 0, result.output
     assert "what each strategy did" in result.output and "last write wins" in result.output
+
+
+def test_workdir_keeps_the_files_the_closing_line_points_to(tmp_path: Path) -> None:
+    # The closing line sent the user to `pigeon conflicts list --all`, on queue files that
+    # lived in a temporary folder already deleted.
+    keep = tmp_path / "kept"
+    result = CliRunner().invoke(
+        app, ["demo", "--conflicts", "--workdir", str(keep)], env={"COLUMNS": "240"}
+    )
+    assert result.exit_code == 0, result.output
+    assert (keep / "phone.db").exists() and (keep / "laptop.db").exists()
+    listed = CliRunner().invoke(
+        app, ["conflicts", "list", "--all", "-f", str(keep / "phone.db")], env={"COLUMNS": "240"}
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "draft:letter" in listed.output
+
+
+def test_options_of_the_sync_demo_are_refused_with_conflicts() -> None:
+    result = CliRunner().invoke(app, ["demo", "--conflicts", "--operations", "5", "--batch", "0"])
+    assert result.exit_code == 2
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "--operations, --batch do not apply to --conflicts" in text
+    alone = CliRunner().invoke(app, ["demo", "--workdir", "x"])
+    assert alone.exit_code == 2 and "only the --conflicts demo" in alone.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,6 +39,7 @@ def _fault_rate(rate: float) -> float:
 
 
 def demo(
+    ctx: typer.Context,
     operations: Annotated[int, typer.Option(min=1, help="Edits the user makes.")] = 400,
     notes: Annotated[int, typer.Option(min=1, help="Notes the session may create.")] = 120,
     fault_rate: Annotated[
@@ -62,13 +64,38 @@ def demo(
         bool,
         typer.Option("--conflicts", help="Two offline devices edit the same notes instead."),
     ] = False,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            file_okay=False,
+            help="With --conflicts: keep the devices' queue files and the server's database "
+            "here (a new or empty folder), for `pigeon conflicts list -f DIR/phone.db`.",
+        ),
+    ] = None,
 ) -> None:
     """Edit notes offline, sync through a faulty network, prove every edit landed once."""
+    given = ctx.get_parameter_source
     if conflicts:
+        # Its scenario is fixed: an option of the sync demo given with it would be ignored.
+        ignored = [
+            f"--{name.replace('_', '-')}"
+            for name in ("operations", "notes", "fault_rate", "batch", "seed", "timeout",
+                         "concurrency", "pipeline")
+            if getattr(given(name), "name", "DEFAULT") != "DEFAULT"
+        ]  # fmt: skip
+        if ignored:
+            raise typer.BadParameter(
+                f"{', '.join(ignored)} do not apply to --conflicts (a fixed scenario)",
+                param_hint="--conflicts",
+            )
         from pigeon.cli.demo_conflicts import show_conflicts_demo
 
-        show_conflicts_demo()
+        show_conflicts_demo(workdir)
         return
+    if workdir is not None:
+        raise typer.BadParameter(
+            "only the --conflicts demo keeps its files", param_hint="--workdir"
+        )
     console = Console()
     console.rule("[bold]pigeon demo")
     console.print(

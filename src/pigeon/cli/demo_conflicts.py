@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -15,7 +17,13 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def show_conflicts_demo() -> None:
+def show_conflicts_demo(workdir: Path | None = None) -> None:
+    """``workdir``: keep the devices' queues and the server's database there (else they
+    live in a temporary folder, gone when the demo ends)."""
+    if workdir is not None:
+        if workdir.exists() and any(workdir.iterdir()):
+            raise typer.BadParameter(f"{workdir} is not empty", param_hint="--workdir")
+        workdir.mkdir(parents=True, exist_ok=True)
     console = Console()
     console.rule("[bold]pigeon demo --conflicts")
     console.print(
@@ -24,7 +32,7 @@ def show_conflicts_demo() -> None:
         "both edit every one of them. The laptop reconnects first, then the phone. Each "
         "entity's type picks its conflict strategy."
     )
-    rows = run_conflicts_demo()
+    rows = run_conflicts_demo(workdir)
     table = Table(title="what each strategy did", show_lines=True)
     for column in ("entity", "strategy", "phone wrote", "laptop wrote", "server now", "what"):
         table.add_column(column, overflow="fold")
@@ -38,4 +46,13 @@ def show_conflicts_demo() -> None:
             row.outcome,
         )
     console.print(table)
-    console.print("No edit was dropped without a record: see `pigeon conflicts list --all`.")
+    if workdir is None:
+        console.print(
+            "No edit was dropped without a record (run with --workdir DIR to keep the "
+            "devices' queues, then `pigeon conflicts list --all -f DIR/phone.db`)."
+        )
+    else:
+        console.print(
+            "No edit was dropped without a record: see `pigeon conflicts list --all -f "
+            f"{workdir / 'phone.db'}` (and laptop.db)."
+        )
