@@ -190,3 +190,39 @@ def test_a_file_sqlite_cannot_write_is_a_message_not_a_traceback(
     path, _ = queue_file
     code, output = run("list", "-f", str(path))
     assert code == 1 and "cannot use" in output and "readonly database" in output
+
+
+def test_the_seq_the_list_shows_is_a_handle_for_show_and_retry(
+    queue_file: tuple[Path, dict[str, str]],
+) -> None:
+    # `queue show 2` answered "no operation '2'" while 2 was the first column of the list.
+    path, ids = queue_file
+    with OfflineQueue(path) as queue:
+        seq = queue.get(ids["dead"]).seq
+    code, output = run("show", "-f", str(path), str(seq))
+    assert code == 0 and ids["dead"] in output and "title too short" in output
+    code, output = run("retry", "-f", str(path), str(seq))
+    assert code == 0 and "pending again" in output
+    code, output = run("show", "-f", str(path), "999")
+    assert code == 1 and "no operation '999'" in output
+
+
+def test_show_says_when_an_operation_is_next_sent(
+    queue_file: tuple[Path, dict[str, str]],
+) -> None:
+    # A dead letter said "next_attempt_at 0.0s from now": it is never sent on its own.
+    path, ids = queue_file
+    _, dead = run("show", "-f", str(path), ids["dead"])
+    _, live = run("show", "-f", str(path), ids["live"])
+    assert "from now" not in dead + live
+    row = next(line for line in dead.splitlines() if "next attempt" in line)
+    assert row.rstrip(" │").endswith("-")
+    assert "due now" in live
+
+
+def test_the_list_stays_readable_at_80_columns(queue_file: tuple[Path, dict[str, str]]) -> None:
+    path, _ = queue_file
+    result = runner.invoke(app, ["queue", "list", "-f", str(path)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    header = next(line for line in result.output.splitlines() if "seq" in line)
+    assert "status" in header and "entity" in header, result.output

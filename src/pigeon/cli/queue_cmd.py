@@ -31,7 +31,7 @@ QueueFile = Annotated[
         show_default=False,
     ),
 ]  # fmt: skip
-OpId = Annotated[str, typer.Argument(help="Operation id (see `pigeon queue list`).")]
+OpId = Annotated[str, typer.Argument(help="Operation id, or its seq (see `pigeon queue list`).")]
 # The statuses a row can have: OpStatus without COALESCED, which enqueue returns for an
 # operation folded away and never stores (a test keeps the two in step).
 StoredStatus = Literal["pending", "in_flight", "conflict", "delivered", "dead"]
@@ -66,10 +66,29 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
+def _op_id(queue: OfflineQueue, ref: str) -> str:
+    """The id an argument names: an id, or the seq the list shows (a short handle)."""
+    if ref.isdigit():
+        with queue.transaction() as tx:
+            row = tx.fetchone("op_id_by_seq", {"seq": int(ref)})
+        if row is not None:
+            return str(row["id"])
+    return ref  # an id, or nothing: queue.get says "no operation ..." by name
+
+
+def _next_attempt(op: Operation, now: float) -> str:
+    if op.status is not OpStatus.PENDING:  # in flight, held, delivered or dead: none due
+        return "-"
+    wait = op.next_attempt_at - now
+    return "due now" if wait <= 0 else f"in {_age(wait)}"
+
+
 def _table(title: str, ops: list[Operation]) -> Table:
     table = Table(title=title)
+    # Nothing no_wrap: at 80 columns the 36-character ids took the width and the other
+    # headers came out a letter per line. The seq is a handle the commands also take.
     for column in ("seq", "id", "status", "type", "entity", "request", "attempts", "age"):
-        table.add_column(column, no_wrap=column in ("id", "seq"))
+        table.add_column(column, overflow="fold", min_width=3 if column == "seq" else None)
     table.add_column("last error", overflow="fold")
     now = time.time()
     for op in ops:
@@ -108,7 +127,7 @@ def list_(
 def show(file: QueueFile, op_id: OpId) -> None:
     """Everything about one operation, its payload and its history of failures."""
     with open_queue(file) as queue:  # reports a PigeonError (e.g. no such id) and exits 1
-        op = queue.get(op_id)
+        op = queue.get(_op_id(queue, op_id))
         table = Table(title=f"operation {op.id}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
@@ -119,9 +138,7 @@ def show(file: QueueFile, op_id: OpId) -> None:
             value = getattr(op, name)
             table.add_row(name, "" if value is None else str(value))
         table.add_row("created_at", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(op.created_at)))
-        table.add_row(
-            "next_attempt_at", _age(max(op.next_attempt_at - time.time(), 0)) + " from now"
-        )
+        table.add_row("next attempt", _next_attempt(op, time.time()))
         table.add_row("payload", json.dumps(op.payload, indent=2, ensure_ascii=False))
         for entry in op.history:
             table.add_row(
@@ -140,6 +157,7 @@ def dead(file: QueueFile) -> None:
 
 def _repair(file: Path, op_id: str, verb: str) -> None:
     with open_queue(file) as queue:  # reports a PigeonError (e.g. not dead) and exits 1
+        op_id = _op_id(queue, op_id)
         if verb == "retry":
             op = queue.retry_dead(op_id)
             out.print(f"{op.id} is pending again (same key {op.idempotency_key})")

@@ -90,6 +90,10 @@ UPDATE operations SET head = 1
 -- name: get_op
 SELECT * FROM operations WHERE id = :id;
 
+-- name: op_id_by_seq
+-- The CLI takes the seq it lists (`pigeon queue show 12`) as well as the id.
+SELECT id FROM operations WHERE seq = :seq;
+
 -- name: dispatch_due
 -- The oldest due heads, at most :n, marked in flight and returned: one statement. :owner
 -- is the token of the queue that takes them (NULL if it has none): while that queue lives
