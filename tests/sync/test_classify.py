@@ -123,7 +123,9 @@ def test_exceptions() -> None:
     dropped = classify(None, error=httpx.RemoteProtocolError("eof", request=request), now=NOW)
     assert dropped.kind is OutcomeKind.TRANSIENT and dropped.sent
     bad = classify(None, error=httpx.UnsupportedProtocol("ftp", request=request), now=NOW)
-    assert bad.kind is OutcomeKind.PERMANENT
+    assert bad.kind is OutcomeKind.REFUSED and not bad.sent  # the base URL: pause the queue
+    malformed = classify(None, error=httpx.LocalProtocolError("header", request=request), now=NOW)
+    assert malformed.kind is OutcomeKind.PERMANENT
     assert classify(None, error=OSError("reset"), now=NOW).kind is OutcomeKind.TRANSIENT
     assert classify(None, error=UnknownOutcome("?"), now=NOW).kind is OutcomeKind.TRANSIENT
     assert classify(None, error=PermanentError("no endpoint"), now=NOW).kind is (

@@ -62,6 +62,10 @@ class HttpTransport:
     as a mapping or a callable. ``batch=True`` uses the batch endpoint with every operation
     the engine hands over in one request; ``batch=N`` splits them into requests of at most
     N. ``client`` replaces the httpx.Client built here (its base_url is then used as is).
+    A base URL (``base_url``, or the client's when it has one) that is not an absolute
+    http:// or https:// URL with a host raises `ConfigurationError` here: every request
+    would fail before leaving this process. (Should a request URL still be unusable at
+    send time, the queue pauses with the reason; see `pigeon.sync.classify`.)
     A batch request refused as a whole is not a verdict on its operations: 413 (too large,
     often a proxy's limit) splits it in halves, sent one after the other, down to single
     operations (one still too large alone is a permanent error); 401/403/408/425/429/5xx
@@ -101,6 +105,11 @@ class HttpTransport:
             raise ConfigurationError(f"batch must be True, False or a size >= 1, not {batch!r}")
         if client is None and not base_url:
             raise ConfigurationError("HttpTransport needs a base_url (or a client)")
+        if base_url:
+            _check_base_url(base_url, "base_url")
+        if client is not None and str(client.base_url):
+            # A client without a base_url is left alone: its routes may give whole URLs.
+            _check_base_url(client.base_url, "the client's base_url")
         self.batch_size: int | None = None if batch is False else (0 if batch is True else batch)
         self._token = token
         self._headers = headers
@@ -243,6 +252,16 @@ class HttpTransport:
                 response = self.client.request(method, path, headers=headers)
             else:
                 response = self.client.request(method, path, headers=headers, json=op.payload)
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            if not _is_base_url(self.client.base_url):
+                return Reply(error=exc)  # the configuration's fault: the queue pauses
+            # The base URL is sound, so this operation's own endpoint (a whole URL that
+            # overrides it, or not a URL at all) is what cannot be sent, now or ever.
+            error = PermanentError(
+                f"operation {op.id} ({op.type} {op.entity}): its endpoint {path!r} cannot "
+                f"be sent: {type(exc).__name__}: {exc}"
+            )
+            return Reply(error=error)
         except (httpx.HTTPError, OSError) as exc:
             return Reply(error=exc)
         return Reply(
@@ -332,6 +351,23 @@ class HttpTransport:
         if _stopped(chunk[:middle], first, keep):
             return first  # the second half is not attempted, as after a short reply
         return first + self._send_batch(chunk[middle:], keep)
+
+
+def _is_base_url(url: httpx.URL) -> bool:
+    return url.scheme in ("http", "https") and bool(url.host)
+
+
+def _check_base_url(value: str | httpx.URL, name: str) -> None:
+    """Raise `ConfigurationError` unless ``value`` is an http(s) URL with a host."""
+    try:
+        url = httpx.URL(value)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ConfigurationError(f"{name} {str(value)!r} is not a URL: {exc}") from exc
+    if not _is_base_url(url):
+        raise ConfigurationError(
+            f"{name} {str(value)!r} is not an http:// or https:// URL with a host "
+            "(such as 'https://api.example')"
+        )
 
 
 def _stopped(chunk: Sequence[Operation], answered: Answered, keep: KeepGoing) -> bool:

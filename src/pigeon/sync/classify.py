@@ -39,8 +39,9 @@ class OutcomeKind(enum.StrEnum):
     CONFLICT = "conflict"  # stale base version: hold for the conflict resolver
     AUTH = "auth"  # 401/403: pause the whole queue, spend nothing
     # A batch request refused as a whole (transport.BatchRefused): none applied, or a
-    # redirect (3xx) of any request; the same request will be refused again: pause the
-    # whole queue, spend nothing.
+    # redirect (3xx) of any request, or a request URL that cannot be used (no http(s)://,
+    # sent=False); the same request will be refused again: pause the whole queue, spend
+    # nothing.
     REFUSED = "refused"
     PERMANENT = "permanent"  # will never succeed: dead-letter
 
@@ -55,12 +56,17 @@ _NOT_SENT: tuple[type[BaseException], ...] = (
     # the request itself is written (a captive portal, a proxy's policy).
     httpx.ProxyError,
 )
-# The request cannot be formed at all; sending it again cannot help.
-_MALFORMED: tuple[type[BaseException], ...] = (
-    httpx.UnsupportedProtocol,
-    httpx.InvalidURL,
-    httpx.LocalProtocolError,
-)
+# The request URL cannot be used at all (no http:// or https://, not a URL): raised before
+# anything is sent, for every operation alike. It is the client's configuration (a base
+# URL or a client without one), not the operation's fault: the queue pauses with the
+# reason, spending no attempt, rather than dead-letter every operation on its first try.
+# (HttpTransport tells apart an operation whose own endpoint is the bad URL, its base URL
+# being sound: it answers that one with a PermanentError, so one bad operation cannot
+# pause the queue again after every resume.)
+_BAD_URL: tuple[type[BaseException], ...] = (httpx.UnsupportedProtocol, httpx.InvalidURL)
+# This request cannot be formed (e.g. a header value h11 refuses); sending it again
+# cannot help.
+_MALFORMED: tuple[type[BaseException], ...] = (httpx.LocalProtocolError,)
 # RFC 9457: "about:blank" is the type of a problem with no semantics beyond its status.
 _UNTYPED = "about:blank"
 
@@ -257,6 +263,9 @@ def _classify_error(error: BaseException) -> Outcome:
         )
     if isinstance(error, _NOT_SENT):
         return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
+    if isinstance(error, _BAD_URL):
+        reason = f"{name}; check the transport's base URL (http:// or https://), then resume"
+        return Outcome(OutcomeKind.REFUSED, reason, sent=False)
     if isinstance(error, _MALFORMED):
         return Outcome(OutcomeKind.PERMANENT, name)
     # Read/write errors, timeouts after the request went out, OSError: the server may or
