@@ -92,7 +92,24 @@ def _invalid(body: Any) -> str | None:
     return None
 
 
+_TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}
+_OPTIONAL_TEXT = {"type": ["string", "null"]}
+# What `_invalid` checks, published in the OpenAPI document (the handler stays the judge).
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["question", "answer"],
+    "properties": {
+        "question": _TEXT,
+        "answer": _TEXT,
+        "expected": _OPTIONAL_TEXT,
+        "notify": _OPTIONAL_TEXT,
+    },
+}
+
+
 def add_answers(intake: Intake, jobs: App | None = None) -> None:
     """Register ``POST /answers``; ``jobs`` as in `accept_answer`."""
     handler = functools.partial(accept_answer, jobs=jobs)
-    intake.add_operation("POST", ANSWERS_PATH, handler, on_replay=current_answer)
+    intake.add_operation(
+        "POST", ANSWERS_PATH, handler, on_replay=current_answer, request_schema=ANSWER_SCHEMA
+    )

@@ -140,6 +140,7 @@ class _Route:
     regex: Any
     convertors: dict[str, Convertor[Any]]
     on_replay: ReplayHook | None = None
+    request_schema: Mapping[str, Any] | None = None  # JSON Schema, for the OpenAPI document
 
 
 @dataclass
@@ -177,15 +178,23 @@ class Intake:
         return register
 
     def add_operation(
-        self, method: str, path: str, handler: Handler, *, on_replay: ReplayHook | None = None
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        on_replay: ReplayHook | None = None,
+        request_schema: Mapping[str, Any] | None = None,
     ) -> None:
         """Register ``handler``; ``on_replay(tx, stored_body, info)`` answers its replays
-        with the current state (``pigeon.server.replay``)."""
+        with the current state (``pigeon.server.replay``); ``request_schema``, the JSON
+        Schema of its body, is published in the OpenAPI document (the handler checks)."""
         method = method.upper()
         if method not in WRITE_METHODS:
             raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
         regex, _, convertors = compile_path(path)
-        self.routes.append(_Route(method, path, handler, regex, convertors, on_replay))
+        route = _Route(method, path, handler, regex, convertors, on_replay, request_schema)
+        self.routes.append(route)
 
     def match(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
         """The route for (method, path), or None; raises if the path matches another method."""

@@ -56,6 +56,14 @@ from pigeon.storage.base import Database, Row, Tx
 LEDGER_PATH = "/pigeon/v1/ledger"
 
 
+# A note is any JSON object; "id", if given, names it (a string or a number, as the path).
+NOTE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": ["string", "integer"]}},
+    "additionalProperties": True,
+}
+
+
 def note_json(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],
@@ -274,9 +282,14 @@ def create_notes_app(
         after_commit=after_commit,
         clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
     )
-    intake.add_operation("POST", "/notes", create_note, on_replay=current_note)
-    intake.add_operation("PUT", "/notes/{id}", replace_note, on_replay=current_note)
-    intake.add_operation("PATCH", "/notes/{id}", patch_note, on_replay=current_note)
+    for method, path, handler in (
+        ("POST", "/notes", create_note),
+        ("PUT", "/notes/{id}", replace_note),
+        ("PATCH", "/notes/{id}", patch_note),
+    ):
+        intake.add_operation(
+            method, path, handler, on_replay=current_note, request_schema=NOTE_SCHEMA
+        )
     intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
     for name in lww_collections:
         LwwCollection(name, max_skew=max_skew).register(intake)

@@ -7,7 +7,7 @@ and lock timeouts are the ones in force.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Route
@@ -81,7 +81,9 @@ def _too_large(limit: int, what: str) -> dict[str, Any]:
     )
 
 
-def _write_operation(method: str, path: str, max_body: int) -> dict[str, Any]:
+def _write_operation(
+    method: str, path: str, max_body: int, schema: Mapping[str, Any] | None
+) -> dict[str, Any]:
     return {
         "operationId": f"{method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
         "summary": f"{method} {path} (idempotent write)",
@@ -94,7 +96,7 @@ def _write_operation(method: str, path: str, max_body: int) -> dict[str, Any]:
         "requestBody": {
             "required": False,
             "description": f"At most {max_body} bytes",
-            "content": {"application/json": {"schema": {}}},
+            "content": {"application/json": {"schema": dict(schema or {})}},
         },
         "responses": {
             "2XX": {
@@ -148,7 +150,7 @@ def build_openapi(
     for route in intake.routes:
         path = _PARAM.sub(r"{\1}", route.template)
         paths.setdefault(path, {})[route.method.lower()] = _write_operation(
-            route.method, path, max_body
+            route.method, path, max_body, route.request_schema
         )
     for extra in extra_routes:
         if not isinstance(extra, Route):
