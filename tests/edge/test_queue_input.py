@@ -188,3 +188,26 @@ def test_next_batch_of_zero_hands_out_nothing(tmp_path: Path) -> None:
         q.enqueue("create", "note:1", {})
         assert q.next_batch(0) == []
         assert q.stats().in_flight == 0
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"a": [1, 2.5, None, True], "t": "é\u2028\U0001f426"},
+        ("a", "tuple"),
+        "  spaces around  ",
+        "\ufeffstarts with a byte order mark",
+        -0.0,
+        1e300,
+        0,
+        None,
+        [[[]]],
+    ],
+)
+def test_enqueue_returns_the_payload_as_stored(tmp_path: Path, payload: Any) -> None:
+    """What enqueue returns is decoded from the stored JSON (a fresh object, tuples as
+    lists), exactly as every later read of the operation gives it."""
+    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+        op = q.enqueue("publish", "note:1", payload)
+        stored = q.get(op.id).payload
+        assert op.payload == stored and type(op.payload) is type(stored)
