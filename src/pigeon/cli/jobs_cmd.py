@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import getpass
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pigeon.cli._db import open_db
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobStatus
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.stats import queue_stats
-from pigeon.storage.server import open_server_db
 
 DEMO_APP = "pigeon.jobs.demo:app"
 
@@ -27,15 +26,6 @@ console = Console()
 DbOption = Annotated[
     str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
 ]
-
-
-def _open(db: str) -> Any:
-    if not db.startswith(("postgresql://", "postgres://")) and not Path(db).exists():
-        raise typer.BadParameter(f"{db}: no such database file", param_hint="--db")
-    try:
-        return open_server_db(db)
-    except PigeonError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--db") from exc
 
 
 def _age(ts: float | None) -> str:
@@ -88,19 +78,19 @@ def list_cmd(
 ) -> None:
     """The most recent jobs."""
     wanted = None if status is None else status.value
-    rows = list_jobs(_open(db), status=wanted, queue=queue, limit=limit)
+    rows = list_jobs(open_db(db), status=wanted, queue=queue, limit=limit)
     console.print(_table(rows, f"{len(rows)} jobs", failed=False))
 
 
 @app.command("failed")
 def failed_cmd(db: DbOption, queue: str | None = None, limit: int = 50) -> None:
     """The failed store: jobs awaiting review, with their owner and last error."""
-    rows = FailedStore(_open(db)).list(queue=queue, limit=limit)
+    rows = FailedStore(open_db(db)).list(queue=queue, limit=limit)
     console.print(_table(rows, f"{len(rows)} failed jobs awaiting review", failed=True))
 
 
 def _review(action: str, db: str, job_id: int, reason: str, reviewer: str | None) -> None:
-    store = FailedStore(_open(db))
+    store = FailedStore(open_db(db))
     who = reviewer or getpass.getuser()
     try:
         getattr(store, action)(job_id, reviewer=who, reason=reason)
@@ -151,7 +141,7 @@ def stats_cmd(
         jobs_app = load_app(app_ref)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc), param_hint="--app") from exc
-    rows = queue_stats(_open(db), jobs_app)
+    rows = queue_stats(open_db(db), jobs_app)
     table = Table(title="queues (ready = queued and due; stuck = reserved, lease expired)")
     for column in ("queue", "ready", "delayed", "reserved", "stuck", "failed"):
         table.add_column(column, justify="left" if column == "queue" else "right")
@@ -187,7 +177,7 @@ def purge_cmd(
     """Delete succeeded and cancelled jobs (and their history) finished before the
     retention; failed jobs stay in the failed store."""
     try:
-        purged = purge_finished(_open(db), older_than, batch=batch)
+        purged = purge_finished(open_db(db), older_than, batch=batch)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc
     console.print(f"purged {purged} finished jobs older than {_seconds(older_than)}")

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from pigeon.cli._db import check_db
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.autoscale import Budget, parse_budget
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions
@@ -36,7 +37,12 @@ def parse_queues(values: list[str]) -> dict[str, int | Budget]:
 
 def worker(
     db: Annotated[
-        str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+        str,
+        typer.Option(
+            "--db",
+            help="Server database: an existing SQLite file or postgresql://...; "
+            "checked once before any worker starts.",
+        ),
     ],
     queue: Annotated[
         list[str],
@@ -57,7 +63,6 @@ def worker(
     batch: Annotated[int | None, typer.Option(help="Jobs claimed per round trip.")] = None,
 ) -> None:
     """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         supervisor = Supervisor(
             app,
@@ -68,6 +73,10 @@ def worker(
         )
     except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    # Once, here: a database the workers cannot open would fail every worker process at
+    # its start, and the supervisor would relaunch them forever.
+    check_db(db)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     budgets = {q: str(b) for q, b in supervisor.budgets.items()}
     typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {budgets}")
     supervisor.run()

@@ -1,0 +1,108 @@
+"""``pigeon worker`` refuses what its workers could never use, before starting any of them.
+
+Run as a subprocess with a timeout: a worker that is not refused supervises until it is
+stopped, which would hang an in-process runner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pigeon.edge.queue import OfflineQueue
+from pigeon.jobs.failed import list_jobs
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager
+from pigeon.storage.server import open_server_db
+
+
+def run_worker(*args: str, cwd: Path | None = None, timeout: float = 30) -> tuple[int, str]:
+    """Exit code and output of ``pigeon worker ARGS``; one still running after ``timeout``
+    seconds is killed with its worker processes (its own session) and the test fails."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pigeon", "worker", *args],
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError(f"still running after {timeout} s:\n{output[-2000:]}") from None
+    return proc.returncode, output
+
+
+def assert_refused(code: int, output: str, *words: str) -> None:
+    assert code == 2, output
+    assert "Traceback" not in output and "exited with" not in output, output
+    flat = " ".join(output.replace("│", " ").split())
+    for word in words:
+        assert word in flat, output
+
+
+def test_worker_refuses_a_text_file(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    code, output = run_worker("--db", str(notes), "--queue", "grading=2")
+    assert_refused(code, output, "notes.txt is not a SQLite database")
+    assert notes.read_text() == "not a database\n"
+
+
+def test_worker_refuses_an_edge_queue_file(tmp_path: Path) -> None:
+    path = tmp_path / "edge.db"
+    OfflineQueue(path).close()
+    code, output = run_worker("--db", str(path), "--queue", "grading=2")
+    assert_refused(code, output, "edge.db is not a pigeon server database")
+
+
+def test_worker_refuses_a_missing_file_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nothere.db"
+    code, output = run_worker("--db", str(missing), "--queue", "grading=2")
+    assert_refused(code, output, "nothere.db: no such database file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_worker_checks_options_before_the_database(tmp_path: Path) -> None:
+    # a bad option is named as such even when the database is wrong too
+    code, output = run_worker("--db", str(tmp_path / "nothere.db"), "--queue", "grading")
+    assert_refused(code, output, "NAME=MAX or NAME=MIN:MAX")
+
+
+def wait_until_succeeded(path: Path, count: int, timeout: float = 30.0) -> None:
+    db = open_server_db(path)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(list_jobs(db, status="succeeded")) < count:
+            assert time.monotonic() < deadline, list_jobs(db)
+            time.sleep(0.05)
+    finally:
+        db.close()
+
+
+def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
+    path = tmp_path / "server.db"
+    db = open_server_db(path)
+    JobManager(db).enqueue(JobSpec("grading", "grade", {"answer_id": "a1", "answer": "42"}))
+    db.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pigeon", "worker", "--db", str(path), "--queue", "grading=2"],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until_succeeded(path, 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "pigeon worker: " in output
