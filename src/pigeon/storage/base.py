@@ -27,6 +27,12 @@ class Tx(Protocol):
 
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None: ...
 
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        """The application's own SQL in this transaction (its tables, beside pigeon's), in
+        the backend's parameter style: ``:name`` on SQLite, ``%(name)s`` on PostgreSQL.
+        Returns the driver's cursor (``fetchone``/``fetchall``: rows as dicts)."""
+        ...
+
     def savepoint(self) -> AbstractContextManager[None]: ...
 
 

@@ -78,6 +78,10 @@ class PostgresTx:
         with self.conn.cursor() as cur:
             cur.executemany(self.queries[name], params)
 
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
+        """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""
+        return self.conn.execute(statement, params or {})
+
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         with self.conn.transaction():  # nested: psycopg issues SAVEPOINT / ROLLBACK TO

@@ -197,6 +197,10 @@ class SQLiteTx:
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
         self.conn.executemany(self.queries[name], params)
 
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
+        """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""
+        return self.conn.execute(statement, params or {})
+
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         # Named by depth, not by a counter: a savepoint per operation of a batch with a
