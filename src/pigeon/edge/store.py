@@ -59,6 +59,14 @@ def _open_lock(path: str) -> int | None:
     return None
 
 
+class _ThisThread(threading.local):
+    """This thread's ``batch()`` transaction. A class default, not ``getattr(local, "tx",
+    None)``: a missing attribute of a ``threading.local`` raises and catches inside, ~0.5 µs
+    twice per enqueue (hot path)."""
+
+    tx: SQLiteTx | None = None
+
+
 def init_state(tx: SQLiteTx) -> None:
     """Give a new file its state row, with a random node id for its clock (a no-op on a
     file that has one): by whichever of the store and the queue writes first."""
@@ -92,7 +100,7 @@ class EdgeStore:
             page_size=PAGE_SIZE,
             upgrade=upgrade,
         )
-        self._local = threading.local()
+        self._local = _ThisThread()
         # Every open queue holds this side file's advisory lock shared, recovering or not
         # (the CLI opens without recovering): a process that recovers must see them all.
         self._lock_fd = _open_lock(self.path)
@@ -148,7 +156,7 @@ class EdgeStore:
     @contextlib.contextmanager
     def write(self, *, savepoint: bool = True) -> Iterator[SQLiteTx]:
         """A write transaction; inside ``batch()`` on this thread, a savepoint of it."""
-        outer: SQLiteTx | None = getattr(self._local, "tx", None)
+        outer: SQLiteTx | None = self._local.tx
         if outer is not None:
             if not savepoint:
                 yield outer
@@ -162,7 +170,7 @@ class EdgeStore:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Make every write of this thread inside the block one transaction (one fsync)."""
-        if getattr(self._local, "tx", None) is not None:
+        if self._local.tx is not None:
             yield
             return
         with self.db.transaction() as tx:
@@ -173,11 +181,11 @@ class EdgeStore:
                 self._local.tx = None
 
     def in_batch(self) -> bool:
-        return getattr(self._local, "tx", None) is not None
+        return self._local.tx is not None
 
     def batch_tx(self) -> SQLiteTx | None:
         """The transaction of this thread's ``batch()``, if one is open."""
-        tx: SQLiteTx | None = getattr(self._local, "tx", None)
+        tx: SQLiteTx | None = self._local.tx
         return tx
 
     def read(self) -> SQLiteTx:
