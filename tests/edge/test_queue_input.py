@@ -37,6 +37,8 @@ from pigeon.exceptions import (
         (("", "note:1", {}), {}, UnknownOperationType, "type"),
         (("explode", "note:1", {}), {}, UnknownOperationType, "'explode'"),
         (("create", "note:1", {}), {"method": "GET /x"}, InvalidOperation, "method"),
+        (("update", "note:1", {}), {"method": "PTU"}, InvalidOperation, "not 'PTU'"),
+        (("update", "note:1", {}), {"method": "GET"}, InvalidOperation, "a write"),
         (("create", "note:1", {}), {"endpoint": ""}, InvalidOperation, "endpoint"),
         (("update", "note:1", {}), {"base_version": ""}, InvalidOperation, "base_version"),
     ],
