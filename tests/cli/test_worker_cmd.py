@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from pigeon.cli import app
 from pigeon.edge.queue import OfflineQueue
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
@@ -106,3 +110,41 @@ def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert "pigeon worker: " in output
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"postgresql://postgres@127.0.0.1:{port}/pigeon"
+
+
+def missing_database_url(pg_url: str) -> str:
+    # the test's server and user, a database that does not exist there
+    return pg_url.rsplit("/", 1)[0] + "/no_such_db_pigeon"
+
+
+def test_worker_refuses_a_closed_postgres_port_at_once() -> None:
+    started = time.monotonic()
+    code, output = run_worker("--db", closed_port_url(), "--queue", "grading=2")
+    assert_refused(code, output, "cannot connect to PostgreSQL", "Connection refused")
+    assert time.monotonic() - started < 15
+    assert "psycopg.pool" not in output and "pool initialization" not in output
+
+
+def test_worker_refuses_a_missing_postgres_database_at_once(pg_url: str) -> None:
+    started = time.monotonic()
+    code, output = run_worker("--db", missing_database_url(pg_url), "--queue", "grading=2")
+    assert_refused(code, output, 'database "no_such_db_pigeon" does not exist')
+    assert time.monotonic() - started < 15
+    assert "psycopg.pool" not in output and "pool initialization" not in output
+
+
+def test_jobs_list_refuses_a_missing_postgres_database_at_once(pg_url: str) -> None:
+    # the same helper opens --db for the jobs commands
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        app, ["jobs", "list", "--db", missing_database_url(pg_url)], env={"COLUMNS": "200"}
+    )
+    assert_refused(result.exit_code, result.output, 'database "no_such_db_pigeon" does not exist')
+    assert time.monotonic() - started < 15

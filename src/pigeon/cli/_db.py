@@ -3,8 +3,9 @@ take one (``jobs``, ``worker``).
 
 Whatever the command cannot use is refused as a usage error (exit 2) naming the file and
 the reason, before anything else is opened or started: a SQLite path that does not exist
-(never created: a typo would give an empty database that nothing ever writes to), or a file
-that is not a pigeon server database.
+(never created: a typo would give an empty database that nothing ever writes to), a file
+that is not a pigeon server database, a PostgreSQL server that cannot be reached or has no
+such database (found within seconds, the cause named).
 """
 
 from __future__ import annotations
@@ -18,15 +19,34 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+CONNECT_TIMEOUT = 5  # seconds for the one probe connection to PostgreSQL
 
 
 def is_postgres(db: str) -> bool:
     return db.startswith(POSTGRES_SCHEMES)
 
 
+def check_postgres(url: str, param_hint: str = "--db") -> None:
+    """One plain connection before any pool is opened: a pool that cannot connect retries
+    for its whole timeout (30 s), logging each attempt, and then names only the timeout.
+    The first line of libpq's message names the cause."""
+    import psycopg  # only when a PostgreSQL URL is given
+
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
+    except psycopg.Error as exc:
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise typer.BadParameter(
+            f"cannot connect to PostgreSQL: {reason or type(exc).__name__}",
+            param_hint=param_hint,
+        ) from exc
+
+
 def open_db(db: str, param_hint: str = "--db") -> Database:
     """The server database ``db`` (a SQLite path or a postgresql:// URL), or a usage error."""
-    if not is_postgres(db) and not Path(db).exists():
+    if is_postgres(db):
+        check_postgres(db, param_hint)
+    elif not Path(db).exists():
         raise typer.BadParameter(f"{db}: no such database file", param_hint=param_hint)
     try:
         return open_server_db(db)
