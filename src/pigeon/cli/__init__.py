@@ -31,6 +31,9 @@ def _register() -> None:
     from pigeon.cli import conflicts_cmd
 
     app.add_typer(conflicts_cmd.app, name="conflicts")
+    from pigeon.cli import bench_cmd
+
+    app.command("bench")(bench_cmd.bench)
 
 
 _register()
