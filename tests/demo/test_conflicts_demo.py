@@ -15,6 +15,7 @@ def test_each_strategy_leaves_the_server_in_the_state_it_promises() -> None:
     rows = {row.entity: row for row in run_conflicts_demo()}
     assert rows["card:groceries"].server == {"title": "Food", "colour": "red", "done": True}
     assert rows["note:ideas"].server == {"body": f"a garden, a pond{SEPARATOR}a garden, bees"}
+    assert "rival texts kept and marked" in rows["note:ideas"].outcome  # not a silent merge
     assert rows["draft:letter"].server == {"body": "Hi Ann,"}
     assert "conflicted-copy" in rows["draft:letter"].outcome
     assert rows["lww-note:status"].server == {"text": "at work"}

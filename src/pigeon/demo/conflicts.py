@@ -22,7 +22,7 @@ import httpx
 from pycrdt import Doc, Text
 
 from pigeon.demo.processes import serve_in_thread
-from pigeon.edge.merge import notes_merge
+from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
@@ -100,6 +100,12 @@ def _render(state: str) -> str:
     doc: Doc[Any] = Doc()
     doc.apply_update(base64.b64decode(state))
     return str(doc.get("body", type=Text))
+
+
+def _marked(value: Any) -> bool:
+    """Whether a merged state holds rival texts kept side by side (`notes_merge`)."""
+    values = value.values() if isinstance(value, dict) else [value]
+    return any(isinstance(v, str) and SEPARATOR in v for v in values)
 
 
 def run_conflicts_demo(workdir: Path | None = None) -> list[Row]:
@@ -220,6 +226,12 @@ def _scenario(url: str, phone: Device, laptop: Device) -> list[Row]:
             row.outcome = (
                 "the laptop wrote last (the phone's clock, 2 h fast, was corrected): "
                 "the phone's write lost, acknowledged and recorded"
+            )
+        elif record.outcome == "merged" and _marked(row.server):
+            # notes_merge keeps both rival edits of one field, marked: not a silent merge.
+            row.outcome = (
+                "merged, both rival texts kept and marked for the user to tidy; sent again "
+                f"against version {record.remote_version}"
             )
         else:
             row.outcome = f"{record.outcome}: sent again against version {record.remote_version}"
