@@ -80,11 +80,15 @@ def test_worker_checks_options_before_the_database(tmp_path: Path) -> None:
     assert_refused(code, output, "NAME=MAX or NAME=MIN:MAX")
 
 
-def wait_until_succeeded(path: Path, count: int, timeout: float = 30.0) -> None:
+def wait_until_succeeded(
+    path: Path, count: int, proc: subprocess.Popen[str], timeout: float = 30.0
+) -> None:
+    """Until ``count`` jobs succeeded; fails at once if the worker command exits."""
     db = open_server_db(path)
     try:
         deadline = time.monotonic() + timeout
         while len(list_jobs(db, status="succeeded")) < count:
+            assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline, list_jobs(db)
             time.sleep(0.05)
     finally:
@@ -104,7 +108,7 @@ def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        wait_until_succeeded(path, 1)
+        wait_until_succeeded(path, 1, proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
@@ -148,3 +152,48 @@ def test_jobs_list_refuses_a_missing_postgres_database_at_once(pg_url: str) -> N
     )
     assert_refused(result.exit_code, result.output, 'database "no_such_db_pigeon" does not exist')
     assert time.monotonic() - started < 15
+
+
+MYAPP = """
+from pigeon import jobs
+
+app = jobs.App()
+app.queue("grading", min_workers=1, max_workers=4)
+
+
+@app.task(queue="grading")
+def grade(answer_id):
+    pass
+"""
+
+
+def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    path = tmp_path / "server.db"
+    db = open_server_db(path)
+    JobManager(db).enqueue(JobSpec("grading", "grade", {"answer_id": "a1"}))
+    db.close()
+    # -P: no current directory on sys.path from the interpreter, as for the installed
+    # `pigeon` script (`python -m` alone would put it there)
+    args = ["--db", "server.db", "--app", "myapp:app", "--queue", "grading=2"]
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "pigeon", "worker", *args],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_until_succeeded(path, 1, proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert proc.returncode == 0, output
+    assert "No module named" not in output, output

@@ -52,7 +52,14 @@ def worker(
             "threads scale between them with the backlog.",
         ),
     ],
-    app: Annotated[str, typer.Option("--app", help="module:attr of a pigeon.jobs.App.")] = DEMO_APP,
+    app: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            help="module:attr of a pigeon.jobs.App; the current directory is searched "
+            "first (as uvicorn does), so myapp:app finds ./myapp.py.",
+        ),
+    ] = DEMO_APP,
     processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
     recycle_jobs: Annotated[
         int | None, typer.Option(help="Replace a process after N jobs.")
@@ -70,6 +77,7 @@ def worker(
             parse_queues(queue),
             processes=processes,
             options=WorkerOptions(recycle_jobs=recycle_jobs, recycle_mib=recycle_mib, batch=batch),
+            app_dir=".",
         )
     except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -16,6 +16,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -66,6 +67,18 @@ def split_budgets(budgets: Mapping[str, Budget], processes: int) -> list[dict[st
     ]
 
 
+def add_app_dir(app_dir: str | os.PathLike[str] | None) -> str | None:
+    """Put ``app_dir`` (made absolute) first on ``sys.path`` unless it is there already, as
+    uvicorn's ``--app-dir`` does, so that ``--app myapp:app`` imports the ``myapp.py``
+    found there; the absolute path, or None when no directory is given."""
+    if app_dir is None:
+        return None
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return path
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     recycle_jobs: int | None = None
@@ -76,13 +89,18 @@ class WorkerOptions:
 
 
 def child_main(
-    app_ref: str, db_path: str, queues: dict[str, Budget], options: WorkerOptions
+    app_ref: str,
+    db_path: str,
+    queues: dict[str, Budget],
+    options: WorkerOptions,
+    app_dir: str | None = None,
 ) -> None:
     """Entry point of one worker process."""
     from pigeon.storage.server import open_server_db
 
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
+    add_app_dir(app_dir)
     app = load_app(app_ref)
     db = open_server_db(db_path, durability=options.durability)  # type: ignore[arg-type]
     worker = Worker(
@@ -120,7 +138,12 @@ class Supervisor:
         *,
         processes: int = 2,
         options: WorkerOptions | None = None,
+        app_dir: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``app_dir``: a directory put first on ``sys.path`` here and in every child
+        before the app is imported (``pigeon worker`` passes the current directory)."""
+        # Absolute now: the children import from where the supervisor was started.
+        self.app_dir = add_app_dir(app_dir)
         app = load_app(app_ref)  # fail here, not in every child, if the app is wrong
         self.budgets = {q: app.queue_config(q).budget(spec) for q, spec in queues.items()}
         self.app_ref = app_ref
@@ -136,7 +159,7 @@ class Supervisor:
     def _launch(self, slot: _Slot) -> None:
         slot.process = self._ctx.Process(
             target=child_main,
-            args=(self.app_ref, self.db_path, slot.queues, self.options),
+            args=(self.app_ref, self.db_path, slot.queues, self.options, self.app_dir),
             name="pigeon-worker",
         )
         slot.process.start()
