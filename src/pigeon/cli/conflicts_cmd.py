@@ -8,6 +8,11 @@
 
 A resolution enqueues a NEW operation (new idempotency key) against the server's current
 version; the app's sync engine sends it the next time it runs.
+
+``list`` first brings the records up to date with the queue (`ConflictStore.reconcile`):
+one held record per conflict-held operation, so its count is the ``conflicts`` of ``pigeon
+queue stats``. Conflicts held by an engine without a resolver are listed with strategy
+``none`` and are resolved like any other (an engine with a resolver takes them over).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ def list_(
 ) -> None:
     """Conflicts waiting for you (or, with --all, everything recorded)."""
     with _open(file) as store:
+        store.reconcile()
         records = store.records(None if all_ else "held", limit)
         table = Table(title=f"{file}: {len(records)} conflict(s)")
         for column in ("id", "entity", "strategy", "outcome", "local", "remote"):

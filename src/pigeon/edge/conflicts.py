@@ -6,6 +6,13 @@ the queue, the operations waiting behind it are folded into the resolution (each
 as ``superseded``), the resolution is enqueued as a NEW operation with a NEW key against
 the server's current version, and the conflict row says what happened. Nothing about an
 edit is ever deleted without a row here that keeps it.
+
+Every conflict-held operation of the queue has exactly one ``held`` record, so ``pigeon
+conflicts list`` shows what ``pigeon queue stats`` counts and ``resolve`` can settle each:
+the resolver (`pigeon.sync.resolver`) writes it for a conflict it holds for the user, an
+engine without a resolver for every conflict (strategy ``none``), and `reconcile` mends
+what neither wrote (a crash between the hold and its record, a file from an older pigeon)
+and closes records whose operation left the queue another way (``pigeon queue discard``).
 """
 
 from __future__ import annotations
@@ -27,6 +34,11 @@ from pigeon.storage.sqlite import Row, SQLiteTx
 Outcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
 Keep = Literal["local", "remote", "both", "merged"]
 KEEPS: tuple[str, ...] = ("local", "remote", "both", "merged")
+# The strategy of a conflict held because no resolver was there to decide it (an engine
+# without one, or `ConflictStore.reconcile`): the user decides, or a resolver takes it over
+# (`pigeon.sync.resolver.ConflictResolver.sweep`).
+NO_RESOLVER = "none"
+_ALL = 1_000_000  # "every row" for the listings reconcile compares
 
 
 class _Deleted:
@@ -201,6 +213,80 @@ class ConflictStore:
             cursor = self._tx(outer).execute("conflict_insert", params)
         assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
+
+    def hold(
+        self,
+        op: Operation,
+        *,
+        strategy: str,
+        detail: str | None = None,
+        base: Any = None,
+        local: Any = None,
+        remote: Any = None,
+        remote_version: str | None = None,
+    ) -> int:
+        """Record the conflict-held ``op`` as waiting for the user; returns the record's id.
+        Once per operation: an open record of it is kept, unless it knew nothing of the
+        server's state and this one does (a `reconcile` that ran before the engine recorded
+        the reply): then it is closed (resolution ``replaced``) and this one recorded."""
+        with self.queue.batch():
+            with self.queue.transaction() as outer:
+                rows = self._tx(outer).fetchall("conflict_held_for", {"entity": op.entity})
+            for row in rows:
+                if row["op_id"] != op.id:
+                    continue
+                if row["remote"] is not None or remote is None:
+                    return int(row["id"])
+                self.close(row["id"], "replaced")
+            return self.record(
+                op,
+                "held",
+                strategy=strategy,
+                base=base,
+                local=local,
+                remote=remote,
+                remote_version=remote_version,
+                detail=detail,
+            )
+
+    def close(self, conflict_id: int, resolution: str) -> None:
+        """End a held record without settling anything (its operation is dealt with
+        elsewhere): outcome ``resolved``, with ``resolution`` saying how."""
+        params = {"id": conflict_id, "resolution": resolution, "result": None, "new_op_id": None}
+        with self.queue.transaction() as outer:
+            self._tx(outer).execute("conflict_resolve", params | {"now": self._now()})
+
+    def reconcile(self) -> int:
+        """Make the held records match the queue: a conflict-held operation without one
+        gets one (strategy ``none``; the server's reply was not kept, so its state is
+        unknown: ``--keep local`` then sends this device's version unconditionally); a
+        held record whose operation is no longer held is closed (resolution ``gone``).
+        One transaction. Returns how many records it wrote or closed."""
+        changed = 0
+        with self.queue.batch():
+            held = self.queue.operations(OpStatus.CONFLICT, limit=_ALL)
+            records = self.records("held", _ALL)
+            live = {op.id for op in held}
+            for record in records:
+                if record.op_id not in live:
+                    self.close(record.id, "gone")
+                    changed += 1
+            recorded = {record.op_id for record in records}
+            for op in held:
+                if op.id in recorded:
+                    continue
+                snap = self.snapshot(op.entity)
+                base = None if snap is None else snap.data
+                self.hold(
+                    op,
+                    strategy=NO_RESOLVER,
+                    base=base,
+                    local=local_state(self.tail(op.entity), base),
+                    detail=f"{op.last_error or 'conflict'}; held with no record of the "
+                    "server's reply, so its state is unknown",
+                )
+                changed += 1
+        return changed
 
     # -- settling ------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from pigeon.sync.events import (
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.holds import Holds
-from pigeon.sync.resolver import ConflictResolver
+from pigeon.sync.resolver import ConflictResolver, Sweep
 from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
 
 log = logging.getLogger("pigeon.sync")
@@ -103,7 +103,10 @@ class SyncEngine:
         self.pipeline = pipeline
         if resolver is not None:  # it sees every delivery and conflict before the app does
             on_delivered = chain(resolver.on_delivered, on_delivered, self._error)
-            on_conflict = chain(resolver.on_conflict, on_conflict, self._error)
+        # Without one, a conflict is held for the user, with a record (`pigeon conflicts`).
+        self._sweeper = Sweep.of(queue, resolver)
+        if self._sweeper is not None:
+            on_conflict = chain(self._sweeper.conflicts.on_conflict, on_conflict, self._error)
         self.resolver = resolver
         self.callbacks = Callbacks(
             on_delivered, on_failed, on_dead, on_conflict, on_paused, on_error
@@ -189,6 +192,7 @@ class SyncEngine:
 
     def _flush(self, deadline: float | None) -> bool:
         self._holds.reachable()
+        self._sweep()
         while True:
             seen = self._notices.count
             if not self._lanes(deadline, honour_stop=False):
@@ -286,6 +290,8 @@ class SyncEngine:
 
     def _attach(self) -> None:
         """Be told of enqueues (if the queue offers ``subscribe``) and connectivity."""
+        if self._sweeper is not None:  # start, run: the first step looks for conflicts
+            self._sweeper.due = True
         if self._attached:
             return
         self._attached = True
@@ -384,6 +390,7 @@ class SyncEngine:
     def _step(self) -> float | None:
         """Sync while something is due and we may (online, not paused, not backing off
         from an unreachable server), then say how long to sleep."""
+        self._sweep()
         paused = self.queue.paused is not None
         online = self.connectivity.online
         now = self._clock()
@@ -401,6 +408,15 @@ class SyncEngine:
             idle_recheck=self._idle_recheck,
             batch_window=self._batch_window,
         )
+
+    def _sweep(self) -> None:
+        """Conflict-held operations no callback settled or recorded: see `Sweep`."""
+        if self._sweeper is not None and not self._cycles.in_lane:
+            try:
+                if self._sweeper(self._turns, self.pipeline):
+                    self.notify()
+            except Exception as exc:  # a full disk: reported, and tried again next time
+                self._error(exc)
 
     def _lanes(self, deadline: float | None, *, honour_stop: bool) -> bool:
         """Run ``pipeline`` lanes of cycles side by side until each finds nothing due
@@ -465,6 +481,8 @@ class SyncEngine:
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
+        if report.conflicts and self._sweeper is not None:
+            self._sweeper.due = True
         self._holds.after(report)
         # Only a failed connection says the server is unreachable: a probe would find it
         # up and wake us at once, when it is the token that is failing.

@@ -24,6 +24,11 @@ version), ``lost`` (the server's value stays; this device's edit is recorded) or
 raises ends ``held`` too, with the error in the record's detail; the error is then
 raised to the engine, which reports it (``last_error``, ``on_error``).
 
+A conflict is never left held without a record: `ConflictHolder` records each one for
+the user when the engine has no resolver (strategy ``none``), and `ConflictResolver.sweep`
+(run by the engine on start, on its first flush, and after cycles that held conflicts)
+takes those over once there is a resolver.
+
 ``resolver.headers`` gives the transport the device's clock stamp on every request, so the
 server can measure this device's clock offset and correct its operations' stamps
 (`pigeon.server.conflicts`): a phone whose clock is hours off neither wins nor loses by it.
@@ -33,13 +38,14 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pigeon.edge.conflicts import DELETED, ConflictStore, local_state
+from pigeon.edge.conflicts import DELETED, NO_RESOLVER, ConflictStore, local_state
 from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
-from pigeon.edge.operation import Operation
+from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.sync.classify import Outcome
@@ -205,7 +211,7 @@ class ConflictResolver:
                         f"; the {policy.strategy.value} merge raised "
                         f"{type(failure).__name__}: {failure}"
                     )
-                self.store.record(op, "held", **common, detail=detail)
+                self.store.hold(op, **common, detail=detail)
             else:
                 new = self.store.settle(
                     op,
@@ -227,6 +233,27 @@ class ConflictResolver:
             # reports it (last_error, on_error) like any failure it survives.
             raise failure
 
+    def sweep(self) -> int:
+        """Take over the conflict-held operations no user waits on: those held for want of
+        a resolver (strategy ``none``: an engine without one, a file from an older pigeon,
+        a crash before the record). Each is released, due again with its key (the server
+        never applied it): the engine sends it, the server answers the conflict again (a
+        replay of its answer, with its state), and `on_conflict` decides by the type's
+        policy, against the server's state rather than a record that may have gone stale.
+        Records held by a USER policy, or by a merge that raised, wait for the user and
+        are left alone. Returns how many it released; one transaction."""
+        released = 0
+        with self.queue.batch():
+            self.store.reconcile()
+            for record in self.store.records("held", limit=1_000_000):
+                if record.strategy != NO_RESOLVER:
+                    continue
+                if self.queue.get(record.op_id).status is OpStatus.CONFLICT:
+                    self.queue.resolve_conflict(record.op_id)
+                    released += 1
+                self.store.close(record.id, "resolver")
+        return released
+
     def _tell(self, op: Operation, decision: Decision) -> None:
         if self.on_resolved is None:
             return
@@ -234,6 +261,79 @@ class ConflictResolver:
             self.on_resolved(op, decision)
         except Exception:
             log.exception("on_resolved raised; the resolution stands")
+
+
+class ConflictHolder:
+    """What a `SyncEngine` without a resolver does with a version conflict: hold it for the
+    user, recorded like a USER policy's (strategy ``none``) with this device's state and
+    whatever the server's reply said of its own, so ``pigeon conflicts list`` shows it and
+    ``pigeon conflicts resolve ID --keep local|remote|both`` settles it. An engine given a
+    `ConflictResolver` later hands these to it (`ConflictResolver.sweep`)."""
+
+    def __init__(self, queue: OfflineQueue) -> None:
+        self.queue = queue
+        self.store = ConflictStore(queue)
+
+    def on_conflict(self, op: Operation, outcome: Outcome) -> None:
+        found = _current(outcome.body)
+        remote, version = found if found is not None else (None, None)
+        with self.queue.batch():
+            snapshot = self.store.snapshot(op.entity)
+            base = None if snapshot is None else snapshot.data
+            self.store.hold(
+                op,
+                strategy=NO_RESOLVER,
+                detail=f"{outcome.reason}; held for you: the engine has no resolver",
+                base=base,
+                local=local_state(self.store.tail(op.entity), base),
+                remote=remote,
+                remote_version=version,
+            )
+
+    def sweep(self) -> int:
+        """Record the conflict-held operations no callback recorded (a crash between the
+        hold and its record, a file from an older pigeon): `ConflictStore.reconcile`."""
+        return self.store.reconcile()
+
+
+class Sweep:
+    """A `SyncEngine`'s look for conflict-held operations no callback settled or recorded
+    (held before the engine had a resolver, a crash in between): handed to its resolver,
+    or recorded for the user (`ConflictResolver.sweep`, `ConflictHolder.sweep`). ``due``
+    on the engine's first flush or loop step (so on start), then after cycles that held
+    conflicts; not before every flush, as it reads every conflict-held operation."""
+
+    def __init__(self, conflicts: ConflictResolver | ConflictHolder) -> None:
+        self.conflicts = conflicts
+        self.due = True
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, queue: object, resolver: ConflictResolver | None) -> Sweep | None:
+        """The resolver's, or a `ConflictHolder`'s for an `OfflineQueue` (None for a
+        custom queue without a resolver: it has no conflicts table)."""
+        if resolver is not None:
+            return cls(resolver)
+        return cls(ConflictHolder(queue)) if isinstance(queue, OfflineQueue) else None
+
+    def __call__(self, turns: threading.Semaphore, count: int) -> bool:
+        """Sweep if due, holding all ``count`` of the engine's turns, so that no cycle is
+        between holding an operation and telling ``on_conflict``. True when operations
+        were released (due to send again). What the sweep raised is raised, due again."""
+        with self._lock:
+            due, self.due = self.due, False
+            if not due:
+                return False
+            for _ in range(count):
+                turns.acquire()
+            try:
+                return self.conflicts.sweep() > 0
+            except BaseException:
+                self.due = True
+                raise
+            finally:
+                for _ in range(count):
+                    turns.release()
 
 
 def _policy(value: Strategy | Policy) -> Policy:
