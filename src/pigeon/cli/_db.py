@@ -1,5 +1,5 @@
 """Opening the server database named by a command's ``--db``, shared by the commands that
-take one (``jobs``, ``worker``).
+take one (``jobs``, ``worker``, ``plan``).
 
 Whatever the command cannot use is refused as a usage error (exit 2) naming the file and
 the reason, before anything else is opened or started: a SQLite path that does not exist

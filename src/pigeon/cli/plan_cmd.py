@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
+import math
 import statistics
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pigeon.cli._db import open_db
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
 from pigeon.jobs._db import reading
-from pigeon.storage.server import open_server_db
 
 console = Console()
 
 
-def measured_service_time(db: Path, queue: str, limit: int = 1000) -> tuple[float, int]:
+def measured_service_time(db: str, queue: str, limit: int = 1000) -> tuple[float, int]:
     """Median duration of the latest successful attempts of ``queue``."""
-    with reading(open_server_db(db)) as tx:
-        rows = tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
+    database = open_db(db)  # refuses a missing file (never creates one), a foreign one
+    try:
+        with reading(database) as tx:
+            rows = tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
+    finally:
+        database.close()
     if not rows:
         raise typer.BadParameter(f"no finished jobs of queue {queue!r} in {db}", param_hint="--db")
     return statistics.median(r["seconds"] for r in rows), len(rows)
@@ -31,12 +35,41 @@ def _num(x: float) -> str:
     return f"{x:,.2f}".rstrip("0").rstrip(".")
 
 
+def _seconds(x: float) -> str:
+    """Seconds to 4 significant digits below 1 s (a measured 0.0012 s is not "0")."""
+    if x == 0 or abs(x) >= 1:
+        return _num(x)
+    decimals = max(2, 3 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}".rstrip("0").rstrip(".")
+
+
+def _finite(value: float | None, option: str) -> None:
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}", param_hint=option)
+
+
+def _counts(workers: str | None) -> list[int] | None:
+    if not workers:
+        return None
+    counts = []
+    for item in workers.split(","):
+        try:
+            counts.append(int(item))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{item.strip()!r} is not a whole number of workers (in {workers!r})",
+                param_hint="--workers",
+            ) from None
+    return counts
+
+
 def plan(
     backlog: Annotated[int, typer.Option("--backlog", help="Jobs waiting now (B).")],
     arrival_rate: Annotated[float, typer.Option("--arrival-rate", help="New jobs per second (L).")],
     target: Annotated[float, typer.Option("--target", help="Drain within this many seconds (T).")],
     service_time: Annotated[
-        float | None, typer.Option("--service-time", help="Seconds per job (S).")
+        float | None,
+        typer.Option("--service-time", help="Seconds per job (S); or take it from --db."),
     ] = None,
     workers: Annotated[
         str | None, typer.Option("--workers", help="Counts to compare, e.g. 6,12,18.")
@@ -45,25 +78,46 @@ def plan(
         float | None, typer.Option("--memory-per-worker", help="MiB each.")
     ] = None,
     db: Annotated[
-        Path | None, typer.Option("--db", help="Take S from this database's history.")
+        str | None,
+        typer.Option(
+            "--db",
+            help="Take S from this server database's history (an existing SQLite file or "
+            "postgresql://...): the median of its latest successful jobs of --queue. "
+            "Not together with --service-time.",
+        ),
     ] = None,
     queue: Annotated[str, typer.Option("--queue", help="Queue whose history gives S.")] = "default",
 ) -> None:
     """Ideal throughput, net drain and drain time per worker count; the minimum workers."""
+    for value, option in (
+        (service_time, "--service-time"),
+        (arrival_rate, "--arrival-rate"),
+        (target, "--target"),
+        (memory_per_worker, "--memory-per-worker"),
+    ):
+        _finite(value, option)
+    counts = _counts(workers)
+    if db is not None and service_time is not None:
+        # Which one should win is a guess either way: ask for one.
+        raise typer.BadParameter(
+            "give --service-time or --db (which measures it), not both",
+            param_hint="--service-time",
+        )
     if db is not None:
         service_time, samples = measured_service_time(db, queue)
-        console.print(f"S = {service_time:.4f} s (median of {samples} jobs of {queue!r})")
+        console.print(f"S = {_seconds(service_time)} s (median of {samples} jobs of {queue!r})")
     if service_time is None:
         raise typer.BadParameter("give --service-time or --db", param_hint="--service-time")
     try:
-        counts = [int(w) for w in workers.split(",")] if workers else None
         result = planner.plan(
             backlog, service_time, arrival_rate, target, counts, memory_per_worker
         )
-    except (PigeonError, ValueError) as exc:
+    except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    except (ArithmeticError, ValueError) as exc:  # finite inputs whose product is not
+        raise typer.BadParameter(f"numbers too large to plan with ({exc})") from exc
     table = Table(
-        title=f"B={backlog} S={_num(service_time)}s L={_num(arrival_rate)}/s T={_num(target)}s"
+        title=f"B={backlog} S={_seconds(service_time)}s L={_num(arrival_rate)}/s T={_num(target)}s"
     )
     for column in ("workers", "throughput/s", "net drain/s", "fluid drain", "waves", "wave bound"):
         table.add_column(column, justify="right")
@@ -85,7 +139,7 @@ def plan(
     console.print(table)
     console.print(
         f"minimum workers for T={_num(target)} s: {result.min_workers} "
-        f"(w >= S x (L + B/T) = {_num(service_time)} x ({_num(arrival_rate)} + "
+        f"(w >= S x (L + B/T) = {_seconds(service_time)} x ({_num(arrival_rate)} + "
         f"{backlog}/{_num(target)}))"
     )
     if memory_per_worker is not None:
