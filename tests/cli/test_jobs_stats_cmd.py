@@ -65,6 +65,11 @@ def test_purge_command_keeps_failed_jobs(tmp_path: Path) -> None:
 
 def test_worker_queue_budgets_parse() -> None:
     assert parse_queues(["grading=12", "notify=2:4"]) == {"grading": 12, "notify": Budget(2, 4)}
-    for bad in ("grading", "grading=0", "grading=4:2", "grading=x"):
-        with pytest.raises(typer.BadParameter, match="NAME=MAX or NAME=MIN:MAX"):
+    for bad, reason in (
+        ("grading", "NAME=MAX or NAME=MIN:MAX"),
+        ("grading=x", "NAME=MAX or NAME=MIN:MAX"),
+        ("grading=0", "at least 1 thread"),
+        ("grading=4:2", "min 4 > max 2"),
+    ):
+        with pytest.raises(typer.BadParameter, match=reason):
             parse_queues([bad])

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pigeon.cli import app
@@ -197,3 +198,75 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
             raise
     assert proc.returncode == 0, output
     assert "No module named" not in output, output
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--recycle-jobs", "-1"], ["--recycle-jobs", "must be at least 1, got -1"]),
+        (["--recycle-jobs", "0"], ["--recycle-jobs", "must be at least 1, got 0"]),
+        (["--recycle-mib", "-1"], ["--recycle-mib", "must be a positive number of MiB"]),
+        (["--recycle-mib", "0"], ["--recycle-mib", "must be a positive number of MiB"]),
+        (["--recycle-mib", "nan"], ["--recycle-mib", "must be a positive number of MiB"]),
+        (["--batch", "0"], ["--batch", "must be at least 1, got 0"]),
+        (["--processes", "0"], ["--processes", "must be at least 1, got 0"]),
+    ],
+)
+def test_worker_refuses_non_positive_limits(
+    tmp_path: Path, args: list[str], words: list[str]
+) -> None:
+    path = tmp_path / "server.db"
+    open_server_db(path).close()
+    code, output = run_worker("--db", str(path), "--queue", "grading=2", *args)
+    assert_refused(code, output, *words)
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("grading=5:2", ["'grading=5:2': min 5 > max 2"]),
+        ("grading=-1:2", ["'grading=-1:2': min -1 is negative"]),
+        ("grading=0", ["'grading=0': max 0: at least 1 thread"]),
+        ("grading=x", ["expected NAME=MAX or NAME=MIN:MAX threads, got 'grading=x'"]),
+    ],
+)
+def test_worker_says_what_is_wrong_with_a_queue(
+    tmp_path: Path, spec: str, words: list[str]
+) -> None:
+    path = tmp_path / "server.db"
+    open_server_db(path).close()
+    code, output = run_worker("--db", str(path), "--queue", spec)
+    assert_refused(code, output, *words, "--queue")
+
+
+def test_worker_refuses_a_queue_given_twice(tmp_path: Path) -> None:
+    path = tmp_path / "server.db"
+    open_server_db(path).close()
+    code, output = run_worker("--db", str(path), "--queue", "grading=2", "--queue", "grading=4")
+    assert_refused(code, output, "--queue", "queue 'grading' is given twice")
+
+
+def test_worker_refuses_a_queue_the_app_does_not_have(tmp_path: Path) -> None:
+    path = tmp_path / "server.db"
+    open_server_db(path).close()
+    code, output = run_worker("--db", str(path), "--queue", "grading=2", "--queue", "nope=2")
+    assert_refused(
+        code,
+        output,
+        "--queue",
+        "pigeon.jobs.demo:app has no queue 'nope' (its queues: grading, notify)",
+    )
+    # the README's command, with an app that declares grading only
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    args = [
+        "--db",
+        "server.db",
+        "--app",
+        "myapp:app",
+        "--queue",
+        "grading=2",
+        "--queue",
+        "notify=4",
+    ]
+    code, output = run_worker(*args, cwd=tmp_path)
+    assert_refused(code, output, "--queue", "myapp:app has no queue 'notify' (its queues: grading)")

@@ -3,17 +3,41 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Iterable
 from typing import Annotated
 
 import typer
 
 from pigeon.cli._db import check_db
-from pigeon.exceptions import ConfigurationError, PigeonError
-from pigeon.jobs.autoscale import Budget, parse_budget
-from pigeon.jobs.supervisor import Supervisor, WorkerOptions
+from pigeon.exceptions import PigeonError
+from pigeon.jobs.app import load_app
+from pigeon.jobs.autoscale import Budget
+from pigeon.jobs.supervisor import Supervisor, WorkerOptions, add_app_dir
 
 DEMO_APP = "pigeon.jobs.demo:app"
+
+
+def _budget(value: str, spec: str) -> int | Budget:
+    """``MAX`` or ``MIN:MAX`` of ``--queue value``; a bad one is refused saying why."""
+    low, colon, high = spec.partition(":")
+    try:
+        least = int(low) if colon else None
+        most = int(high if colon else low)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected NAME=MAX or NAME=MIN:MAX threads, got {value!r}", param_hint="--queue"
+        ) from None
+    if least is not None and least > most:
+        problem = f"min {least} > max {most}"
+    elif least is not None and least < 0:
+        problem = f"min {least} is negative"
+    elif most < 1:
+        problem = f"max {most}: at least 1 thread"
+    else:
+        return most if least is None else Budget(least, most)
+    raise typer.BadParameter(f"{value!r}: {problem}", param_hint="--queue")
 
 
 def parse_queues(values: list[str]) -> dict[str, int | Budget]:
@@ -21,18 +45,31 @@ def parse_queues(values: list[str]) -> dict[str, int | Budget]:
     queues: dict[str, int | Budget] = {}
     for value in values:
         name, sep, spec = value.partition("=")
-        try:
-            if not sep or not name:
-                raise ConfigurationError("missing '='")
-            budget = parse_budget(spec)
-            if isinstance(budget, int) and budget < 1:
-                raise ConfigurationError("at least 1 thread")
-        except ConfigurationError:
+        if not sep or not name:
             raise typer.BadParameter(
                 f"expected NAME=MAX or NAME=MIN:MAX threads, got {value!r}", param_hint="--queue"
-            ) from None
-        queues[name] = budget
+            )
+        if name in queues:
+            raise typer.BadParameter(f"queue {name!r} is given twice", param_hint="--queue")
+        queues[name] = _budget(value, spec)
     return queues
+
+
+def check_app_queues(app_ref: str, queues: Iterable[str]) -> None:
+    """Refuse a queue the app neither declares nor gives a task: no job of it could run
+    (an enqueue names a task of the app, on that task's queue), so its workers would
+    only ever poll."""
+    try:
+        jobs_app = load_app(app_ref)
+    except PigeonError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--app") from exc
+    unknown = [q for q in queues if q not in jobs_app.queues]
+    if unknown:
+        known = ", ".join(sorted(jobs_app.queues)) or "none"
+        raise typer.BadParameter(
+            f"{app_ref} has no queue {', '.join(map(repr, unknown))} (its queues: {known})",
+            param_hint="--queue",
+        )
 
 
 def worker(
@@ -49,7 +86,8 @@ def worker(
         typer.Option(
             "--queue",
             help="NAME=MAX or NAME=MIN:MAX threads across all processes, repeatable; "
-            "threads scale between them with the backlog.",
+            "threads scale between them with the backlog. NAME must be a queue of the "
+            "app (declared, or the queue of one of its tasks).",
         ),
     ],
     app: Annotated[
@@ -62,19 +100,37 @@ def worker(
     ] = DEMO_APP,
     processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
     recycle_jobs: Annotated[
-        int | None, typer.Option(help="Replace a process after N jobs.")
+        int | None,
+        typer.Option(help="Replace a process after N >= 1 jobs (default: never)."),
     ] = None,
     recycle_mib: Annotated[
-        float | None, typer.Option(help="Replace a process over M MiB RSS.")
+        float | None,
+        typer.Option(help="Replace a process over M > 0 MiB RSS (default: never)."),
     ] = None,
-    batch: Annotated[int | None, typer.Option(help="Jobs claimed per round trip.")] = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(help="Jobs claimed per round trip (default: the queue's)."),
+    ] = None,
 ) -> None:
     """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
+    # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
+    # the option out means never); a batch of 0 would claim nothing.
+    counts = {"--processes": processes, "--recycle-jobs": recycle_jobs, "--batch": batch}
+    for option, count in counts.items():
+        if count is not None and count < 1:
+            raise typer.BadParameter(f"must be at least 1, got {count}", param_hint=option)
+    if recycle_mib is not None and not (math.isfinite(recycle_mib) and recycle_mib > 0):
+        raise typer.BadParameter(
+            f"must be a positive number of MiB, got {recycle_mib}", param_hint="--recycle-mib"
+        )
+    budgets = parse_queues(queue)
+    add_app_dir(".")  # as the Supervisor does, so the app imports here as it will there
+    check_app_queues(app, budgets)
     try:
         supervisor = Supervisor(
             app,
             str(db),
-            parse_queues(queue),
+            budgets,
             processes=processes,
             options=WorkerOptions(recycle_jobs=recycle_jobs, recycle_mib=recycle_mib, batch=batch),
             app_dir=".",
@@ -85,6 +141,6 @@ def worker(
     # its start, and the supervisor would relaunch them forever.
     check_db(db)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    budgets = {q: str(b) for q, b in supervisor.budgets.items()}
-    typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {budgets}")
+    shown = {q: str(b) for q, b in supervisor.budgets.items()}
+    typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {shown}")
     supervisor.run()
