@@ -191,7 +191,8 @@ def test_jobs_list_refuses_an_unknown_status(failed_db: tuple[Path, int, str]) -
         app, env={"COLUMNS": "200"}, args=["jobs", "list", "--status", "faild", "--db", str(path)]
     )
     assert result.exit_code != 0 and "faild" in result.output
-    assert "1 jobs" in invoke("jobs", "list", "--status", "failed", "--db", str(path))
+    listed = invoke("jobs", "list", "--status", "failed", "--db", str(path))
+    assert listed.splitlines()[0].strip() == "1 job"  # the title, in the singular
 
 
 def test_jobs_list_counts_attempts_within_the_current_budget(

@@ -76,7 +76,7 @@ def test_worker_and_review_commands_on_postgres(pg_url: str) -> None:
         assert "20 jobs" in listed and "grading" in listed
         failed = invoke("jobs", "failed", "--db", pg_url)
         # a payload that does not bind to the task is a permanent error, named as such
-        assert "1 failed jobs" in failed and "grading-team" in failed
+        assert "1 failed job awaiting" in failed and "grading-team" in failed
         assert "permanent" in failed and "does not fit" in " ".join(failed.split())
         (bad,) = list_jobs(db, status="failed")
         # a reviewed retry goes back to the running worker (it fails again: same payload)

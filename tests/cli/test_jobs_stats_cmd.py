@@ -58,7 +58,9 @@ def test_purge_command_keeps_failed_jobs(tmp_path: Path) -> None:
     jobs = past.claim("q", "w", 10, lease=30)
     past.finish([Outcome(j) for j in jobs[:3]] + [Outcome(jobs[3], PermanentError("x"))])
     out = invoke("jobs", "purge", "--db", str(path), "--older-than", "60")
-    assert "purged 3 finished jobs" in out
+    assert "purged 3 finished jobs older than 60.0s" in out
+    week = invoke("jobs", "purge", "--db", str(path), "--older-than", str(7 * 86400))
+    assert "purged 0 finished jobs older than 7.0d" in week  # was "10080.0m"
     assert [j["status"] for j in list_jobs(db)] == ["failed"]
     db.close()
 

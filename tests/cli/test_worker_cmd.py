@@ -270,3 +270,16 @@ def test_worker_refuses_a_queue_the_app_does_not_have(tmp_path: Path) -> None:
     ]
     code, output = run_worker(*args, cwd=tmp_path)
     assert_refused(code, output, "--queue", "myapp:app has no queue 'notify' (its queues: grading)")
+
+
+def test_jobs_stats_imports_the_app_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(MYAPP)
+    open_server_db(tmp_path / "server.db").close()
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "pigeon", "jobs", "stats", "--db", "server.db",
+         "--app", "myapp:app"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "grading" in result.stdout

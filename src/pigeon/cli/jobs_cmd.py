@@ -17,6 +17,7 @@ from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobStatus
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.stats import queue_stats
+from pigeon.jobs.supervisor import add_app_dir
 
 DEMO_APP = "pigeon.jobs.demo:app"
 
@@ -79,14 +80,14 @@ def list_cmd(
     """The most recent jobs."""
     wanted = None if status is None else status.value
     rows = list_jobs(open_db(db), status=wanted, queue=queue, limit=limit)
-    console.print(_table(rows, f"{len(rows)} jobs", failed=False))
+    console.print(_table(rows, _count(len(rows), "job"), failed=False))
 
 
 @app.command("failed")
 def failed_cmd(db: DbOption, queue: str | None = None, limit: int = 50) -> None:
     """The failed store: jobs awaiting review, with their owner and last error."""
     rows = FailedStore(open_db(db)).list(queue=queue, limit=limit)
-    console.print(_table(rows, f"{len(rows)} failed jobs awaiting review", failed=True))
+    console.print(_table(rows, f"{_count(len(rows), 'failed job')} awaiting review", failed=True))
 
 
 def _review(action: str, db: str, job_id: int, reason: str, reviewer: str | None) -> None:
@@ -126,7 +127,14 @@ def cancel_cmd(
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if value >= 2 * size:  # "7.0d", not "10080.0m"
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.1f}s"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 @app.command("stats")
@@ -137,6 +145,7 @@ def stats_cmd(
     ] = DEMO_APP,
 ) -> None:
     """Per queue: ready, delayed, reserved, stuck, failed by owner, freshness vs objective."""
+    add_app_dir(".")  # --app myapp:app finds ./myapp.py, as `pigeon worker` does
     try:
         jobs_app = load_app(app_ref)
     except PigeonError as exc:
@@ -180,4 +189,4 @@ def purge_cmd(
         purged = purge_finished(open_db(db), older_than, batch=batch)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    console.print(f"purged {purged} finished jobs older than {_seconds(older_than)}")
+    console.print(f"purged {_count(purged, 'finished job')} older than {_seconds(older_than)}")
