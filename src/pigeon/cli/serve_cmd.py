@@ -26,7 +26,7 @@ from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import ClaimMode
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
@@ -155,11 +155,10 @@ def serve(
         raise typer.BadParameter("durability must be 'full' or 'normal'")
     if claim_mode not in ("inline", "separate"):
         raise typer.BadParameter("claim-mode must be 'inline' or 'separate'")
-    if max_batch_body < max_body:
-        raise typer.BadParameter(
-            f"--max-batch-body ({max_batch_body}) must be at least --max-body ({max_body}): "
-            "an operation must fit in a batch of one"
-        )
+    try:  # the app's own check, before any worker builds it
+        checked_limits(max_body, max_batch_body, names=("--max-body", "--max-batch-body"))
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     checked_policy(lock_timeout, response_retention, claim_retention)
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.

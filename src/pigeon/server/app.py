@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
-from pigeon.exceptions import AuthorizationRequired, ConfigurationError
+from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import (
     BATCH_PATH,
     CLOCK,
@@ -38,7 +38,12 @@ from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.grouping import GroupCommit
 from pigeon.server.intake import Intake, OperationRequest
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limit, read_body
+from pigeon.server.limits import (
+    DEFAULT_MAX_BATCH_BODY,
+    DEFAULT_MAX_BODY,
+    checked_limits,
+    read_body,
+)
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
 
@@ -241,14 +246,7 @@ def create_app(
     serialises them anyway, and off for PostgreSQL, where they run side by side.
     ``max_body`` / ``max_batch_body``: bytes of request body a single operation / a batch
     may have; more is refused with 413 before it is read whole (`pigeon.server.limits`)."""
-    max_body = checked_limit("max_body", max_body)
-    max_batch_body = checked_limit("max_batch_body", max_batch_body)
-    if max_batch_body < max_body:
-        # An operation the single route accepts must also fit in a batch of one: else the
-        # client, splitting down to it, takes the batch route's 413 as permanent.
-        raise ConfigurationError(
-            f"max_batch_body ({max_batch_body}) must be at least max_body ({max_body})"
-        )
+    max_body, max_batch_body = checked_limits(max_body, max_batch_body)
     auth: Authenticator = authenticate or BearerAuth()
     if group_commit is None:
         group_commit = intake.db.backend == "sqlite"

@@ -27,6 +27,25 @@ def checked_limit(name: str, value: object) -> int:
     return value
 
 
+def checked_limits(
+    max_body: object,
+    max_batch_body: object,
+    names: tuple[str, str] = ("max_body", "max_batch_body"),
+) -> tuple[int, int]:
+    """Both limits, each checked, and in order, or a ConfigurationError naming them (as
+    ``names``: the CLI passes its option names). An operation the single route accepts
+    must also fit in a batch of one: else the client, splitting a refused batch down to
+    it, takes the batch route's 413 as permanent."""
+    body = checked_limit(names[0], max_body)
+    batch = checked_limit(names[1], max_batch_body)
+    if batch < body:
+        raise ConfigurationError(
+            f"{names[1]} ({batch}) must be at least {names[0]} ({body}): "
+            "an operation must fit in a batch of one"
+        )
+    return body, batch
+
+
 def too_large(what: str, limit: int, seen: str) -> OpResult:
     return problem_result(
         413,
