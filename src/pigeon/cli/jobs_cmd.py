@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pigeon.cli._db import open_db
+from pigeon.cli._format import duration
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
@@ -125,12 +126,7 @@ def cancel_cmd(
 
 
 def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if value >= 2 * size:  # "7.0d", not "10080.0m"
-            return f"{value / size:.1f}{unit}"
-    return f"{value:.1f}s"
+    return duration(value, switch=2)  # "7.0d", not "10080.0m"; "90.0s", not "1.5m"
 
 
 def _count(n: int, noun: str) -> str:

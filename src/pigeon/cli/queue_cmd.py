@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pigeon.cli._format import duration
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import PigeonError
@@ -57,15 +58,6 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
         raise typer.Exit(1) from exc
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.1f}s"
-
-
 def _op_id(queue: OfflineQueue, ref: str) -> str:
     """The id an argument names: an id, or the seq the list shows (a short handle)."""
     if ref.isdigit():
@@ -80,7 +72,7 @@ def _next_attempt(op: Operation, now: float) -> str:
     if op.status is not OpStatus.PENDING:  # in flight, held, delivered or dead: none due
         return "-"
     wait = op.next_attempt_at - now
-    return "due now" if wait <= 0 else f"in {_age(wait)}"
+    return "due now" if wait <= 0 else f"in {duration(wait)}"
 
 
 def _table(title: str, ops: list[Operation]) -> Table:
@@ -101,7 +93,7 @@ def _table(title: str, ops: list[Operation]) -> Table:
             op.entity,
             request,
             str(op.attempts),
-            _age(now - op.created_at),
+            duration(now - op.created_at),
             op.last_error or "",
         )
     return table
@@ -189,7 +181,7 @@ def purge(
     does it by itself after keep_delivered); nothing undelivered is ever purged."""
     with open_queue(file) as queue:
         purged = queue.purge_delivered(older_than)
-    out.print(f"purged {purged} delivered operations older than {_age(older_than)}")
+    out.print(f"purged {purged} delivered operations older than {duration(older_than)}")
 
 
 @app.command()
@@ -202,7 +194,7 @@ def stats(file: QueueFile) -> None:
         table.add_column("value", justify="right")
         for name, value in (
             ("depth", s.depth),
-            ("oldest age", _age(s.oldest_age)),
+            ("oldest age", duration(s.oldest_age)),
             ("in flight", s.in_flight),
             ("conflicts", s.conflicts),
             ("dead letters", s.dead),
