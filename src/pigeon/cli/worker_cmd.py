@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 
 from pigeon.cli._db import check_db
-from pigeon.exceptions import PigeonError
+from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
-from pigeon.jobs.autoscale import Budget
+from pigeon.jobs.autoscale import Budget, budget, budget_numbers
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions, add_app_dir
 
 DEMO_APP = "pigeon.jobs.demo:app"
@@ -21,23 +21,16 @@ DEMO_APP = "pigeon.jobs.demo:app"
 
 def _budget(value: str, spec: str) -> int | Budget:
     """``MAX`` or ``MIN:MAX`` of ``--queue value``; a bad one is refused saying why."""
-    low, colon, high = spec.partition(":")
     try:
-        least = int(low) if colon else None
-        most = int(high if colon else low)
-    except ValueError:
+        least, most = budget_numbers(spec)
+    except ConfigurationError:
         raise typer.BadParameter(
             f"expected NAME=MAX or NAME=MIN:MAX threads, got {value!r}", param_hint="--queue"
         ) from None
-    if least is not None and least > most:
-        problem = f"min {least} > max {most}"
-    elif least is not None and least < 0:
-        problem = f"min {least} is negative"
-    elif most < 1:
-        problem = f"max {most}: at least 1 thread"
-    else:
-        return most if least is None else Budget(least, most)
-    raise typer.BadParameter(f"{value!r}: {problem}", param_hint="--queue")
+    try:
+        return budget(least, most)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(f"{value!r}: {exc}", param_hint="--queue") from None
 
 
 def parse_queues(values: list[str]) -> dict[str, int | Budget]:

@@ -40,12 +40,32 @@ class Budget:
 
 def parse_budget(text: str) -> int | Budget:
     """``"12"``: at most 12 threads, the minimum taken from the queue's configuration;
-    ``"2:12"``: min:max given in full."""
+    ``"2:12"``: min:max given in full. ConfigurationError says what is wrong."""
+    return budget(*budget_numbers(text))
+
+
+def budget_numbers(text: str) -> tuple[int | None, int]:
+    """``(min or None, max)`` as written in ``text``, or ConfigurationError if it is not
+    ``THREADS`` or ``MIN:MAX``."""
     low, sep, high = text.partition(":")
     try:
-        return Budget(int(low), int(high)) if sep else int(text)
+        return (int(low), int(high)) if sep else (None, int(text))
     except ValueError:
         raise ConfigurationError(f"expected THREADS or MIN:MAX, got {text!r}") from None
+
+
+def budget(least: int | None, most: int) -> int | Budget:
+    """The budget ``least:most`` (``most`` alone: the queue's minimum applies), or a
+    ConfigurationError naming what is wrong with it."""
+    if least is not None and least > most:
+        problem = f"min {least} > max {most}"
+    elif least is not None and least < 0:
+        problem = f"min {least} is negative"
+    elif most < 1:
+        problem = f"max {most}: at least 1 thread"
+    else:
+        return most if least is None else Budget(least, most)
+    raise ConfigurationError(problem)
 
 
 def decide(
