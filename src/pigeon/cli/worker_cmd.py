@@ -13,7 +13,7 @@ import typer
 from pigeon.cli._db import check_db
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
-from pigeon.jobs.autoscale import Budget, budget, budget_numbers
+from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions, add_app_dir
 
 DEMO_APP = "pigeon.jobs.demo:app"
@@ -28,7 +28,7 @@ def _budget(value: str, spec: str) -> int | Budget:
             f"expected NAME=MAX or NAME=MIN:MAX threads, got {value!r}", param_hint="--queue"
         ) from None
     try:
-        return budget(least, most)
+        return checked_budget(least, most)
     except ConfigurationError as exc:
         raise typer.BadParameter(f"{value!r}: {exc}", param_hint="--queue") from None
 

@@ -41,7 +41,7 @@ class Budget:
 def parse_budget(text: str) -> int | Budget:
     """``"12"``: at most 12 threads, the minimum taken from the queue's configuration;
     ``"2:12"``: min:max given in full. ConfigurationError says what is wrong."""
-    return budget(*budget_numbers(text))
+    return checked_budget(*budget_numbers(text))
 
 
 def budget_numbers(text: str) -> tuple[int | None, int]:
@@ -54,7 +54,7 @@ def budget_numbers(text: str) -> tuple[int | None, int]:
         raise ConfigurationError(f"expected THREADS or MIN:MAX, got {text!r}") from None
 
 
-def budget(least: int | None, most: int) -> int | Budget:
+def checked_budget(least: int | None, most: int) -> int | Budget:
     """The budget ``least:most`` (``most`` alone: the queue's minimum applies), or a
     ConfigurationError naming what is wrong with it."""
     if least is not None and least > most:
