@@ -21,11 +21,10 @@ from pigeon.exceptions import (
     PayloadTooLarge,
     UnknownOperationType,
 )
+from pigeon.protocol import wire
 
-# The methods an operation may be sent with: the writes an Idempotency-Key is for (what
-# an intake serves). Any other was stored, sent, answered 405 and dead-lettered; a typo
-# ("PTU") is now refused at enqueue, naming the method.
-WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# An operation is sent with one of wire.WRITE_METHODS. Any other was stored, sent,
+# answered 405 and dead-lettered; a typo ("PTU") is refused at enqueue, naming it.
 # What quote(..., safe="") leaves as it is: most entity names, which then skip quote().
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+")
 _plain = _UNRESERVED.fullmatch  # hot path: path_segment runs twice an enqueue
@@ -144,9 +143,9 @@ def route(
     method, or POST for an app-defined type. Without an endpoint there is nothing to send
     the operation to: transports dead-letter it with a message saying so."""
     if method is not None:
-        if not isinstance(method, str) or method.upper() not in WRITE_METHODS:
+        if not isinstance(method, str) or method.upper() not in wire.WRITE_METHODS:
             raise InvalidOperation(
-                f"method must be one of {', '.join(WRITE_METHODS)} (a write), not {method!r}"
+                f"method must be one of {', '.join(wire.WRITE_METHODS)} (a write), not {method!r}"
             )
         method = method.upper()
     if endpoint is not None:

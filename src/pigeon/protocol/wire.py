@@ -27,6 +27,8 @@ import json
 from typing import Any
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
+# The requests an Idempotency-Key is for: what the edge may send, what an intake serves.
+WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 REPLAYED = "Idempotent-Replayed"
 IF_MATCH = "If-Match"
 ETAG = "ETag"

@@ -53,6 +53,7 @@ from starlette.routing import compile_path
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.exceptions import ConfigurationError, InvalidOperation
+from pigeon.protocol import wire
 from pigeon.protocol.wire import canonical_json
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
@@ -88,7 +89,7 @@ log = logging.getLogger(__name__)
 ClaimMode = Literal["inline", "separate"]
 HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 Handler = Callable[["IntakeContext"], HandlerResult]
-WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+WRITE_METHODS = frozenset(wire.WRITE_METHODS)
 T = TypeVar("T")
 
 
