@@ -36,11 +36,7 @@ class FileClock:
 
     def observe_floor(self, tx: SQLiteTx) -> None:
         """Catch up with the greatest stamp any process recorded in the file."""
-        # Hot path (every enqueue's transaction): the row as a plain tuple, on a cursor of
-        # its own without the connection's dict row factory, which costs more than the read.
-        cursor = tx.conn.cursor()
-        cursor.row_factory = None
-        row = cursor.execute(tx.queries["get_clock"]).fetchone()
+        row = tx.tuples("get_clock").fetchone()  # hot path: every enqueue's transaction
         if row is not None:
             floor = row[0]
             if floor and floor != self._recorded:  # skipped when it is ours

@@ -263,10 +263,9 @@ class EdgeStore:
         # it. Only here, never on enqueue: one check serves every sender of this queue.
         if self._owners.due():
             self._owners.recover(tx, now)
-        cursor = tx.conn.cursor()
-        cursor.row_factory = None  # tuples: rows.operations() reads them by position
         params = {"now": now, "n": n, "owner": self._owners.token}
-        cursor.execute(tx.queries["dispatch_due"], params)
+        # Tuples: rows.operations() reads them by position.
+        cursor = tx.tuples("dispatch_due", params)
         return sorted(operations(cursor), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
