@@ -275,13 +275,12 @@ class ConflictStore:
             for op in held:
                 if op.id in recorded:
                     continue
-                snap = self.snapshot(op.entity)
-                base = None if snap is None else snap.data
+                base, local = self.base_and_local(op.entity)
                 self.hold(
                     op,
                     strategy=NO_RESOLVER,
                     base=base,
-                    local=local_state(self.tail(op.entity), base),
+                    local=local,
                     detail=f"{op.last_error or 'conflict'}; held with no record of the "
                     "server's reply, so its state is unknown",
                 )
@@ -289,6 +288,13 @@ class ConflictStore:
         return changed
 
     # -- settling ------------------------------------------------------------------------
+
+    def base_and_local(self, entity: str) -> tuple[Any, Any]:
+        """The entity's last state seen from the server (None if never) and this device's
+        state after its live operations on top of it: the base and local of a merge."""
+        snap = self.snapshot(entity)
+        base = None if snap is None else snap.data
+        return base, local_state(self.tail(entity), base)
 
     def tail(self, entity: str) -> list[Operation]:
         """The entity's live operations, oldest first."""

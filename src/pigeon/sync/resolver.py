@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pigeon.edge.conflicts import DELETED, NO_RESOLVER, ConflictStore, local_state
+from pigeon.edge.conflicts import DELETED, NO_RESOLVER, ConflictStore
 from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
@@ -186,9 +186,7 @@ class ConflictResolver:
         remote, version = found if found is not None else (None, None)
         failure: Exception | None = None
         with self.queue.batch():
-            snapshot = self.store.snapshot(op.entity)
-            base = None if snapshot is None else snapshot.data
-            local = local_state(self.store.tail(op.entity), base)
+            base, local = self.store.base_and_local(op.entity)
             try:
                 decision = decide(policy, base, local, remote)
             except Exception as exc:
@@ -278,14 +276,13 @@ class ConflictHolder:
         found = _current(outcome.body)
         remote, version = found if found is not None else (None, None)
         with self.queue.batch():
-            snapshot = self.store.snapshot(op.entity)
-            base = None if snapshot is None else snapshot.data
+            base, local = self.store.base_and_local(op.entity)
             self.store.hold(
                 op,
                 strategy=NO_RESOLVER,
                 detail=f"{outcome.reason}; held for you: the engine has no resolver",
                 base=base,
-                local=local_state(self.store.tail(op.entity), base),
+                local=local,
                 remote=remote,
                 remote_version=version,
             )
