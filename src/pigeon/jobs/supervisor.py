@@ -27,6 +27,7 @@ from typing import Any
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget
+from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
 
 log = logging.getLogger("pigeon.jobs.supervisor")
@@ -39,6 +40,7 @@ log = logging.getLogger("pigeon.jobs.supervisor")
 QUICK_EXIT = 10.0
 RELAUNCH_BASE = 0.5
 RELAUNCH_CAP = 30.0
+_RELAUNCH = Backoff(base=RELAUNCH_BASE, cap=RELAUNCH_CAP)  # its ceiling: no jitter here
 
 
 def split(queues: Mapping[str, int], processes: int) -> list[dict[str, int]]:
@@ -202,9 +204,7 @@ class Supervisor:
         quick = code is not None and code > 0 and code not in (RECYCLE, STUCK)
         quick = quick and lived < QUICK_EXIT
         slot.quick_failures = slot.quick_failures + 1 if quick else 0
-        wait = 0.0
-        if quick:
-            wait = min(RELAUNCH_CAP, RELAUNCH_BASE * 2 ** (slot.quick_failures - 1))
+        wait = _RELAUNCH.ceiling(slot.quick_failures) if quick else 0.0
         if code != RECYCLE:
             log.warning(
                 "worker %s exited with %s after %.1fs; replacing it in %.1fs",
