@@ -24,11 +24,13 @@ from pigeon.jobs.manager import JobManager
 from pigeon.storage.server import open_server_db
 
 
-def run_worker(*args: str, cwd: Path | None = None, timeout: float = 30) -> tuple[int, str]:
-    """Exit code and output of ``pigeon worker ARGS``; one still running after ``timeout``
-    seconds is killed with its worker processes (its own session) and the test fails."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pigeon", "worker", *args],
+def spawn_worker(
+    *args: str, cwd: Path | None = None, flags: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
+    """``pigeon worker ARGS`` in its own session (so it can be killed with its workers),
+    output in one pipe; ``flags`` for the interpreter."""
+    return subprocess.Popen(
+        [sys.executable, *flags, "-m", "pigeon", "worker", *args],
         env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         cwd=cwd,
         stdout=subprocess.PIPE,
@@ -36,6 +38,12 @@ def run_worker(*args: str, cwd: Path | None = None, timeout: float = 30) -> tupl
         text=True,
         start_new_session=True,
     )
+
+
+def run_worker(*args: str, cwd: Path | None = None, timeout: float = 30) -> tuple[int, str]:
+    """Exit code and output of ``pigeon worker ARGS``; one still running after ``timeout``
+    seconds is killed with its worker processes (its own session) and the test fails."""
+    proc = spawn_worker(*args, cwd=cwd)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -177,15 +185,7 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
     # -P: no current directory on sys.path from the interpreter, as for the installed
     # `pigeon` script (`python -m` alone would put it there)
     args = ["--db", "server.db", "--app", "myapp:app", "--queue", "grading=2"]
-    proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "pigeon", "worker", *args],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    proc = spawn_worker(*args, cwd=tmp_path, flags=("-P",))
     try:
         wait_until_succeeded(path, 1, proc)
     finally:
