@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pigeon.cli import app
 from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
-from pigeon.edge.operation import OpStatus
+from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.server.notes import create_notes_app
@@ -93,6 +93,23 @@ def listed(path: Path, *more: str) -> str:
     return output
 
 
+def shown(path: Path) -> int:
+    """The conflicts `pigeon queue stats` counts, once `pigeon conflicts list` has said the
+    same number."""
+    count = stats_conflicts(path)
+    assert f"{count} conflict(s)" in listed(path)
+    return count
+
+
+def stale_update(devices: Devices, engine: SyncEngine) -> Operation:
+    """note:1 made and synced, then changed by the laptop: an update of it made here now
+    is answered 412 once sent."""
+    engine.enqueue("create", "note:1", {"id": "1", "body": "v1"})
+    assert engine.flush(timeout=10)
+    devices.laptop_writes("update", "note:1", {"id": "1", "body": "theirs"})
+    return engine.enqueue("update", "note:1", {"id": "1", "body": "mine"})
+
+
 def resolve(path: Path, conflict_id: int, keep: str) -> tuple[int, str]:
     return cli("conflicts", "resolve", "-f", str(path), str(conflict_id), "--keep", keep)
 
@@ -129,13 +146,11 @@ def test_a_create_answered_409_without_a_resolver_is_listed_and_resolved_keeping
     output = listed(phone.path)
     assert "1 conflict(s)" in output and "note:42" in output and "tea" in output
     assert "1 conflict(s)" in listed(phone.path, "--all")
-    code, output = cli(
-        "conflicts", "resolve", "-f", str(phone.path), str(record.id), "--keep", "local"
-    )
+    code, output = resolve(phone.path, record.id, "local")
     assert code == 0 and "queued against version 1" in output, output
     assert engine.flush(timeout=10)
     assert server_note(db, "42") == {"title": "Groceries", "body": "eggs, milk"}
-    assert stats_conflicts(phone.path) == 0 and "0 conflict(s)" in listed(phone.path)
+    assert shown(phone.path) == 0
     assert phone.stats().depth == 0
 
 
@@ -143,23 +158,18 @@ def test_an_update_answered_412_without_a_resolver_is_resolved_keeping_remote(
     devices: Devices, phone: OfflineQueue, db: Database
 ) -> None:
     engine = devices.engine(phone)
-    engine.enqueue("create", "note:1", {"id": "1", "body": "v1"})
-    assert engine.flush(timeout=10)
-    devices.laptop_writes("update", "note:1", {"id": "1", "body": "theirs"})
-    stale = engine.enqueue("update", "note:1", {"id": "1", "body": "mine"})
+    stale = stale_update(devices, engine)
     assert engine.flush(timeout=10)
     assert phone.get(stale.id).status is OpStatus.CONFLICT
     [record] = ConflictStore(phone).records("held")
     assert record.remote == {"body": "theirs"} and record.remote_version == "2"
     assert record.local == {"id": "1", "body": "mine"}
-    assert stats_conflicts(phone.path) == 1 and "1 conflict(s)" in listed(phone.path)
-    code, output = cli(
-        "conflicts", "resolve", "-f", str(phone.path), str(record.id), "--keep", "remote"
-    )
+    assert shown(phone.path) == 1
+    code, output = resolve(phone.path, record.id, "remote")
     assert code == 0 and "nothing to send" in output
     assert engine.flush(timeout=10) and phone.stats().depth == 0
     assert server_note(db, "1") == {"body": "theirs"}
-    assert stats_conflicts(phone.path) == 0 and "0 conflict(s)" in listed(phone.path)
+    assert shown(phone.path) == 0
 
 
 @pytest.mark.parametrize("mode", ["drain", "start"])
@@ -197,17 +207,14 @@ def test_an_engine_started_later_with_a_resolver_settles_what_was_held_without_o
     assert store.get(held).outcome == "resolved" and store.get(held).resolution == "resolver"
     assert [r.outcome for r in store.records() if r.id != held] == ["merged"]
     assert phone.stats().conflicts == 0 and held_ids(phone) == []
-    assert stats_conflicts(phone.path) == 0 and "0 conflict(s)" in listed(phone.path)
+    assert shown(phone.path) == 0
 
 
 def test_a_later_user_policy_keeps_it_held_for_the_user(
     devices: Devices, phone: OfflineQueue
 ) -> None:
     engine = devices.engine(phone)
-    engine.enqueue("create", "note:1", {"id": "1", "body": "v1"})
-    assert engine.flush(timeout=10)
-    devices.laptop_writes("update", "note:1", {"id": "1", "body": "theirs"})
-    stale = engine.enqueue("update", "note:1", {"id": "1", "body": "mine"})
+    stale = stale_update(devices, engine)
     assert engine.flush(timeout=10)
     engine.close()
     later = devices.engine(phone, resolver=ConflictResolver(phone, {"note": Strategy.USER}))
@@ -217,7 +224,7 @@ def test_a_later_user_policy_keeps_it_held_for_the_user(
     assert record.remote == {"body": "theirs"}
     assert later.flush(timeout=10)  # waited on by the user now: not sent again
     assert ConflictStore(phone).records("held") == [record]
-    assert stats_conflicts(phone.path) == 1 and "1 conflict(s)" in listed(phone.path)
+    assert shown(phone.path) == 1
 
 
 def hold_without_record(queue: OfflineQueue, entity: str, payload: Any) -> str:
@@ -244,7 +251,7 @@ def test_conflicts_list_records_unrecorded_holds_and_closes_records_of_discarded
         assert record.op_id == first and record.remote is None
     code, _ = cli("queue", "discard", "-f", str(path), first)
     assert code == 0
-    assert stats_conflicts(path) == 0 and "0 conflict(s)" in listed(path)
+    assert shown(path) == 0
     with OfflineQueue(path) as queue:
         assert ConflictStore(queue).get(record.id).resolution == "gone"
 
@@ -261,9 +268,7 @@ def test_an_engine_without_a_resolver_records_unrecorded_holds_and_the_user_reso
     assert engine.flush(timeout=10)
     [record] = ConflictStore(phone).records("held")
     assert record.op_id == held and record.local == {"id": "1", "body": "mine"}
-    code, output = cli(
-        "conflicts", "resolve", "-f", str(phone.path), str(record.id), "--keep", "local"
-    )
+    code, output = resolve(phone.path, record.id, "local")
     assert code == 0, output
     assert engine.flush(timeout=10) and phone.stats().depth == 0
     assert server_note(db, "1") == {"body": "mine"}  # the user chose: sent unconditionally
