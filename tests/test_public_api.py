@@ -88,6 +88,7 @@ def test_server_api() -> None:
         "IdempotencyStore",
         "Intake",
         "IntakeContext",
+        "ValidationError",
         "create_app",
         "create_notes_app",
         "read_ledger",

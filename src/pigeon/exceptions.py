@@ -6,7 +6,9 @@ PigeonError
 │   ├── PayloadTooLarge
 │   ├── EmptyEntity
 │   ├── UnknownOperationType
-│   └── InvalidIdempotencyKey   server: missing or malformed key; nothing executed
+│   ├── InvalidIdempotencyKey   server: missing or malformed key; nothing executed
+│   └── ValidationError         server: a body invalid for its route; refused before the
+│                               key is claimed, so nothing is stored under it
 ├── StoreError                  the database file cannot be used as asked
 │   ├── ForeignDatabase         not a pigeon file of this kind; never rewritten
 │   ├── SchemaTooNew            written by a newer pigeon; never rewritten
@@ -56,6 +58,23 @@ class UnknownOperationType(InvalidOperation):
 
 class InvalidIdempotencyKey(InvalidOperation):
     """The Idempotency-Key is missing or malformed; nothing was executed."""
+
+
+class ValidationError(InvalidOperation):
+    """A request invalid for its route, raised by the route's declared validation.
+
+    Raised before the key is claimed: the refusal (``status``, 400 by default, or 422) is
+    answered as problem+json of type ``slug`` and nothing is stored, so the client can
+    correct the request and send it again under the same key.
+    """
+
+    def __init__(self, detail: str, *, slug: str = "invalid-request", status: int = 400) -> None:
+        if status not in (400, 422):
+            raise ValueError(f"a validation error answers 400 or 422, not {status}")
+        super().__init__(detail)
+        self.detail = detail
+        self.slug = slug
+        self.status = status
 
 
 class StoreError(PigeonError):

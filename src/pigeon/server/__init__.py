@@ -12,6 +12,7 @@ Applications that cannot share the intake's transaction wrap themselves in
 
 from __future__ import annotations
 
+from pigeon.exceptions import ValidationError
 from pigeon.server.app import create_app
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import IdempotencyPolicy, IdempotencyStore
@@ -26,6 +27,7 @@ __all__ = [
     "IdempotencyStore",
     "Intake",
     "IntakeContext",
+    "ValidationError",
     "create_app",
     "create_notes_app",
     "read_ledger",

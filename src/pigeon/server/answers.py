@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
-from pigeon.exceptions import NotFound
+from pigeon.exceptions import NotFound, ValidationError
 from pigeon.jobs import outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
-from pigeon.server.problems import problem
 from pigeon.server.records import RECORDS_PATH
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Tx
@@ -37,11 +36,7 @@ def accept_answer(ctx: IntakeContext, jobs: App | None = None) -> HandlerResult:
     checked against its task (registered, payload binds) before anything is accepted,
     and takes the task's retry policy (``@app.task(max_attempts=...)``)."""
     body = ctx.body
-    error = _invalid(body)
-    if error is not None:
-        detail = problem(422, "invalid-answer", "Invalid answer", error)
-        return 422, detail, {"content-type": PROBLEM_JSON}
-    assert isinstance(body, dict)
+    validate_answer(body, ctx.path_params)  # declared too: see add_answers
     data = {k: body[k] for k in ("question", "answer", "expected", "notify") if k in body}
     data["principal"] = ctx.principal
     record_id = str(uuid.uuid4())
@@ -80,21 +75,26 @@ def current_answer(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
     return {"status": view["status"], "record": record_id, "pending": view["pending"]}
 
 
-def _invalid(body: Any) -> str | None:
+def validate_answer(body: Any, path_params: Mapping[str, Any]) -> None:
+    """``ANSWER_SCHEMA`` in words, for a handler registered without the declaration: a
+    refusal raised from the handler frees the key all the same."""
     if not isinstance(body, dict):
-        return "the body must be a JSON object"
+        raise _invalid("the body must be a JSON object")
     for field in ("question", "answer"):
         if not isinstance(body.get(field), str) or not body[field].strip():
-            return f"{field!r} must be a non-empty string"
+            raise _invalid(f"{field!r} must be a non-empty string")
     for field in ("expected", "notify"):
         if field in body and body[field] is not None and not isinstance(body[field], str):
-            return f"{field!r} must be a string when given"
-    return None
+            raise _invalid(f"{field!r} must be a string when given")
+
+
+def _invalid(detail: str) -> ValidationError:
+    return ValidationError(detail, slug="invalid-answer", status=422)
 
 
 _TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}
 _OPTIONAL_TEXT = {"type": ["string", "null"]}
-# What `_invalid` checks, published in the OpenAPI document (the handler stays the judge).
+# What `validate_answer` checks, enforced before the claim and published in the OpenAPI.
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["question", "answer"],
@@ -111,5 +111,10 @@ def add_answers(intake: Intake, jobs: App | None = None) -> None:
     """Register ``POST /answers``; ``jobs`` as in `accept_answer`."""
     handler = functools.partial(accept_answer, jobs=jobs)
     intake.add_operation(
-        "POST", ANSWERS_PATH, handler, on_replay=current_answer, request_schema=ANSWER_SCHEMA
+        "POST",
+        ANSWERS_PATH,
+        handler,
+        on_replay=current_answer,
+        request_schema=ANSWER_SCHEMA,
+        validate=validate_answer,
     )

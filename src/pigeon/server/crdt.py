@@ -18,15 +18,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pycrdt import Doc, merge_updates
 
-from pigeon.exceptions import InvalidOperation
-from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.exceptions import InvalidOperation, ValidationError
+from pigeon.protocol.wire import ETAG, quote_etag
 from pigeon.server import conflicts as cf
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
-from pigeon.server.problems import problem
 
 
 def encode(update: bytes) -> str:
@@ -65,27 +65,24 @@ class CrdtCollection:
         self.max_skew_ms = int(max_skew * 1000)
 
     def register(self, intake: Intake) -> None:
-        intake.add_operation("POST", f"/{self.name}", self.create)
-        intake.add_operation("PATCH", f"/{self.name}/{{id}}", self.update)
+        for method, path, handler, schema in (
+            ("POST", f"/{self.name}", self.create, CREATE_SCHEMA),
+            ("PATCH", f"/{self.name}/{{id}}", self.update, UPDATE_SCHEMA),
+        ):
+            intake.add_operation(
+                method, path, handler, request_schema=schema, validate=validate_update
+            )
 
     def create(self, ctx: IntakeContext) -> HandlerResult:
-        if not isinstance(ctx.body, dict) or ctx.body.get("id") in (None, ""):
-            return _bad(f"POST /{self.name} needs a JSON object with an 'id' and an 'update'")
+        validate_update(ctx.body, ctx.path_params)
         return self._merge(ctx, str(ctx.body["id"]))
 
     def update(self, ctx: IntakeContext) -> HandlerResult:
         return self._merge(ctx, str(ctx.path_params["id"]))
 
     def _merge(self, ctx: IntakeContext, doc_id: str) -> HandlerResult:
-        if not isinstance(ctx.body, dict):
-            return _bad('a document write is {"update": "<base64 Yjs update>"}')
-        too_long = cf.id_too_long(doc_id)
-        if too_long is not None:
-            return _bad(too_long)
-        try:
-            update = decode(ctx.body.get("update"))
-        except InvalidOperation as exc:
-            return _bad(str(exc))
+        validate_update(ctx.body, {"id": doc_id})
+        update = decode(ctx.body["update"])
         # Twice at most: a first write that another writer beat to the insert (two devices, one
         # new document, at once) merges into the document that writer created.
         settled = self._apply(ctx, doc_id, update)
@@ -100,7 +97,7 @@ class CrdtCollection:
             stored = b"" if row is None else decode(json.loads(row["data"])["state"])
             state = merge(stored, update) if stored else merge(update)
         except InvalidOperation as exc:
-            return _bad(str(exc))
+            raise _bad(str(exc)) from exc
         stamped = cf.Stamped.of(ctx, self.max_skew_ms)
         if row is not None and state == stored:
             # Already holds this update (a duplicate made under another key): no new version.
@@ -121,8 +118,36 @@ class CrdtCollection:
         return _answer(written, 200 if other else 201)
 
 
-def _bad(detail: str) -> HandlerResult:
-    return 400, problem(400, "bad-update", "Bad request", detail), {"content-type": PROBLEM_JSON}
+def _bad(detail: str) -> ValidationError:
+    return ValidationError(detail, slug="bad-update")
+
+
+UPDATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["update"],
+    "properties": {
+        "id": {"type": ["string", "integer"]},
+        "update": {"type": "string", "description": "a Yjs update, base64"},
+    },
+}
+CREATE_SCHEMA: dict[str, Any] = UPDATE_SCHEMA | {"required": ["id", "update"]}
+
+
+def validate_update(body: Any, path_params: Mapping[str, Any]) -> None:
+    """Before the claim (and again in the handlers): a document named by an id that fits
+    the store, and an update that decodes as one (``decode``)."""
+    if not isinstance(body, dict):
+        raise _bad('a document write is {"update": "<base64 Yjs update>"}')
+    doc_id = path_params.get("id", body.get("id"))
+    if doc_id in (None, ""):
+        raise _bad('a new document is {"id": ..., "update": "<base64 Yjs update>"}')
+    too_long = cf.id_too_long(str(doc_id))
+    if too_long is not None:
+        raise _bad(too_long)
+    try:
+        merge(decode(body.get("update")))  # a Yjs update, not just any base64
+    except InvalidOperation as exc:
+        raise _bad(str(exc)) from exc
 
 
 def _answer(row: dict[str, Any], status: int) -> HandlerResult:

@@ -52,7 +52,7 @@ from starlette.convertors import Convertor
 from starlette.routing import compile_path
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
-from pigeon.exceptions import ConfigurationError, InvalidOperation
+from pigeon.exceptions import ConfigurationError, InvalidOperation, ValidationError
 from pigeon.protocol import wire
 from pigeon.protocol.wire import canonical_json
 from pigeon.server.fingerprint import fingerprint
@@ -82,6 +82,8 @@ from pigeon.server.results import (
     store_unavailable,
     stored,
 )
+from pigeon.server.validation import RequestCheck, Validator
+from pigeon.server.validation import invalid as _invalid
 from pigeon.storage.base import Database, Tx
 
 log = logging.getLogger(__name__)
@@ -141,7 +143,12 @@ class _Route:
     regex: Any
     convertors: dict[str, Convertor[Any]]
     on_replay: ReplayHook | None = None
-    request_schema: Mapping[str, Any] | None = None  # JSON Schema, for the OpenAPI document
+    check: RequestCheck | None = None  # checked before the claim (`pigeon.server.validation`)
+
+    @property
+    def request_schema(self) -> Mapping[str, Any] | None:
+        """The body's JSON Schema: enforced before the claim, published in the OpenAPI."""
+        return None if self.check is None else self.check.schema
 
 
 @dataclass
@@ -170,10 +177,23 @@ class Intake:
     # -- registration ----------------------------------------------------------------
 
     def operation(
-        self, method: str, path: str, *, on_replay: ReplayHook | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        on_replay: ReplayHook | None = None,
+        request_schema: Mapping[str, Any] | None = None,
+        validate: Validator | None = None,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
-            self.add_operation(method, path, handler, on_replay=on_replay)
+            self.add_operation(
+                method,
+                path,
+                handler,
+                on_replay=on_replay,
+                request_schema=request_schema,
+                validate=validate,
+            )
             return handler
 
         return register
@@ -186,15 +206,21 @@ class Intake:
         *,
         on_replay: ReplayHook | None = None,
         request_schema: Mapping[str, Any] | None = None,
+        validate: Validator | None = None,
     ) -> None:
         """Register ``handler``; ``on_replay(tx, stored_body, info)`` answers its replays
-        with the current state (``pigeon.server.replay``); ``request_schema``, the JSON
-        Schema of its body, is published in the OpenAPI document (the handler checks)."""
+        with the current state (``pigeon.server.replay``).
+
+        ``request_schema`` (a JSON Schema of the body, published in the OpenAPI document)
+        and ``validate(body, path_params)`` (raising ``ValidationError``) are checked
+        before the key is claimed: a request they refuse is answered 400 (or 422) and
+        stores nothing, so the corrected request runs under the same key."""
         method = method.upper()
         if method not in WRITE_METHODS:
             raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
         regex, _, convertors = compile_path(path)
-        route = _Route(method, path, handler, regex, convertors, on_replay, request_schema)
+        check = RequestCheck.of(request_schema, validate)
+        route = _Route(method, path, handler, regex, convertors, on_replay, check)
         self.routes.append(route)
 
     def match(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
@@ -358,6 +384,7 @@ class Intake:
     def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
         """Claim, run, store: raises ``_Failed`` for a transient outcome (roll it all back)."""
         route, params = self._route(op)
+        self._check(route, params, op)
         decision = self._claim(tx, principal, op)
         if decision.claim is None:
             return self._refused(decision, route, params, principal, op)
@@ -365,6 +392,7 @@ class Intake:
 
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         route, params = self._route(op)
+        self._check(route, params, op)
         decision = self._transact(lambda tx: self._claim(tx, principal, op))
         if decision.claim is None:
             return self._refused(decision, route, params, principal, op)
@@ -391,6 +419,14 @@ class Intake:
                 )
             )
         return found
+
+    @staticmethod
+    def _check(route: _Route, params: dict[str, Any], op: OperationRequest) -> None:
+        """The route's declared validation, before the claim: a refusal stores nothing."""
+        if route.check is not None:
+            refused = route.check.refusal(op.body, params)
+            if refused is not None:
+                raise _Failed(refused)
 
     def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> Decision:
         return self.store.claim(
@@ -448,6 +484,12 @@ class Intake:
                     raise _Failed(result)
                 self._complete(tx, claim, result)
             return result
+        except ValidationError as exc:
+            # Checked late, by the handler itself: its writes are rolled back with the
+            # savepoint and the key is given back, as for the declared checks before the
+            # claim, so the corrected request runs under the same key. Nothing is stored.
+            self.store.release(tx, claim)
+            raise _Failed(_invalid(exc)) from None
         except _Failed as failed:
             if failed.result.transient:  # the claim was lost: not ours to release
                 raise

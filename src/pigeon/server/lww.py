@@ -12,16 +12,41 @@ tombstone with its stamp, so a late older write loses to it instead of resurrect
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from pigeon.exceptions import ValidationError
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server import conflicts as cf
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
 
 
-def _bad(detail: str) -> HandlerResult:
-    return 400, problem(400, "bad-resource", "Bad request", detail), {"content-type": PROBLEM_JSON}
+def _bad(detail: str) -> ValidationError:
+    return ValidationError(detail, slug="bad-resource")
+
+
+# A resource is a JSON object; on POST its "id" names it (a string or a number).
+RESOURCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": ["string", "integer"]}},
+}
+CREATE_SCHEMA: dict[str, Any] = RESOURCE_SCHEMA | {"required": ["id"]}
+
+
+def validate_resource(body: Any, path_params: Mapping[str, Any]) -> None:
+    """Before the claim (and again in the handlers): an id that agrees with the path's
+    and fits the store."""
+    if not isinstance(body, dict):
+        raise _bad("a resource is a JSON object")
+    body_id, path_id = body.get("id"), path_params.get("id")
+    if path_id is None and body_id in (None, ""):
+        raise _bad("a new resource needs an 'id'")
+    if path_id is not None and body_id is not None and str(body_id) != str(path_id):
+        raise _bad(f"the body names {body_id!r} but the path names {path_id!r}")
+    too_long = cf.id_too_long(str(path_id if path_id is not None else body_id))
+    if too_long is not None:
+        raise _bad(too_long)
 
 
 class LwwCollection:
@@ -32,23 +57,23 @@ class LwwCollection:
         self.max_skew_ms = int(max_skew * 1000)
 
     def register(self, intake: Intake) -> None:
-        intake.add_operation("POST", f"/{self.name}", self.create)
-        intake.add_operation("PUT", f"/{self.name}/{{id}}", self.replace)
+        for method, path, handler, schema in (
+            ("POST", f"/{self.name}", self.create, CREATE_SCHEMA),
+            ("PUT", f"/{self.name}/{{id}}", self.replace, RESOURCE_SCHEMA),
+        ):
+            intake.add_operation(
+                method, path, handler, request_schema=schema, validate=validate_resource
+            )
         intake.add_operation("DELETE", f"/{self.name}/{{id}}", self.delete)
 
     def create(self, ctx: IntakeContext) -> HandlerResult:
-        if not isinstance(ctx.body, dict) or ctx.body.get("id") in (None, ""):
-            return _bad(f"POST /{self.name} needs a JSON object with an 'id'")
+        validate_resource(ctx.body, ctx.path_params)
         resource_id = str(ctx.body["id"])
         return self._write(ctx, resource_id, _without_id(ctx.body), deleted=False)
 
     def replace(self, ctx: IntakeContext) -> HandlerResult:
+        validate_resource(ctx.body, ctx.path_params)
         resource_id = str(ctx.path_params["id"])
-        if not isinstance(ctx.body, dict):
-            return _bad("a resource is a JSON object")
-        body_id = ctx.body.get("id")
-        if body_id is not None and str(body_id) != resource_id:
-            return _bad(f"the body names {body_id!r} but the path names {resource_id!r}")
         return self._write(ctx, resource_id, _without_id(ctx.body), deleted=False)
 
     def delete(self, ctx: IntakeContext) -> HandlerResult:
@@ -64,7 +89,7 @@ class LwwCollection:
     ) -> HandlerResult:
         too_long = cf.id_too_long(resource_id)
         if too_long is not None:
-            return _bad(too_long)
+            raise _bad(too_long)
         stamped = cf.Stamped.of(ctx, self.max_skew_ms)
         row = cf.load(ctx, self.name, resource_id)
         if row is None:

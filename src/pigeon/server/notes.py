@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pigeon.edge.merge import merge_patch
-from pigeon.exceptions import AuthorizationRequired
+from pigeon.exceptions import AuthorizationRequired, ValidationError
 from pigeon.jobs.demo import app as demo_jobs
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server.answers import add_answers
@@ -74,21 +74,32 @@ def note_json(row: Row) -> dict[str, Any]:
     }
 
 
-def _bad(detail: str) -> HandlerResult:
-    return 400, problem(400, "bad-note", "Bad request", detail), {"content-type": PROBLEM_JSON}
-
-
 def _not_found(note_id: str) -> HandlerResult:
     body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
     return 404, body, {"content-type": PROBLEM_JSON}
 
 
-def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any] | HandlerResult:
-    if not isinstance(ctx.body, dict):
-        return _bad("a note is a JSON object")
-    body_id = ctx.body.get("id")
-    if note_id is not None and body_id is not None and str(body_id) != note_id:
-        return _bad(f"the body names note {body_id!r} but the path names {note_id!r}")
+def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
+    """What ``NOTE_SCHEMA`` cannot say, checked with it before the claim: the body's id
+    and the path's must agree, and an id must fit the store."""
+    if not isinstance(body, dict):
+        raise ValidationError("a note is a JSON object", slug="bad-note")
+    body_id, path_id = body.get("id"), path_params.get("id")
+    if path_id is not None and body_id is not None and str(body_id) != str(path_id):
+        raise ValidationError(
+            f"the body names note {body_id!r} but the path names {path_id!r}", slug="bad-note"
+        )
+    for note_id in (body_id, path_id):
+        too_long = None if note_id is None else id_too_long(str(note_id))
+        if too_long is not None:
+            raise ValidationError(too_long, slug="bad-note")
+
+
+def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
+    # Declared checks ran before the claim; run again here for a handler registered
+    # without them (a ValidationError from a handler still frees the key).
+    validate_note(ctx.body, {} if note_id is None else {"id": note_id})
+    assert isinstance(ctx.body, dict)
     return {k: v for k, v in ctx.body.items() if k != "id"}
 
 
@@ -150,14 +161,8 @@ def _applied(ctx: IntakeContext, row: Row, status: int) -> HandlerResult:
 
 def create_note(ctx: IntakeContext) -> HandlerResult:
     data = _data(ctx, None)
-    if isinstance(data, tuple):
-        return data
-    assert isinstance(ctx.body, dict)
     raw_id = ctx.body.get("id")
     note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
-    too_long = id_too_long(note_id)
-    if too_long is not None:
-        return _bad(too_long)
     created = ctx.tx.fetchone("note_create", _params(ctx, note_id, data, False))
     if created is not None:
         return _applied(ctx, created, 201)
@@ -170,8 +175,6 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
 def replace_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     data = _data(ctx, note_id)
-    if isinstance(data, tuple):
-        return data
     row = _current(ctx, note_id)
     if row is None:
         return _not_found(note_id)
@@ -181,8 +184,6 @@ def replace_note(ctx: IntakeContext) -> HandlerResult:
 def patch_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     patch = _data(ctx, note_id)
-    if isinstance(patch, tuple):
-        return patch
     row = _current(ctx, note_id)
     if row is None:
         return _not_found(note_id)
@@ -288,7 +289,12 @@ def create_notes_app(
         ("PATCH", "/notes/{id}", patch_note),
     ):
         intake.add_operation(
-            method, path, handler, on_replay=current_note, request_schema=NOTE_SCHEMA
+            method,
+            path,
+            handler,
+            on_replay=current_note,
+            request_schema=NOTE_SCHEMA,
+            validate=validate_note,
         )
     intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
     for name in lww_collections:

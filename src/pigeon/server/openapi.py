@@ -49,6 +49,9 @@ another principal never sees the response.
   retryable after the lock timeout of {lock} s.
 - Same key, different request: `422` problem; the original is untouched.
 - Missing, empty, over-long or repeated key: `400` problem; nothing ran.
+- A body that is not JSON, or that the operation's declared validation refuses (its
+  request schema below): `400` (or a validator's `422`) problem, answered BEFORE the key
+  is claimed: nothing is stored, and the corrected request runs under the same key.
 - 2xx and 4xx answers are stored, except 401, 403, 408, 425 and 429, which the client
   sends again; those, a 5xx or a crash store nothing, so a retry runs.
 - Store unavailable: `503` with `{retry}`; nothing runs without dedup.
@@ -104,7 +107,12 @@ def _write_operation(
                 "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
                 "content": {"application/json": {"schema": {}}},
             },
-            "400": _problem("Missing or malformed Idempotency-Key, or a body that is not JSON"),
+            "400": _problem(
+                "Missing or malformed Idempotency-Key, a body that is not JSON, or a body "
+                "the operation's declared validation refuses (its request schema): checked "
+                "before the key is claimed, so nothing is stored and the corrected request "
+                "runs under the same key"
+            ),
             "401": _problem("Authentication required"),
             "409": _problem(
                 f"The same key is still in progress (type {PROBLEM_KEY_IN_PROGRESS}, with "
@@ -113,7 +121,10 @@ def _write_operation(
                 RETRY_AFTER,
             ),
             "413": _too_large(max_body, "one operation"),
-            "422": _problem("The key was used for a different request"),
+            "422": _problem(
+                "The key was used for a different request (type key-reused), or the "
+                "operation's own validation refused the body (not stored, as for 400)"
+            ),
             # The operation's own answers: which ones depends on the application, so only
             # their classes are promised, with both media types a handler may answer in.
             "4XX": {
