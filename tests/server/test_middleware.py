@@ -25,6 +25,8 @@ def make(db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
 
     async def charge(request: Request) -> Response:
         body = await request.json()
+        if not isinstance(body.get("amount"), int):
+            return JSONResponse({"detail": "amount must be an integer"}, status_code=400)
         if body.get("fail"):
             return JSONResponse({"detail": "upstream down"}, status_code=502)
         effects.append(body)
@@ -54,6 +56,12 @@ def test_the_middleware_replays_refuses_and_releases(db: Database, clock: FakeCl
     assert other.status_code == 201 and "idempotent-replayed" not in other.headers
     assert client.get("/charges").json() == {"effects": 2}  # reads pass straight through
 
+    # The app's own 400 (an invalid request) is not stored: corrected, the same key runs.
+    fixed = {"Idempotency-Key": "c3"}
+    assert client.post("/charges", json={"amount": "x"}, headers=fixed).status_code == 400
+    assert client.post("/charges", json={"amount": 7}, headers=fixed).status_code == 201
+    assert client.get("/charges").json() == {"effects": 3}
+
     failed = client.post(
         "/charges", json={"amount": 1, "fail": True}, headers={"Idempotency-Key": "c2"}
     )
@@ -66,7 +74,7 @@ def test_the_middleware_replays_refuses_and_releases(db: Database, clock: FakeCl
     clock.advance(DAY + 1)
     late = client.post("/charges", json={"amount": 5}, headers=key)
     assert late.status_code == 200 and late.json()["status"] == "already_applied"
-    assert len(effects) == 2
+    assert len(effects) == 3
 
 
 def test_the_middleware_answers_409_while_a_claim_is_held(db: Database, clock: FakeClock) -> None:

@@ -17,9 +17,11 @@ answer is the key's, stored and replayed, not the connection's.
 Everything else matches the intake: 400 for a missing/malformed key, replay with
 ``Idempotent-Replayed: true``, 409 + ``Retry-After`` while in progress, 422 for a
 reused key (the fingerprint covers the query string, which the wrapped app sees), 2xx
-and 4xx stored except those the client sends again (401, 403, 408, 425, 429), 5xx and
-exceptions release the key, 503 when the store is unavailable, principal scoping,
-retention and "already applied" (which keeps a refusal's status).
+and 4xx stored except those the client sends again (401, 403, 408, 425, 429) and the
+app's own 400 and 422 (a request it refused as invalid: the intake's validation before
+the claim, which a wrapped app can only signal this way); 5xx and exceptions release the
+key, 503 when the store is unavailable, principal scoping, retention and "already
+applied" (which keeps a refusal's status).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ from pigeon.server.results import (
 )
 from pigeon.storage.base import Database
 
+# What a wrapped app answers for a request it refused as invalid: nothing ran, nothing kept.
+VALIDATION_STATUSES = frozenset({400, 422})
 _NOT_STORED = {b"content-length", b"date", b"server", b"transfer-encoding", b"connection"}
 
 
@@ -177,7 +181,10 @@ class IdempotencyMiddleware:
         status = int(start.get("status", 500))
         headers: list[tuple[bytes, bytes]] = list(start.get("headers", []))
         body = b"".join(chunks)
-        if not stored(status):  # 5xx, or a "not now" 4xx the client will send again
+        # 5xx, a "not now" 4xx the client will send again, or the app's own 400 / 422: a
+        # request it found invalid did not start executing (Stripe's rule), so the
+        # corrected request must run under the same key instead of meeting "reused".
+        if not stored(status) or status in VALIDATION_STATUSES:
             await run_in_threadpool(self._release, claim)
         else:
             response = _stored(status, headers, body)
