@@ -23,10 +23,13 @@ HERE = Path(__file__).parent
 
 
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
+@pytest.mark.parametrize("in_progress_wait", [0.0, 20.0])
 def test_fifty_concurrent_requests_with_one_key_make_one_effect_and_identical_bodies(
-    db: Database, claim_mode: ClaimMode
+    db: Database, claim_mode: ClaimMode, in_progress_wait: float
 ) -> None:
-    app = create_notes_app(db, purge_interval=None, claim_mode=claim_mode)
+    app = create_notes_app(
+        db, purge_interval=None, claim_mode=claim_mode, in_progress_wait=in_progress_wait
+    )
     with live_server(app) as url:
 
         def send(_: int) -> httpx.Response:
@@ -38,7 +41,7 @@ def test_fifty_concurrent_requests_with_one_key_make_one_effect_and_identical_bo
         with ThreadPoolExecutor(max_workers=50) as pool:
             responses = list(pool.map(send, range(50)))
     created = [r for r in responses if r.status_code == 201]
-    if claim_mode == "inline":  # waiters queue on the database and then replay
+    if in_progress_wait:  # opted in: duplicates wait for the original, then replay it
         assert len(created) == 50
     else:  # the contract: 409 + Retry-After while the key is in progress
         assert {r.status_code for r in responses} <= {201, 409}

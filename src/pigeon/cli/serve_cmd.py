@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import ipaddress
 import math
 import os
 import signal
@@ -25,7 +26,7 @@ from starlette.applications import Starlette
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
-from pigeon.server.intake import ClaimMode
+from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.server import open_server_db
@@ -49,7 +50,7 @@ def app_from_env() -> Starlette:
     return create_notes_app(
         db,
         policy=IdempotencyPolicy(
-            lock_timeout=float(env.get(_ENV + "LOCK_TIMEOUT", "60")),
+            lock_timeout=float(env.get(_ENV + "LOCK_TIMEOUT", "10")),
             response_retention=float(env.get(_ENV + "RESPONSE_RETENTION", str(DAY))),
             claim_retention=float(env.get(_ENV + "CLAIM_RETENTION", str(30 * DAY))),
         ),
@@ -60,6 +61,8 @@ def app_from_env() -> Starlette:
         crdt_collections=REFERENCE_CRDT,
         max_body=int(env.get(_ENV + "MAX_BODY", str(DEFAULT_MAX_BODY))),
         max_batch_body=int(env.get(_ENV + "MAX_BATCH_BODY", str(DEFAULT_MAX_BATCH_BODY))),
+        in_progress_wait=float(env.get(_ENV + "IN_PROGRESS_WAIT", "0")),
+        test_hooks=env.get(_ENV + "TEST_HOOKS") == "1",
     )
 
 
@@ -73,6 +76,17 @@ def _die_with_parent() -> None:
     # the death signal will never come, so leave now instead of serving as an orphan.
     if str(os.getppid()) != os.environ.get(_ENV + "SUPERVISOR"):
         os._exit(1)
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` a loopback address (or ``localhost``)? Names other than localhost are
+    not resolved: what they point at can change after the check."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -134,9 +148,37 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
     durability: Annotated[str, typer.Option(help="SQLite synchronous: full or normal.")] = "full",
     claim_mode: Annotated[
-        str, typer.Option(help="inline (one commit) or separate (409 while in progress).")
+        str,
+        typer.Option(
+            help="inline: the claim commits with the work (one commit); separate: the claim "
+            "commits first. Either way a duplicate of a request in progress gets 409."
+        ),
     ] = "inline",
-    lock_timeout: Annotated[float, typer.Option(help="Seconds an in-progress claim is held.")] = 60,
+    lock_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds an in-progress claim left by a dead process blocks its key "
+            "(separate claim mode); a retry after a crash runs within it."
+        ),
+    ] = 10,
+    in_progress_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=MAX_IN_PROGRESS_WAIT,
+            help="Seconds a duplicate of a request in progress waits for it and gets its "
+            "response, before 409 + Retry-After. 0 (default): 409 at once (across "
+            "processes on PostgreSQL: within 0.5 s).",
+        ),
+    ] = 0.0,
+    test_hooks: Annotated[
+        bool,
+        typer.Option(
+            "--test-hooks",
+            help="TESTS ONLY, loopback only: honour X-Pigeon-Test-Delay-Ms, "
+            "X-Pigeon-Test-Fail and X-Pigeon-Test-Set-Cookie (pigeon.server.testhooks).",
+        ),
+    ] = False,
     response_retention: Annotated[float, typer.Option(help="Seconds responses are kept.")] = DAY,
     claim_retention: Annotated[float, typer.Option(help="Seconds keys are kept.")] = 30 * DAY,
     require_auth: Annotated[bool, typer.Option(help="Refuse requests without a token.")] = False,
@@ -150,7 +192,12 @@ def serve(
         LogLevel, typer.Option(case_sensitive=False, help="uvicorn log level.")
     ] = "warning",
 ) -> None:
-    """Run the reference notes server with the idempotent intake."""
+    """Run the reference notes server with the idempotent intake.
+
+    Without --require-auth, every request without a token is the one principal
+    'anonymous': all such clients share one key space and one set of notes, and
+    'Bearer anonymous.x' reads them. Use --require-auth for anything but a local trial.
+    """
     if durability not in ("full", "normal"):
         raise typer.BadParameter("durability must be 'full' or 'normal'")
     if claim_mode not in ("inline", "separate"):
@@ -160,6 +207,12 @@ def serve(
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     checked_policy(lock_timeout, response_retention, claim_retention)
+    if test_hooks and not is_loopback(host):
+        raise typer.BadParameter(
+            f"--test-hooks lets any client delay and fail requests at will: it is for tests "
+            f"on a loopback address only, not {host!r}",
+            param_hint="'--test-hooks'",
+        )
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
@@ -171,6 +224,8 @@ def serve(
         "REQUIRE_AUTH": "1" if require_auth else "0",
         "MAX_BODY": str(max_body),
         "MAX_BATCH_BODY": str(max_batch_body),
+        "IN_PROGRESS_WAIT": str(in_progress_wait),
+        "TEST_HOOKS": "1" if test_hooks else "0",
         "SUPERVISED": "1" if workers > 1 else "0",
         "SUPERVISOR": str(os.getpid()),
     }
@@ -195,6 +250,14 @@ def serve(
         timeout_graceful_shutdown=5,
     )
     bound_host, bound_port = sock.getsockname()[:2]
+    if test_hooks:
+        typer.secho(
+            "WARNING: --test-hooks is on: any client may delay and fail requests with "
+            "X-Pigeon-Test-* headers. For tests only.",
+            err=True,
+            fg=typer.colors.RED,
+            bold=True,
+        )
     typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
     sys.stdout.flush()
     if workers > 1:

@@ -46,6 +46,7 @@ from pigeon.server.limits import (
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
+from pigeon.server.testhooks import BadTestHook, TestHooks
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +121,19 @@ def route_path(scope: Scope) -> str:
 
 
 async def parse_request(
-    request: Request, *, max_body: int = DEFAULT_MAX_BODY
+    request: Request, *, max_body: int = DEFAULT_MAX_BODY, test_hooks: bool = False
 ) -> OperationRequest | OpResult:
     """A single-operation request, or the 400 (413 for a body over ``max_body`` bytes)
-    that refuses it (before anything runs)."""
+    that refuses it (before anything runs). ``test_hooks``: read the fault switch's
+    headers (`pigeon.server.testhooks`)."""
     try:
         key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
     except InvalidIdempotencyKey as exc:
         return _bad_request("bad-idempotency-key", str(exc))
+    try:
+        hooks = TestHooks.parse(request.headers) if test_hooks else None
+    except BadTestHook as exc:
+        return _bad_request("bad-test-hook", str(exc))
     raw = await read_body(request, max_body, "one operation's request")
     if isinstance(raw, OpResult):
         return raw
@@ -147,6 +153,7 @@ async def parse_request(
         operation_id=request.headers.get(OPERATION_ID) or key,
         clock=clock or None,
         if_match=unquote_etag(if_match) if if_match else None,
+        hooks=hooks,
     )
 
 
@@ -257,7 +264,7 @@ def create_app(
             principal = principal_of(auth, request)
         except AuthorizationRequired as exc:
             return _auth_failure(exc)
-        parsed = await parse_request(request, max_body=max_body)
+        parsed = await parse_request(request, max_body=max_body, test_hooks=intake.test_hooks)
         if isinstance(parsed, OpResult):
             return render(parsed)
         if grouped is not None:

@@ -6,9 +6,12 @@ stored response in ONE commit, and the same code runs on SQLite and PostgreSQL.
 
 Lifetimes (all decided by timestamps at read time, never by whether a purge ran):
 
-- ``lock_timeout``: how long an ``in_progress`` claim is honoured. A claim left behind
-  by a dead process (only possible when the claim is committed before the work, see
-  ``Intake(claim_mode="separate")`` and the middleware) may be taken over after it.
+- ``lock_timeout`` (10 s): how long an ``in_progress`` claim is honoured. A claim left
+  behind by a dead process (only possible when the claim is committed before the work,
+  see ``Intake(claim_mode="separate")`` and the middleware) may be taken over after it:
+  a retry after a crash runs within that bound. A live holder is never taken over: the
+  intake's work keeps the claim row locked (PostgreSQL) or the one write lock (SQLite),
+  and the middleware renews its claim every third of the timeout.
 - ``response_retention`` (24 h): the stored status and body are replayed verbatim.
 - ``claim_retention`` (30 days): after the response is gone the key still answers
   "already applied" with the original operation id; only after this the key is free.
@@ -32,6 +35,25 @@ from pigeon.storage.base import Row, Tx
 
 DAY = 24 * 3600.0
 PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
+# How long a claim waits for another transaction holding the same key (PostgreSQL: a
+# duplicate in another process whose original has not committed yet) before it is
+# answered 409 "in progress". Within one process ``pigeon.server.inflight`` answers first.
+CLAIM_WAIT = 0.5
+# SQLSTATE lock_not_available: the bounded wait above ran out.
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+class KeyBusy(Exception):
+    """Another transaction holds this key right now (the claim's bounded wait ran out).
+
+    Raised out of the claim's transaction, which the database has aborted: the caller
+    answers 409 with ``Retry-After`` for this operation (nothing of its transaction
+    committed)."""
+
+    def __init__(self, key: str, retry_after: int = 1) -> None:
+        super().__init__(f"key {key!r} is held by another transaction")
+        self.key = key
+        self.retry_after = retry_after
 
 
 class _LockTokens:
@@ -61,7 +83,7 @@ if hasattr(os, "register_at_fork"):
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyPolicy:
-    lock_timeout: float = 60.0
+    lock_timeout: float = 10.0
     response_retention: float = DAY
     claim_retention: float = 30 * DAY
 
@@ -151,9 +173,13 @@ class IdempotencyStore:
         policy: IdempotencyPolicy | None = None,
         *,
         now: Callable[[], float] = time.time,
+        claim_wait: float = CLAIM_WAIT,
     ) -> None:
+        if not 0 < claim_wait <= 60:
+            raise ConfigurationError(f"claim_wait must be in (0, 60] seconds, not {claim_wait}")
         self.policy = policy or IdempotencyPolicy()
         self.now = now
+        self.claim_wait = claim_wait
 
     def claim(
         self,
@@ -179,24 +205,37 @@ class IdempotencyStore:
             "locked_until": now + self.policy.lock_timeout,
             "claim_expires_at": now + self.policy.claim_retention,
             "now": now,
+            "claim_wait": f"{max(1, round(self.claim_wait * 1000))}ms",
         }
         claim = Claim(principal, key, params["lock_token"], operation_id)
         # Two rounds at most: a lost race on insert or take-over is followed by one more
         # read, which then sees the winner's row.
         for _ in range(3):
-            if tx.fetchone("claim_insert", params) is not None:
+            if self._took(tx, "claim_insert", params):
                 return Decision(Outcome.FRESH, claim=claim, operation_id=operation_id)
             row = tx.fetchone("claim_get", params)
             outcome = decide(row, fingerprint, now)
             if outcome is Outcome.FRESH:
                 continue  # the row vanished (purged or released) between the two statements
             if outcome is Outcome.TAKE_OVER:
-                if tx.fetchone("claim_take_over", params) is not None:
+                if self._took(tx, "claim_take_over", params):
                     return Decision(Outcome.TAKE_OVER, claim=claim, operation_id=operation_id)
                 continue
             assert row is not None
             return self._refusal(outcome, row, now)
         raise RuntimeError(f"could not settle the claim of key {key!r} after three rounds")
+
+    @staticmethod
+    def _took(tx: Tx, name: str, params: Mapping[str, Any]) -> bool:
+        """Did statement ``name`` take the key? (SQLite returns the row or none;
+        PostgreSQL always one row, whose idem_key is NULL when it did not.)"""
+        try:
+            row = tx.fetchone(name, params)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+                raise KeyBusy(str(params["idem_key"])) from exc
+            raise
+        return row is not None and row["idem_key"] is not None
 
     def _refusal(self, outcome: Outcome, row: Row, now: float) -> Decision:
         if outcome is Outcome.IN_PROGRESS:

@@ -28,17 +28,21 @@ A replay answers the stored response; a route with ``on_replay`` answers the cur
 state instead (``pigeon.server.replay``).
 
 Claim modes. ``inline`` (default) inserts the claim in the handler's transaction: one
-commit per request. Concurrent requests with the same key then wait on the database
-(SQLite's single writer, PostgreSQL's unique index) and see the completed result: one
-effect, identical bodies, and nothing is ever left "in progress" by a dead process
-because its transaction dies with it. ``separate`` commits the claim first (state
-``in_progress`` with ``locked_until``) and the work second, fenced by the claim's token:
-concurrent requests get 409 with ``Retry-After`` instead of waiting, at the price of a
-second commit, and a claim orphaned by a crash becomes retryable after ``lock_timeout``.
+commit per request, and nothing is ever left "in progress" by a dead process because its
+claim dies with its transaction. ``separate`` commits the claim first (``in_progress``
+with ``locked_until``) and the work second, fenced by the claim's token, at the price of a
+second commit; a claim orphaned by a crash is retryable after ``lock_timeout`` (10 s).
+
+In progress. Either way a duplicate of a request still running is answered 409 with
+``Retry-After`` without waiting for it: this process admits each key before it queues
+for a transaction (``pigeon.server.inflight``), and across processes the claim's wait on
+PostgreSQL is bounded (``IdempotencyStore``: ``KeyBusy`` -> 409). ``in_progress_wait``
+opts in to waiting that long for the original and replaying its answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -48,21 +52,32 @@ from contextvars import Context, copy_context
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from starlette.convertors import Convertor
-from starlette.routing import compile_path
-
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.exceptions import ConfigurationError, InvalidOperation, ValidationError
-from pigeon.protocol import wire
 from pigeon.protocol.wire import canonical_json
+from pigeon.server import testhooks
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
+    CLAIM_WAIT,
     PURGE_BATCH,
     Claim,
     Decision,
     IdempotencyPolicy,
     IdempotencyStore,
+    KeyBusy,
+    Outcome,
     StoredResponse,
+)
+from pigeon.server.inflight import InFlight
+from pigeon.server.operations import (
+    WRITE_METHODS,
+    Failed,
+    Handler,
+    HandlerResult,
+    IntakeContext,
+    OperationRequest,
+    OperationRoute,
+    Routes,
 )
 from pigeon.server.replay import (
     ReplayHook,
@@ -89,66 +104,20 @@ from pigeon.storage.base import Database, Tx
 log = logging.getLogger(__name__)
 
 ClaimMode = Literal["inline", "separate"]
-HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
-Handler = Callable[["IntakeContext"], HandlerResult]
-WRITE_METHODS = frozenset(wire.WRITE_METHODS)
+MAX_IN_PROGRESS_WAIT = 30.0
+# Response headers sent with the original answer only, never stored for replays.
+NOT_REPLAYED = frozenset({"set-cookie"})
+__all__ = [
+    "MAX_IN_PROGRESS_WAIT",
+    "WRITE_METHODS",
+    "ClaimMode",
+    "Handler",
+    "HandlerResult",
+    "Intake",
+    "IntakeContext",
+    "OperationRequest",
+]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class IntakeContext:
-    """What a handler gets: the open transaction and the operation it is applying."""
-
-    tx: Tx
-    principal: str
-    body: Any
-    path_params: Mapping[str, Any]
-    clock: str  # the operation's hybrid logical clock stamp (the server's if none was sent)
-    if_match: str | None
-    idempotency_key: str
-    operation_id: str
-    method: str
-    path: str
-    entity: str | None = None
-    now: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class OperationRequest:
-    """One operation as received, already validated (key, JSON body, clock)."""
-
-    method: str
-    path: str
-    body: Any
-    key: str
-    operation_id: str
-    clock: str | None = None
-    if_match: str | None = None
-    entity: str | None = None
-
-
-class _Failed(Exception):
-    """A handler outcome that must roll back its savepoint (4xx) or the whole op (5xx)."""
-
-    def __init__(self, result: OpResult) -> None:
-        super().__init__(result.status)
-        self.result = result
-
-
-@dataclass(frozen=True, slots=True)
-class _Route:
-    method: str
-    template: str
-    handler: Handler
-    regex: Any
-    convertors: dict[str, Convertor[Any]]
-    on_replay: ReplayHook | None = None
-    check: RequestCheck | None = None  # checked before the claim (`pigeon.server.validation`)
-
-    @property
-    def request_schema(self) -> Mapping[str, Any] | None:
-        """The body's JSON Schema: enforced before the claim, published in the OpenAPI."""
-        return None if self.check is None else self.check.schema
 
 
 @dataclass
@@ -163,16 +132,30 @@ class Intake:
     # Called with the keys whose effects were just committed, before anyone is answered:
     # the hook the crash tests use to die in exactly that gap.
     after_commit: Callable[[list[str]], None] | None = None
-    routes: list[_Route] = field(default_factory=list)
+    routes: Routes = field(default_factory=Routes)
     # Operations per batch transaction; None: the whole batch in one transaction.
     batch_chunk: int | None = None
+    # Seconds a duplicate of a request still in progress waits for it to finish (and is
+    # then answered its stored response) before it gets 409 + Retry-After. 0: at once.
+    in_progress_wait: float = 0.0
+    # Honour the X-Pigeon-Test-* headers (`pigeon.server.testhooks`): tests and rehearsal.
+    test_hooks: bool = False
 
     def __post_init__(self) -> None:
         if self.claim_mode not in ("inline", "separate"):
             raise InvalidOperation("claim_mode must be 'inline' or 'separate'")
         if self.batch_chunk is not None and self.batch_chunk < 1:
             raise ConfigurationError(f"batch_chunk must be at least 1, not {self.batch_chunk}")
-        self.store = IdempotencyStore(self.policy, now=self.now)
+        if not 0 <= self.in_progress_wait <= MAX_IN_PROGRESS_WAIT:
+            raise ConfigurationError(
+                f"in_progress_wait must be from 0 to {MAX_IN_PROGRESS_WAIT} seconds, "
+                f"not {self.in_progress_wait}"
+            )
+        # Across processes only the database can tell that a key is in progress, and
+        # PostgreSQL tells it by making the claim wait: that wait is bounded the same way.
+        claim_wait = max(CLAIM_WAIT, self.in_progress_wait)
+        self.store = IdempotencyStore(self.policy, now=self.now, claim_wait=claim_wait)
+        self.inflight = InFlight()
 
     # -- registration ----------------------------------------------------------------
 
@@ -215,47 +198,87 @@ class Intake:
         and ``validate(body, path_params)`` (raising ``ValidationError``) are checked
         before the key is claimed: a request they refuse is answered 400 (or 422) and
         stores nothing, so the corrected request runs under the same key."""
-        method = method.upper()
-        if method not in WRITE_METHODS:
-            raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
-        regex, _, convertors = compile_path(path)
-        check = RequestCheck.of(request_schema, validate)
-        route = _Route(method, path, handler, regex, convertors, on_replay, check)
-        self.routes.append(route)
+        self.routes.add(
+            method,
+            path,
+            handler,
+            on_replay=on_replay,
+            check=RequestCheck.of(request_schema, validate),
+        )
 
-    def match(self, method: str, path: str) -> tuple[_Route, dict[str, Any]] | None:
+    def match(self, method: str, path: str) -> tuple[OperationRoute, dict[str, Any]] | None:
         """The route for (method, path), or None; raises if the path matches another method."""
-        allowed = []
-        for route in self.routes:
-            found = route.regex.match(path)
-            if found is None:
-                continue
-            if route.method == method.upper():
-                params = {k: route.convertors[k].convert(v) for k, v in found.groupdict().items()}
-                return route, params
-            allowed.append(route.method)
-        if allowed:
-            raise _Failed(
-                problem_result(
-                    405,
-                    "method-not-allowed",
-                    "Method not allowed",
-                    f"{method} {path} is not an operation; allowed: {', '.join(allowed)}",
-                )
-            )
-        return None
+        return self.routes.match(method, path)
+
+    # -- applying --------------------------------------------------------------------
+
+    # -- admission: a duplicate of a request in progress is answered at once ------------
+
+    def admit(
+        self, principal: str, op: OperationRequest, owner: object, *, wait: float | None = None
+    ) -> OpResult | None:
+        """Hold ``op``'s key in this process for ``owner`` (None), or the 409 that answers
+        it because another request holds it still after ``wait`` (``in_progress_wait``)
+        seconds. Whoever is admitted calls ``release`` once its transaction has ended."""
+        wait = self.in_progress_wait if wait is None else wait
+        slot = (principal, op.key)
+        holder = self.inflight.admit(slot, owner, op.operation_id, self._expected(op), wait)
+        if holder is None:
+            return None
+        retry_after = holder.retry_after(self.inflight.now())
+        decision = Decision(
+            Outcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
+        )
+        return refusal(decision, op.key)
+
+    async def admit_async(
+        self, principal: str, op: OperationRequest, owner: object
+    ) -> OpResult | None:
+        """``admit`` for the event loop: a wait, if any, happens in a worker thread."""
+        refused = self.admit(principal, op, owner, wait=0)
+        if refused is None or self.in_progress_wait == 0:
+            return refused
+        return await asyncio.to_thread(self.admit, principal, op, owner)
+
+    def release(self, principal: str, op: OperationRequest, owner: object) -> None:
+        self.inflight.leave((principal, op.key), owner)
+
+    def _expected(self, op: OperationRequest) -> float:
+        """Seconds ``op`` is expected to take: its route's recent mean, plus a test delay."""
+        try:
+            found = self.match(op.method, op.path)
+        except Failed:
+            found = None
+        mean = 0.0 if found is None else self.inflight.expected(found[0].template)
+        return mean + (op.hooks.delay if op.hooks is not None and self.test_hooks else 0.0)
 
     # -- applying --------------------------------------------------------------------
 
     def execute(self, principal: str, op: OperationRequest) -> OpResult:
-        """Apply one operation (the single-request route). Never raises for bad input."""
+        """Apply one operation (the single-request route). Never raises for bad input.
+
+        A duplicate of a request this process is still applying is answered 409 at once
+        (or after ``in_progress_wait``, with the original's stored response)."""
+        owner = object()
+        refused = self.admit(principal, op, owner)
+        if refused is not None:
+            return refused
+        try:
+            return self._execute(principal, op)
+        finally:
+            self.release(principal, op, owner)
+
+    def _execute(self, principal: str, op: OperationRequest) -> OpResult:
+        """``execute`` for an operation already admitted."""
         try:
             if self.claim_mode == "separate":
                 result = self._execute_separate(principal, op)
             else:
                 result = self._transact(lambda tx: self._apply(tx, principal, op))
-        except _Failed as failed:
+        except Failed as failed:
             return failed.result
+        except KeyBusy as busy:  # another process holds the key: nothing committed here
+            return _busy(busy, op)
         except STORE_DOWN as exc:
             return store_unavailable(exc)
         self._notify([result])
@@ -293,6 +316,8 @@ class Intake:
             )
         except STORE_DOWN as exc:
             return [store_unavailable(exc)] * len(items)  # nothing committed
+        except KeyBusy:  # one key held by another process aborted the group: each alone
+            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
         except Exception:
             log.warning("a group of %d requests failed, applying them one by one", len(items))
             return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
@@ -301,7 +326,7 @@ class Intake:
 
     def _execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
         try:
-            return self.execute(principal, op)
+            return self._execute(principal, op)
         except Exception as exc:
             log.exception("%s %s failed", op.method, op.path)
             return problem_result(
@@ -311,7 +336,7 @@ class Intake:
     def _apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
         try:
             return self._apply(tx, principal, op)
-        except _Failed as failed:
+        except Failed as failed:
             return failed.result
 
     def execute_batch(
@@ -322,8 +347,28 @@ class Intake:
 
         An ``OpResult`` in ``ops`` is an entry refused before parsing (bad key, bad
         JSON): it is reported in place and the batch goes on, as for any permanent
-        failure. The batch stops after the first transient result.
+        failure. The batch stops after the first transient result, such as the 409 of
+        an operation whose key another request holds right now.
         """
+        owner = object()
+        admitted: list[OperationRequest] = []
+        for i, op in enumerate(ops):
+            if isinstance(op, OpResult):
+                continue
+            refused = self.admit(principal, op, owner)
+            if refused is not None:
+                ops = [*ops[:i], refused]  # transient: the batch stops there
+                break
+            admitted.append(op)
+        try:
+            return self._execute_batch(principal, ops)
+        finally:
+            for op in admitted:
+                self.release(principal, op, owner)
+
+    def _execute_batch(
+        self, principal: str, ops: list[OperationRequest | OpResult]
+    ) -> list[OpResult]:
         results: list[OpResult] = []
         chunk = self.batch_chunk or len(ops) or 1
         # STORE_DOWN propagates: the caller answers 503 for what did not commit. The
@@ -338,9 +383,12 @@ class Intake:
         return refresh_all(self.db, results)
 
     def _chunk(self, principal: str, ops: list[OperationRequest | OpResult]) -> list[OpResult]:
+        busy_at: list[int] = []
+
         def apply(tx: Tx) -> list[OpResult]:
             results: list[OpResult] = []
-            for op in ops:
+            for i, op in enumerate(ops):
+                busy_at[:] = [i]
                 result = (
                     op if isinstance(op, OpResult) else self._apply_or_refuse(tx, principal, op)
                 )
@@ -349,7 +397,19 @@ class Intake:
                     break
             return results
 
-        return self._transact(apply)
+        try:
+            return self._transact(apply)
+        except KeyBusy as busy:
+            # Another process holds the key of ops[i] and the database aborted the whole
+            # transaction: the ops before it run again without it, and it answers 409
+            # (transient: the batch stops there, nothing after it overtakes it).
+            i = busy_at[0]
+            done = self._chunk(principal, ops[:i]) if i else []
+            if done and done[-1].transient:
+                return done
+            op = ops[i]
+            assert isinstance(op, OperationRequest)
+            return [*done, _busy(busy, op)]
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""
@@ -382,7 +442,7 @@ class Intake:
         return retried(attempt)
 
     def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
-        """Claim, run, store: raises ``_Failed`` for a transient outcome (roll it all back)."""
+        """Claim, run, store: raises ``Failed`` for a transient outcome (roll it all back)."""
         route, params = self._route(op)
         self._check(route, params, op)
         decision = self._claim(tx, principal, op)
@@ -410,10 +470,10 @@ class Intake:
                 self.store.release(tx, claim)
             raise
 
-    def _route(self, op: OperationRequest) -> tuple[_Route, dict[str, Any]]:
+    def _route(self, op: OperationRequest) -> tuple[OperationRoute, dict[str, Any]]:
         found = self.match(op.method, op.path)
         if found is None:
-            raise _Failed(
+            raise Failed(
                 problem_result(
                     404, "no-such-operation", "Not found", f"no operation {op.method} {op.path}"
                 )
@@ -421,12 +481,12 @@ class Intake:
         return found
 
     @staticmethod
-    def _check(route: _Route, params: dict[str, Any], op: OperationRequest) -> None:
+    def _check(route: OperationRoute, params: dict[str, Any], op: OperationRequest) -> None:
         """The route's declared validation, before the claim: a refusal stores nothing."""
         if route.check is not None:
             refused = route.check.refusal(op.body, params)
             if refused is not None:
-                raise _Failed(refused)
+                raise Failed(refused)
 
     def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> Decision:
         return self.store.claim(
@@ -443,7 +503,7 @@ class Intake:
         self,
         tx: Tx,
         claim: Claim,
-        route: _Route,
+        route: OperationRoute,
         params: dict[str, Any],
         principal: str,
         op: OperationRequest,
@@ -469,11 +529,19 @@ class Intake:
             entity=op.entity,
             now=self.now(),
         )
+        hooks = op.hooks if self.test_hooks else None
+        started = time.monotonic()
         try:
             # The one savepoint of this operation: the handler's writes and, for a 2xx,
             # the stored response (a claim lost meanwhile takes the writes back with it).
             with tx.savepoint():
+                if hooks is not None and hooks.delay_ms:
+                    time.sleep(hooks.delay)  # in progress, its claim held: the test's gap
                 status, body, headers = normalise(route.handler(ctx))
+                if hooks is not None and hooks.fail:
+                    raise RuntimeError(f"{testhooks.FAIL}: failing after the handler wrote")
+                if hooks is not None and hooks.set_cookie is not None:
+                    headers = (*headers, ("set-cookie", hooks.set_cookie))
                 result = OpResult(
                     status,
                     "" if body is None else canonical_json(body),
@@ -481,23 +549,24 @@ class Intake:
                     committed_key=claim.key,
                 )
                 if status >= 400:
-                    raise _Failed(result)
+                    raise Failed(result)
                 self._complete(tx, claim, result)
+            self.inflight.observe(route.template, time.monotonic() - started)
             return result
         except ValidationError as exc:
             # Checked late, by the handler itself: its writes are rolled back with the
             # savepoint and the key is given back, as for the declared checks before the
             # claim, so the corrected request runs under the same key. Nothing is stored.
             self.store.release(tx, claim)
-            raise _Failed(_invalid(exc)) from None
-        except _Failed as failed:
+            raise Failed(_invalid(exc)) from None
+        except Failed as failed:
             if failed.result.transient:  # the claim was lost: not ours to release
                 raise
             if stored(failed.result.status):  # a 4xx: writes rolled back, the answer stored
                 self._complete(tx, claim, failed.result)
                 return failed.result
             self.store.release(tx, claim)
-            raise _Failed(
+            raise Failed(
                 dataclasses.replace(failed.result, transient=True, committed_key=None)
             ) from None
         except Exception as exc:
@@ -505,21 +574,24 @@ class Intake:
                 raise
             log.exception("handler for %s %s failed", op.method, op.path)
             self.store.release(tx, claim)
-            raise _Failed(
+            raise Failed(
                 problem_result(
                     500, "handler-failed", "Internal error", f"{type(exc).__name__}: {exc}"
                 )
             ) from exc
 
     def _complete(self, tx: Tx, claim: Claim, result: OpResult) -> None:
-        stored = StoredResponse(result.status, result.body_text, result.headers)
+        # What belongs to this connection, not to the key's answer, is sent now and never
+        # replayed: a replay must not set another client's cookie.
+        kept = tuple((k, v) for k, v in result.headers if k.lower() not in NOT_REPLAYED)
+        stored = StoredResponse(result.status, result.body_text, kept)
         if not self.store.complete(tx, claim, stored):
-            raise _Failed(lost_claim(claim.key))
+            raise Failed(lost_claim(claim.key))
 
     def _refused(
         self,
         decision: Decision,
-        route: _Route,
+        route: OperationRoute,
         params: dict[str, Any],
         principal: str,
         op: OperationRequest,
@@ -543,3 +615,9 @@ class Intake:
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.after_commit is not None:
             self.after_commit(keys)
+
+
+def _busy(busy: KeyBusy, op: OperationRequest) -> OpResult:
+    """409 for an operation whose key another process holds (its claim's wait ran out)."""
+    decision = Decision(Outcome.IN_PROGRESS, operation_id=op.operation_id, retry_after=1)
+    return refusal(decision, busy.key)

@@ -64,7 +64,15 @@ from pigeon.storage.base import Database
 
 # What a wrapped app answers for a request it refused as invalid: nothing ran, nothing kept.
 VALIDATION_STATUSES = frozenset({400, 422})
-_NOT_STORED = {b"content-length", b"date", b"server", b"transfer-encoding", b"connection"}
+# Per-connection headers (a cookie belongs to the client that got it): sent, never replayed.
+_NOT_STORED = {
+    b"content-length",
+    b"date",
+    b"server",
+    b"transfer-encoding",
+    b"connection",
+    b"set-cookie",
+}
 
 
 class IdempotencyMiddleware:

@@ -267,12 +267,15 @@ def create_notes_app(
     max_skew: float = DEFAULT_MAX_SKEW,
     max_body: int = DEFAULT_MAX_BODY,
     max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
+    in_progress_wait: float = 0.0,
+    test_hooks: bool = False,
 ) -> Starlette:
     """The notes app. ``lww_collections`` / ``crdt_collections`` name collections the
     server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
     ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
     ahead of the server's clock before it is no longer believed (`pigeon.server.conflicts`);
-    ``max_body`` / ``max_batch_body``: see `create_app`."""
+    ``max_body`` / ``max_batch_body``: see `create_app`; ``in_progress_wait`` and
+    ``test_hooks``: see `Intake`."""
     auth: Authenticator = authenticate or BearerAuth()
     max_skew_ms = int(max_skew * 1000)
     intake = Intake(
@@ -282,6 +285,8 @@ def create_notes_app(
         claim_mode=claim_mode,
         after_commit=after_commit,
         clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
+        in_progress_wait=in_progress_wait,
+        test_hooks=test_hooks,
     )
     for method, path, handler in (
         ("POST", "/notes", create_note),

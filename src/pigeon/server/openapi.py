@@ -25,6 +25,7 @@ from pigeon.protocol.wire import (
     REPLAYED,
     RETRY_AFTER,
 )
+from pigeon.server.idempotency import CLAIM_WAIT
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
@@ -45,8 +46,11 @@ another principal never sees the response.
   "operation_id": ...}}` (with the original status instead of 200 when that was a
   refusal, and for a refused conflict the entity's `current` state where the operation
   gives it) and `{replayed}: true`, never a second effect.
-- Same key still running: `409` problem with `{retry}`. A claim whose holder died is
-  retryable after the lock timeout of {lock} s.
+- Same key still running: `409` problem (type key-in-progress) with `{retry}` (the
+  expected remaining seconds), {wait_rule}; never held for the original's whole
+  duration. A request whose process died is retryable at once (its claim dies with its
+  transaction), or, where the claim was committed before the work, after the lock
+  timeout of {lock} s.
 - Same key, different request: `422` problem; the original is untouched.
 - Missing, empty, over-long or repeated key: `400` problem; nothing ran.
 - A body that is not JSON, or that the operation's declared validation refuses (its
@@ -233,6 +237,12 @@ def build_openapi(
                 resp=int(policy.response_retention),
                 claim=int(policy.claim_retention),
                 lock=int(policy.lock_timeout),
+                wait_rule=(
+                    f"after waiting up to {intake.in_progress_wait} s for the original, whose "
+                    "stored response it gets if it finishes by then"
+                    if intake.in_progress_wait
+                    else f"at once (across server processes on PostgreSQL within {CLAIM_WAIT} s)"
+                ),
                 max_body=max_body,
                 max_batch_body=max_batch_body,
             ),

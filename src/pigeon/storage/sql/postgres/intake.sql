@@ -6,15 +6,30 @@
 -- lock, so a take-over, a fence or a completion can only win once.
 
 -- name: claim_insert
-INSERT INTO idempotency_claims (
-    principal, idem_key, fingerprint, method, path, operation_id, state,
-    lock_token, locked_until, created_at, claim_expires_at
-) VALUES (
-    %(principal)s, %(idem_key)s, %(fingerprint)s, %(method)s, %(path)s, %(operation_id)s,
-    'in_progress', %(lock_token)s, %(locked_until)s, %(now)s, %(claim_expires_at)s
+-- A duplicate of a request whose transaction is still open waits here, on the unique
+-- index, for that transaction to end. The wait is bounded by %(claim_wait)s (lock_timeout
+-- for this statement alone: set first, in the materialised CTE, and put back as the
+-- statement ends), after which PostgreSQL raises lock_not_available (55P03) and the
+-- intake answers 409 "in progress" instead of holding the duplicate for the original's
+-- whole duration. Always one row: idem_key is NULL when the key was already taken.
+WITH bound AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS previous,
+           set_config('lock_timeout', %(claim_wait)s, true) AS waiting
+), inserted AS (
+    INSERT INTO idempotency_claims (
+        principal, idem_key, fingerprint, method, path, operation_id, state,
+        lock_token, locked_until, created_at, claim_expires_at
+    )
+    SELECT %(principal)s, %(idem_key)s, %(fingerprint)s, %(method)s, %(path)s,
+           %(operation_id)s, 'in_progress', %(lock_token)s, %(locked_until)s, %(now)s,
+           %(claim_expires_at)s
+    FROM bound
+    ON CONFLICT (principal, idem_key) DO NOTHING
+    RETURNING idem_key
 )
-ON CONFLICT (principal, idem_key) DO NOTHING
-RETURNING idem_key
+SELECT (SELECT idem_key FROM inserted) AS idem_key,
+       set_config('lock_timeout', previous, true) AS restored
+FROM bound
 
 -- name: claim_get
 SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
@@ -24,24 +39,39 @@ FROM idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
 
 -- name: claim_take_over
--- Only a dead claim can be taken: an expired lock, or a claim past its retention.
-UPDATE idempotency_claims
-SET fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s,
-    operation_id = %(operation_id)s, state = 'in_progress', lock_token = %(lock_token)s,
-    locked_until = %(locked_until)s, status = NULL, response_headers = NULL,
-    response_body = NULL, body_format = NULL, created_at = %(now)s, completed_at = NULL,
-    response_expires_at = NULL, claim_expires_at = %(claim_expires_at)s
-WHERE principal = %(principal)s AND idem_key = %(idem_key)s
-  AND ((state = 'in_progress' AND locked_until <= %(now)s) OR claim_expires_at <= %(now)s)
-RETURNING idem_key
+-- Only a dead claim can be taken: an expired lock, or a claim past its retention. A live
+-- holder in separate claim mode keeps the row locked (claim_fence) while it works: the
+-- wait for that lock is bounded as in claim_insert, then 55P03 answers 409. Always one
+-- row: idem_key is NULL when nothing was taken.
+WITH bound AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS previous,
+           set_config('lock_timeout', %(claim_wait)s, true) AS waiting
+), taken AS (
+    UPDATE idempotency_claims
+    SET fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s,
+        operation_id = %(operation_id)s, state = 'in_progress', lock_token = %(lock_token)s,
+        locked_until = %(locked_until)s, status = NULL, response_headers = NULL,
+        response_body = NULL, body_format = NULL, created_at = %(now)s, completed_at = NULL,
+        response_expires_at = NULL, claim_expires_at = %(claim_expires_at)s
+    WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+      AND ((state = 'in_progress' AND locked_until <= %(now)s) OR claim_expires_at <= %(now)s)
+      AND (SELECT waiting IS NOT NULL FROM bound)
+    RETURNING idem_key
+)
+SELECT (SELECT idem_key FROM taken) AS idem_key,
+       set_config('lock_timeout', previous, true) AS restored
+FROM bound
 
 -- name: claim_fence
--- Touching the row takes its row lock for the rest of the transaction: a taker waits.
-UPDATE idempotency_claims
-SET locked_until = locked_until
+-- A row lock for the rest of the work's transaction, and no new row version: a duplicate's
+-- claim_insert then meets the committed in-progress row and answers 409 at once, where an
+-- UPDATE here made it wait on the unique index for the whole of the work. A taker's
+-- claim_take_over waits on this lock (bounded), so a live holder is never taken over.
+SELECT idem_key
+FROM idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
   AND state = 'in_progress' AND lock_token = %(lock_token)s
-RETURNING idem_key
+FOR UPDATE
 
 -- name: claim_renew
 -- The holder is still running (IdempotencyMiddleware): push the lock timeout on, so a

@@ -1,0 +1,107 @@
+"""The keys this process is applying right now, so a duplicate is answered at once.
+
+A duplicate of a request still running must get ``409`` with ``Retry-After`` promptly,
+not wait for the original to finish: on SQLite it would queue behind the original for
+the one write lock (or for the group-commit writer), on PostgreSQL behind the original's
+uncommitted claim row. Within one process this registry answers without touching the
+database; across processes the store bounds its own wait (``IdempotencyStore.claim``).
+
+Admission is checked BEFORE a request queues for a transaction and given up only after
+the transaction holding its effect has ended, so a duplicate that is admitted meets the
+committed claim (a replay) or none at all (it runs). The registry is no lock: the claim
+in the database stays what makes an effect happen once; this only makes waiting short.
+
+Each entry knows when its work started and how long it is expected to take (the route's
+recent durations, plus a test hook's declared delay), which is what ``Retry-After`` says.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Slot = tuple[str, str]  # (principal, idempotency key)
+
+# Weight of the newest duration in a route's running mean: a few recent requests decide.
+_ALPHA = 0.2
+
+
+@dataclass(slots=True)
+class Holder:
+    """Who holds a key: the request applying it, since when, for how long expected."""
+
+    operation_id: str
+    started: float
+    expected: float
+    owner: object
+    done: threading.Event = field(default_factory=threading.Event)
+    count: int = 1  # the same owner may hold one key twice (a batch naming it twice)
+
+    def retry_after(self, now: float) -> int:
+        """Whole seconds until the holder is expected to be done (at least 1)."""
+        return max(1, math.ceil(self.started + self.expected - now))
+
+
+class InFlight:
+    """(principal, key) -> the holder applying it in this process."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self._lock = threading.Lock()
+        self._held: dict[Slot, Holder] = {}
+        self._durations: dict[str, float] = {}
+
+    def enter(self, slot: Slot, owner: object, operation_id: str, expected: float) -> Holder | None:
+        """Hold ``slot`` for ``owner`` (None), or the other holder that has it."""
+        with self._lock:
+            holder = self._held.get(slot)
+            if holder is None:
+                self._held[slot] = Holder(operation_id, self.now(), expected, owner)
+                return None
+            if holder.owner is owner:
+                holder.count += 1
+                return None
+            return holder
+
+    def admit(
+        self, slot: Slot, owner: object, operation_id: str, expected: float, wait: float
+    ) -> Holder | None:
+        """``enter``, waiting up to ``wait`` seconds for another holder to leave first:
+        None once held, or the holder still there when the wait ran out."""
+        deadline = time.monotonic() + wait
+        while True:
+            holder = self.enter(slot, owner, operation_id, expected)
+            if holder is None:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0 or not holder.done.wait(left):
+                return holder
+
+    def leave(self, slot: Slot, owner: object) -> None:
+        with self._lock:
+            holder = self._held.get(slot)
+            if holder is None or holder.owner is not owner:
+                return
+            holder.count -= 1
+            if holder.count == 0:
+                del self._held[slot]
+                holder.done.set()
+
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    # -- expected durations ------------------------------------------------------------
+
+    def expected(self, route: str) -> float:
+        """The route's recent mean duration in seconds (0 before its first request)."""
+        return self._durations.get(route, 0.0)
+
+    def observe(self, route: str, seconds: float) -> None:
+        """Fold one measured duration of ``route`` into its running mean."""
+        with self._lock:
+            mean = self._durations.get(route)
+            self._durations[route] = seconds if mean is None else mean + _ALPHA * (seconds - mean)

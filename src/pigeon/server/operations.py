@@ -1,0 +1,124 @@
+"""What the intake applies: an operation as received, the context its handler gets, and
+the registered routes that map a method and path to a handler and its declared checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.convertors import Convertor
+from starlette.routing import compile_path
+
+from pigeon.exceptions import InvalidOperation
+from pigeon.protocol import wire
+from pigeon.server.replay import ReplayHook
+from pigeon.server.results import OpResult, problem_result
+from pigeon.server.testhooks import TestHooks
+from pigeon.server.validation import RequestCheck
+from pigeon.storage.base import Tx
+
+HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
+Handler = Callable[["IntakeContext"], HandlerResult]
+WRITE_METHODS = frozenset(wire.WRITE_METHODS)
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeContext:
+    """What a handler gets: the open transaction and the operation it is applying."""
+
+    tx: Tx
+    principal: str
+    body: Any
+    path_params: Mapping[str, Any]
+    clock: str  # the operation's hybrid logical clock stamp (the server's if none was sent)
+    if_match: str | None
+    idempotency_key: str
+    operation_id: str
+    method: str
+    path: str
+    entity: str | None = None
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRequest:
+    """One operation as received, already validated (key, JSON body, clock)."""
+
+    method: str
+    path: str
+    body: Any
+    key: str
+    operation_id: str
+    clock: str | None = None
+    if_match: str | None = None
+    entity: str | None = None
+    hooks: TestHooks | None = None  # honoured only by an intake built with test_hooks=True
+
+
+class Failed(Exception):
+    """A handler outcome that must roll back its savepoint (4xx) or the whole op (5xx)."""
+
+    def __init__(self, result: OpResult) -> None:
+        super().__init__(result.status)
+        self.result = result
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRoute:
+    method: str
+    template: str
+    handler: Handler
+    regex: Any
+    convertors: dict[str, Convertor[Any]]
+    on_replay: ReplayHook | None = None
+    check: RequestCheck | None = None  # checked before the claim (`pigeon.server.validation`)
+
+    @property
+    def request_schema(self) -> Mapping[str, Any] | None:
+        """The body's JSON Schema: enforced before the claim, published in the OpenAPI."""
+        return None if self.check is None else self.check.schema
+
+
+class Routes(list[OperationRoute]):
+    """The intake's operations, in the order they were registered."""
+
+    def add(
+        self,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        on_replay: ReplayHook | None = None,
+        check: RequestCheck | None = None,
+    ) -> OperationRoute:
+        method = method.upper()
+        if method not in WRITE_METHODS:
+            raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
+        regex, _, convertors = compile_path(path)
+        route = OperationRoute(method, path, handler, regex, convertors, on_replay, check)
+        self.append(route)
+        return route
+
+    def match(self, method: str, path: str) -> tuple[OperationRoute, dict[str, Any]] | None:
+        """The route for (method, path), or None; raises ``Failed`` (405) if the path is an
+        operation of other methods only."""
+        allowed = []
+        for route in self:
+            found = route.regex.match(path)
+            if found is None:
+                continue
+            if route.method == method.upper():
+                params = {k: route.convertors[k].convert(v) for k, v in found.groupdict().items()}
+                return route, params
+            allowed.append(route.method)
+        if allowed:
+            raise Failed(
+                problem_result(
+                    405,
+                    "method-not-allowed",
+                    "Method not allowed",
+                    f"{method} {path} is not an operation; allowed: {', '.join(allowed)}",
+                )
+            )
+        return None

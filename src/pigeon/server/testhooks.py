@@ -1,0 +1,69 @@
+"""A fault switch for proving the intake's rules from outside: ``pigeon serve --test-hooks``.
+
+Off unless the server is started with it, and then only on a loopback address (the
+command refuses any other host, and says so loudly when it starts). With it on, a
+single-operation request may carry:
+
+- ``X-Pigeon-Test-Delay-Ms: N``: after its key is claimed, the handler holds for N ms
+  (at most ``MAX_DELAY_MS``): the request is "in progress" for that long, so a duplicate
+  can meet it, or the process can be killed in the middle of it;
+- ``X-Pigeon-Test-Fail: 1``: the handler writes, then fails with a 500; everything of the
+  operation rolls back and its key is free, so the retry runs;
+- ``X-Pigeon-Test-Set-Cookie: V``: the original response carries ``Set-Cookie: V``; a
+  replay must not (a cookie belongs to a connection, not to the key's answer).
+
+The rehearsal of a user's own app drives the same switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DELAY = "X-Pigeon-Test-Delay-Ms"
+FAIL = "X-Pigeon-Test-Fail"
+SET_COOKIE = "X-Pigeon-Test-Set-Cookie"
+MAX_DELAY_MS = 120_000
+MAX_COOKIE = 1024
+
+
+class BadTestHook(ValueError):
+    """A test-hook header that cannot be honoured; the request is refused with 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class TestHooks:
+    """What one request asked of the fault switch."""
+
+    __test__ = False  # not a test class, whatever its name tells pytest
+
+    delay_ms: int = 0
+    fail: bool = False
+    set_cookie: str | None = None
+
+    @property
+    def delay(self) -> float:
+        return self.delay_ms / 1000
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, str]) -> TestHooks | None:
+        """The hooks ``headers`` ask for (None when none), or ``BadTestHook``."""
+        delay_text = headers.get(DELAY)
+        fail_text = headers.get(FAIL)
+        cookie = headers.get(SET_COOKIE)
+        if delay_text is None and fail_text is None and cookie is None:
+            return None
+        delay_ms = 0
+        if delay_text is not None:
+            if not delay_text.strip().isdigit() or int(delay_text) > MAX_DELAY_MS:
+                raise BadTestHook(
+                    f"{DELAY} must be a whole number of milliseconds from 0 to {MAX_DELAY_MS}"
+                )
+            delay_ms = int(delay_text)
+        if fail_text not in (None, "0", "1"):
+            raise BadTestHook(f"{FAIL} must be 0 or 1")
+        if cookie is not None and (
+            not cookie or len(cookie) > MAX_COOKIE or not cookie.isprintable()
+        ):
+            raise BadTestHook(f"{SET_COOKIE} must be 1-{MAX_COOKIE} printable characters")
+        return cls(delay_ms, fail_text == "1", cookie)
