@@ -200,3 +200,23 @@ def test_serve_offers_the_server_settled_conflict_collections(tmp_path: Path) ->
             },
         )
         assert reply.status_code in (200, 201), reply.text
+
+
+def test_test_hooks_are_refused_on_a_non_loopback_host(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    refused = subprocess.run(
+        [*PIGEON, "serve", "--db", str(db), "--host", "10.1.2.3", "--test-hooks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "--test-hooks" in refused.stderr and "loopback" in refused.stderr
+    assert not db.exists()
+
+
+def test_loopback_is_told_by_address_not_by_name() -> None:
+    from pigeon.cli.serve_cmd import is_loopback
+
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "::", "example.org", ""))
