@@ -33,6 +33,7 @@ CLAIM = KEY | {
     "locked_until": NOW + 60,
     "claim_expires_at": NOW + 86400,
     "now": NOW,
+    "claim_wait": "500ms",
 }
 NOTE = {"principal": "user-7", "id": "note-77", "data": "{}", "deleted": 0, "clock": "c"}
 
