@@ -12,6 +12,7 @@ import pytest
 from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
+from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
 from pigeon.server.notes import create_note
 from pigeon.storage.base import Database, Tx
@@ -22,7 +23,21 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-__all__ = ["CountingDatabase", "FakeClock", "TestClient", "failing_handler", "live_server"]
+__all__ = [
+    "OPERATOR",
+    "OPERATOR_TOKEN",
+    "CountingDatabase",
+    "FakeClock",
+    "TestClient",
+    "failing_handler",
+    "live_server",
+    "operator_token",
+]
+
+# The operator credential of the tests' apps (pigeon.server.access): the dashboard, the
+# ledger and /metrics answer only to it.
+OPERATOR_TOKEN = "operator-token-of-the-tests-0123456789"
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 
 
 class FakeClock:
@@ -107,6 +122,10 @@ def failing_handler(kind: str) -> Callable[[IntakeContext], Any]:
         return 409, {"detail": "refused after writing"}
 
     return handler
+
+
+def operator_token() -> OperatorToken:
+    return OperatorToken(OPERATOR_TOKEN)
 
 
 def live_server(app: ASGIApp) -> contextlib.AbstractContextManager[str]:

@@ -16,7 +16,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
-from tests.server.conftest import live_server
+from tests.server.conftest import OPERATOR, live_server, operator_token
 
 
 def _answer(url: str, notify: str | None) -> str:
@@ -40,7 +40,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None)
+    app = create_notes_app(db, purge_interval=None, operator=operator_token())
     jobs = JobManager(db, demo_jobs)
     with live_server(app) as url:
         for notify in ("ada@example.org", "bob@example.org", None):
@@ -58,8 +58,8 @@ def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None
         jobs.claim("grading", "dead-worker", 1, lease=0.01)
         time.sleep(0.05)
 
-        view = httpx.get(url + "/pigeon/v1/dashboard", timeout=10).json()
-        metrics = httpx.get(url + "/metrics", timeout=10)
+        view = httpx.get(url + "/pigeon/v1/dashboard", headers=OPERATOR, timeout=10).json()
+        metrics = httpx.get(url + "/metrics", headers=OPERATOR, timeout=10)
 
         assert view["records"] == {"received": 3, "completed": 1, "open": 2}
         assert view["obligations"]["grading"]["completed"] == 3
@@ -97,5 +97,5 @@ def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None
 
         # computed at scrape time: the next scrape sees the next record
         _answer(url, None)
-        again = _samples(httpx.get(url + "/metrics", timeout=10).text)
+        again = _samples(httpx.get(url + "/metrics", headers=OPERATOR, timeout=10).text)
         assert again["pigeon_records", (("status", "received"),)] == 4

@@ -14,7 +14,7 @@ from pigeon.server.auth import BearerAuth
 from pigeon.server.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.storage.base import Database
 
-from .conftest import TestClient
+from .conftest import OPERATOR, TestClient, operator_token
 
 _counter = iter(range(10**9))
 
@@ -26,7 +26,8 @@ def send(client: TestClient, method: str, path: str, body: Any = None, **headers
 
 @pytest.fixture
 def client(db: Database) -> Any:
-    with TestClient(create_notes_app(db, purge_interval=None)) as test_client:
+    app = create_notes_app(db, purge_interval=None, operator=operator_token())
+    with TestClient(app) as test_client:
         yield test_client
 
 
@@ -70,7 +71,8 @@ def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
     ]
     assert ledger[0]["clock"] == "000000000000005-0000000000-dev"  # the operation's own clock
     assert ledger[1]["clock"] > ledger[0]["clock"]  # the server clock never falls behind it
-    assert client.get("/pigeon/v1/ledger", params={"after": 1}).json()["entries"] == ledger[1:]
+    read = client.get("/pigeon/v1/ledger", params={"after": 1}, headers=OPERATOR)
+    assert read.json()["entries"] == ledger[1:]
 
 
 def test_server_generated_ids_and_listing(client: TestClient) -> None:
@@ -109,7 +111,13 @@ def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database
             raise AuthorizationRequired("bob may not read here", status=403)
         return BearerAuth(required=True)(conn)
 
-    app = create_notes_app(db, purge_interval=None, lww_collections=["l"], authenticate=forbid_bob)
+    app = create_notes_app(
+        db,
+        purge_interval=None,
+        lww_collections=["l"],
+        authenticate=forbid_bob,
+        operator=operator_token(),
+    )
     alice = {"Authorization": "Bearer alice.1"}
     with TestClient(app, raise_server_exceptions=False) as client:
         for path in ("/notes", "/notes/1", "/l/1", "/pigeon/v1/outcomes"):
@@ -118,8 +126,11 @@ def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database
             assert anonymous.headers["content-type"] == PROBLEM_JSON
             assert "Authorization" in anonymous.json()["detail"]
             assert client.get(path, headers={"Authorization": "Bearer bob.1"}).status_code == 403
-        for path in ("/pigeon/v1/ledger?after=x", "/pigeon/v1/outcomes?after=1.5"):
-            bad = client.get(path, headers=alice)
+        for path, who in (
+            ("/pigeon/v1/ledger?after=x", OPERATOR),
+            ("/pigeon/v1/outcomes?after=1.5", alice),
+        ):
+            bad = client.get(path, headers=who)
             assert bad.status_code == 400, path
             assert bad.headers["content-type"] == PROBLEM_JSON
             assert "'after'" in bad.json()["detail"]

@@ -33,10 +33,13 @@ def accept(
     record_id: RecordId | None = None,
     now: float | None = None,
     app: App | None = None,
+    principal: str | None = None,
 ) -> RecordId:
     """Write the record, one pending obligation per entry and its job, in ``tx``.
 
-    Pass the ``app`` for its tasks' retry policies to apply (see ``manager.enqueue``).
+    Pass the ``app`` for its tasks' retry policies to apply (see ``manager.enqueue``),
+    and the ``principal`` that made the record (``ctx.principal``): it alone, besides the
+    operators, may read it (``get(..., principal=...)``, the records route).
 
     Nothing is visible until the caller's transaction commits, and nothing remains if it
     rolls back: acceptance and the promise of follow-up work are one fact.
@@ -55,7 +58,14 @@ def accept(
     data_json = dump_payload(data, f"record {kind}")
     tx.execute(
         "rec_insert",
-        {"id": rid, "kind": kind, "data": data_json, "status": "received", "now": now},
+        {
+            "id": rid,
+            "kind": kind,
+            "data": data_json,
+            "status": "received",
+            "now": now,
+            "principal": principal,
+        },
     )
     event(tx, rid, None, ACCEPTED, {"pending": sorted(obligations)}, now=now)
     for name, spec in sorted(obligations.items()):
@@ -88,16 +98,19 @@ def _check_unique_keys(tx: Tx, obligations: Mapping[str, JobSpec]) -> None:
             )
 
 
-def get(db: Database, record_id: str) -> dict[str, Any]:
-    """The record as the world may see it: data, status, obligations and every state."""
+def get(db: Database, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
+    """The record as the world may see it: data, status, obligations and every state.
+
+    ``principal``: the record must be this principal's, else NotFound, the very error of
+    a record that does not exist (a user must not learn that another's exists)."""
     with reading(db) as tx:
-        return view(tx, record_id)
+        return view(tx, record_id, principal=principal)
 
 
-def view(tx: Tx, record_id: str) -> dict[str, Any]:
+def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
     """``get`` inside a transaction the caller already holds (e.g. the intake's replay)."""
     row = tx.fetchone("rec_get", {"id": record_id})
-    if row is None:
+    if row is None or (principal is not None and row["principal"] != principal):
         raise NotFound(f"no record {record_id!r}")
     obligations = tx.fetchall("obl_list", {"record_id": record_id})
     events = tx.fetchall("rec_events", {"record_id": record_id})

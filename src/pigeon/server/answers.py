@@ -55,6 +55,7 @@ def accept_answer(ctx: IntakeContext, jobs: App | None = None) -> HandlerResult:
         record_id=record_id,
         now=ctx.now,
         app=jobs,
+        principal=ctx.principal,
     )
     announce = {"record": record_id, "question": body["question"]}
     outbox.add(ctx.tx, ANSWER_TOPIC, announce, now=ctx.now)

@@ -24,7 +24,6 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
-from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import (
     BATCH_PATH,
     CLOCK,
@@ -34,7 +33,9 @@ from pigeon.protocol.wire import (
     MAX_BATCH,
     unquote_etag,
 )
-from pigeon.server.auth import Authenticator, BearerAuth, principal_of
+from pigeon.server import access
+from pigeon.server.access import AccessPolicy, OperatorCheck
+from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.grouping import GroupCommit
 from pigeon.server.intake import Intake, OperationRequest
@@ -232,38 +233,46 @@ async def _route_problem(request: Request, exc: Exception) -> Response:
     return response
 
 
-def _auth_failure(exc: AuthorizationRequired) -> Response:
-    result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
-    return render(result)
-
-
 def create_app(
     intake: Intake,
     *,
     routes: Sequence[BaseRoute] = (),
     authenticate: Authenticator | None = None,
+    operator: OperatorCheck | None = None,
+    allow_anonymous: bool | None = None,
     purge_interval: float | None = 3600.0,
     title: str = "pigeon intake",
     group_commit: bool | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> Starlette:
-    """``group_commit``: single-operation requests that arrive together share one
+    """``routes``: the application's own routes, each declaring who may call it
+    (`pigeon.server.access`: ``user(Route(...))``, ``operator(...)``, ...); a route that
+    declares nothing is refused here. The intake's operations and the batch are ``user``
+    routes, the health probe and the OpenAPI document ``public``.
+    ``authenticate``: names the user principal (`pigeon.server.auth`); without one, the
+    ``BearerAuth`` stand-in, which verifies nothing (tests and demos only).
+    ``operator``: tells the operator credential (e.g. ``access.OperatorToken(token)``);
+    without one, nobody reaches the ``operator`` routes.
+    ``allow_anonymous``: requests without credentials act as the one user ``anonymous``;
+    by default only with the stand-in, never with an authenticator you pass.
+    ``group_commit``: single-operation requests that arrive together share one
     transaction (`pigeon.server.grouping`). By default on for SQLite, whose one writer
     serialises them anyway, and off for PostgreSQL, where they run side by side.
     ``max_body`` / ``max_batch_body``: bytes of request body a single operation / a batch
     may have; more is refused with 413 before it is read whole (`pigeon.server.limits`)."""
     max_body, max_batch_body = checked_limits(max_body, max_batch_body)
-    auth: Authenticator = authenticate or BearerAuth()
+    policy = AccessPolicy(
+        authenticate or BearerAuth(),
+        operator=operator,
+        allow_anonymous=authenticate is None if allow_anonymous is None else allow_anonymous,
+    )
     if group_commit is None:
         group_commit = intake.db.backend == "sqlite"
     grouped = GroupCommit(intake) if group_commit else None
 
     async def operation(request: Request) -> Response:
-        try:
-            principal = principal_of(auth, request)
-        except AuthorizationRequired as exc:
-            return _auth_failure(exc)
+        principal = access.principal(request)
         parsed = await parse_request(request, max_body=max_body, test_hooks=intake.test_hooks)
         if isinstance(parsed, OpResult):
             return render(parsed)
@@ -272,10 +281,7 @@ def create_app(
         return render(await run_in_threadpool(intake.execute, principal, parsed))
 
     async def batch(request: Request) -> Response:
-        try:
-            principal = principal_of(auth, request)
-        except AuthorizationRequired as exc:
-            return _auth_failure(exc)
+        principal = access.principal(request)
         raw = await read_body(request, max_batch_body, "a batch request")
         if isinstance(raw, OpResult):
             return render(raw)
@@ -317,12 +323,15 @@ def create_app(
     for route in intake.routes:
         by_path.setdefault(route.template, []).append(route.method)
     all_routes: list[BaseRoute] = [
-        Route(BATCH_PATH, batch, methods=["POST"]),
-        Route(HEALTH_PATH, health, methods=["GET"]),
-        Route(OPENAPI_PATH, openapi, methods=["GET"]),
-        *(Route(path, operation, methods=methods) for path, methods in by_path.items()),
+        access.user(Route(BATCH_PATH, batch, methods=["POST"])),
+        access.public(Route(HEALTH_PATH, health, methods=["GET"])),
+        access.public(Route(OPENAPI_PATH, openapi, methods=["GET"])),
+        *(access.user(Route(p, operation, methods=methods)) for p, methods in by_path.items()),
         *routes,
     ]
+    # The one place that decides: every route, mounted ones included, bound to the policy;
+    # a route without a declared rule is refused here (ConfigurationError).
+    access.bind(all_routes, policy)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -340,6 +349,10 @@ def create_app(
     app = Starlette(
         routes=all_routes, lifespan=lifespan, exception_handlers={HTTPException: _route_problem}
     )
+    # "/metrics/" must not redirect to "/metrics": the redirect would confirm to anyone
+    # that a route exists before its rule is asked (see pigeon.server.access).
+    app.router.redirect_slashes = False
+    app.state.access = policy
     app.state.intake = intake
     app.state.group_commit = grouped
     return app

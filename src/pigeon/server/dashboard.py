@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from pigeon.jobs._db import reading
 from pigeon.jobs.app import App
 from pigeon.jobs.stats import failed_by_owner, percentiles, queue_stats, service_times
+from pigeon.server import access
 from pigeon.storage.base import Database
 
 DASHBOARD_PATH = "/pigeon/v1/dashboard"
@@ -119,7 +120,8 @@ class JobsCollector:
 
 
 def dashboard_routes(db: Database, app: App | None = None) -> list[BaseRoute]:
-    """Both routes, read-only and keyless (mount them behind your own access control)."""
+    """Both routes, read-only and keyless, for operators alone (`pigeon.server.access`):
+    the failed jobs name records and errors, the counts are the business's."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobsCollector(lambda: dashboard(db, app)))
 
@@ -131,6 +133,8 @@ def dashboard_routes(db: Database, app: App | None = None) -> list[BaseRoute]:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return [
-        Route(DASHBOARD_PATH, get_dashboard, methods=["GET"], name="pigeon_dashboard"),
-        Route(METRICS_PATH, get_metrics, methods=["GET"], name="pigeon_metrics"),
+        access.operator(
+            Route(DASHBOARD_PATH, get_dashboard, methods=["GET"], name="pigeon_dashboard")
+        ),
+        access.operator(Route(METRICS_PATH, get_metrics, methods=["GET"], name="pigeon_metrics")),
     ]

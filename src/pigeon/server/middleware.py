@@ -84,6 +84,7 @@ class IdempotencyMiddleware:
         policy: IdempotencyPolicy | None = None,
         now: Callable[[], float] = time.time,
         authenticate: Authenticator | None = None,
+        allow_anonymous: bool | None = None,
         methods: Iterable[str] = WRITE_METHODS,
         paths: Iterable[str] = ("/",),
         max_body: int = DEFAULT_MAX_BODY,
@@ -92,6 +93,8 @@ class IdempotencyMiddleware:
         self.db = db
         self.store = IdempotencyStore(policy, now=now)
         self.authenticate = authenticate or BearerAuth()
+        # As create_app: anonymous callers only with the stand-in, unless told otherwise.
+        self.allow_anonymous = authenticate is None if allow_anonymous is None else allow_anonymous
         self.methods = frozenset(m.upper() for m in methods)
         self.paths = tuple(paths)
         # The whole body is read (and kept) before the claim: bounded, as the intake's are.
@@ -107,7 +110,11 @@ class IdempotencyMiddleware:
             return
         request = Request(scope, receive)
         try:
-            principal = principal_of(self.authenticate, request)
+            principal = principal_of(
+                self.authenticate, request, allow_anonymous=self.allow_anonymous
+            )
+            if principal is None:
+                raise AuthorizationRequired("credentials are required", status=401)
             key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
         except AuthorizationRequired as exc:
             result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))

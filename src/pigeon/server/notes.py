@@ -26,12 +26,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pigeon.edge.merge import merge_patch
-from pigeon.exceptions import AuthorizationRequired, ValidationError
+from pigeon.exceptions import ValidationError
 from pigeon.jobs.demo import app as demo_jobs
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.server import access
+from pigeon.server.access import OperatorCheck
 from pigeon.server.answers import add_answers
 from pigeon.server.app import create_app
-from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.auth import Authenticator
 from pigeon.server.conflicts import (
     DEFAULT_MAX_SKEW,
     OUTCOMES_PATH,
@@ -231,11 +233,6 @@ def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list
         return tx.fetchall("ledger_all", {"after": after, "limit": limit})
 
 
-def _unauthorized(exc: AuthorizationRequired) -> Response:
-    body = problem(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
-    return problem_response(body)
-
-
 def _number(request: Request, name: str, default: int) -> int | Response:
     """An integer query parameter, or the 400 problem naming it."""
     text = request.query_params.get(name)
@@ -260,6 +257,8 @@ def create_notes_app(
     now: Callable[[], float] = time.time,
     claim_mode: ClaimMode = "inline",
     authenticate: Authenticator | None = None,
+    operator: OperatorCheck | None = None,
+    allow_anonymous: bool | None = None,
     after_commit: Callable[[list[str]], None] | None = None,
     purge_interval: float | None = 3600.0,
     lww_collections: Sequence[str] = (),
@@ -274,9 +273,11 @@ def create_notes_app(
     server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
     ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
     ahead of the server's clock before it is no longer believed (`pigeon.server.conflicts`);
-    ``max_body`` / ``max_batch_body``: see `create_app`; ``in_progress_wait`` and
-    ``test_hooks``: see `Intake`."""
-    auth: Authenticator = authenticate or BearerAuth()
+    ``authenticate`` / ``operator`` / ``allow_anonymous`` / ``max_body`` /
+    ``max_batch_body``: see `create_app`; ``in_progress_wait`` and ``test_hooks``: see
+    `Intake`. Notes, resources and conflict outcomes are the caller's own (``user``
+    routes); a record its creator's or an operator's; the ledger, the dashboard and
+    ``/metrics`` the operator's alone (`pigeon.server.access`)."""
     max_skew_ms = int(max_skew * 1000)
     intake = Intake(
         db,
@@ -311,20 +312,14 @@ def create_notes_app(
     add_answers(intake, demo_jobs)
 
     async def list_notes(request: Request) -> Response:
-        try:
-            principal = auth(request)
-        except AuthorizationRequired as exc:
-            return _unauthorized(exc)
+        principal = access.principal(request)
         rows = await run_in_threadpool(
             _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
         )
         return JSONResponse({"notes": [note_json(r) for r in rows]})
 
     async def get_note(request: Request) -> Response:
-        try:
-            principal = auth(request)
-        except AuthorizationRequired as exc:
-            return _unauthorized(exc)
+        principal = access.principal(request)
         note_id = request.path_params["id"]
         row = await run_in_threadpool(
             _read, db, lambda tx: tx.fetchone("note_get", {"principal": principal, "id": note_id})
@@ -346,10 +341,7 @@ def create_notes_app(
 
     def get_resource(collection: str) -> Callable[[Request], Awaitable[Response]]:
         async def get(request: Request) -> Response:
-            try:
-                principal = auth(request)
-            except AuthorizationRequired as exc:
-                return _unauthorized(exc)
+            principal = access.principal(request)
             found = request.path_params["id"]
             row = await run_in_threadpool(read_resource, db, principal, collection, found)
             if row is None or row["deleted"]:
@@ -361,10 +353,7 @@ def create_notes_app(
         return get
 
     async def outcomes(request: Request) -> Response:
-        try:
-            principal = auth(request)
-        except AuthorizationRequired as exc:
-            return _unauthorized(exc)
+        principal = access.principal(request)
         after = _number(request, "after", 0)
         if isinstance(after, Response):
             return after
@@ -372,21 +361,23 @@ def create_notes_app(
         return JSONResponse({"outcomes": rows})
 
     routes = [
-        Route("/notes", list_notes, methods=["GET"]),
-        Route("/notes/{id}", get_note, methods=["GET"]),
-        Route(LEDGER_PATH, ledger, methods=["GET"]),
+        access.user(Route("/notes", list_notes, methods=["GET"])),
+        access.user(Route("/notes/{id}", get_note, methods=["GET"])),
+        access.operator(Route(LEDGER_PATH, ledger, methods=["GET"])),
         *records_routes(db),
         *dashboard_routes(db, demo_jobs),  # the 9 a.m. question and /metrics
-        Route(OUTCOMES_PATH, outcomes, methods=["GET"]),
+        access.user(Route(OUTCOMES_PATH, outcomes, methods=["GET"])),
         *(
-            Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"])
+            access.user(Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"]))
             for name in (*lww_collections, *crdt_collections)
         ),
     ]
     app = create_app(
         intake,
         routes=routes,
-        authenticate=auth,
+        authenticate=authenticate,
+        operator=operator,
+        allow_anonymous=allow_anonymous,
         purge_interval=purge_interval,
         title="pigeon notes",
         max_body=max_body,

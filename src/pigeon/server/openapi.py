@@ -25,6 +25,7 @@ from pigeon.protocol.wire import (
     REPLAYED,
     RETRY_AFTER,
 )
+from pigeon.server.access import Guarded, Rule
 from pigeon.server.idempotency import CLAIM_WAIT
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 
@@ -72,6 +73,22 @@ def _problem(description: str, *headers: str) -> dict[str, Any]:
     if headers:
         response["headers"] = {h: {"$ref": f"#/components/headers/{h}"} for h in headers}
     return response
+
+
+def _access_responses(rule: Rule | None) -> dict[str, Any]:
+    """What the access layer answers on a read route (`pigeon.server.access`)."""
+    if rule is Rule.OPERATOR:
+        return {
+            "401": _problem("Operator credentials required (none, or not valid)"),
+            "404": _problem("Not found: also the answer to a signed-in user, who is no operator"),
+        }
+    if rule in (Rule.USER, Rule.OWNER):
+        refusals = {"401": _problem("Authentication required, or the credentials are not valid")}
+        if rule is Rule.USER:
+            refusals["403"] = _problem("The operator credential acts for no user")
+        refusals["404"] = _problem("Not found, or not the caller's (never told apart)")
+        return refusals
+    return {}
 
 
 def _path_params(path: str) -> list[dict[str, Any]]:
@@ -168,14 +185,16 @@ def build_openapi(
             route.method, path, max_body, route.request_schema
         )
     for extra in extra_routes:
-        if not isinstance(extra, Route):
+        rule = extra.rule if isinstance(extra, Guarded) else None
+        read = extra.route if isinstance(extra, Guarded) else extra
+        if not isinstance(read, Route):
             continue
-        path = _PARAM.sub(r"{\1}", extra.path)
-        for method in sorted((extra.methods or set()) - {"HEAD"}):
+        path = _PARAM.sub(r"{\1}", read.path)
+        for method in sorted((read.methods or set()) - {"HEAD"}):
             paths.setdefault(path, {})[method.lower()] = {
                 "summary": f"{method} {path} (read, no key needed)",
                 "parameters": _path_params(path),
-                "responses": {"200": {"description": "OK"}},
+                "responses": {"200": {"description": "OK"}, **_access_responses(rule)},
             }
     unavailable = "Idempotency store unavailable; nothing was executed"
     if intake.batch_chunk is not None:  # the chunks before the failure have committed

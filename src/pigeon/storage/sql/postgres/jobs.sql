@@ -4,11 +4,12 @@
 -- FOR UPDATE SKIP LOCKED, so workers on many nodes never wait for each other's rows.
 
 -- name: rec_insert
-INSERT INTO pigeon_records (id, kind, data, status, created_at)
-VALUES (%(id)s, %(kind)s, %(data)s, %(status)s, %(now)s)
+INSERT INTO pigeon_records (id, kind, data, status, created_at, principal)
+VALUES (%(id)s, %(kind)s, %(data)s, %(status)s, %(now)s, %(principal)s)
 
 -- name: rec_get
-SELECT id, kind, data, status, created_at, completed_at FROM pigeon_records WHERE id = %(id)s
+SELECT id, kind, data, status, created_at, completed_at, principal FROM pigeon_records
+WHERE id = %(id)s
 
 -- name: rec_complete
 UPDATE pigeon_records SET status = 'completed', completed_at = %(now)s

@@ -2,11 +2,12 @@
 -- schedules). The PostgreSQL twin defines the same names with %(name)s parameters.
 
 -- name: rec_insert
-INSERT INTO pigeon_records (id, kind, data, status, created_at)
-VALUES (:id, :kind, :data, :status, :now)
+INSERT INTO pigeon_records (id, kind, data, status, created_at, principal)
+VALUES (:id, :kind, :data, :status, :now, :principal)
 
 -- name: rec_get
-SELECT id, kind, data, status, created_at, completed_at FROM pigeon_records WHERE id = :id
+SELECT id, kind, data, status, created_at, completed_at, principal FROM pigeon_records
+WHERE id = :id
 
 -- name: rec_complete
 UPDATE pigeon_records SET status = 'completed', completed_at = :now
