@@ -106,7 +106,7 @@ def _alone_server(db: Path, *, raw: bool) -> Iterator[str]:
         with process(uvicorn_app("bench._raw_intake_app:app"), probe_path=HEALTH_PATH) as url:
             yield url
     else:
-        with ServerProcess(db) as server:
+        with ServerProcess(db, allow_anonymous=True) as server:
             yield server.url
 
 
@@ -114,7 +114,7 @@ def _pigeon(
     tmp: Path, n: int, batch: int | bool, *, concurrency: int = 1, pipeline: int = 1
 ) -> float:
     name = f"{batch}-{concurrency}-{pipeline}"
-    with ServerProcess(tmp / f"server-{name}.db") as server:
+    with ServerProcess(tmp / f"server-{name}.db", allow_anonymous=True) as server:
         queue = OfflineQueue(tmp / f"edge-{name}.db", durability="full")
         with queue.batch():
             for i in range(n):

@@ -90,7 +90,7 @@ def _drive(url: str, requests: int, send: Any) -> float:
 
 
 def _measure(db: str, singles: int, batches: int) -> tuple[float, float]:
-    with ServerProcess(db, extra_args=["--workers", "2"]) as server:
+    with ServerProcess(db, extra_args=["--workers", "2"], allow_anonymous=True) as server:
         return _drive(server.url, singles, _single), _drive(server.url, batches, _batch)
 
 

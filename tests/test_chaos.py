@@ -55,7 +55,7 @@ def test_chaos_exactly_once_in_order(tmp_path: Path, mode: str) -> None:
     four on the wire (server group commit) and two engine batches on the way."""
     rng = random.Random(SEED)
     edge_db, log = tmp_path / "edge.db", tmp_path / "enqueued.log"
-    server = ServerProcess(tmp_path / "server.db").start()
+    server = ServerProcess(tmp_path / "server.db", allow_anonymous=True).start()
     plan_ = FaultPlan.uniform(0.25, max_delay=0.02, seed=SEED)
     proxy = FaultProxy(server.url, plan_).start()
 
@@ -92,13 +92,13 @@ def test_chaos_exactly_once_in_order(tmp_path: Path, mode: str) -> None:
         stop_killing.set()
         proxy.stop()
     try:
-        _check(server.url, edge_db, log, proxy.counts, client_kills, server.kills, OPS[mode])
+        _check(server, edge_db, log, proxy.counts, client_kills, server.kills, OPS[mode])
     finally:
         server.stop()
 
 
 def _check(
-    url: str,
+    server: ServerProcess,
     edge_db: Path,
     log: Path,
     counts: Any,
@@ -123,7 +123,9 @@ def _check(
     assert all(op.status is OpStatus.DELIVERED for op in ops)
     by_key = {op.idempotency_key: op for op in ops}
 
-    ledger = httpx.get(url + "/pigeon/v1/ledger", params={"limit": 10**7}).json()["entries"]
+    url, operator = server.url, server.operator_headers
+    reply = httpx.get(url + "/pigeon/v1/ledger", params={"limit": 10**7}, headers=operator)
+    ledger = reply.json()["entries"]
     applied = [row["idempotency_key"] for row in ledger]
     assert len(applied) == len(set(applied)), "an operation took effect twice"
     assert set(applied) == set(by_key), "an operation was lost (or an unknown one applied)"

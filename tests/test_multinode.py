@@ -118,7 +118,7 @@ def _wait_for_jobs(url: str, timeout: float) -> dict[str, int]:
 def test_multinode_exactly_once_under_sigkill(pg_url: str, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     open_server_db(pg_url).close()  # migrate once, before anyone races
-    intakes = [ServerProcess(pg_url).start() for _ in range(2)]
+    intakes = [ServerProcess(pg_url, allow_anonymous=True).start() for _ in range(2)]
     plan = FaultPlan(0.05, 0.05, 0.05, 0.05, 0.05, max_delay=0.02, seed=SEED)
     proxies = [FaultProxy(server.url, plan).start() for server in intakes]
     workers = [WorkerNode(pg_url, tmp_path / f"worker{i}.log").start() for i in range(3)]
@@ -166,7 +166,7 @@ def test_multinode_exactly_once_under_sigkill(pg_url: str, tmp_path: Path) -> No
 def test_serve_with_two_worker_processes_on_postgres(pg_url: str) -> None:
     """`pigeon serve --db postgresql://... --workers 2` (each process opens its own pool):
     one key sent 20 times concurrently is one effect, 40 other keys are 40."""
-    with ServerProcess(pg_url, extra_args=["--workers", "2"]) as server:
+    with ServerProcess(pg_url, extra_args=["--workers", "2"], allow_anonymous=True) as server:
 
         def send(i: int) -> httpx.Response:
             key = "same" if i % 3 == 0 else f"k{i}"

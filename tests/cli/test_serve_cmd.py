@@ -15,11 +15,17 @@ import pytest
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
 
+OPERATOR_TOKEN = "operator-token-of-the-serve-tests"
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+USER = {"Authorization": "Bearer ada.1"}
+
+
 def start(db: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
         stdout=subprocess.PIPE,
         text=True,
+        env=os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -42,7 +48,9 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
     db = tmp_path / "server.db"
     proc, url = start(db, "--workers", workers)
     try:
-        first = httpx.post(url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
+        first = httpx.post(
+            url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k", **USER}
+        )
         assert first.status_code == 201
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -59,8 +67,10 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
         raise AssertionError("a worker outlived the SIGKILLed supervisor")
     proc, url = start(db)
     try:
-        again = httpx.post(url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-        ledger = httpx.get(url + "/pigeon/v1/ledger").json()["entries"]
+        again = httpx.post(
+            url + "/notes", json={"id": "1"}, headers={"Idempotency-Key": "k", **USER}
+        )
+        ledger = httpx.get(url + "/pigeon/v1/ledger", headers=OPERATOR).json()["entries"]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -197,6 +207,7 @@ def test_serve_offers_the_server_settled_conflict_collections(tmp_path: Path) ->
             headers={
                 "Idempotency-Key": "serve-lww-1",
                 "X-Pigeon-Clock": "000001700000000000-0000000000-dev",
+                **USER,
             },
         )
         assert reply.status_code in (200, 201), reply.text

@@ -75,7 +75,7 @@ def test_reconcile_fails_an_extra_effect_under_a_new_key(tmp_path: Path) -> None
     """The edit landed once through the queue, then once more under a freshly minted key
     (what a client that makes a new key per retry does): same notes, one effect too many."""
     from pigeon.demo.processes import ServerProcess
-    from pigeon.demo.run import DemoReport, _reconcile
+    from pigeon.demo.run import DEMO_TOKEN, DEMO_USER, DemoReport, _reconcile
     from pigeon.demo.session import Edit
     from pigeon.edge.queue import OfflineQueue
     from pigeon.protocol.http import HttpTransport
@@ -84,18 +84,20 @@ def test_reconcile_fails_an_extra_effect_under_a_new_key(tmp_path: Path) -> None
     note = {"id": "x-1", "title": "T", "body": "b"}
     with ServerProcess(tmp_path / "server.db") as server:
         queue = OfflineQueue(tmp_path / "edge.db")
-        transport = HttpTransport(server.url)
+        transport = HttpTransport(server.url, token=DEMO_TOKEN)
         engine = SyncEngine(queue, transport)
         engine.enqueue("create", "note:x-1", note)
         assert engine.flush(timeout=10)
         engine.close()
         transport.close()
         again = httpx.put(
-            server.url + "/notes/x-1", json=note, headers={"Idempotency-Key": str(uuid.uuid4())}
+            server.url + "/notes/x-1",
+            json=note,
+            headers={"Idempotency-Key": str(uuid.uuid4()), **DEMO_USER},
         )
         assert again.status_code == 200
         report = DemoReport(made=1, queued=1)
-        _reconcile(report, queue, server.url, [Edit("create", "note:x-1", note)])
+        _reconcile(report, queue, server, [Edit("create", "note:x-1", note)])
         queue.close()
     assert report.state_matches and report.delivered == 1
     assert (report.effects, report.duplicates) == (2, 1)

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ipaddress
 import math
 import os
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 import uvicorn
 from starlette.applications import Starlette
 
+from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
-from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
@@ -55,7 +55,7 @@ def app_from_env() -> Starlette:
             claim_retention=float(env.get(_ENV + "CLAIM_RETENTION", str(30 * DAY))),
         ),
         claim_mode=claim_mode,
-        authenticate=BearerAuth(required=env.get(_ENV + "REQUIRE_AUTH") == "1"),
+        **AuthOptions.from_env(env).app_options(),
         # The reference server shows every conflict strategy the server settles itself.
         lww_collections=REFERENCE_LWW,
         crdt_collections=REFERENCE_CRDT,
@@ -76,17 +76,6 @@ def _die_with_parent() -> None:
     # the death signal will never come, so leave now instead of serving as an orphan.
     if str(os.getppid()) != os.environ.get(_ENV + "SUPERVISOR"):
         os._exit(1)
-
-
-def is_loopback(host: str) -> bool:
-    """Is ``host`` a loopback address (or ``localhost``)? Names other than localhost are
-    not resolved: what they point at can change after the check."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -181,7 +170,79 @@ def serve(
     ] = False,
     response_retention: Annotated[float, typer.Option(help="Seconds responses are kept.")] = DAY,
     claim_retention: Annotated[float, typer.Option(help="Seconds keys are kept.")] = 30 * DAY,
-    require_auth: Annotated[bool, typer.Option(help="Refuse requests without a token.")] = False,
+    auth: Annotated[
+        AuthKind,
+        typer.Option(
+            envvar="PIGEON_AUTH",
+            help="demo: 'Bearer <principal>.<x>', NOT VERIFIED (loopback only unless "
+            "--insecure); jwt: signed tokens, see the --jwt-* options.",
+        ),
+    ] = "demo",
+    jwt_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PIGEON_JWT_SECRET",
+            help="HS256 secret, at least 32 bytes (prefer the environment variable: "
+            "arguments are visible to every user of the machine).",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_key_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            envvar="PIGEON_JWT_KEY_FILE",
+            metavar="FILE",
+            help="PEM public key (RSA: RS256/PS256; EC P-256: ES256); repeat for several.",
+        ),
+    ] = None,
+    jwks_file: Annotated[
+        Path | None,
+        typer.Option(envvar="PIGEON_JWKS_FILE", help="JWKS file; read again when it changes."),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None, typer.Option(envvar="PIGEON_JWT_AUDIENCE", help="Required 'aud'.")
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None, typer.Option(envvar="PIGEON_JWT_ISSUER", help="Required 'iss'.")
+    ] = None,
+    jwt_principal_claim: Annotated[
+        str,
+        typer.Option(
+            envvar="PIGEON_JWT_PRINCIPAL_CLAIM",
+            help="Claim naming the principal, taken exactly (no case folding).",
+        ),
+    ] = "sub",
+    jwt_leeway: Annotated[
+        float,
+        typer.Option(
+            envvar="PIGEON_JWT_LEEWAY", help="Seconds of clock skew forgiven on exp/nbf (<= 300)."
+        ),
+    ] = 30.0,
+    operator_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="PIGEON_OPERATOR_TOKEN",
+            help="Operator credential (>= 16 characters), sent as 'Bearer <token>': it alone "
+            "reads the dashboard, the ledger and /metrics. Prefer the environment variable.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--allow-anonymous",
+            help="Let requests without credentials in, all as the one user 'anonymous'.",
+        ),
+    ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure", help="Listen on a non-loopback address with --auth demo anyway."
+        ),
+    ] = False,
+    require_auth: Annotated[
+        bool, typer.Option(hidden=True, help="Kept for old scripts: now the default.")
+    ] = False,
     max_body: Annotated[
         int, typer.Option(min=1, help="Bytes of body one operation may have; more is 413.")
     ] = DEFAULT_MAX_BODY,
@@ -194,9 +255,12 @@ def serve(
 ) -> None:
     """Run the reference notes server with the idempotent intake.
 
-    Without --require-auth, every request without a token is the one principal
-    'anonymous': all such clients share one key space and one set of notes, and
-    'Bearer anonymous.x' reads them. Use --require-auth for anything but a local trial.
+    Anonymous callers: refused (401) unless --allow-anonymous, and then they all
+    act as ONE user, 'anonymous', sharing its notes, records and keys.
+
+    --auth demo (the default) trusts 'Bearer <principal>.<x>' without checking
+    it and listens on loopback only; use --auth jwt where others can connect.
+    The dashboard, the ledger and /metrics answer only to --operator-token.
     """
     if durability not in ("full", "normal"):
         raise typer.BadParameter("durability must be 'full' or 'normal'")
@@ -213,6 +277,24 @@ def serve(
             f"on a loopback address only, not {host!r}",
             param_hint="'--test-hooks'",
         )
+    if require_auth and allow_anonymous:
+        raise typer.BadParameter("--require-auth and --allow-anonymous contradict each other")
+    access = AuthOptions(
+        auth=auth,
+        jwt_secret=jwt_secret,
+        jwt_key_files=tuple(jwt_key_file or ()),
+        jwks_file=jwks_file,
+        jwt_audience=jwt_audience,
+        jwt_issuer=jwt_issuer,
+        jwt_principal_claim=jwt_principal_claim,
+        jwt_leeway=jwt_leeway,
+        operator_token=operator_token,
+        allow_anonymous=allow_anonymous,
+    )
+    try:  # before any socket or file exists, as the policy's own checks
+        access.check(host, insecure=insecure)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
@@ -221,7 +303,6 @@ def serve(
         "LOCK_TIMEOUT": str(lock_timeout),
         "RESPONSE_RETENTION": str(response_retention),
         "CLAIM_RETENTION": str(claim_retention),
-        "REQUIRE_AUTH": "1" if require_auth else "0",
         "MAX_BODY": str(max_body),
         "MAX_BATCH_BODY": str(max_batch_body),
         "IN_PROGRESS_WAIT": str(in_progress_wait),
@@ -230,6 +311,7 @@ def serve(
         "SUPERVISOR": str(os.getpid()),
     }
     os.environ.update({_ENV + k: v for k, v in settings.items()})
+    os.environ.update(access.to_env())
     # Bind first: a refused address or port must not leave a new database file behind.
     sock = listen_socket(host, port)
     # Open (and migrate) once here: a bad file fails now, with its message, not per worker.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,10 +30,17 @@ _SERVING = re.compile(r"pigeon serving on (http://\S+) \(pid (\d+)\)")
 
 @dataclass
 class ServerProcess:
+    """``operator_token``: the server's operator credential (a fresh random one unless
+    given), handed over in the environment as an operator should, never on the command
+    line; ``operator_headers`` carry it. ``allow_anonymous``: writes without a token are
+    let in as the user ``anonymous`` (off, as in ``pigeon serve``)."""
+
     db: Path | str
     port: int = 0
     extra_args: list[str] = field(default_factory=list)
     startup_timeout: float = 30.0
+    operator_token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    allow_anonymous: bool = False
     _proc: subprocess.Popen[str] | None = field(default=None, init=False, repr=False)
     kills: int = field(default=0, init=False)
 
@@ -43,8 +51,11 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         args = [sys.executable, "-m", "pigeon", "serve", "--db", str(self.db)]
         args += ["--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
+        if self.allow_anonymous:
+            args.append("--allow-anonymous")
+        env = os.environ | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
         self._proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
         )
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
@@ -66,6 +77,10 @@ class ServerProcess:
                 pass
             time.sleep(0.02)
         raise RuntimeError(f"pigeon serve on {self.url} never became healthy")
+
+    @property
+    def operator_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.operator_token}"}
 
     @property
     def alive(self) -> bool:

@@ -35,6 +35,10 @@ from pigeon.sync.engine import SyncEngine
 
 # Fast retries: the demo's faults are frequent and the network is loopback.
 DEMO_RETRY = RetryPolicy(base=0.02, factor=2.0, cap=0.5, max_attempts=60)
+# The demo user's bearer token for `pigeon serve --auth demo` (the stand-in reads the
+# principal before the first dot and verifies nothing: loopback only).
+DEMO_TOKEN = "demo-user.offline-session"
+DEMO_USER = {"Authorization": f"Bearer {DEMO_TOKEN}"}
 
 
 @dataclass
@@ -108,7 +112,11 @@ def run_demo(
             with FaultProxy(server.url, plan) as proxy:
                 queue = OfflineQueue(base / "edge.db", retry_policy=DEMO_RETRY)
                 transport = HttpTransport(
-                    proxy.url, batch=batch or False, timeout=5.0, concurrency=concurrency
+                    proxy.url,
+                    batch=batch or False,
+                    timeout=5.0,
+                    concurrency=concurrency,
+                    token=DEMO_TOKEN,
                 )
                 engine = SyncEngine(
                     queue, transport, connectivity=ManualMonitor(False), pipeline=pipeline
@@ -139,7 +147,7 @@ def run_demo(
                 finally:
                     engine.stop()
                     transport.close()
-            _reconcile(report, queue, server.url, edits)
+            _reconcile(report, queue, server, edits)
             queue.close()
     report.seconds = time.monotonic() - started
     return report
@@ -172,13 +180,17 @@ def _wait_delivered(
         time.sleep(0.05)
 
 
-def _reconcile(report: DemoReport, queue: OfflineQueue, url: str, edits: list[Edit]) -> None:
+def _reconcile(
+    report: DemoReport, queue: OfflineQueue, server: ServerProcess, edits: list[Edit]
+) -> None:
+    url = server.url
     stats = queue.stats()
     report.delivered = stats.delivered
     report.dead = stats.dead
     report.conflicts = stats.conflicts
+    # The ledger is the operator's to read; the notes are the demo user's.
     ledger: list[dict[str, Any]] = httpx.get(
-        url + LEDGER_PATH, params={"limit": 10**7}, timeout=10
+        url + LEDGER_PATH, params={"limit": 10**7}, headers=server.operator_headers, timeout=10
     ).json()["entries"]
     stored = queue.operations(limit=10**7)  # every status: live, delivered, dead
     queued_keys = {op.idempotency_key for op in stored}
@@ -194,7 +206,7 @@ def _reconcile(report: DemoReport, queue: OfflineQueue, url: str, edits: list[Ed
     report.lost = unapplied + max(report.queued - len(stored), 0)
     server_notes = {
         n["id"]: {"title": n["data"]["title"], "body": n["data"]["body"]}
-        for n in httpx.get(url + "/notes", timeout=10).json()["notes"]
+        for n in httpx.get(url + "/notes", headers=DEMO_USER, timeout=10).json()["notes"]
     }
     wanted = expected_state(edits)
     report.mismatched_notes = sorted(
