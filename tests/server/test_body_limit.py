@@ -294,6 +294,7 @@ def test_pigeon_serve_passes_the_limits_to_the_app(tmp_path: Path) -> None:
             "500",
             "--max-batch-body",
             "900",
+            "--allow-anonymous",  # the writes below carry no token
         ],
         stdout=subprocess.PIPE,
         text=True,

@@ -231,3 +231,24 @@ def test_configurations_that_cannot_verify_safely_are_refused(tmp_path: Path) ->
     with pytest.raises(ConfigurationError, match="no usable signing key"):
         JwtAuth.from_files(jwks_file=tmp_path / "empty.json")
     assert SECRET not in repr(JwtAuth(secret=SECRET))
+
+
+def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(db: Database) -> None:
+    """The operator hook instead of a shared token: a role claim in a verified JWT. A
+    token the hook cannot verify is a 401, as from the authenticator."""
+    from pigeon.server.auth import bearer_token
+
+    auth = hs_auth()
+
+    def is_operator(conn: Any) -> bool:
+        token = bearer_token(conn)
+        return token is not None and auth.verify(token).get("role") == "operator"
+
+    app = create_notes_app(db, purge_interval=None, authenticate=auth, operator=is_operator)
+    with TestClient(app) as client:
+        ops = bearer(hs256(sub="ops-1", role="operator"))
+        assert client.get("/pigeon/v1/ledger", headers=ops).status_code == 200
+        assert client.get("/notes", headers=ops).status_code == 403
+        assert client.get("/pigeon/v1/ledger", headers=bearer(hs256())).status_code == 404
+        expired = bearer(hs256(role="operator", exp=1))
+        assert client.get("/pigeon/v1/ledger", headers=expired).status_code == 401

@@ -114,7 +114,10 @@ class AccessPolicy:
         """The caller this rule lets in, or the refusal to send instead."""
         if rule is Rule.PUBLIC:
             return PUBLIC_CALLER
-        is_operator = self.operator is not None and self.operator(conn)
+        try:
+            is_operator = self.operator is not None and self.operator(conn)
+        except AuthorizationRequired as exc:  # a hook that refuses what it was shown
+            return refusal(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
         if is_operator and rule in (Rule.OPERATOR, Rule.OWNER):
             return OPERATOR_CALLER
         if is_operator:
@@ -131,7 +134,8 @@ class AccessPolicy:
             return no_such_route(conn)
         if principal is None:
             if not self.allow_anonymous:
-                return refusal(401, "unauthorized", "Unauthorized", "credentials are required")
+                detail = "credentials are required (Authorization: Bearer <token>)"
+                return refusal(401, "unauthorized", "Unauthorized", detail)
             principal = ANONYMOUS
         return Caller(principal)
 

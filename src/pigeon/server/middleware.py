@@ -21,7 +21,9 @@ and 4xx stored except those the client sends again (401, 403, 408, 425, 429) and
 app's own 400 and 422 (a request it refused as invalid: the intake's validation before
 the claim, which a wrapped app can only signal this way); 5xx and exceptions release the
 key, 503 when the store is unavailable, principal scoping, retention and "already
-applied" (which keeps a refusal's status).
+applied" (which keeps a refusal's status). A request without credentials is refused (401)
+unless ``allow_anonymous`` (by default, only with the ``BearerAuth`` stand-in, as
+``create_app``); the wrapped app decides the rest of its access.
 """
 
 from __future__ import annotations
