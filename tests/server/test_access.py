@@ -385,3 +385,32 @@ def test_the_openapi_document_states_each_read_routes_refusals(db: Database) -> 
     assert set(paths["/notes/{id}"]["get"]["responses"]) == {"200", "401", "403", "404"}
     records = paths["/pigeon/v1/records/{record_id}"]["get"]["responses"]
     assert set(records) == {"200", "401", "404"}
+
+
+def test_a_user_never_reaches_anothers_idempotency_key(db: Database) -> None:
+    """Bob sending alice's key, with her request or another: a first execution of his
+    own, never her stored answer, never the 422 that would tell him the key is taken."""
+    with TestClient(reference_app(db)) as client:
+        key = {"Idempotency-Key": "shared-key"}
+        hers = client.post("/notes", json={"id": "k", "t": SECRET}, headers=key | ALICE)
+        same = client.post("/notes", json={"id": "k", "t": SECRET}, headers=key | BOB)
+        other = client.post("/notes", json={"id": "j"}, headers=key | BOB)
+        batch = {
+            "operations": [
+                {
+                    "idempotency_key": "shared-key",
+                    "method": "POST",
+                    "path": "/notes",
+                    "body": {"id": "b"},
+                }
+            ]
+        }
+        in_batch = client.post("/pigeon/v1/batch", json=batch, headers=BOB).json()["results"][0]
+    assert hers.status_code == same.status_code == 201
+    assert "idempotent-replayed" not in same.headers
+    assert other.status_code == 422  # his own key now: his own first request decides it
+    assert in_batch["status"] == 422 and not in_batch["replayed"]
+    assert [(r["principal"], r["idempotency_key"]) for r in read_ledger(db)] == [
+        ("alice", "shared-key"),
+        ("bob", "shared-key"),
+    ]
