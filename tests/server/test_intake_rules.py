@@ -40,7 +40,8 @@ def effects(db_url: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def server(server_db_url: str) -> Iterator[ServerProcess]:
-    with ServerProcess(server_db_url, extra_args=["--test-hooks"]) as proc:
+    # allow_anonymous everywhere here: these requests carry no token.
+    with ServerProcess(server_db_url, extra_args=["--test-hooks"], allow_anonymous=True) as proc:
         yield proc
 
 
@@ -97,7 +98,7 @@ def test_a_duplicate_in_progress_gets_409_with_retry_after_promptly(
 
 def test_a_duplicate_waits_and_replays_only_when_opted_in(server_db_url: str) -> None:
     args = ["--test-hooks", "--in-progress-wait", "5"]
-    with ServerProcess(server_db_url, extra_args=args) as server:
+    with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
         original = held(server.url, "k", {"id": "n1"}, delay_ms=1500)
         duplicate = post(server.url, "k", {"id": "n1"})
         assert original.result().status_code == 201
@@ -135,7 +136,7 @@ def test_after_a_sigkill_mid_request_the_retry_runs_within_the_bound(
     server_db_url: str, claim_mode: str
 ) -> None:
     args = ["--test-hooks", "--claim-mode", claim_mode]
-    with ServerProcess(server_db_url, extra_args=args) as server:
+    with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
         lost = held(server.url, "k", {"id": "n1"}, delay_ms=30_000)
         server.kill()
         with pytest.raises(httpx.TransportError):
@@ -160,7 +161,7 @@ def test_after_a_sigkill_mid_request_the_retry_runs_within_the_bound(
 
 
 def test_test_hooks_are_off_unless_asked_for(server_db_url: str) -> None:
-    with ServerProcess(server_db_url) as server:
+    with ServerProcess(server_db_url, allow_anonymous=True) as server:
         failed = post(server.url, "k", {"id": "n1"}, **{FAIL: "1", SET_COOKIE: "a=b"})
     assert failed.status_code == 201 and "set-cookie" not in failed.headers
 
