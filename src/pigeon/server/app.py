@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -24,6 +23,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
+from pigeon.protocol import strictjson
+from pigeon.protocol.strictjson import JsonRefused, TooManyItems
 from pigeon.protocol.wire import (
     BATCH_PATH,
     CLOCK,
@@ -38,6 +39,16 @@ from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.grouping import GroupCommit
+from pigeon.server.identifiers import (
+    MAX_ENTITY_LENGTH,
+    MAX_ETAG_LENGTH,
+    MAX_METHOD_LENGTH,
+    MAX_OPERATION_ID_LENGTH,
+    MAX_PATH_LENGTH,
+    InvalidIdentifier,
+    header_value,
+    optional_token,
+)
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.limits import (
     DEFAULT_MAX_BATCH_BODY,
@@ -52,41 +63,43 @@ from pigeon.server.testhooks import BadTestHook, TestHooks
 log = logging.getLogger(__name__)
 
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
-# JSON nesting a request may have: far beyond any operation's data, far below Python's
-# recursion limit, which json.loads reaches with a RecursionError (not a ValueError) and
-# canonical_json, encoding the fingerprint deeper in the stack, reaches sooner still.
-MAX_JSON_DEPTH = 200
-MAX_ENTITY_LENGTH = 512  # "<type>:<id>", the id itself at most 255 (conflicts.MAX_ID_LENGTH)
+# A clock stamp is "<15-digit wall>-<10-digit counter>-<node>": room for a node name of
+# MAX_NODE_LENGTH printable characters, which every ledger row and resource row stores.
+MAX_NODE_LENGTH = 64
+MAX_CLOCK_LENGTH = 27 + MAX_NODE_LENGTH
+# Bodies up to this many bytes are decoded on the event loop (a thread hand-off costs
+# more than their decoding); a larger one in a worker thread, so that no request's
+# decoding holds up every other connection (a 2 MiB body takes tens of milliseconds).
+INLINE_JSON_BYTES = 64 << 10
 
 
-def load_json(raw: bytes | str) -> Any:
-    """``json.loads``, raising ValueError for JSON nested deeper than ``MAX_JSON_DEPTH``."""
+def bad_json(what: str, exc: JsonRefused) -> OpResult:
+    """The 400 refusing a body the strict decoder refused, naming the problem."""
+    return problem_result(
+        400,
+        "bad-json",
+        "Bad request",
+        f"{what} is not JSON pigeon takes: {exc}",
+        json_error=exc.problem,
+    )
+
+
+async def decode_body(raw: bytes, what: str) -> Any:
+    """The body's JSON value (None for an empty body), or the ``OpResult`` refusing it."""
+    if not raw.strip():
+        return None
     try:
-        value = json.loads(raw)
-    except RecursionError:
-        value, depth = None, MAX_JSON_DEPTH + 1
-    else:
-        depth = _depth(value)
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"nested too deep (more than {MAX_JSON_DEPTH} levels)")
-    return value
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of a decoded JSON value, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth <= MAX_JSON_DEPTH:  # deeper is refused anyway: no need to walk on
-                children = item.values() if isinstance(item, dict) else item
-                stack.extend((child, depth + 1) for child in children)
-    return deepest
+        if len(raw) <= INLINE_JSON_BYTES:
+            return strictjson.loads(raw)
+        return await run_in_threadpool(strictjson.loads, raw)
+    except JsonRefused as exc:
+        return bad_json(what, exc)
 
 
 def render(result: OpResult) -> Response:
-    headers = dict(result.headers)
+    # Encoded again here, not only when stored: a response stored before header values
+    # were encoded must still replay, not answer 500 on every retry.
+    headers = {name: header_value(value) for name, value in result.headers}
     media_type = headers.pop("content-type", "application/json")
     if result.status == 204 or not result.body_text:
         return Response(status_code=result.status, headers=headers)
@@ -103,7 +116,15 @@ def _clock(value: object) -> str | OpResult:
     try:
         if not isinstance(value, str):
             raise ValueError(f"a clock stamp is a string, not {type(value).__name__}")
-        HLCTimestamp.decode(value)
+        if len(value) > MAX_CLOCK_LENGTH:
+            raise ValueError(f"a clock stamp has at most {MAX_CLOCK_LENGTH} characters")
+        stamp = HLCTimestamp.decode(value)
+        if stamp.wall_ms < 0 or stamp.counter < 0:
+            raise ValueError(f"a clock stamp counts up from 0: {value!r}")
+        if not stamp.node.isprintable() or len(stamp.node) > MAX_NODE_LENGTH:
+            raise ValueError(
+                f"a clock stamp's node is at most {MAX_NODE_LENGTH} printable characters"
+            )
     except ValueError as exc:
         return _bad_request("bad-clock", f"{CLOCK}: {exc}")
     return value
@@ -138,20 +159,29 @@ async def parse_request(
     raw = await read_body(request, max_body, "one operation's request")
     if isinstance(raw, OpResult):
         return raw
-    try:
-        body = load_json(raw) if raw.strip() else None
-    except ValueError as exc:
-        return _bad_request("bad-json", f"the request body is not JSON: {exc}")
+    body = await decode_body(raw, "the request body")
+    if isinstance(body, OpResult):
+        return body
+    path = route_path(request.scope)
+    if not path.isprintable():  # a %00 or %0A in the path: no store keeps it as text
+        return _bad_request("bad-path", f"the path {path!r} holds a control character")
     clock = _clock(request.headers.get(CLOCK))
     if isinstance(clock, OpResult):
         return clock
-    if_match = request.headers.get(IF_MATCH)
+    try:
+        # An empty header is no header, as before.
+        op_id = optional_token(
+            request.headers.get(OPERATION_ID) or None, OPERATION_ID, MAX_OPERATION_ID_LENGTH
+        )
+        if_match = optional_token(request.headers.get(IF_MATCH) or None, IF_MATCH, MAX_ETAG_LENGTH)
+    except InvalidIdentifier as exc:
+        return _bad_request("bad-header", str(exc))
     return OperationRequest(
         method=request.method,
-        path=route_path(request.scope),
+        path=path,
         body=body,
         key=key,
-        operation_id=request.headers.get(OPERATION_ID) or key,
+        operation_id=op_id or key,
         clock=clock or None,
         if_match=unquote_etag(if_match) if if_match else None,
         hooks=hooks,
@@ -167,35 +197,52 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
     except InvalidIdempotencyKey as exc:
         return _bad_request("bad-idempotency-key", f"operations[{index}]: {exc}")
     method, path = entry.get("method"), entry.get("path")
-    if not isinstance(method, str) or not isinstance(path, str) or not path.startswith("/"):
+    if (
+        not isinstance(method, str)
+        or not isinstance(path, str)
+        or not path.startswith("/")
+        or len(method) > MAX_METHOD_LENGTH
+        or len(path) > MAX_PATH_LENGTH
+    ):
         return _bad_request(
-            "bad-batch-entry", f"operations[{index}] needs a string method and an absolute path"
+            "bad-batch-entry",
+            f"operations[{index}] needs a string method and an absolute path "
+            f"(at most {MAX_METHOD_LENGTH} and {MAX_PATH_LENGTH} characters)",
         )
     # The path as the single-operation route sees it (ASGI gives it percent-decoded, the
     # query apart, which handlers never see): the same operation must reach the same
     # entity, and have the same fingerprint, alone or in a batch.
     path = unquote(urlsplit(path).path)
+    if not path.isprintable():
+        return _bad_request(
+            "bad-path", f"operations[{index}]: the path {path!r} holds a control character"
+        )
     clock = _clock(entry.get("clock"))
     if isinstance(clock, OpResult):
         return clock
-    if_match, op_id, entity = entry.get("if_match"), entry.get("id"), entry.get("entity")
-    if entity and len(str(entity)) > MAX_ENTITY_LENGTH:
-        # It names the effect in the ledger, whose index on it PostgreSQL cannot fill
-        # with a few KB: refused here, not failed there on every resend.
-        return _bad_request(
-            "bad-batch-entry",
-            f"operations[{index}]: the entity is {len(str(entity))} characters, "
-            f"at most {MAX_ENTITY_LENGTH} allowed",
+    try:
+        # "" or null: not given (the operation id is then the key, as for one request).
+        # The entity names the effect in the ledger, whose index on it PostgreSQL cannot
+        # fill with a few KB: refused here, not failed there on every resend.
+        op_id, entity, if_match = (
+            optional_token(entry.get(name) or None, f"operations[{index}].{name}", limit)
+            for name, limit in (
+                ("id", MAX_OPERATION_ID_LENGTH),
+                ("entity", MAX_ENTITY_LENGTH),
+                ("if_match", MAX_ETAG_LENGTH),
+            )
         )
+    except InvalidIdentifier as exc:
+        return _bad_request("bad-batch-entry", str(exc))
     return OperationRequest(
         method=method.upper(),
         path=path,
         body=entry.get("body"),
         key=key,
-        operation_id=str(op_id) if op_id else key,
+        operation_id=op_id or key,
         clock=clock or None,
-        if_match=unquote_etag(str(if_match)) if if_match else None,
-        entity=str(entity) if entity else None,
+        if_match=unquote_etag(if_match) if if_match else None,
+        entity=entity,
     )
 
 
@@ -286,16 +333,24 @@ def create_app(
         if isinstance(raw, OpResult):
             return render(raw)
         try:
-            payload = load_json(raw)
-        except ValueError as exc:
-            return render(_bad_request("bad-json", f"the batch body is not JSON: {exc}"))
+            # In a worker thread, whatever its size: up to 16 MiB must not stop the event
+            # loop. The operations are decoded one by one and the count is checked at
+            # each, so a body of millions of tiny entries is refused after MAX_BATCH + 1.
+            payload = await run_in_threadpool(
+                strictjson.loads_members, raw, member="operations", max_items=MAX_BATCH
+            )
+        except TooManyItems:
+            return render(
+                _bad_request(
+                    "batch-too-large", f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
+                )
+            )
+        except JsonRefused as exc:
+            return render(bad_json("the batch body", exc))
+        del raw  # up to 16 MiB: not kept for as long as the batch runs
         entries = payload.get("operations") if isinstance(payload, dict) else None
         if not isinstance(entries, list):
             return render(_bad_request("bad-batch", 'a batch is {"operations": [...]}'))
-        if len(entries) > MAX_BATCH:
-            return render(
-                _bad_request("batch-too-large", f"{len(entries)} operations, at most {MAX_BATCH}")
-            )
         ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
         try:
             results = await run_in_threadpool(intake.execute_batch, principal, ops)

@@ -134,19 +134,6 @@ class Stamped:
         return self.effective > other.effective
 
 
-# An id is part of its table's primary key (notes, resources): beyond a few KB PostgreSQL
-# cannot index it (2704 bytes a btree entry) and the write fails there on every resend,
-# where SQLite takes it. Refused up front instead, the same on every backend.
-MAX_ID_LENGTH = 255
-
-
-def id_too_long(resource_id: str) -> str | None:
-    """The refusal's detail when ``resource_id`` is too long to store, else None."""
-    if len(resource_id) <= MAX_ID_LENGTH:
-        return None
-    return f"the id is {len(resource_id)} characters, at most {MAX_ID_LENGTH} allowed"
-
-
 def resource_json(row: Row) -> dict[str, Any]:
     return {
         "id": row["id"],

@@ -26,6 +26,7 @@ from pycrdt import Doc, merge_updates
 from pigeon.exceptions import InvalidOperation, ValidationError
 from pigeon.protocol.wire import ETAG, quote_etag
 from pigeon.server import conflicts as cf
+from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 
 
@@ -75,7 +76,7 @@ class CrdtCollection:
 
     def create(self, ctx: IntakeContext) -> HandlerResult:
         validate_update(ctx.body, ctx.path_params)
-        return self._merge(ctx, str(ctx.body["id"]))
+        return self._merge(ctx, ids.resource_id(ctx.body["id"]))
 
     def update(self, ctx: IntakeContext) -> HandlerResult:
         return self._merge(ctx, str(ctx.path_params["id"]))
@@ -141,9 +142,9 @@ def validate_update(body: Any, path_params: Mapping[str, Any]) -> None:
     doc_id = path_params.get("id", body.get("id"))
     if doc_id in (None, ""):
         raise _bad('a new document is {"id": ..., "update": "<base64 Yjs update>"}')
-    too_long = cf.id_too_long(str(doc_id))
-    if too_long is not None:
-        raise _bad(too_long)
+    refused = ids.id_problem(doc_id)
+    if refused is not None:
+        raise _bad(refused)
     try:
         merge(decode(body.get("update")))  # a Yjs update, not just any base64
     except InvalidOperation as exc:

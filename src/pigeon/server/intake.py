@@ -68,6 +68,7 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
+from pigeon.server.identifiers import loggable
 from pigeon.server.inflight import InFlight
 from pigeon.server.operations import (
     WRITE_METHODS,
@@ -328,7 +329,7 @@ class Intake:
         try:
             return self._execute(principal, op)
         except Exception as exc:
-            log.exception("%s %s failed", op.method, op.path)
+            log.exception("%s %s failed", op.method, loggable(op.path))
             return problem_result(
                 500, "intake-failed", "Internal error", f"{type(exc).__name__}: {exc}"
             )
@@ -572,7 +573,7 @@ class Intake:
         except Exception as exc:
             if store_down(exc):  # not this operation's fault: the caller answers 503
                 raise
-            log.exception("handler for %s %s failed", op.method, op.path)
+            log.exception("handler for %s %s failed", op.method, loggable(op.path))
             self.store.release(tx, claim)
             raise Failed(
                 problem_result(

@@ -18,6 +18,7 @@ from typing import Any
 from pigeon.exceptions import ValidationError
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.server import conflicts as cf
+from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
 
@@ -42,11 +43,15 @@ def validate_resource(body: Any, path_params: Mapping[str, Any]) -> None:
     body_id, path_id = body.get("id"), path_params.get("id")
     if path_id is None and body_id in (None, ""):
         raise _bad("a new resource needs an 'id'")
-    if path_id is not None and body_id is not None and str(body_id) != str(path_id):
-        raise _bad(f"the body names {body_id!r} but the path names {path_id!r}")
-    too_long = cf.id_too_long(str(path_id if path_id is not None else body_id))
-    if too_long is not None:
-        raise _bad(too_long)
+    if path_id is not None and body_id is not None:
+        refused = ids.id_problem(body_id, "body's id")
+        if refused is not None:
+            raise _bad(refused)
+        if ids.resource_id(body_id) != str(path_id):
+            raise _bad(f"the body names {body_id!r} but the path names {path_id!r}")
+    refused = ids.id_problem(path_id if path_id is not None else body_id)
+    if refused is not None:
+        raise _bad(refused)
 
 
 class LwwCollection:
@@ -68,7 +73,7 @@ class LwwCollection:
 
     def create(self, ctx: IntakeContext) -> HandlerResult:
         validate_resource(ctx.body, ctx.path_params)
-        resource_id = str(ctx.body["id"])
+        resource_id = ids.resource_id(ctx.body["id"])
         return self._write(ctx, resource_id, _without_id(ctx.body), deleted=False)
 
     def replace(self, ctx: IntakeContext) -> HandlerResult:
@@ -87,9 +92,9 @@ class LwwCollection:
     def _write(
         self, ctx: IntakeContext, resource_id: str, data: Any, *, deleted: bool
     ) -> HandlerResult:
-        too_long = cf.id_too_long(resource_id)
-        if too_long is not None:
-            raise _bad(too_long)
+        refused = ids.id_problem(resource_id)
+        if refused is not None:
+            raise _bad(refused)
         stamped = cf.Stamped.of(ctx, self.max_skew_ms)
         row = cf.load(ctx, self.name, resource_id)
         if row is None:

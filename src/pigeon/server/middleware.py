@@ -40,8 +40,10 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pigeon.exceptions import AuthorizationRequired
+from pigeon.protocol import strictjson
+from pigeon.protocol.strictjson import JsonRefused
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
-from pigeon.server.app import load_json, render
+from pigeon.server.app import bad_json, render
 from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
@@ -52,6 +54,7 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
+from pigeon.server.identifiers import MAX_PATH_LENGTH
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
 from pigeon.server.replay import refusal
@@ -130,8 +133,22 @@ class IdempotencyMiddleware:
         if isinstance(raw, OpResult):  # 413: nothing claimed, the app never sees it
             await render(raw)(scope, receive, send)
             return
+        refused = _refused_target(scope)
+        if refused is not None:
+            await render(refused)(scope, receive, send)
+            return
         try:
-            decision = await run_in_threadpool(self._claim, principal, key, scope, raw)
+            body = await run_in_threadpool(_fingerprinted_body, raw)
+        except JsonRefused as exc:
+            if _is_json(request.headers.get("content-type", "")):
+                # Declared JSON that the strict decoder refuses: the wrapped app's own
+                # decoder may read it otherwise (the last of two equal keys, NaN), so it
+                # is refused here, before the claim, as the intake refuses it.
+                await render(bad_json("the request body", exc))(scope, receive, send)
+                return
+            body = {"raw": base64.b64encode(raw).decode("ascii")}  # not JSON: its bytes
+        try:
+            decision = await run_in_threadpool(self._claim, principal, key, scope, body)
         except STORE_DOWN as exc:
             await render(store_unavailable(exc))(scope, receive, send)
             return
@@ -140,11 +157,7 @@ class IdempotencyMiddleware:
             return
         await self._run(decision.claim, raw, scope, send)
 
-    def _claim(self, principal: str, key: str, scope: Scope, raw: bytes) -> Decision:
-        try:
-            body: Any = load_json(raw) if raw.strip() else None
-        except ValueError:  # not JSON, or nested too deep to encode: its bytes are hashed
-            body = {"raw": base64.b64encode(raw).decode("ascii")}
+    def _claim(self, principal: str, key: str, scope: Scope, body: Any) -> Decision:
         # The query is part of the request the wrapped app sees (unlike the intake's
         # handlers, which get only the path): the same key with another query is another
         # request, 422, not a replay of the first one's answer.
@@ -255,6 +268,31 @@ class IdempotencyMiddleware:
         # "Already applied", "in progress" and "reused" are answered as the intake answers
         # them (a refused operation stays refused after its response is purged).
         await render(refusal(decision, key))(scope, receive, send)
+
+
+# The request target (path and query) is stored with the claim: bounded, and text.
+MAX_TARGET_LENGTH = 2 * MAX_PATH_LENGTH
+
+
+def _refused_target(scope: Scope) -> OpResult | None:
+    path, query = scope["path"], scope.get("query_string", b"")
+    if len(path) + len(query) > MAX_TARGET_LENGTH:
+        detail = f"the request's path and query have more than {MAX_TARGET_LENGTH} characters"
+    elif not path.isprintable():  # a %00 or %0A decoded into the path
+        detail = f"the path {path!r} holds a control character"
+    else:
+        return None
+    return problem_result(400, "bad-path", "Bad request", detail)
+
+
+def _fingerprinted_body(raw: bytes) -> Any:
+    """The body as the fingerprint sees it: its strict JSON value (None when empty)."""
+    return strictjson.loads(raw) if raw.strip() else None
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 def _stored(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> StoredResponse:

@@ -14,6 +14,7 @@ one strategy per entity type, e.g. ``/lww-notes`` (last write wins by hybrid log
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -39,7 +40,6 @@ from pigeon.server.conflicts import (
     OUTCOMES_PATH,
     BoundedClock,
     DeviceClockMiddleware,
-    id_too_long,
     read_outcomes,
     read_resource,
     resource_json,
@@ -47,6 +47,7 @@ from pigeon.server.conflicts import (
 from pigeon.server.crdt import CrdtCollection
 from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.identifiers import id_problem, path_segment, resource_id
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.server.lww import LwwCollection
@@ -87,14 +88,15 @@ def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
     if not isinstance(body, dict):
         raise ValidationError("a note is a JSON object", slug="bad-note")
     body_id, path_id = body.get("id"), path_params.get("id")
-    if path_id is not None and body_id is not None and str(body_id) != str(path_id):
+    # Each id from the documented alphabet (pigeon.server.identifiers): never stringified.
+    for note_id, what in ((body_id, "body's id"), (path_id, "id")):
+        refused = None if note_id in (None, "") else id_problem(note_id, what)
+        if refused is not None:
+            raise ValidationError(refused, slug="bad-note")
+    if path_id is not None and body_id is not None and resource_id(body_id) != str(path_id):
         raise ValidationError(
             f"the body names note {body_id!r} but the path names {path_id!r}", slug="bad-note"
         )
-    for note_id in (body_id, path_id):
-        too_long = None if note_id is None else id_too_long(str(note_id))
-        if too_long is not None:
-            raise ValidationError(too_long, slug="bad-note")
 
 
 def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
@@ -157,14 +159,16 @@ def _ledger(ctx: IntakeContext, note_id: str, status: int, version: int) -> None
 
 def _applied(ctx: IntakeContext, row: Row, status: int) -> HandlerResult:
     _ledger(ctx, row["id"], status, int(row["version"]))
-    headers = {ETAG: quote_etag(str(row["version"])), "Location": f"/notes/{row['id']}"}
+    # The id as one path segment: '€uro' is /notes/%E2%82%ACuro, 'a?b' is /notes/a%3Fb.
+    location = "/notes/" + path_segment(row["id"])
+    headers = {ETAG: quote_etag(str(row["version"])), "Location": location}
     return status, note_json(row), headers
 
 
 def create_note(ctx: IntakeContext) -> HandlerResult:
     data = _data(ctx, None)
     raw_id = ctx.body.get("id")
-    note_id = str(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
+    note_id = resource_id(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
     created = ctx.tx.fetchone("note_create", _params(ctx, note_id, data, False))
     if created is not None:
         return _applied(ctx, created, 201)
@@ -233,16 +237,30 @@ def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list
         return tx.fetchall("ledger_all", {"after": after, "limit": limit})
 
 
-def _number(request: Request, name: str, default: int) -> int | Response:
-    """An integer query parameter, or the 400 problem naming it."""
+# Bounds of the integer query parameters: a sequence number and a row count are 64-bit
+# integers in both stores (beyond, PostgreSQL refused the query with a 500). A page of the
+# ledger is 100,000 rows unless a larger one is asked for (the demo asks for all).
+MAX_SEQ = 2**63 - 1
+LEDGER_PAGE = 100_000
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def _number(
+    request: Request, name: str, default: int, low: int = 0, high: int = MAX_SEQ
+) -> int | Response:
+    """An integer query parameter within [low, high], or the 400 problem naming it."""
     text = request.query_params.get(name)
     if text is None:
         return default
-    try:
-        return int(text)
-    except ValueError:
-        detail = f"query parameter {name!r} must be an integer, not {text!r}"
+    value: int | None = None
+    if _INTEGER.fullmatch(text):  # ASCII digits only: int() also takes '١' and '1_0'
+        value = int(text)
+    if value is None or not low <= value <= high:
+        detail = (
+            f"query parameter {name!r} must be an integer from {low} to {high}, not {text[:40]!r}"
+        )
         return problem_response(problem(400, "bad-query", "Bad request", detail))
+    return value
 
 
 def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
@@ -333,7 +351,7 @@ def create_notes_app(
         after = _number(request, "after", 0)
         if isinstance(after, Response):
             return after
-        limit = _number(request, "limit", 100_000)
+        limit = _number(request, "limit", LEDGER_PAGE, 1)
         if isinstance(limit, Response):
             return limit
         rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from pigeon.exceptions import StoreUnavailable
 from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
+from pigeon.server.identifiers import header_value
 from pigeon.server.problems import problem
 from pigeon.storage.base import Tx
 
@@ -180,4 +182,14 @@ def normalise(out: tuple[Any, ...]) -> tuple[int, Any, tuple[tuple[str, str], ..
         status, body, headers = out
     if not isinstance(status, int) or not 100 <= status <= 599:
         raise TypeError(f"a handler must return an HTTP status, not {status!r}")
-    return status, body, tuple((k.lower(), str(v)) for k, v in headers.items())
+    for name in headers:
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            # Raised in the handler's savepoint: nothing commits, rather than a write
+            # that commits and then cannot be answered.
+            raise TypeError(f"a handler returned a header name that is no HTTP token: {name!r}")
+    # Values encoded now, before they are stored: a stored header is replayed on every
+    # retry, and one that cannot be sent (a non-ASCII Location) failed each of them.
+    return status, body, tuple((k.lower(), header_value(str(v))) for k, v in headers.items())
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
