@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Route
 
+from pigeon.protocol.strictjson import MAX_JSON_DEPTH
 from pigeon.protocol.wire import (
     BATCH_PATH,
     CLOCK,
@@ -62,6 +63,14 @@ another principal never sees the response.
 - Store unavailable: `503` with `{retry}`; nothing runs without dedup.
 - A request body over {max_body} bytes ({max_batch_body} for a batch): `413` problem,
   before the body is read whole; nothing ran, the key is not taken.
+- A body that is not strict JSON (NaN or Infinity, a number beyond a double, a repeated
+  object key, a lone UTF-16 surrogate, a NUL character, nesting deeper than {depth}
+  levels, bytes that are not UTF-8): `400` problem whose `json_error` names the class;
+  an identifier or stored header outside its limits (ids: 1-255 printable characters,
+  no `/`; operation id and `If-Match` at most 255; a clock stamp's node at most 64), or
+  a control character in the path: `400` problem. Nothing ran, the key is not taken.
+- The server closes a connection that sends no request for a while, and answers `408`
+  to a request head that does not arrive in time (`pigeon serve --timeout-*`).
 """
 
 
@@ -129,10 +138,11 @@ def _write_operation(
                 "content": {"application/json": {"schema": {}}},
             },
             "400": _problem(
-                "Missing or malformed Idempotency-Key, a body that is not JSON, or a body "
-                "the operation's declared validation refuses (its request schema): checked "
-                "before the key is claimed, so nothing is stored and the corrected request "
-                "runs under the same key"
+                "Missing or malformed Idempotency-Key, a body that is not strict JSON "
+                "(`json_error` names the problem), an identifier, header or path outside "
+                "its limits, or a body the operation's declared validation refuses (its "
+                "request schema): checked before the key is claimed, so nothing is stored "
+                "and the corrected request runs under the same key"
             ),
             "401": _problem("Authentication required"),
             "409": _problem(
@@ -194,7 +204,14 @@ def build_openapi(
             paths.setdefault(path, {})[method.lower()] = {
                 "summary": f"{method} {path} (read, no key needed)",
                 "parameters": _path_params(path),
-                "responses": {"200": {"description": "OK"}, **_access_responses(rule)},
+                # Every status a read route answers: a problem for each refusal, and
+                # what the access layer answers for its rule (`pigeon.server.access`).
+                "responses": {
+                    "200": {"description": "OK"},
+                    "400": _problem("A query parameter that is not an integer in its range"),
+                    "404": _problem("No such resource (or not this principal's)"),
+                    **_access_responses(rule),
+                },
             }
     unavailable = "Idempotency store unavailable; nothing was executed"
     if intake.batch_chunk is not None:  # the chunks before the failure have committed
@@ -227,7 +244,10 @@ def build_openapi(
                         }
                     },
                 },
-                "400": _problem("Not a batch"),
+                "400": _problem(
+                    "Not a batch: not strict JSON (`json_error` names the problem), not "
+                    f'{{"operations": [...]}}, or more than {MAX_BATCH} operations'
+                ),
                 "401": _problem("Authentication required"),
                 "413": _too_large(
                     max_batch_body, "a batch; send its operations in smaller batches"
@@ -264,6 +284,7 @@ def build_openapi(
                 ),
                 max_body=max_body,
                 max_batch_body=max_batch_body,
+                depth=MAX_JSON_DEPTH,
             ),
         },
         "paths": paths,
