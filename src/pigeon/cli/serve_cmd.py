@@ -29,10 +29,12 @@ from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.notes import create_notes_app
+from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, Timeouts
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
 
 _ENV = "PIGEON_SERVE_"
+TIMED_PROTOCOL = "pigeon.server.timeouts:TimedH11Protocol"
 REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
 REFERENCE_CRDT = ("docs",)  # Yjs documents merged on the server
 # uvicorn's own level names (uvicorn.config.LOG_LEVELS; a test keeps the two equal). A
@@ -252,6 +254,15 @@ def serve(
     log_level: Annotated[
         LogLevel, typer.Option(case_sensitive=False, help="uvicorn log level.")
     ] = "warning",
+    timeout_idle: Annotated[
+        float, typer.Option(help="Seconds a connection may wait for a request's first byte.")
+    ] = DEFAULT_IDLE,
+    timeout_headers: Annotated[
+        float, typer.Option(help="Seconds a request head may take to arrive; then 408.")
+    ] = DEFAULT_HEADERS,
+    timeout_body: Annotated[
+        float, typer.Option(help="Seconds a request body may take to arrive after its head.")
+    ] = DEFAULT_BODY,
 ) -> None:
     """Run the reference notes server with the idempotent intake.
 
@@ -295,6 +306,11 @@ def serve(
         access.check(host, insecure=insecure)
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    try:
+        timeouts = Timeouts(timeout_idle, timeout_headers, timeout_body)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--timeout-*'") from exc
+    os.environ.update(timeouts.environ())  # read by each worker's connections
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
@@ -330,6 +346,10 @@ def serve(
         workers=workers,
         log_level=log_level,
         timeout_graceful_shutdown=5,
+        # uvicorn's h11 protocol with deadlines for idle connections, request heads and
+        # bodies (pigeon.server.timeouts); its own keep-alive timeout is the idle one.
+        http=TIMED_PROTOCOL,
+        timeout_keep_alive=max(1, round(timeouts.idle)),
     )
     bound_host, bound_port = sock.getsockname()[:2]
     if test_hooks:
