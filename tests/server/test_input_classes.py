@@ -248,7 +248,6 @@ def test_a_batch_entry_s_identifiers_are_bounded_strings(
         "limit=-1",
         "limit=0",
         "limit=99999999999999999999",
-        "limit=100001",
         "after=-1",
         "after=99999999999999999999",
         "after=1e3",
@@ -264,7 +263,8 @@ def test_query_parameters_out_of_range_are_400_never_500(client: TestClient, que
             continue
         reply = client.get(f"{path}?{query}")
         assert_refused(reply, "bad-query", repr(name))
-    assert client.get("/pigeon/v1/ledger?limit=100000&after=0").status_code == 200
+    assert client.get("/pigeon/v1/ledger?limit=10000000&after=0").status_code == 200
+    assert client.get(f"/pigeon/v1/ledger?limit={2**63 - 1}&after={2**63 - 1}").status_code == 200
 
 
 def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(

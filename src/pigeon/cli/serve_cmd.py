@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
+from pigeon.server import memory
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
@@ -45,6 +46,7 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 def app_from_env() -> Starlette:
     """The uvicorn factory for worker processes: settings come through the environment."""
     _die_with_parent()
+    memory.configure()  # request-sized buffers are given back when freed
     env = os.environ
     durability: Durability = "normal" if env.get(_ENV + "DURABILITY") == "normal" else "full"
     db = open_server_db(env[_ENV + "DB"], durability=durability)

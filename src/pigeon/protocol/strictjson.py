@@ -203,8 +203,10 @@ def loads_members(
     """``loads`` of a document, but when it is an object whose ``member`` is an array,
     that array is read one element at a time and refused (``TooManyItems``) at its
     ``max_items + 1``-th element, before the rest is decoded. Any other document is
-    decoded as ``loads`` does (the caller refuses its shape)."""
+    decoded as ``loads`` does (the caller refuses its shape). The bytes are let go of as
+    soon as they are text: a caller that passes its only reference keeps one copy."""
     text = _text(data)
+    del data
     suspect = _SUSPECT.search(text) is not None
     at = _skip(text, 0)
     if not text.startswith("{", at):

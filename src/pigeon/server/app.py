@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
@@ -34,7 +35,7 @@ from pigeon.protocol.wire import (
     MAX_BATCH,
     unquote_etag,
 )
-from pigeon.server import access
+from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
@@ -55,6 +56,7 @@ from pigeon.server.limits import (
     DEFAULT_MAX_BODY,
     checked_limits,
     read_body,
+    read_buffer,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
@@ -88,12 +90,11 @@ async def decode_body(raw: bytes, what: str) -> Any:
     """The body's JSON value (None for an empty body), or the ``OpResult`` refusing it."""
     if not raw.strip():
         return None
-    try:
-        if len(raw) <= INLINE_JSON_BYTES:
-            return strictjson.loads(raw)
-        return await run_in_threadpool(strictjson.loads, raw)
-    except JsonRefused as exc:
-        return bad_json(what, exc)
+    if len(raw) <= INLINE_JSON_BYTES:
+        value = _decode(raw)
+    else:
+        value = await run_in_threadpool(_decode, raw)
+    return bad_json(what, value) if isinstance(value, JsonRefused) else value
 
 
 def render(result: OpResult) -> Response:
@@ -246,15 +247,68 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
     )
 
 
-def _result_json(entry: object, result: OpResult) -> dict[str, Any]:
-    op_id = entry.get("id") if isinstance(entry, dict) else None
-    return {
-        "id": op_id,
-        "status": result.status,
-        "body": result.body,
-        "replayed": result.replayed,
-        "headers": dict(result.headers),
-    }
+_RESULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def results_json(ids: Sequence[object], results: list[OpResult]) -> bytearray:
+    """The batch's answer, ``{"results": [...]}``, with each result's body spliced in as
+    the JSON text it already is (its stored text): decoding a thousand bodies only to
+    encode them again doubled the memory and the time of a large batch's answer. Empties
+    ``results`` as it goes, so each result's text is let go of once it is encoded."""
+    out = bytearray(b'{"results":[')
+    results.reverse()
+    for n, op_id in enumerate(ids):
+        if not results:
+            break
+        result = results.pop()
+        rest = {
+            "id": op_id,
+            "status": result.status,
+            "replayed": result.replayed,
+            "headers": dict(result.headers),
+        }
+        body = result.body_text or "null"
+        del result
+        out += ("," if n else "").encode() + b'{"body":' + body.encode("utf-8")
+        out += b"," + _RESULT.encode(rest)[1:].encode("utf-8")
+    out += b"]}"
+    return out
+
+
+_SLICE = 64 << 10
+
+
+def _sent_in_slices(body: bytearray) -> Response:
+    """A large JSON answer sent a slice at a time: handed over whole, it was copied whole
+    twice more on the way out (the HTTP framing, then the transport's buffer)."""
+    if len(body) <= _SLICE:
+        return Response(bytes(body), media_type="application/json")
+
+    async def slices() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), _SLICE):
+            yield bytes(body[start : start + _SLICE])
+
+    headers = {"content-length": str(len(body))}
+    return StreamingResponse(slices(), headers=headers, media_type="application/json")
+
+
+def _decode_batch(held: list[Any]) -> Any:
+    """``loads_members`` of the batch, with a refusal returned rather than raised: its
+    traceback's frames hold the body's text (16 MiB), and an exception handed from the
+    worker thread to the event loop lived on until the garbage collector found it (each
+    refused 16 MiB batch kept 16 MiB more, bench/memory_bench.py)."""
+    try:
+        return strictjson.loads_members(held.pop(), member="operations", max_items=MAX_BATCH)
+    except JsonRefused as exc:
+        return exc.with_traceback(None)
+
+
+def _decode(raw: bytes) -> Any:
+    """``strictjson.loads`` with a refusal returned, as ``_decode_batch`` does."""
+    try:
+        return strictjson.loads(raw)
+    except JsonRefused as exc:
+        return exc.with_traceback(None)
 
 
 async def _route_problem(request: Request, exc: Exception) -> Response:
@@ -329,35 +383,48 @@ def create_app(
 
     async def batch(request: Request) -> Response:
         principal = access.principal(request)
-        raw = await read_body(request, max_batch_body, "a batch request")
+        raw = await read_buffer(request, max_batch_body, "a batch request")
         if isinstance(raw, OpResult):
             return render(raw)
-        try:
-            # In a worker thread, whatever its size: up to 16 MiB must not stop the event
-            # loop. The operations are decoded one by one and the count is checked at
-            # each, so a body of millions of tiny entries is refused after MAX_BATCH + 1.
-            payload = await run_in_threadpool(
-                strictjson.loads_members, raw, member="operations", max_items=MAX_BATCH
-            )
-        except TooManyItems:
-            return render(
-                _bad_request(
-                    "batch-too-large", f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
-                )
-            )
-        except JsonRefused as exc:
-            return render(bad_json("the batch body", exc))
-        del raw  # up to 16 MiB: not kept for as long as the batch runs
-        entries = payload.get("operations") if isinstance(payload, dict) else None
-        if not isinstance(entries, list):
+        # Up to 16 MiB: the only reference is handed over (the holder is emptied in the
+        # worker thread), so the bytes go as soon as they are text, and the decoded
+        # operations as soon as they are applied, instead of living as long as this frame.
+        size = len(raw)
+        held: list[Any] = [raw]
+        del raw
+        # In a worker thread, whatever its size: up to 16 MiB must not stop the event loop.
+        # The operations are decoded one by one and the count is checked at each, so a
+        # body of millions of tiny entries is refused after MAX_BATCH + 1.
+        held = [await run_in_threadpool(_decode_batch, held)]
+        if isinstance(held[0], JsonRefused):
+            refused = held.pop()
+            await run_in_threadpool(memory.give_back, size)
+            if isinstance(refused, TooManyItems):
+                detail = f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
+                return render(_bad_request("batch-too-large", detail))
+            return render(bad_json("the batch body", refused))
+        payload = held[0]
+        if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
             return render(_bad_request("bad-batch", 'a batch is {"operations": [...]}'))
+        del payload
+        # Checking the entries, applying them and writing the answer (up to 16 MiB of it)
+        # all in the worker thread: none of it may hold up the event loop.
+        return await run_in_threadpool(answer_batch, principal, held, size)
+
+    def answer_batch(principal: str, held: list[Any], size: int) -> Response:
+        entries: list[Any] = held.pop()["operations"]
         ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
+        ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
+        del entries
         try:
-            results = await run_in_threadpool(intake.execute_batch, principal, ops)
+            results = intake.execute_batch(principal, ops)
         except STORE_DOWN as exc:
+            memory.give_back(size)
             return render(store_unavailable(exc))
-        body = [_result_json(entry, r) for entry, r in zip(entries, results, strict=False)]
-        return JSONResponse({"results": body})
+        del ops
+        answer = _sent_in_slices(results_json(ids, results))
+        memory.give_back(size)
+        return answer
 
     async def health(request: Request) -> Response:
         # Deliberately touches no database: connectivity monitors probe it often.

@@ -137,14 +137,13 @@ class IdempotencyMiddleware:
         if refused is not None:
             await render(refused)(scope, receive, send)
             return
-        try:
-            body = await run_in_threadpool(_fingerprinted_body, raw)
-        except JsonRefused as exc:
+        body = await run_in_threadpool(_fingerprinted_body, raw)
+        if isinstance(body, JsonRefused):
             if _is_json(request.headers.get("content-type", "")):
                 # Declared JSON that the strict decoder refuses: the wrapped app's own
                 # decoder may read it otherwise (the last of two equal keys, NaN), so it
                 # is refused here, before the claim, as the intake refuses it.
-                await render(bad_json("the request body", exc))(scope, receive, send)
+                await render(bad_json("the request body", body))(scope, receive, send)
                 return
             body = {"raw": base64.b64encode(raw).decode("ascii")}  # not JSON: its bytes
         try:
@@ -286,8 +285,12 @@ def _refused_target(scope: Scope) -> OpResult | None:
 
 
 def _fingerprinted_body(raw: bytes) -> Any:
-    """The body as the fingerprint sees it: its strict JSON value (None when empty)."""
-    return strictjson.loads(raw) if raw.strip() else None
+    """The body as the fingerprint sees it: its strict JSON value (None when empty), or
+    the refusal, returned without its traceback (whose frames hold the body's text)."""
+    try:
+        return strictjson.loads(raw) if raw.strip() else None
+    except JsonRefused as exc:
+        return exc.with_traceback(None)
 
 
 def _is_json(content_type: str) -> bool:
