@@ -44,7 +44,7 @@ def validate_resource(body: Any, path_params: Mapping[str, Any]) -> None:
     if path_id is None and body_id in (None, ""):
         raise _bad("a new resource needs an 'id'")
     if path_id is not None and body_id is not None:
-        refused = ids.id_problem(body_id, "body's id")
+        refused = ids.id_problem(body_id, "body.id")
         if refused is not None:
             raise _bad(refused)
         if ids.resource_id(body_id) != str(path_id):

@@ -89,7 +89,7 @@ def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
         raise ValidationError("a note is a JSON object", slug="bad-note")
     body_id, path_id = body.get("id"), path_params.get("id")
     # Each id from the documented alphabet (pigeon.server.identifiers): never stringified.
-    for note_id, what in ((body_id, "body's id"), (path_id, "id")):
+    for note_id, what in ((body_id, "body.id"), (path_id, "id")):
         refused = None if note_id in (None, "") else id_problem(note_id, what)
         if refused is not None:
             raise ValidationError(refused, slug="bad-note")
