@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,10 +47,12 @@ def _probe(url: str, pid: int, control: Connection) -> None:
     phase = "idle"
     peak_rss: dict[str, float] = {}
     worst_ms: dict[str, float] = {}
+    took_ms: dict[str, list[float]] = {}
     failures = 0
+    ready = False
     with httpx.Client(base_url=url, timeout=10) as client:
         while True:
-            if control.poll(0.02):
+            if ready and control.poll(0.02):
                 phase = control.recv()
                 if phase == "stop":
                     break
@@ -62,7 +65,15 @@ def _probe(url: str, pid: int, control: Connection) -> None:
             failures += not ok
             peak_rss[phase] = max(peak_rss.get(phase, 0.0), rss_mib(pid))
             worst_ms[phase] = max(worst_ms.get(phase, 0.0), took)
-    control.send((peak_rss, worst_ms, failures))
+            took_ms.setdefault(phase, []).append(took)
+            if not ready:  # the idle phase has its first sample: the bench may go on
+                control.send("ready")
+                ready = True
+    spread = {
+        phase: (statistics.median(values), sorted(values)[int(len(values) * 0.99)], len(values))
+        for phase, values in took_ms.items()
+    }
+    control.send((peak_rss, worst_ms, spread, failures))
 
 
 class Prober:
@@ -75,10 +86,13 @@ class Prober:
         )
         self.peak_rss: dict[str, float] = {}
         self.worst_ms: dict[str, float] = {}
+        self.spread: dict[str, tuple[float, float, int]] = {}  # median, p99, probes
         self.failures = 0
 
     def __enter__(self) -> Prober:
         self._process.start()
+        if self._control.recv() != "ready":
+            raise RuntimeError("the prober did not start")
         return self
 
     @property
@@ -91,7 +105,7 @@ class Prober:
 
     def __exit__(self, *exc: object) -> None:
         self._control.send("stop")
-        self.peak_rss, self.worst_ms, self.failures = self._control.recv()
+        self.peak_rss, self.worst_ms, self.spread, self.failures = self._control.recv()
         self._process.join(10)
 
 
@@ -209,7 +223,11 @@ def run(quick: bool = False) -> list[Row]:
     print(
         f"memory bench: idle {idle:.1f} MiB, hostile peak {prober.peak_rss['hostile']:.1f} MiB "
         f"(last refusal {hostile_seconds:.2f} s), maximal peak {prober.peak_rss['maximal']:.1f} "
-        f"MiB ({batches} batches in {maximal_seconds:.1f} s), probe failures {prober.failures}",
+        f"MiB ({batches} batches in {maximal_seconds:.1f} s), probe failures {prober.failures}; "
+        + "; ".join(
+            f"{phase} probes: median {med:.1f} ms, p99 {p99:.1f} ms, n={n}"
+            for phase, (med, p99, n) in prober.spread.items()
+        ),
         file=sys.stderr,
     )
     return rows
