@@ -381,10 +381,11 @@ def test_the_middleware_turns_anonymous_away_with_a_real_authenticator(db: Datab
 def test_the_openapi_document_states_each_read_routes_refusals(db: Database) -> None:
     with TestClient(reference_app(db)) as client:
         paths = client.get("/pigeon/v1/openapi.json").json()["paths"]
-    assert set(paths["/pigeon/v1/ledger"]["get"]["responses"]) == {"200", "401", "404"}
-    assert set(paths["/notes/{id}"]["get"]["responses"]) == {"200", "401", "403", "404"}
+    # 400: a query parameter out of its range (the strict input checks).
+    assert set(paths["/pigeon/v1/ledger"]["get"]["responses"]) == {"200", "400", "401", "404"}
+    assert set(paths["/notes/{id}"]["get"]["responses"]) == {"200", "400", "401", "403", "404"}
     records = paths["/pigeon/v1/records/{record_id}"]["get"]["responses"]
-    assert set(records) == {"200", "401", "404"}
+    assert set(records) == {"200", "400", "401", "404"}
 
 
 def test_a_user_never_reaches_anothers_idempotency_key(db: Database) -> None:
