@@ -17,13 +17,14 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.server import access
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
-from .conftest import TestClient
+from .conftest import OPERATOR, TestClient, operator_token
 
 _keys = iter(range(10**9))
 
@@ -55,7 +56,11 @@ def assert_refused(reply: Any, slug: str, *words: str) -> None:
 @pytest.fixture
 def client(db: Database) -> Any:
     app = create_notes_app(
-        db, purge_interval=None, lww_collections=["lww"], crdt_collections=["docs"]
+        db,
+        purge_interval=None,
+        lww_collections=["lww"],
+        crdt_collections=["docs"],
+        operator=operator_token(),
     )
     with TestClient(app) as test_client:
         yield test_client
@@ -258,13 +263,15 @@ def test_a_batch_entry_s_identifiers_are_bounded_strings(
 def test_query_parameters_out_of_range_are_400_never_500(client: TestClient, query: str) -> None:
     """Before: ?limit=-1 and ?limit=99999999999999999999 on the ledger answered 500."""
     name = query.partition("=")[0]
-    for path in ("/pigeon/v1/ledger", "/pigeon/v1/outcomes"):
+    for path, who in (("/pigeon/v1/ledger", OPERATOR), ("/pigeon/v1/outcomes", {})):
         if name == "limit" and path.endswith("outcomes"):
             continue
-        reply = client.get(f"{path}?{query}")
+        reply = client.get(f"{path}?{query}", headers=who)
         assert_refused(reply, "bad-query", repr(name))
-    assert client.get("/pigeon/v1/ledger?limit=10000000&after=0").status_code == 200
-    assert client.get(f"/pigeon/v1/ledger?limit={2**63 - 1}&after={2**63 - 1}").status_code == 200
+    ledger = "/pigeon/v1/ledger"
+    assert client.get(f"{ledger}?limit=10000000&after=0", headers=OPERATOR).status_code == 200
+    most = f"{ledger}?limit={2**63 - 1}&after={2**63 - 1}"
+    assert client.get(most, headers=OPERATOR).status_code == 200
 
 
 def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(
@@ -344,5 +351,6 @@ def test_a_route_added_beside_the_intake_is_untouched(db: Database) -> None:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hi")
 
-    app = create_app(Intake(db), routes=[Route("/hello", hello)], purge_interval=None)
+    routes = [access.public(Route("/hello", hello))]
+    app = create_app(Intake(db), routes=routes, purge_interval=None)
     assert TestClient(app).get("/hello").text == "hi"
