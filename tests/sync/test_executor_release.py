@@ -3,6 +3,7 @@ operations as *sent*: a later edit is never folded into them under a key the ser
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,35 @@ def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Pa
         queue.close()
         transport.close()
         db.close()
+
+
+def test_operations_a_batch_reply_leaves_out_stay_marked_sent(tmp_path: Path) -> None:
+    """The server stopped the batch at b (another request holds b's key: 409 in progress,
+    as when the network duplicated this very batch): c was not applied by THIS request,
+    but the copy may be applying it. Folding a later edit into c under its key would make
+    the resend differ from what the server holds: 422 key-reused, a dead letter whose
+    effect happened (seen in the demo under load)."""
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        ops = json.loads(request.content)["operations"]
+        busy = {"type": "urn:pigeon:problem:key-in-progress", "status": 409}
+        results = [
+            {"id": ops[0]["id"], "status": 201, "body": {}, "replayed": False, "headers": {}},
+            {"id": ops[1]["id"], "status": 409, "body": busy, "headers": {"retry-after": "1"}},
+        ]
+        return httpx.Response(200, json={"results": results})
+
+    transport = InProcessTransport(handler=handler, batch=True)
+    queue = OfflineQueue(tmp_path / "edge.db")
+    try:
+        for n in "abc":
+            queue.enqueue("create", f"note:{n}", {"id": n, "body": "one"})
+        Executor(queue, transport).run_once(10)
+        c = [op for op in queue.pending if op.entity == "note:c"]
+        assert [op.attempts for op in c] == [0]  # not attempted here: no attempt spent
+        queue.enqueue("update", "note:c", {"id": "c", "body": "two"})
+        assert [op.type for op in queue.pending if op.entity == "note:c"] == ["create", "update"]
+    finally:
+        queue.close()
+        transport.close()

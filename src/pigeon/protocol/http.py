@@ -40,7 +40,7 @@ HeaderSource = Mapping[str, str] | Callable[[], Mapping[str, str]]
 TokenSource = str | Callable[[], str]
 Route = Callable[[Operation], tuple[str, str]]
 Answered = list[tuple[Operation, Reply]]
-Item = TypeVar("Item")
+Item = TypeVar("Item", Operation, Sequence[Operation])
 
 
 def default_route(op: Operation) -> tuple[str, str]:
@@ -167,6 +167,7 @@ class HttpTransport:
         exchange = Exchange()
         if self.concurrency == 1 or len(items) <= 1:
             for item in items:
+                exchange.transmitted |= _ids(item)
                 answered = call(item)
                 exchange.replies.extend(answered)
                 if stop(item, answered):
@@ -182,6 +183,7 @@ class HttpTransport:
         while True:
             while not stopped and len(started) < len(items) and len(on_the_wire) < self.concurrency:
                 item = items[len(started)]
+                exchange.transmitted |= _ids(item)
                 future = pool.submit(call, item)
                 started.append(future)
                 on_the_wire[future] = item
@@ -351,6 +353,11 @@ class HttpTransport:
         if _stopped(chunk[:middle], first, keep):
             return first  # the second half is not attempted, as after a short reply
         return first + self._send_batch(chunk[middle:], keep)
+
+
+def _ids(item: Operation | Sequence[Operation]) -> set[str]:
+    """The ids of the operations one request carries (one, or a batch's chunk)."""
+    return {item.id} if isinstance(item, Operation) else {op.id for op in item}
 
 
 def _is_base_url(url: httpx.URL) -> bool:

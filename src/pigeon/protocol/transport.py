@@ -46,6 +46,11 @@ class Exchange:
     """
 
     replies: list[tuple[Operation, Reply]] = field(default_factory=list)
+    # Operations carried by a request that went out, answered or not: one a batch reply
+    # leaves out (the server stopped before it) was not applied by THAT request, but a
+    # copy of the request (a network duplicate, an earlier try whose answer was lost) may
+    # be applying it, so it stays marked sent: never folded into, never cancelled.
+    transmitted: set[str] = field(default_factory=set)
 
     def attempted(self) -> set[str]:
         return {op.id for op, _ in self.replies}

@@ -107,10 +107,12 @@ class Executor:
         # whose old key the server may hold). Those the server reports as not attempted are
         # released as unsent.
         maybe_sent = False
+        transmitted: set[str] = set()
         try:
             self._fill_base_versions(ops)
             maybe_sent = True
             exchange = self.transport.send(ops, keep_going=self._keep_going)
+            transmitted = exchange.transmitted
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.
             shared_retry_at: dict[int, float] = {}
@@ -144,7 +146,7 @@ class Executor:
                 self.callbacks.emit(name, *args)
         finally:
             self._local.deferred = None
-            self._release(ops, settled, report, sent=maybe_sent)
+            self._release(ops, settled, report, sent=maybe_sent, transmitted=transmitted)
         return report
 
     def _emit(self, name: str, *args: Any) -> None:
@@ -180,11 +182,20 @@ class Executor:
         return outcome.sent and outcome.kind not in (OutcomeKind.AUTH, OutcomeKind.REFUSED)
 
     def _release(
-        self, ops: Sequence[Operation], settled: set[str], report: CycleReport, *, sent: bool
+        self,
+        ops: Sequence[Operation],
+        settled: set[str],
+        report: CycleReport,
+        *,
+        sent: bool,
+        transmitted: set[str],
     ) -> None:
+        """Back to pending, no attempt spent: as *sent* when a request that carried the
+        operation went out (a batch reply that stopped before it does not prove that no
+        copy of the request applied it), else as unsent."""
         for op in ops:
             if op.id not in settled:
-                if sent:
+                if sent or op.id in transmitted:
                     self._release_sent(op.id)
                 else:
                     self.queue.release(op.id)
