@@ -38,12 +38,14 @@ EXPECTED = {
     "OpStatus",
     "OpType",
     "Operation",
+    "PayloadInvalid",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "PermanentError",
     "PigeonError",
     "RetryableError",
     "SchemaTooNew",
+    "StorageFull",
     "StoreError",
     "StoreUnavailable",
     "UnknownOperationType",
@@ -75,6 +77,10 @@ def test_exception_tree() -> None:
     ):
         assert issubclass(cls, pigeon.DeliveryError)
     assert issubclass(pigeon.PayloadTooLarge, ValueError)
+    for cls in (pigeon.PayloadNotSerializable, pigeon.PayloadTooLarge):
+        assert issubclass(cls, pigeon.PayloadInvalid)
+    assert issubclass(pigeon.PayloadInvalid, pigeon.InvalidOperation)
+    assert issubclass(pigeon.StorageFull, pigeon.StoreError)
     assert issubclass(pigeon.DeliveryError, pigeon.PigeonError)
 
 

@@ -2,8 +2,10 @@
 
 PigeonError
 ├── InvalidOperation            bad input; nothing was stored
-│   ├── PayloadNotSerializable
-│   ├── PayloadTooLarge
+│   ├── PayloadInvalid          a payload pigeon cannot store or send (e.g. nested too deep,
+│   │   │                       a field its task does not declare)
+│   │   ├── PayloadNotSerializable
+│   │   └── PayloadTooLarge
 │   ├── EmptyEntity
 │   ├── UnknownOperationType
 │   ├── InvalidIdempotencyKey   server: missing or malformed key; nothing executed
@@ -13,7 +15,9 @@ PigeonError
 │   ├── ForeignDatabase         not a pigeon file of this kind; never rewritten
 │   ├── SchemaTooNew            written by a newer pigeon; never rewritten
 │   ├── SchemaTooOld            older, and upgrading it was not allowed; never rewritten
-│   └── StoreUnavailable        cannot reach or lock the database
+│   ├── StoreUnavailable        cannot reach or lock the database
+│   └── StorageFull             the disk (or the database's size limit) is full; the
+│                               transaction rolled back, nothing of it was written
 ├── NotFound                    no such operation / job / record
 ├── InvalidState                the object exists but not in a state that allows this
 ├── ConfigurationError          a policy or config value is out of order
@@ -40,11 +44,17 @@ class InvalidOperation(PigeonError, ValueError):
     """The operation was refused at the door; nothing was stored."""
 
 
-class PayloadNotSerializable(InvalidOperation):
+class PayloadInvalid(InvalidOperation):
+    """A payload that cannot be stored or sent as it is: nested deeper than the wire
+    allows (``pigeon.protocol.wire.MAX_JSON_DEPTH``), or carrying a field its job task
+    does not declare. The parent of the other payload errors."""
+
+
+class PayloadNotSerializable(PayloadInvalid):
     pass
 
 
-class PayloadTooLarge(InvalidOperation):
+class PayloadTooLarge(PayloadInvalid):
     pass
 
 
@@ -96,6 +106,13 @@ class SchemaTooOld(StoreError):
 
 class StoreUnavailable(StoreError):
     pass
+
+
+class StorageFull(StoreError):
+    """The database could not grow: the disk is full, or SQLite reached its
+    ``max_page_count`` (SQLITE_FULL), or PostgreSQL reported ``disk_full`` (53100). Raised
+    by the storage layer for every store, after the transaction rolled back, so nothing of
+    it was written; freeing space and trying again is safe."""
 
 
 class NotFound(PigeonError, LookupError):

@@ -29,7 +29,7 @@ from pigeon.edge.rows import was_sent as was_sent
 from pigeon.edge.stamps import FileClock
 from pigeon.exceptions import NotFound
 from pigeon.storage.queries import load_queries
-from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx
+from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx, is_full
 
 try:
     import fcntl
@@ -244,6 +244,8 @@ class EdgeStore:
                     with tx.savepoint():  # one caller's failure stays its own
                         op, n = append(tx, new, coalesce=coalesce)
                 except Exception as exc:
+                    if is_full(exc):  # everyone's failure: the transaction maps it
+                        raise
                     outcomes.append(exc)
                     continue
                 saved += n

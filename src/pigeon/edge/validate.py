@@ -17,6 +17,7 @@ from pigeon.edge.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
     InvalidOperation,
+    PayloadInvalid,
     PayloadNotSerializable,
     PayloadTooLarge,
     UnknownOperationType,
@@ -118,11 +119,14 @@ def stored_status(value: OpStatus | str) -> str:
 
 
 def encode_payload(payload: Any, max_bytes: int) -> str:
-    """The payload as JSON text, refused if it is not JSON or larger than ``max_bytes``."""
+    """The payload as JSON text, refused if it is not JSON, larger than ``max_bytes`` or
+    nested deeper than the wire allows (PayloadInvalid, not the encoder's RecursionError)."""
     try:
         encoded = _ENCODER.encode(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
+    except RecursionError:
+        raise _too_deep() from None
     # Hot path: ASCII (most payloads) is one byte a character, no need to encode it.
     if encoded.isascii():
         size = len(encoded)
@@ -130,7 +134,41 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
         size = len(text(encoded, "payload", PayloadNotSerializable).encode("utf-8"))
     if size > max_bytes:
         raise PayloadTooLarge(f"payload is {size} bytes as JSON, over the limit of {max_bytes}")
+    # Hot path: nesting deeper than MAX_JSON_DEPTH takes at least two characters a level
+    # ("[[...]]"), so a short text (most payloads) needs no walk; a longer one is walked
+    # only if it has more brackets than levels allowed.
+    if len(encoded) > 2 * wire.MAX_JSON_DEPTH and _too_many_brackets(encoded, payload):
+        raise _too_deep()
     return encoded
+
+
+def _too_many_brackets(encoded: str, payload: Any) -> bool:
+    """Deeper than allowed? Counting brackets bounds the depth from above (cheap, in C);
+    only when that bound is over does the payload get walked."""
+    bound = encoded.count("{") + encoded.count("[")
+    return bound > wire.MAX_JSON_DEPTH and json_depth(payload) > wire.MAX_JSON_DEPTH
+
+
+def _too_deep() -> PayloadInvalid:
+    return PayloadInvalid(
+        f"payload is nested deeper than {wire.MAX_JSON_DEPTH} levels, which the server "
+        "refuses; nothing was stored"
+    )
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (an object or array is 1 more than its deepest item),
+    without recursion, and without walking below ``MAX_JSON_DEPTH + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, depth)
+            if depth <= wire.MAX_JSON_DEPTH:
+                stack.extend(
+                    (c, depth + 1) for c in (item.values() if isinstance(item, dict) else item)
+                )
+    return deepest
 
 
 def route(

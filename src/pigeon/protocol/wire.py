@@ -38,6 +38,10 @@ BATCH_PATH = "/pigeon/v1/batch"
 MAX_BATCH = 1000  # operations per batch request; the server refuses more with 400
 HEALTH_PATH = "/pigeon/v1/health"
 MAX_KEY_LENGTH = 255
+# JSON nesting a body may have (the server's decoder refuses deeper with 400): far beyond
+# any operation's data, far below Python's recursion limit. The edge refuses deeper
+# payloads at enqueue, so what it stores is what the server will read.
+MAX_JSON_DEPTH = 200
 PROBLEM_JSON = "application/problem+json"
 # 4xx the client sends again with the same key: transient (retry later), and the
 # authorisation statuses (the queue pauses until the user signs in, then resumes). The

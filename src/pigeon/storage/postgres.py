@@ -23,7 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from pigeon.exceptions import ConfigurationError, SchemaTooNew, StoreUnavailable
+from pigeon.exceptions import ConfigurationError, SchemaTooNew, StorageFull, StoreUnavailable
 from pigeon.storage.queries import migrations
 
 Row = dict[str, Any]
@@ -199,6 +199,10 @@ class PostgresDatabase:
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         try:
             yield conn
+        except psycopg.errors.DiskFull as exc:  # 53100, an OperationalError: not "unavailable"
+            raise StorageFull(
+                f"PostgreSQL: disk full; nothing of the transaction was written ({exc})"
+            ) from exc
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         finally:

@@ -17,7 +17,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar
 
-from pigeon.exceptions import ForeignDatabase, SchemaTooNew, SchemaTooOld, StoreUnavailable
+from pigeon.exceptions import (
+    ForeignDatabase,
+    SchemaTooNew,
+    SchemaTooOld,
+    StorageFull,
+    StoreUnavailable,
+)
 from pigeon.storage.queries import migrations
 
 T = TypeVar("T")
@@ -30,6 +36,20 @@ _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
+
+
+def is_full(exc: BaseException) -> bool:
+    """Is ``exc`` SQLite saying the file cannot grow (SQLITE_FULL: a full disk, or the
+    connection's ``max_page_count`` reached)?"""
+    return (
+        isinstance(exc, sqlite3.Error) and (exc.sqlite_errorcode or 0) & 0xFF == sqlite3.SQLITE_FULL
+    )
+
+
+def full(exc: BaseException, path: str) -> StorageFull:
+    return StorageFull(
+        f"{path}: the database or disk is full; nothing of the transaction was written ({exc})"
+    )
 
 
 def connect(path: str | os.PathLike[str], durability: Durability = "full") -> sqlite3.Connection:
@@ -222,8 +242,11 @@ class SQLiteTx:
             try:
                 yield
             except BaseException:
-                self.conn.execute(f"ROLLBACK TO {name}")
-                self.conn.execute(f"RELEASE {name}")
+                # SQLITE_FULL (among others) may have rolled back the whole transaction,
+                # and the savepoint with it: ROLLBACK TO would then hide the cause.
+                if self.conn.in_transaction:
+                    self.conn.execute(f"ROLLBACK TO {name}")
+                    self.conn.execute(f"RELEASE {name}")
                 raise
             self.conn.execute(f"RELEASE {name}")
         finally:
@@ -333,9 +356,11 @@ class SQLiteDatabase:
             try:
                 yield SQLiteTx(conn, self.queries)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
                     conn.execute("ROLLBACK")
+                if is_full(exc):  # the driver's error, mapped here for every store
+                    raise full(exc, self.path) from exc
                 raise
 
     def run_in_transaction(self, work: Callable[[SQLiteTx], T]) -> T:
@@ -348,9 +373,11 @@ class SQLiteDatabase:
             try:
                 result = work(SQLiteTx(conn, self.queries))
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
                     conn.execute("ROLLBACK")
+                if is_full(exc):
+                    raise full(exc, self.path) from exc
                 raise
         return result
 
