@@ -1,8 +1,48 @@
-"""The ``pigeon`` command. Each command group lives in its own module and registers here."""
+"""The ``pigeon`` command. Each command group lives in its own module and registers here.
+
+Every error a user can cause ends in a one-line message and a non-zero exit, never a
+traceback: usage errors are typer's (exit 2); what a command meets at run time — pigeon's
+own errors, the database driver's, the file system's — is caught once, here, for every
+command, and printed as ``error: <message>`` (shown escaped) with exit status 1.
+"""
 
 from __future__ import annotations
 
+import sqlite3
+import sys
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+from pigeon.exceptions import PigeonError
+
+
+def _user_error(exc: Exception) -> bool:
+    """Is ``exc`` one a user can cause (a bad file, an unreachable or full database, a
+    refused value), as opposed to a bug in pigeon, which keeps its traceback?"""
+    if isinstance(exc, PigeonError | sqlite3.Error):
+        return True
+    if isinstance(exc, OSError):
+        return not isinstance(exc, BrokenPipeError)  # click ends a closed pipe quietly
+    psycopg = sys.modules.get("psycopg")  # only if a command imported it
+    return psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+class _Group(TyperGroup):
+    # ctx: typer's own (vendored) click Context, which it does not export; Any keeps the
+    # override compatible without importing a private module.
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if not _user_error(exc):
+                raise
+            from pigeon.cli._format import error
+
+            error(exc)
+            raise typer.Exit(1) from exc
+
 
 app = typer.Typer(
     name="pigeon",
@@ -10,6 +50,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Group,
 )
 
 

@@ -1,6 +1,68 @@
-"""How the CLI's tables write a number of seconds."""
+"""How the CLI writes to a terminal: seconds, and strings it did not make itself.
+
+Entity names, payloads, errors, principals, queue and task names come from users, apps and
+servers. Written raw, ``note:\\x1b[2J`` clears the operator's screen, an OSC sequence can
+retitle the window or plant a hyperlink, and ``[red]...`` or ``:smile:`` are read by rich
+as markup and emoji. Every command prints such strings through `shown` and its consoles
+come from `console` (no emoji codes), so none of them reaches the terminal as anything but
+visible text.
+"""
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+# C0 controls (ESC among them), DEL, C1 controls (0x9b is a one-byte CSI on some
+# terminals), the Unicode line/paragraph separators and the bidirectional overrides and
+# isolates, which reorder what is shown around them ("Trojan Source").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MULTILINE_KEEP = frozenset("\n\t")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: Any, *, multiline: bool = False) -> str:
+    """``value`` as text safe to hand to rich: every control character written as a
+    visible escape (``\\x1b``; newlines and tabs kept only with ``multiline``), then rich's
+    markup escaping, so ``[red]`` prints as ``[red]``. None is the empty string."""
+
+    def replace(match: re.Match[str]) -> str:
+        char = match.group()
+        return char if multiline and char in _MULTILINE_KEEP else _visible(char)
+
+    return escape(_CONTROL.sub(replace, "" if value is None else str(value)))
+
+
+def one_line(message: Any) -> str:
+    """An error message as one shown line: its lines joined (a driver's message may span
+    several), then `shown`."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    return shown("; ".join(lines))
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for a command's output: emoji codes off, as rich would otherwise turn
+    ``:smile:`` in a user's string into a picture (markup is escaped by `shown`)."""
+    return Console(stderr=stderr, emoji=False)
+
+
+def error(message: Any) -> None:
+    """``error: <message>`` on stderr as one line (`one_line`; not wrapped at the
+    terminal's width, so a script reading it gets the line whole)."""
+    console(stderr=True).print(
+        f"[red]error:[/red] {one_line(message)}", highlight=False, soft_wrap=True
+    )
 
 
 def duration(seconds: float | None, *, switch: float = 1.0) -> str:

@@ -25,18 +25,19 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from pigeon.cli._format import console, error, shown
 from pigeon.cli.queue_cmd import QueueFile, open_queue
 from pigeon.edge.conflicts import KEEPS, ConflictStore
 
 app = typer.Typer(help="List, inspect and resolve conflicts of a queue.", no_args_is_help=True)
 
-ConflictId = Annotated[int, typer.Argument(help="Conflict id (see `pigeon conflicts list`).")]
+ConflictId = Annotated[
+    int, typer.Argument(help="Conflict id (see `pigeon conflicts list`).", min=1, max=2**63 - 1)
+]
 
-out = Console()
-err = Console(stderr=True)
+out = console()
 
 
 @contextlib.contextmanager
@@ -54,19 +55,18 @@ def _short(value: Any, width: int = 60) -> str:
 def list_(
     file: QueueFile,
     all_: Annotated[bool, typer.Option("--all", help="Every outcome, not only held.")] = False,
-    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 100,
+    limit: Annotated[int, typer.Option(min=0, help="At most this many rows.")] = 100,
 ) -> None:
     """Conflicts waiting for you (or, with --all, everything recorded)."""
     with _open(file) as store:
         store.reconcile()
         records = store.records(None if all_ else "held", limit)
-        table = Table(title=f"{file}: {len(records)} conflict(s)")
+        table = Table(title=shown(f"{file}: {len(records)} conflict(s)"))
         for column in ("id", "entity", "strategy", "outcome", "local", "remote"):
             table.add_column(column, overflow="fold")
         for r in records:
-            table.add_row(
-                str(r.id), r.entity, r.strategy, r.outcome, _short(r.local), _short(r.remote)
-            )
+            cells = (r.id, r.entity, r.strategy, r.outcome, _short(r.local), _short(r.remote))
+            table.add_row(*map(shown, cells))
         out.print(table)
 
 
@@ -83,9 +83,10 @@ def show(file: QueueFile, conflict_id: ConflictId) -> None:
             "remote_version", "resolution", "new_op_id", "detail",
         ):  # fmt: skip
             value = getattr(r, name)
-            table.add_row(name, "" if value is None else str(value))
+            table.add_row(name, shown(value))
         for name in ("base", "local", "remote", "result"):
-            table.add_row(name, json.dumps(getattr(r, name), indent=2, ensure_ascii=False))
+            value = json.dumps(getattr(r, name), indent=2, ensure_ascii=False)
+            table.add_row(name, shown(value, multiline=True))
         table.add_row("recorded", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.created_at)))
         out.print(table)
 
@@ -103,17 +104,17 @@ def resolve(
 ) -> None:
     """Decide a held conflict; the decision is sent as a new operation."""
     if (keep is None) == (merged is None):
-        err.print("[red]error:[/red] give exactly one of --keep or --merged", highlight=False)
+        error("give exactly one of --keep or --merged")
         raise typer.Exit(2)
     if keep is not None and keep not in KEEPS[:3]:
-        err.print(f"[red]error:[/red] --keep must be local, remote or both, not {keep!r}")
+        error(f"--keep must be local, remote or both, not {keep!r}")
         raise typer.Exit(2)
     value = None
     if merged is not None:
         try:
             value = json.loads(merged.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            err.print(f"[red]error:[/red] cannot read {merged} as JSON: {exc}", highlight=False)
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+            error(f"cannot read {merged} as JSON: {exc}")
             raise typer.Exit(2) from exc
     with _open(file) as store:  # a PigeonError (e.g. not held): message, exit 1
         new = store.resolve(conflict_id, "merged" if merged else keep, value)  # type: ignore[arg-type]
@@ -123,6 +124,7 @@ def resolve(
             )
         else:
             out.print(
-                f"conflict {conflict_id} resolved: operation {new.id} ({new.type} {new.entity}, "
-                f"key {new.idempotency_key}) queued against version {new.base_version or '-'}"
+                f"conflict {conflict_id} resolved: operation {shown(new.id)} ({shown(new.type)} "
+                f"{shown(new.entity)}, key {shown(new.idempotency_key)}) queued against version "
+                f"{shown(new.base_version or '-')}"
             )

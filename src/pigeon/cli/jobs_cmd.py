@@ -7,11 +7,11 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from pigeon.cli._db import open_db
-from pigeon.cli._format import duration
+from pigeon.cli._format import console as make_console
+from pigeon.cli._format import duration, error, shown
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
@@ -23,8 +23,13 @@ from pigeon.jobs.supervisor import add_app_dir
 DEMO_APP = "pigeon.jobs.demo:app"
 
 app = typer.Typer(help="Inspect and repair server jobs.", no_args_is_help=True)
-console = Console()
+console = make_console()
 
+# SQLite and PostgreSQL keep ids as 64-bit integers: a larger number is no job, and was
+# an OverflowError from the driver.
+MAX_ID = 2**63 - 1
+JobIdArg = Annotated[int, typer.Argument(metavar="ID", min=1, max=MAX_ID)]
+Limit = Annotated[int, typer.Option(min=0, help="At most this many rows.")]
 DbOption = Annotated[
     str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
 ]
@@ -55,17 +60,15 @@ def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
     for row in rows:
         cells = [
             str(row["id"]),
-            row["queue"],
-            row["task"],
-            row["status"],
+            shown(row["queue"]),
+            shown(row["task"]),
+            shown(row["status"]),
             _attempts(row),
             _age(row["created_at"]),
         ]
         if failed:
-            cells += [
-                row["owner"] or "-",
-                (row["last_error"] or "").splitlines()[-1:][0] if row["last_error"] else "-",
-            ]
+            last = (row["last_error"] or "").splitlines()[-1:]
+            cells += [shown(row["owner"] or "-"), shown(last[0] if last else "-")]
         table.add_row(*cells)
     return table
 
@@ -76,7 +79,7 @@ def list_cmd(
     # A choice, not free text: a misspelt status would list nothing, read as "none".
     status: Annotated[JobStatus | None, typer.Option(help="Only jobs in this status.")] = None,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
-    limit: int = 50,
+    limit: Limit = 50,
 ) -> None:
     """The most recent jobs."""
     wanted = None if status is None else status.value
@@ -85,7 +88,7 @@ def list_cmd(
 
 
 @app.command("failed")
-def failed_cmd(db: DbOption, queue: str | None = None, limit: int = 50) -> None:
+def failed_cmd(db: DbOption, queue: str | None = None, limit: Limit = 50) -> None:
     """The failed store: jobs awaiting review, with their owner and last error."""
     rows = FailedStore(open_db(db)).list(queue=queue, limit=limit)
     console.print(_table(rows, f"{_count(len(rows), 'failed job')} awaiting review", failed=True))
@@ -97,15 +100,15 @@ def _review(action: str, db: str, job_id: int, reason: str, reviewer: str | None
     try:
         getattr(store, action)(job_id, reviewer=who, reason=reason)
     except PigeonError as exc:
-        console.print(f"[red]{exc}[/red]")
+        error(exc)
         raise typer.Exit(1) from exc
     done = "queued again with fresh budgets" if action == "retry" else "cancelled"
-    console.print(f"job {job_id} {done} (reviewer {who}: {reason})")
+    console.print(f"job {job_id} {done} (reviewer {shown(who)}: {shown(reason)})")
 
 
 @app.command("retry")
 def retry_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID")],
+    job_id: JobIdArg,
     reason: Annotated[str, typer.Option("--reason", help="Why it is safe to run again.")],
     db: DbOption,
     reviewer: Annotated[str | None, typer.Option(help="Defaults to the current user.")] = None,
@@ -116,7 +119,7 @@ def retry_cmd(
 
 @app.command("cancel")
 def cancel_cmd(
-    job_id: Annotated[int, typer.Argument(metavar="ID")],
+    job_id: JobIdArg,
     reason: Annotated[str, typer.Option("--reason", help="Why it will never run.")],
     db: DbOption,
     reviewer: Annotated[str | None, typer.Option(help="Defaults to the current user.")] = None,
@@ -157,13 +160,13 @@ def stats_cmd(
     for row in rows:
         owners = ", ".join(f"{o}: {n}" for o, n in sorted(row.owners.items())) or "-"
         table.add_row(
-            row.queue,
+            shown(row.queue),
             str(row.ready),
             str(row.delayed),
             str(row.reserved),
             str(row.stuck),
             str(row.failed),
-            owners,
+            shown(owners),
             _seconds(row.oldest_ready_age),
             _seconds(row.objective),
             "[red]yes[/red]" if row.breach else "no",

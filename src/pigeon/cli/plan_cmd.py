@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pigeon.cli._db import open_db
+from pigeon.cli._format import shown
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
 from pigeon.jobs._db import reading
@@ -105,7 +106,9 @@ def plan(
         )
     if db is not None:
         service_time, samples = measured_service_time(db, queue)
-        console.print(f"S = {_seconds(service_time)} s (median of {samples} jobs of {queue!r})")
+        console.print(
+            f"S = {_seconds(service_time)} s (median of {samples} jobs of {shown(repr(queue))})"
+        )
     if service_time is None:
         raise typer.BadParameter("give --service-time or --db", param_hint="--service-time")
     try:

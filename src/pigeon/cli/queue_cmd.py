@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from pigeon.cli._format import duration
+from pigeon.cli._format import console, duration, error, shown
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import PigeonError
@@ -37,8 +36,7 @@ OpId = Annotated[str, typer.Argument(help="Operation id, or its seq (see `pigeon
 # operation folded away and never stores (a test keeps the two in step).
 StoredStatus = Literal["pending", "in_flight", "conflict", "delivered", "dead"]
 
-out = Console()
-err = Console(stderr=True)
+out = console()
 
 
 @contextlib.contextmanager
@@ -51,16 +49,16 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
         with OfflineQueue(path, create=False, recover=False, upgrade=False) as queue:
             yield queue
     except PigeonError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        error(exc)
         raise typer.Exit(1) from exc
     except sqlite3.Error as exc:  # e.g. a read-only file: opening writes the state row
-        err.print(f"[red]error:[/red] cannot use {path}: {exc}", highlight=False)
+        error(f"cannot use {path}: {exc}")
         raise typer.Exit(1) from exc
 
 
 def _op_id(queue: OfflineQueue, ref: str) -> str:
     """The id an argument names: an id, or the seq the list shows (a short handle)."""
-    if ref.isdigit():
+    if ref.isdigit() and int(ref) < 2**63:  # a larger number is no seq (SQLite's int64)
         with queue.transaction() as tx:
             row = tx.fetchone("op_id_by_seq", {"seq": int(ref)})
         if row is not None:
@@ -76,7 +74,7 @@ def _next_attempt(op: Operation, now: float) -> str:
 
 
 def _table(title: str, ops: list[Operation]) -> Table:
-    table = Table(title=title)
+    table = Table(title=shown(title))
     # Nothing no_wrap: at 80 columns the 36-character ids took the width and the other
     # headers came out a letter per line. The seq is a handle the commands also take.
     for column in ("seq", "id", "status", "type", "entity", "request", "attempts", "age"):
@@ -87,14 +85,14 @@ def _table(title: str, ops: list[Operation]) -> Table:
         request = f"{op.method or ''} {op.endpoint or '(batch)'}".strip()
         table.add_row(
             str(op.seq),
-            op.id,
+            shown(op.id),
             op.status.value,
-            op.type,
-            op.entity,
-            request,
+            shown(op.type),
+            shown(op.entity),
+            shown(request),
             str(op.attempts),
             duration(now - op.created_at),
-            op.last_error or "",
+            shown(op.last_error),
         )
     return table
 
@@ -120,7 +118,7 @@ def show(file: QueueFile, op_id: OpId) -> None:
     """Everything about one operation, its payload and its history of failures."""
     with open_queue(file) as queue:  # reports a PigeonError (e.g. no such id) and exits 1
         op = queue.get(_op_id(queue, op_id))
-        table = Table(title=f"operation {op.id}", show_header=False)
+        table = Table(title=f"operation {shown(op.id)}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
         for name in (
@@ -128,13 +126,15 @@ def show(file: QueueFile, op_id: OpId) -> None:
             "seq", "clock", "attempts", "last_error", "base_version",
         ):  # fmt: skip
             value = getattr(op, name)
-            table.add_row(name, "" if value is None else str(value))
+            table.add_row(name, shown(value))
         table.add_row("created_at", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(op.created_at)))
         table.add_row("next attempt", _next_attempt(op, time.time()))
-        table.add_row("payload", json.dumps(op.payload, indent=2, ensure_ascii=False))
+        payload = json.dumps(op.payload, indent=2, ensure_ascii=False)
+        table.add_row("payload", shown(payload, multiline=True))
         for entry in op.history:
             table.add_row(
-                f"attempt {entry.get('attempt')}", f"{entry.get('kind')}: {entry.get('error')}"
+                shown(f"attempt {entry.get('attempt')}"),
+                shown(f"{entry.get('kind')}: {entry.get('error')}"),
             )
         out.print(table)
 
@@ -152,10 +152,10 @@ def _repair(file: Path, op_id: str, verb: str) -> None:
         op_id = _op_id(queue, op_id)
         if verb == "retry":
             op = queue.retry_dead(op_id)
-            out.print(f"{op.id} is pending again (same key {op.idempotency_key})")
+            out.print(f"{shown(op.id)} is pending again (same key {shown(op.idempotency_key)})")
         else:
             queue.discard(op_id)
-            out.print(f"{op_id} discarded")
+            out.print(f"{shown(op_id)} discarded")
 
 
 @app.command()
@@ -189,7 +189,7 @@ def stats(file: QueueFile) -> None:
     """Depth, oldest age, in flight, dead letters, blocked entities, pause state."""
     with open_queue(file) as queue:
         s = queue.stats()
-        table = Table(title=str(file), show_header=False)
+        table = Table(title=shown(file), show_header=False)
         table.add_column("metric", style="bold")
         table.add_column("value", justify="right")
         for name, value in (
@@ -203,5 +203,5 @@ def stats(file: QueueFile) -> None:
             ("sends saved by coalescing", s.coalesced),
             ("paused", s.paused or "no"),
         ):
-            table.add_row(name, str(value))
+            table.add_row(name, shown(value))  # paused: the server's reason
         out.print(table)
