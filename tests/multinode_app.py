@@ -15,6 +15,7 @@ from pigeon.exceptions import PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.context import JobContext
+from pigeon.jobs.demo import FIELDS, answer_data, author_has_access
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.storage.base import Tx
 
@@ -35,14 +36,15 @@ def _mark(tx: Tx, topic: str) -> None:
     )
 
 
-@app.task(queue="grading", context=True)
-def grade(ctx: JobContext, answer_id: str, answer: str, expected: str | None = None) -> None:
+@app.task(queue="grading", context=True, fields=FIELDS, access=author_has_access)
+def grade(ctx: JobContext, answer_id: str) -> None:
+    with ctx.db.transaction() as tx:  # the payload carries the id; the answer is re-read
+        answer = answer_data(tx, answer_id)["answer"]
     if answer == REFUSED:
         raise PermanentError(f"answer {answer_id} cannot be graded")
     ctx.effect(f"answer:{answer_id}", lambda tx: _mark(tx, f"graded:{answer_id}"))
 
 
-@app.task(queue="notify", context=True)
-def send(ctx: JobContext, to: str, message: str) -> None:
-    key = f"{ctx.job.record_id or ctx.job.id}:{to}"
-    ctx.effect(f"notify:{key}", lambda tx: _mark(tx, f"notified:{key}"))
+@app.task(queue="notify", context=True, fields=FIELDS, access=author_has_access)
+def send(ctx: JobContext, answer_id: str) -> None:
+    ctx.effect(f"notify:{answer_id}", lambda tx: _mark(tx, f"notified:{answer_id}"))

@@ -243,11 +243,7 @@ def _check(url: str, tmp_path: Path, jobs: dict[str, int]) -> None:
     assert jobs.get("failed", 0) > 0 and unowned == (0,)  # the refused answers, owned
     refused = sum(op.payload["answer"] == "refuse me" for op in answers)
     assert jobs["failed"] == refused
-    for task, payload, record_id in succeeded:
+    for task, payload, _record in succeeded:
         args = json.loads(payload)
-        topic = (
-            f"graded:{args['answer_id']}"
-            if task == "grade"
-            else f"notified:{record_id}:{args['to']}"
-        )
+        topic = f"{'graded' if task == 'grade' else 'notified'}:{args['answer_id']}"
         assert marks[topic] == 1, f"{task} job for {topic} applied {marks[topic]} times"

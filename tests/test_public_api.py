@@ -3,6 +3,7 @@
 import pigeon
 
 EXPECTED = {
+    "AccessRevoked",
     "ConflictResolver",
     "Policy",
     "Strategy",
@@ -81,6 +82,7 @@ def test_exception_tree() -> None:
         assert issubclass(cls, pigeon.PayloadInvalid)
     assert issubclass(pigeon.PayloadInvalid, pigeon.InvalidOperation)
     assert issubclass(pigeon.StorageFull, pigeon.StoreError)
+    assert issubclass(pigeon.AccessRevoked, pigeon.PermanentError)
     assert issubclass(pigeon.DeliveryError, pigeon.PigeonError)
 
 

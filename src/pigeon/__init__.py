@@ -8,6 +8,7 @@ from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.queue import OfflineQueue, QueueStats
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import (
+    AccessRevoked,
     AuthorizationRequired,
     BatchRefused,
     ConfigurationError,
@@ -46,6 +47,7 @@ from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessRevoked",
     "AuthorizationRequired",
     "BatchRefused",
     "ConfigurationError",

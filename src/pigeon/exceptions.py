@@ -26,7 +26,8 @@ PigeonError
     ├── RetryableError          send again later with the SAME key
     │   ├── KeyInProgress       409: the server is still running that key
     │   └── NotSent             nothing left this process (a token callable raised)
-    ├── PermanentError          will never succeed; dead-letter it
+    ├── PermanentError          will never succeed; dead-letter it (a job: the failed store)
+    │   └── AccessRevoked       a job's principal lost access before it ran; never retried
     ├── ConflictError           version conflict; hand to the resolver
     ├── AuthorizationRequired   401/403; pause the queue, do not burn attempts
     ├── UnknownOutcome          may or may not have happened; reconcile, never re-mint
@@ -174,6 +175,12 @@ class BatchRefused(DeliveryError):
 
 class PermanentError(DeliveryError):
     pass
+
+
+class AccessRevoked(PermanentError):
+    """A task's access re-check (``@app.task(access=...)``) refused its job before the
+    work ran: the principal it acts for no longer has access. The job goes to the failed
+    store with its owner at once, whatever the app counts as permanent."""
 
 
 class ConflictError(DeliveryError):

@@ -5,6 +5,7 @@ stored claim. Runs on both backends."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -253,7 +254,7 @@ def test_answer_jobs_are_checked_against_the_job_app_and_take_its_retry_policy(
     jobs_app.queue("notify")
 
     @jobs_app.task(queue="grading", name="grade", max_attempts=3)
-    def grade(answer_id: str, answer: str, expected: str | None = None) -> None:
+    def grade(answer_id: str) -> None:
         pass
 
     intake = Intake(db)
@@ -266,3 +267,21 @@ def test_answer_jobs_are_checked_against_the_job_app_and_take_its_retry_policy(
         refused = _post(url, "k2", ANSWER)  # its "notify" task is not in the app
         assert refused.status_code == 500 and "send" in refused.text
     assert _count(db, "rec_counts") == 1 and len(list_jobs(db)) == 1
+
+
+def test_answer_jobs_carry_the_record_id_not_the_answer_or_the_address(db: Database) -> None:
+    """Minimal payloads: the jobs name the record; the answer, the expected answer and the
+    e-mail address stay in it (the tasks re-read them), nowhere in the job table."""
+    app = create_notes_app(db, purge_interval=None)
+    with live_server(app) as url:
+        reply = _post(url, str(uuid.uuid4()), ANSWER)
+        assert reply.status_code == 202, reply.text
+        record = reply.json()["record"]
+    jobs = list_jobs(db)
+    assert sorted(j["task"] for j in jobs) == ["grade", "send"]
+    with db.transaction() as tx:
+        payloads = [r["payload"] for r in tx.sql("SELECT payload FROM pigeon_jobs").fetchall()]
+    for payload in payloads:
+        assert json.loads(payload) == {"answer_id": record}
+        assert "ada@example.org" not in payload and "2+2?" not in payload
+    _work_until_completed(db, record)

@@ -53,8 +53,8 @@ def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None
         # two grading jobs that became ready two minutes ago: one is claimed by a worker
         # that dies (its lease runs out: stuck), one still waits (over the 60 s objective)
         past = JobManager(db, demo_jobs, clock=lambda: time.time() - 120)
-        past.enqueue(JobSpec("grading", "grade", {"answer_id": "x", "answer": "1"}))
-        past.enqueue(JobSpec("grading", "grade", {"answer_id": "y", "answer": "2"}))
+        past.enqueue(JobSpec("grading", "grade", {"answer_id": "x"}))
+        past.enqueue(JobSpec("grading", "grade", {"answer_id": "y"}))
         jobs.claim("grading", "dead-worker", 1, lease=0.01)
         time.sleep(0.05)
 

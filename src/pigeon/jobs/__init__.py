@@ -15,7 +15,7 @@ jobs.records.accept(ctx.tx, kind="answer", data=answer,
 
 from __future__ import annotations
 
-from pigeon.jobs import outbox, planner, records
+from pigeon.jobs import access, outbox, planner, records
 from pigeon.jobs.app import App, QueueConfig, Schedule, load_app
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
@@ -59,6 +59,7 @@ __all__ = [
     "Timeouts",
     "Worker",
     "WorkerOptions",
+    "access",
     "call_provider",
     "effect",
     "enqueue",

@@ -3,33 +3,51 @@
     app = App()
     app.queue("grading", min_workers=2, max_workers=12, freshness=60, owner="grading-team")
 
-    @app.task(queue="grading")
+    @app.task(queue="grading", fields=("answer_id",), access=answer_author_active)
     def grade(answer_id: int) -> None: ...
 
 Workers import the app by ``"module:attr"`` and open the database they are given.
+
+Job payloads are minimal and scoped: a task may declare the ``fields`` its payload may carry
+(ids, not the data they name: the task re-reads that when it runs, so the queue holds no
+copy of an answer or an e-mail address), and any other field is refused at enqueue, naming
+it. A task may declare an ``access`` re-check, run in a read transaction before the work;
+a refusal fails the job for good (``AccessRevoked``, to the failed store with its owner).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from pigeon.exceptions import ConfigurationError, InvalidOperation, NotFound, PermanentError
+from pigeon.exceptions import (
+    AccessRevoked,
+    ConfigurationError,
+    InvalidOperation,
+    NotFound,
+    PayloadInvalid,
+    PermanentError,
+)
+from pigeon.jobs._db import reading
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, finite, positive_int
 from pigeon.jobs.timeouts import Timeouts
 
 if TYPE_CHECKING:
+    from pigeon.jobs.job import Job
     from pigeon.jobs.manager import FailedJob
-    from pigeon.storage.base import Database
+    from pigeon.storage.base import Database, Tx
 
 AlertHook = Callable[["FailedJob"], None]
 # (queue, oldest eligible-ready age in seconds, the queue's freshness objective in seconds)
 FreshnessHook = Callable[[str, float, float], None]
+# A task's access re-check: (read transaction, the job about to run) -> why access is
+# refused, or None to let the work run. It reads ids from job.payload / job.record_id.
+AccessCheck = Callable[["Tx", "Job"], "str | None"]
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # finished jobs are purged after a week
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,6 +110,34 @@ class Task:
     max_attempts: int
     max_age: float | None
     permanent: tuple[type[BaseException], ...]
+    fields: frozenset[str] | None = None  # None: any field that binds
+    access: AccessCheck | None = None
+
+    def undeclared(self, payload: Mapping[str, Any]) -> str | None:
+        """Why ``payload`` carries more than the task declares (None: it does not)."""
+        if self.fields is None:
+            return None
+        extra = sorted(k for k in payload if k not in self.fields)
+        if not extra:
+            return None
+        return (
+            f"task {self.name!r} does not declare payload field "
+            f"{', '.join(map(repr, extra))} (its fields: {', '.join(sorted(self.fields))})"
+        )
+
+    def before_run(self, db: Database, job: Job) -> None:
+        """What the worker checks before the work: the payload carries only declared
+        fields (a job written by a producer without the app), and the access re-check
+        lets it run. Raises PayloadInvalid / AccessRevoked, never retried."""
+        problem = self.undeclared(job.payload)
+        if problem is not None:
+            raise PayloadInvalid(problem)
+        if self.access is None:
+            return
+        with reading(db) as tx:
+            reason = self.access(tx, job)
+        if reason is not None:
+            raise AccessRevoked(f"access re-check of task {self.name!r} refused: {reason}")
 
     def binding_error(self, payload: object) -> str | None:
         """Why ``payload`` cannot be the task's arguments (None: it binds). The worker
@@ -167,6 +213,8 @@ class App:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_age: float | None = None,
         permanent: tuple[type[BaseException], ...] = (),
+        fields: Sequence[str] | None = None,
+        access: AccessCheck | None = None,
     ) -> F: ...
 
     @overload
@@ -181,6 +229,8 @@ class App:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_age: float | None = None,
         permanent: tuple[type[BaseException], ...] = (),
+        fields: Sequence[str] | None = None,
+        access: AccessCheck | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -194,8 +244,15 @@ class App:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         max_age: float | None = None,
         permanent: tuple[type[BaseException], ...] = (),
+        fields: Sequence[str] | None = None,
+        access: AccessCheck | None = None,
     ) -> Any:
-        """Register a task. ``context=True`` passes a JobContext as first argument."""
+        """Register a task. ``context=True`` passes a JobContext as first argument.
+
+        ``fields``: the payload fields the task may carry, each a parameter of the function
+        (every parameter without a default among them); anything else is refused at
+        enqueue, naming the field. ``access(tx, job)``: the re-check run before the work,
+        returning why access is refused or None (see ``pigeon.jobs.access``)."""
 
         if not positive_int(max_attempts):
             raise ConfigurationError(
@@ -208,9 +265,21 @@ class App:
             task_name = name or f.__name__
             if task_name in self.tasks:
                 raise ConfigurationError(f"task {task_name!r} is registered twice")
+            declared = _declared_fields(task_name, f, context, fields)
+            if access is not None and not callable(access):
+                raise ConfigurationError(f"task {task_name!r}: access must be callable")
             self.queue_config(queue)
             self.tasks[task_name] = Task(
-                task_name, queue, f, context, owner, max_attempts, max_age, permanent
+                task_name,
+                queue,
+                f,
+                context,
+                owner,
+                max_attempts,
+                max_age,
+                permanent,
+                declared,
+                access,
             )
             return f
 
@@ -233,8 +302,9 @@ class App:
 
     def check_spec(self, queue: str, task: str, payload: object) -> None:
         """Refuse (InvalidOperation) a job this app could never run: an unknown task, a
-        queue other than the task's own (no worker of that queue would find it), or a
-        payload that does not bind to the task function's parameters."""
+        queue other than the task's own (no worker of that queue would find it), a payload
+        with a field the task does not declare (PayloadInvalid), or one that does not bind
+        to the task function's parameters."""
         registered = self.tasks.get(task)
         if registered is None:
             raise InvalidOperation(f"no task named {task!r} in this app")
@@ -242,6 +312,10 @@ class App:
             raise InvalidOperation(
                 f"task {task!r} runs on queue {registered.queue!r}, not {queue!r}"
             )
+        if isinstance(payload, Mapping):  # first: it names the field it refuses
+            problem = registered.undeclared(payload)
+            if problem is not None:
+                raise PayloadInvalid(problem)
         problem = registered.binding_error(payload)
         if problem is not None:
             raise InvalidOperation(problem)
@@ -257,8 +331,45 @@ class App:
 
     def is_permanent(self, task: str, error: BaseException) -> bool:
         t = self.tasks.get(task)
-        kinds = self.permanent + (t.permanent if t else ())
+        # Whatever the app lists: retrying gives neither the access back nor the payload
+        # another shape.
+        kinds: tuple[type[BaseException], ...] = (AccessRevoked, PayloadInvalid, *self.permanent)
+        kinds += t.permanent if t else ()
         return isinstance(error, kinds)
+
+
+def _declared_fields(
+    task: str, func: Callable[..., Any], context: bool, fields: Sequence[str] | None
+) -> frozenset[str] | None:
+    """``fields`` checked against the function: each one a parameter it takes, and every
+    parameter it needs among them (else no payload could ever run it)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
+        raise ConfigurationError(
+            f"task {task!r}: fields must be a sequence of names such as ('record_id',), "
+            f"got {fields!r}"
+        )
+    declared = frozenset(fields)
+    try:
+        params = list(inspect.signature(func).parameters.values())[1 if context else 0 :]
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return declared
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return declared
+    named = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    unknown = sorted(declared - set(named))
+    if unknown:
+        raise ConfigurationError(
+            f"task {task!r} declares field {unknown[0]!r}, not a parameter of {func.__name__}"
+        )
+    needed = sorted(n for n, p in named.items() if p.default is p.empty and n not in declared)
+    if needed:
+        raise ConfigurationError(
+            f"task {task!r}: parameter {needed[0]!r} has no default and is not a declared "
+            "field, so no payload could run it"
+        )
+    return declared
 
 
 def load_app(path: str) -> App:

@@ -283,6 +283,7 @@ class Worker:
             task, error = None, PermanentError(str(exc))
         if task is not None:
             try:
+                task.before_run(self.db, job)  # declared fields, the access re-check
                 if task.context:
                     task.func(JobContext(job, self.db, config.timeouts), **job.payload)
                 else:

@@ -40,13 +40,12 @@ def accept_answer(ctx: IntakeContext, jobs: App | None = None) -> HandlerResult:
     data = {k: body[k] for k in ("question", "answer", "expected", "notify") if k in body}
     data["principal"] = ctx.principal
     record_id = str(uuid.uuid4())
-    grading = {"answer_id": record_id, "answer": body["answer"], "expected": body.get("expected")}
-    obligations = {"grading": JobSpec("grading", "grade", grading)}
+    # The jobs carry the record's id, not the answer or the address: their tasks re-read
+    # those from the record, and re-check its author's access, when they run.
+    ids = {"answer_id": record_id}
+    obligations = {"grading": JobSpec("grading", "grade", ids)}
     if body.get("notify"):
-        message = f"answer to {body['question']!r} received"
-        obligations["notify"] = JobSpec(
-            "notify", "send", {"to": body["notify"], "message": message}
-        )
+        obligations["notify"] = JobSpec("notify", "send", ids)
     records.accept(
         ctx.tx,
         kind="answer",

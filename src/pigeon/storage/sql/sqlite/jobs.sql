@@ -306,3 +306,14 @@ DELETE FROM pigeon_freshness_breaches WHERE queue = :queue
 
 -- name: breach_list
 SELECT queue, since, age, objective FROM pigeon_freshness_breaches ORDER BY queue
+
+-- name: principal_revoke
+INSERT INTO pigeon_revoked_principals (principal, revoked_at, reason)
+VALUES (:principal, :now, :reason)
+ON CONFLICT (principal) DO UPDATE SET revoked_at = excluded.revoked_at, reason = excluded.reason
+
+-- name: principal_restore
+DELETE FROM pigeon_revoked_principals WHERE principal = :principal
+
+-- name: principal_revoked
+SELECT principal, revoked_at, reason FROM pigeon_revoked_principals WHERE principal = :principal
