@@ -23,6 +23,8 @@ import typer
 import uvicorn
 from starlette.applications import Starlette
 
+from pigeon import logs
+from pigeon.cli._format import LogFormatOption, LogRedactOption
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server import memory
@@ -265,6 +267,8 @@ def serve(
     timeout_body: Annotated[
         float, typer.Option(help="Seconds a request body may take to arrive after its head.")
     ] = DEFAULT_BODY,
+    log_format: LogFormatOption = "text",
+    log_redact: LogRedactOption = None,
 ) -> None:
     """Run the reference notes server with the idempotent intake.
 
@@ -347,6 +351,9 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        # pigeon's formatter (text or JSON, redacted) for uvicorn's loggers and the app's,
+        # set up again by uvicorn in every worker process it starts.
+        log_config=logs.dict_config(log_format, log_level.upper(), log_redact or ()),
         timeout_graceful_shutdown=5,
         # uvicorn's h11 protocol with deadlines for idle connections, request heads and
         # bodies (pigeon.server.timeouts); its own keep-alive timeout is the idle one.

@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
+from pigeon import logs
 from pigeon.cli._db import check_db
+from pigeon.cli._format import LogFormatOption, LogRedactOption
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
@@ -104,6 +106,8 @@ def worker(
         int | None,
         typer.Option(help="Jobs claimed per round trip (default: the queue's)."),
     ] = None,
+    log_format: LogFormatOption = "text",
+    log_redact: LogRedactOption = None,
 ) -> None:
     """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
     # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
@@ -125,7 +129,13 @@ def worker(
             str(db),
             budgets,
             processes=processes,
-            options=WorkerOptions(recycle_jobs=recycle_jobs, recycle_mib=recycle_mib, batch=batch),
+            options=WorkerOptions(
+                recycle_jobs=recycle_jobs,
+                recycle_mib=recycle_mib,
+                batch=batch,
+                log_format=log_format,
+                log_redact=tuple(log_redact or ()),
+            ),
             app_dir=".",
         )
     except PigeonError as exc:
@@ -133,7 +143,7 @@ def worker(
     # Once, here: a database the workers cannot open would fail every worker process at
     # its start, and the supervisor would relaunch them forever.
     check_db(db)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure(log_format, logging.INFO, log_redact or ())
     shown = {q: str(b) for q, b in supervisor.budgets.items()}
     typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {shown}")
     supervisor.run()

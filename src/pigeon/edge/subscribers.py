@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.logs import failure
 
 logger = logging.getLogger("pigeon.edge.queue")
 
@@ -40,5 +41,10 @@ class Subscribers:
         for callback in self._callbacks:  # a snapshot: add/remove swap the tuple
             try:
                 callback()
-            except Exception:
-                logger.exception("enqueue subscriber %r failed", callback)
+            except Exception as exc:
+                failure(logger, "enqueue subscriber %s failed", _name(callback), exc=exc)
+
+
+def _name(callback: object) -> str:
+    """A callback by its name: its repr may show the arguments bound to it (a partial)."""
+    return str(getattr(callback, "__qualname__", None) or type(callback).__qualname__)

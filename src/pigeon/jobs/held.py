@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pigeon.jobs.job import Job
+from pigeon.logs import summary
 
 if TYPE_CHECKING:
     from pigeon.jobs.manager import JobManager
@@ -70,6 +71,8 @@ def confirm_lease(manager: JobManager, job: Job, lease: float) -> float | None:
     try:
         lost = manager.renew([job], lease)
     except Exception as exc:
-        log.warning("job %s: its lease could not be confirmed (%s); not starting it", job.id, exc)
+        log.warning(
+            "job %s: its lease could not be confirmed (%s); not starting it", job.id, summary(exc)
+        )
         return None
     return None if lost else asked + lease

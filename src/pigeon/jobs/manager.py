@@ -23,6 +23,7 @@ from pigeon.jobs import ledger
 from pigeon.jobs._db import reading, rowcount
 from pigeon.jobs.app import App
 from pigeon.jobs.job import Job, JobId, JobSpec
+from pigeon.logs import failure
 from pigeon.storage.base import Database, Tx
 
 Clock = Callable[[], float]
@@ -448,7 +449,8 @@ class JobManager:
                 continue
             try:
                 hook(item)
-            except Exception:
-                log.exception(
-                    "alert hook failed for job %s (%s/%s)", item.id, item.queue, item.task
-                )
+            except Exception as exc:
+                failure(
+                    log, "alert hook failed for job %s (%s/%s)", item.id, item.queue, item.task,
+                    exc=exc,
+                )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from pigeon.jobs._db import rowcount
 from pigeon.jobs.manager import describe
+from pigeon.logs import summary
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.relay")
@@ -112,7 +113,7 @@ class Relay:
             except Exception as exc:
                 with self.db.transaction() as tx:
                     tx.execute("outbox_mark_error", {"id": row["id"], "error": describe(exc)})
-                log.warning("publishing outbox message %s failed: %s", message.id, exc)
+                log.warning("publishing outbox message %s failed: %s", message.id, summary(exc))
                 break
             with self.db.transaction() as tx:
                 published += rowcount(

@@ -18,6 +18,7 @@ from typing import Any
 
 from pigeon.jobs._db import reading
 from pigeon.jobs.app import App, QueueConfig
+from pigeon.logs import failure
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.stats")
@@ -188,8 +189,8 @@ class FreshnessMonitor:
         if won and hook is not None:
             try:
                 hook(queue, age, objective)
-            except Exception:
-                log.exception("freshness alert hook failed for queue %s", queue)
+            except Exception as exc:
+                failure(log, "freshness alert hook failed for queue %s", queue, exc=exc)
         return won
 
     def check(self, queues: Iterable[str]) -> list[str]:

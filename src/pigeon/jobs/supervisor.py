@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from pigeon import logs
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
+from pigeon.logs import LogFormat
 
 log = logging.getLogger("pigeon.jobs.supervisor")
 
@@ -88,6 +90,10 @@ class WorkerOptions:
     batch: int | None = None
     durability: str = "full"
     schedules: bool = True
+    # How the worker processes log (pigeon.logs): each is a fresh interpreter (spawn),
+    # which inherits none of the supervisor's logging setup.
+    log_format: LogFormat = "text"
+    log_redact: tuple[str, ...] = ()
 
 
 def child_main(
@@ -100,7 +106,7 @@ def child_main(
     """Entry point of one worker process."""
     from pigeon.storage.server import open_server_db
 
-    logging.basicConfig(level=logging.WARNING)
+    logs.configure(options.log_format, logging.WARNING, options.log_redact)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
     add_app_dir(app_dir)
     app = load_app(app_ref)

@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from pigeon.logs import summary
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.wakeup")
@@ -116,7 +117,7 @@ class ListenWakeup(Wakeup):
             except psycopg.Error as exc:
                 self.listening.clear()
                 if not self._closed.is_set():
-                    log.warning("LISTEN connection lost (%s); reconnecting", exc)
+                    log.warning("LISTEN connection lost (%s); reconnecting", summary(exc))
                 self._closed.wait(backoff)
                 backoff = min(backoff * 2, 2.0)
         self.listening.clear()

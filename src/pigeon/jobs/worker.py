@@ -55,6 +55,7 @@ from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
 from pigeon.jobs.timeouts import Timeouts
+from pigeon.logs import summary
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.worker")
@@ -209,7 +210,7 @@ class Worker:
             try:
                 jobs = self.manager.claim(queue, self.name, batch, lease)
             except Exception as exc:
-                log.warning("claim on %s failed (%s); retrying", queue, exc)
+                log.warning("claim on %s failed (%s); retrying", queue, summary(exc))
                 self._stop.wait(min(1.0, lease / 4))
                 continue
             if not jobs:
@@ -314,7 +315,7 @@ class Worker:
                     log.warning(
                         "could not record %d jobs (%s); they are recovered after lease expiry",
                         len(jobs),
-                        exc,
+                        summary(exc),
                     )
                     with self._lock:
                         self.stats.unrecorded += len(jobs)
@@ -372,7 +373,7 @@ class Worker:
                     if self.maintenance:
                         self.monitor.observe(queue, oldest)
                 except Exception as exc:
-                    log.warning("checking queue %s failed (%s)", queue, exc)
+                    log.warning("checking queue %s failed (%s)", queue, summary(exc))
             retention = self.app.retention
             if self.maintenance and retention and time.monotonic() - last_purge > self.purge_every:
                 last_purge = time.monotonic()
@@ -380,7 +381,7 @@ class Worker:
                     self.stats.purged += purge_finished(self.db, retention, max_batches=20)
                     purge_ticks(self.db, self.app.schedules.values(), retention, max_batches=20)
                 except Exception as exc:
-                    log.warning("purging finished jobs failed (%s)", exc)
+                    log.warning("purging finished jobs failed (%s)", summary(exc))
 
     # -- heartbeat and timeouts ----------------------------------------------------------
 
@@ -422,7 +423,7 @@ class Worker:
             try:
                 lost = self.manager.renew(jobs, seconds)
             except Exception as exc:
-                log.warning("renewing %d leases failed (%s)", len(jobs), exc)
+                log.warning("renewing %d leases failed (%s)", len(jobs), summary(exc))
                 continue
             gone = {(job.id, job.token) for job in lost}
             with self._lock:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from pigeon.edge.retry import RetryPolicy
+from pigeon.logs import failure
 
 log = logging.getLogger("pigeon.sync")
 
@@ -98,8 +99,8 @@ class ManualMonitor:
             for listener in listeners:
                 try:
                     listener(online)
-                except Exception:
-                    log.exception("connectivity listener raised")
+                except Exception as exc:
+                    failure(log, "connectivity listener raised", exc=exc)
 
 
 class ProbeMonitor(ManualMonitor):
@@ -167,8 +168,8 @@ class ProbeMonitor(ManualMonitor):
             self.probes += 1
             try:
                 reachable = self._probe()
-            except Exception:
-                log.exception("connectivity probe raised")
+            except Exception as exc:
+                failure(log, "connectivity probe raised", exc=exc)
                 reachable = False
             if reachable:
                 self._change(True)

@@ -35,6 +35,7 @@ from typing import Any
 from pigeon.edge.operation import Operation
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
+from pigeon.logs import failure
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF, ConnectivityMonitor, ProbeMonitor
 from pigeon.sync.events import (
@@ -374,12 +375,8 @@ class SyncEngine:
         """A step of the background loop raised: record it and say how long to back off."""
         self._error_streak += 1
         delay = self._reconnect.delay(self._error_streak)
-        log.error(
-            "pigeon sync step failed (%d in a row); next try in %.2f s",
-            self._error_streak,
-            delay,
-            exc_info=exc,
-        )
+        step = "pigeon sync step failed (%d in a row); next try in %.2f s"
+        failure(log, step, self._error_streak, delay, exc=exc)
         self._error(exc)
         return delay
 
@@ -475,7 +472,12 @@ class SyncEngine:
         with self._state_lock:
             self._account(report)
         if report.error is not None:  # outside the lock: on_error is application code
-            log.warning("pigeon sync: a request could not be made", exc_info=report.error)
+            failure(
+                log,
+                "pigeon sync: a request could not be made",
+                exc=report.error,
+                level=logging.WARNING,
+            )
             self._error(report.error)
         return report
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.edge.operation import Operation
+from pigeon.logs import failure
 from pigeon.sync.classify import Outcome
 
 log = logging.getLogger("pigeon.sync")
@@ -52,8 +53,8 @@ class Callbacks:
             return
         try:
             callback(*args)
-        except Exception:
-            log.exception("pigeon sync callback %s raised; delivery continues", name)
+        except Exception as exc:
+            failure(log, "pigeon sync callback %s raised; delivery continues", name, exc=exc)
 
 
 def chain(
@@ -71,7 +72,7 @@ def chain(
         try:
             first(op, outcome)
         except Exception as exc:
-            log.exception("pigeon sync: the conflict resolver raised for %s", op.id)
+            failure(log, "pigeon sync: the conflict resolver raised for %s", op.id, exc=exc)
             on_error(exc)
         if then is not None:
             then(op, outcome)

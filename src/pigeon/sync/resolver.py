@@ -48,6 +48,7 @@ from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
+from pigeon.logs import failure
 from pigeon.sync.classify import Outcome
 
 log = logging.getLogger("pigeon.sync")
@@ -257,8 +258,8 @@ class ConflictResolver:
             return
         try:
             self.on_resolved(op, decision)
-        except Exception:
-            log.exception("on_resolved raised; the resolution stands")
+        except Exception as exc:
+            failure(log, "on_resolved raised; the resolution stands", exc=exc)
 
 
 class ConflictHolder:

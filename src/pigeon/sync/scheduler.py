@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+from pigeon.logs import failure
+
 T = TypeVar("T")
 log = logging.getLogger("pigeon.sync")
 
@@ -230,7 +232,7 @@ def within(timeout: float, work: Callable[[], T], *, name: str) -> tuple[bool, T
         if late and not outcome[0]:
             error = outcome[1]
             assert isinstance(error, BaseException)
-            log.error("pigeon sync: %s failed after its caller's timeout", name, exc_info=error)
+            failure(log, "pigeon sync: %s failed after its caller's timeout", name, exc=error)
 
     threading.Thread(target=run, name=name, daemon=True).start()
     done.wait(timeout)
