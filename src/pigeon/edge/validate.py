@@ -156,19 +156,23 @@ def _too_deep() -> PayloadInvalid:
     )
 
 
+_CONTAINERS = (dict, list, tuple)  # a tuple: isinstance is faster with it than a union
+
+
 def json_depth(value: Any) -> int:
     """Nesting depth of a JSON value (an object or array is 1 more than its deepest item),
-    without recursion, and without walking below ``MAX_JSON_DEPTH + 1``."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
-            deepest = max(deepest, depth)
-            if depth <= wire.MAX_JSON_DEPTH:
-                stack.extend(
-                    (c, depth + 1) for c in (item.values() if isinstance(item, dict) else item)
-                )
-    return deepest
+    without recursion and without looking below ``MAX_JSON_DEPTH + 1``. A level at a time:
+    one list of the level's items, which costs far less than a stack of (item, depth)."""
+    level, depth = [value], 0
+    while True:
+        containers = [item for item in level if isinstance(item, _CONTAINERS)]
+        if not containers or depth > wire.MAX_JSON_DEPTH:
+            return depth
+        depth += 1
+        level = []
+        extend = level.extend
+        for item in containers:
+            extend(item.values() if isinstance(item, dict) else item)
 
 
 def route(
