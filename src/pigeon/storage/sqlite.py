@@ -40,10 +40,9 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
 
 def is_full(exc: BaseException) -> bool:
     """Is ``exc`` SQLite saying the file cannot grow (SQLITE_FULL: a full disk, or the
-    connection's ``max_page_count`` reached)?"""
-    return (
-        isinstance(exc, sqlite3.Error) and (exc.sqlite_errorcode or 0) & 0xFF == sqlite3.SQLITE_FULL
-    )
+    connection's ``max_page_count`` reached)? An error made by hand has no code."""
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def full(exc: BaseException, path: str) -> StorageFull:
