@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from pigeon.cli import app
 from pigeon.edge.queue import OfflineQueue
+from pigeon.jobs import records
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
@@ -107,7 +108,14 @@ def wait_until_succeeded(
 def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
     path = tmp_path / "server.db"
     db = open_server_db(path)
-    JobManager(db).enqueue(JobSpec("grading", "grade", {"answer_id": "a1", "answer": "42"}))
+    with db.transaction() as tx:  # the demo app's grader reads the answer from its record
+        records.accept(
+            tx,
+            kind="answer",
+            data={"answer": "42"},
+            record_id="a1",
+            obligations={"grading": JobSpec("grading", "grade", {"answer_id": "a1"})},
+        )
     db.close()
     proc = subprocess.Popen(
         [sys.executable, "-m", "pigeon", "worker", "--db", str(path), "--queue", "grading=2"],
