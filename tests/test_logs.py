@@ -107,6 +107,11 @@ def test_formatters_redact_fields_messages_and_exception_messages(
     assert "PostgreSQL down" in infra  # pigeon's own infrastructure messages are kept
 
 
+def test_a_text_line_keeps_a_forged_line_on_its_own() -> None:
+    line = TextFormatter().format(record("GET %s", "/x\r\n2026-01-01 ERROR forged"))
+    assert "\n" not in line and "\\r\\n2026-01-01 ERROR forged" in line
+
+
 def test_json_lines_carry_the_structured_fields() -> None:
     line = JsonFormatter().format(record("claimed %d", 3, job_id=12, queue="grading"))
     entry = json.loads(line)

@@ -68,6 +68,11 @@ _STANDARD = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys() | {"message", "asctime"}
 )
 _CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;\"']+")
+# A text line's message keeps to one line: a CR/LF (or another control character) taken
+# from a request would otherwise forge a log line of its own. JSON escapes them anyway.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Fields some libraries add for their own formatters (uvicorn: the message with ANSI colours).
+_DROPPED = frozenset({"color_message"})
 
 
 def redaction_list(
@@ -161,7 +166,7 @@ class Redactor:
         return {
             key: REDACTED if self.hides(key) else self.value(value)
             for key, value in vars(record).items()
-            if key not in _STANDARD and not key.startswith("_")
+            if key not in _STANDARD and key not in _DROPPED and not key.startswith("_")
         }
 
 
@@ -176,8 +181,8 @@ class TextFormatter(logging.Formatter):
         self.redactor = Redactor(redact)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{self.formatTime(record)} {record.levelname} {record.name} "
-        line += self.redactor.message(record)
+        message = _CONTROL.sub(lambda m: ascii(m.group())[1:-1], self.redactor.message(record))
+        line = f"{self.formatTime(record)} {record.levelname} {record.name} {message}"
         fields = self.redactor.fields(record)
         logged = fields.pop("exception", None)  # from `failure`: a traceback, for reading
         if fields:
