@@ -167,6 +167,7 @@ def _answer(db: Database, principal: str) -> str:
             obligations={"grading": JobSpec("grading", "grade", {"answer_id": rid})},
             record_id=rid,
             app=demo_app,
+            principal=principal,
         )
     return rid
 

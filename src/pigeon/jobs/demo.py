@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pigeon.exceptions import NotFound
 from pigeon.jobs import access, records
 from pigeon.jobs.app import App
 from pigeon.jobs.context import JobContext
@@ -53,13 +52,13 @@ def answer_data(tx: Tx, answer_id: str) -> dict[str, Any]:
 
 def author_has_access(tx: Tx, job: Job) -> str | None:
     """The access re-check of every task here: the answer still exists and its author
-    (the principal that posted it) has not been revoked."""
+    (the principal the intake recorded with it) has not been revoked."""
     answer_id = job.payload.get("answer_id")
-    try:
-        principal = answer_data(tx, str(answer_id)).get("principal")
-    except NotFound:
+    row = tx.fetchone("rec_get", {"id": str(answer_id)})
+    if row is None:
         return f"answer {answer_id!r} no longer exists"
-    reason = access.revoked(tx, principal) if isinstance(principal, str) else None
+    principal = row["principal"]  # None: made outside the intake, nobody's to re-check
+    reason = access.revoked(tx, principal) if principal is not None else None
     return None if reason is None else f"principal {principal!r} was revoked ({reason})"
 
 
