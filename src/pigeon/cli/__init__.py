@@ -75,6 +75,9 @@ def _register() -> None:
     from pigeon.cli import bench_cmd
 
     app.command("bench")(bench_cmd.bench)
+    from pigeon.cli import relay_cmd
+
+    app.command("relay")(relay_cmd.relay)
 
 
 _register()

@@ -25,10 +25,17 @@ from pigeon.jobs.failed import FailedStore
 from pigeon.jobs.job import Job, JobSpec, JobStatus
 from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
 from pigeon.jobs.providers import Provider, call_provider
-from pigeon.jobs.relay import CallablePublisher, Message, RedisStreamPublisher, Relay
+from pigeon.jobs.relay import (
+    CallablePublisher,
+    Message,
+    Publisher,
+    RedisStreamPublisher,
+    Relay,
+    RelayRunner,
+)
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
-from pigeon.jobs.stats import FreshnessMonitor, QueueStats, queue_stats
+from pigeon.jobs.stats import FreshnessMonitor, QueueStats, RelayLag, queue_stats, relay_lag
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
@@ -49,10 +56,13 @@ __all__ = [
     "Message",
     "Outcome",
     "Provider",
+    "Publisher",
     "QueueConfig",
     "QueueStats",
     "RedisStreamPublisher",
     "Relay",
+    "RelayLag",
+    "RelayRunner",
     "Schedule",
     "Scheduler",
     "Supervisor",
@@ -69,4 +79,5 @@ __all__ = [
     "purge_finished",
     "queue_stats",
     "records",
+    "relay_lag",
 ]

@@ -1,40 +1,94 @@
-"""The outbox relay: publishes outbox rows to a broker, at least once, and never loses one.
+"""The outbox relay: publishes outbox rows to a broker, at least once, in order, and never
+loses one.
 
-A row is marked published only after the publisher returned, so a relay killed between
-the two publishes that row again when it restarts, with the same message id; the Redis
-publisher drops such a repeat itself, and any consumer can dedup on the id. Published rows
-are purged after the retention window.
+A row is marked published only after the broker confirmed it (the publisher returned),
+so a relay killed between the two publishes that row again when it restarts, with the
+same message id: Redis (a marker set with the entry, atomically) and NATS JetStream (the
+``Nats-Msg-Id`` duplicate window) drop such a repeat themselves; RabbitMQ has no
+broker-side dedup, so its consumers see it twice and dedup on ``message_id``.
+
+Rows go out in outbox order (``id``), a batch at a time; the first refused message stops
+the pass, only the confirmed prefix is marked, and the relay backs off (capped, jittered:
+``pigeon.jobs.backoff``) before it tries that row again, so a broker outage never loses
+or reorders rows. Published rows are purged after the retention window.
+
+Publishers implement ``publish(message)``; those that can keep many messages on the wire
+(the broker publishers in ``pigeon.jobs.publishers``) also implement ``publish_many``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 from pigeon.jobs._db import rowcount
+from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
-from pigeon.logs import summary
+from pigeon.jobs.publishers.redis import RedisStreamPublisher
+from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.relay")
 
+# Tests only: the relay SIGKILLs itself once this many messages were confirmed by the
+# broker, before it marks them (the crash between publish and mark, made deterministic).
+TEST_DIE_AFTER_ENV = "PIGEON_RELAY_TEST_DIE_AFTER"
+
+__all__ = [
+    "BatchPublisher",
+    "CallablePublisher",
+    "Message",
+    "PartialPublish",
+    "Publisher",
+    "RedisStreamPublisher",
+    "Relay",
+    "RelayRunner",
+]
+
 
 @dataclass(frozen=True)
 class Message:
-    id: str
+    id: str  # the outbox message id, minted once: every re-publication carries it
     topic: str
     payload: Any
     created_at: float
+    seq: int | None = None  # the outbox row id: the order the relay publishes in
+
+    def body(self) -> bytes:
+        return json.dumps(self.payload, sort_keys=True, separators=(",", ":")).encode()
 
 
 class Publisher(Protocol):
     def publish(self, message: Message) -> None:
         """Deliver or raise. Must be safe to call twice with the same message id."""
+
+
+@runtime_checkable
+class BatchPublisher(Protocol):
+    def publish(self, message: Message) -> None: ...
+
+    def publish_many(self, messages: Sequence[Message]) -> int:
+        """Publish in order, several on the wire at once; return how many of them the
+        broker dropped as duplicates. If one is not confirmed, raise ``PartialPublish``
+        saying how many from the start were."""
+
+
+class PartialPublish(Exception):
+    """``confirmed`` messages from the start of a batch were confirmed; the next one was
+    not (``__cause__`` says why)."""
+
+    def __init__(self, confirmed: int, cause: BaseException, duplicates: int = 0) -> None:
+        super().__init__(f"{confirmed} confirmed, then: {describe(cause)}")
+        self.confirmed = confirmed
+        self.cause = cause
+        self.duplicates = duplicates  # of the confirmed ones
 
 
 class CallablePublisher:
@@ -47,79 +101,89 @@ class CallablePublisher:
         self.fn(message)
 
 
-# XADD only if this message id was never added: the marker and the entry go in together.
-_XADD_ONCE = """
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[1], '*', 'message_id', ARGV[2], 'topic', ARGV[3],
-                    'payload', ARGV[4], 'created_at', ARGV[5])
-end
-return false
-"""
+@dataclass
+class RelayCounts:
+    published: int = 0  # rows marked published
+    duplicates: int = 0  # re-publications the broker said it dropped
+    failures: int = 0  # passes that stopped on a refused message or a broken connection
 
 
-class RedisStreamPublisher:
-    """One Redis stream per topic (``<prefix><topic>``), deduplicated by message id for
-    ``dedup_seconds`` (keep it longer than the outbox retention)."""
-
-    def __init__(
-        self, client: Any, *, prefix: str = "pigeon:", dedup_seconds: int = 7 * 86400
-    ) -> None:
-        self.client = client
-        self.prefix = prefix
-        self.dedup_seconds = dedup_seconds
-        self._script = client.register_script(_XADD_ONCE)
-
-    def publish(self, message: Message) -> None:
-        self._script(
-            keys=[self.prefix + message.topic, f"{self.prefix}seen:{message.id}"],
-            args=[
-                self.dedup_seconds,
-                message.id,
-                message.topic,
-                json.dumps(message.payload, sort_keys=True),
-                repr(message.created_at),
-            ],
-        )
-
-
+@dataclass
 class Relay:
-    def __init__(
-        self,
-        db: Database,
-        publisher: Publisher,
-        *,
-        batch: int = 100,
-        retention: float = 86400.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.db = db
-        self.publisher = publisher
-        self.batch = batch
-        self.retention = retention
-        self.clock = clock
+    db: Database
+    publisher: Publisher
+    batch: int = 100
+    retention: float = 86400.0
+    clock: Callable[[], float] = time.time
+    backoff: Backoff = field(default_factory=lambda: Backoff(base=0.2, cap=30.0))
+    counts: RelayCounts = field(default_factory=RelayCounts)
+
+    def __post_init__(self) -> None:
+        die_after = os.environ.get(TEST_DIE_AFTER_ENV)
+        self._die_after = int(die_after) if die_after else None
+        self._confirmed = 0
 
     def run_once(self) -> int:
-        """Publish one batch of pending rows in order; stops at the first failure so
-        order is kept. Returns how many were published."""
+        """Publish one batch of pending rows in order; stops at the first message the
+        broker does not confirm, so order is kept. Returns how many were published; a
+        failure is raised after the confirmed prefix is marked."""
         with self.db.transaction() as tx:
             rows = tx.fetchall("outbox_pending", {"limit": self.batch})
-        published = 0
-        for row in rows:
-            message = Message(
-                row["message_id"], row["topic"], json.loads(row["payload"]), row["created_at"]
+        if not rows:
+            return 0
+        messages = [
+            Message(r["message_id"], r["topic"], json.loads(r["payload"]), r["created_at"], r["id"])
+            for r in rows
+        ]
+        confirmed, error = self._publish(messages)
+        self._confirmed += confirmed
+        if self._die_after is not None and self._confirmed >= self._die_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # tests: die between confirm and mark
+        published = self._mark(rows[:confirmed])
+        if error is not None:
+            self.counts.failures += 1
+            failed = rows[confirmed]
+            with self.db.transaction() as tx:
+                tx.execute("outbox_mark_error", {"id": failed["id"], "error": describe(error)})
+            log.warning(
+                "publishing outbox message %s (row %s) failed: %s",
+                failed["message_id"],
+                failed["id"],
+                summary(error),
             )
+            raise error
+        return published
+
+    def _publish(self, messages: list[Message]) -> tuple[int, Exception | None]:
+        if isinstance(self.publisher, BatchPublisher):
+            try:
+                self.counts.duplicates += self.publisher.publish_many(messages)
+            except PartialPublish as exc:
+                self.counts.duplicates += exc.duplicates
+                cause = exc.cause if isinstance(exc.cause, Exception) else exc
+                return exc.confirmed, cause
+            except Exception as exc:
+                return 0, exc
+            return len(messages), None
+        for i, message in enumerate(messages):
             try:
                 self.publisher.publish(message)
             except Exception as exc:
-                with self.db.transaction() as tx:
-                    tx.execute("outbox_mark_error", {"id": row["id"], "error": describe(exc)})
-                log.warning("publishing outbox message %s failed: %s", message.id, summary(exc))
-                break
-            with self.db.transaction() as tx:
-                published += rowcount(
-                    tx.execute("outbox_mark_published", {"id": row["id"], "now": self.clock()})
+                return i, exc
+        return len(messages), None
+
+    def _mark(self, rows: Sequence[Any]) -> int:
+        if not rows:
+            return 0
+        now = self.clock()
+        marked = 0
+        with self.db.transaction() as tx:
+            for row in rows:
+                marked += rowcount(
+                    tx.execute("outbox_mark_published", {"id": row["id"], "now": now})
                 )
-        return published
+        self.counts.published += marked
+        return marked
 
     def purge(self, batch: int = 1000) -> int:
         """Delete published rows past retention, ``batch`` rows per short transaction, so
@@ -135,18 +199,104 @@ class Relay:
                 return total
 
     def drain(self) -> int:
+        """Publish until nothing is pending; a failure is raised (rows before it marked)."""
         total = 0
         while (n := self.run_once()) > 0:
             total += n
         return total
 
-    def run(self, stop: threading.Event, *, interval: float = 0.5) -> None:
+    def run(
+        self, stop: threading.Event, *, interval: float = 0.5, purge_every: float = 60.0
+    ) -> None:
+        """Publish until ``stop`` is set: at once while there is a backlog, every
+        ``interval`` seconds when idle, and after a failure (broker down, database
+        unavailable) after a capped, jittered backoff that grows with each failure in a
+        row. Nothing is skipped: the row that failed is the first one tried again."""
+        failures = 0
+        last_purge = 0.0
         while not stop.is_set():
             try:
                 busy = self.run_once() > 0
-                self.purge()
-            except Exception:
-                log.exception("outbox relay pass failed")
-                busy = False
+                failures = 0
+                if time.monotonic() - last_purge >= purge_every:
+                    self.purge()
+                    last_purge = time.monotonic()
+            except Exception as exc:
+                failures += 1
+                delay = max(self.backoff.delay(failures), 0.05)
+                log.warning(
+                    "outbox relay: %s; trying again in %.2f s (failure %d in a row)",
+                    summary(exc),
+                    delay,
+                    failures,
+                )
+                stop.wait(delay)
+                continue
             if not busy:
                 stop.wait(interval)
+
+
+class RelayRunner:
+    """A relay on a background thread with its own database connection and publisher:
+    what ``pigeon relay``, ``pigeon worker --relay-to`` and ``pigeon serve --relay-to``
+    start. ``stop()`` ends it after the pass in progress and closes both."""
+
+    def __init__(
+        self,
+        db_url: str,
+        to: str,
+        *,
+        batch: int = 100,
+        interval: float = 0.5,
+        open_db: Callable[[str], Database] | None = None,
+    ) -> None:
+        from pigeon.jobs.publishers import open_publisher
+        from pigeon.storage.server import open_server_db
+
+        self.publisher = open_publisher(to)  # a bad URL fails here, before any thread
+        self.db = (open_db or open_server_db)(db_url)
+        self.relay = Relay(self.db, self.publisher, batch=batch)
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pigeon-relay", daemon=True)
+        self._closed = False
+        self._inline = False
+
+    def start(self) -> RelayRunner:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.relay.run(self._stop, interval=self.interval)
+        except Exception as exc:  # run() catches its own; this is a last word, not a loop
+            failure(log, "outbox relay stopped", exc=exc)
+
+    def run_forever(self) -> None:
+        """Run in the calling thread until ``stop()`` (from a signal handler, say)."""
+        self._inline = True
+        try:
+            self.relay.run(self._stop, interval=self.interval)
+        finally:
+            self._close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the pass in progress; closes the publisher and the database (by
+        ``run_forever`` itself when it runs in the calling thread)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if not self._inline:
+            self._close()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        close = getattr(self.publisher, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as exc:
+                failure(log, "closing the relay's publisher", exc=exc)
+        self.db.close()

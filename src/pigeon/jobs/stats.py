@@ -102,6 +102,30 @@ def queue_stats(
     return result
 
 
+@dataclass(frozen=True)
+class RelayLag:
+    """How far the outbox relay is behind: rows not yet confirmed by the broker, and the
+    age of the oldest of them (None when none is waiting)."""
+
+    pending: int
+    oldest_age: float | None  # seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "oldest_age": self.oldest_age}
+
+
+def relay_lag(db: Database, *, now: float | None = None) -> RelayLag:
+    """The relay's lag, for ``/metrics``, the page and alerts: one indexed read of the
+    unpublished outbox rows (a relay that is down, or a broker that refuses, shows as a
+    growing age)."""
+    now = time.time() if now is None else now
+    with reading(db) as tx:
+        row = tx.fetchone("outbox_lag", {})
+    pending = int(row["pending"] or 0) if row is not None else 0
+    oldest = row["oldest"] if row is not None else None
+    return RelayLag(pending, ready_age(oldest, now))
+
+
 def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) -> dict[str, float]:
     """``{"p50": ..., ...}`` by nearest rank: always one of the samples, never decreasing
     with p (interpolation can round a hair out of order); no samples: ``{}``."""

@@ -314,6 +314,11 @@ DELETE FROM pigeon_outbox WHERE id = ANY (ARRAY(
     LIMIT %(limit)s
 ))
 
+-- name: outbox_lag
+-- The relay's lag: unpublished rows and the oldest one's creation time (the pending index).
+SELECT count(*) AS pending, min(created_at) AS oldest FROM pigeon_outbox
+WHERE published_at IS NULL
+
 -- name: outbox_counts
 SELECT count(*) FILTER (WHERE published_at IS NULL) AS pending,
        count(*) FILTER (WHERE published_at IS NOT NULL) AS published

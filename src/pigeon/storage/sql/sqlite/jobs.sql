@@ -194,6 +194,11 @@ UPDATE pigeon_outbox SET attempts = attempts + 1, last_error = :error WHERE id =
 -- name: outbox_purge
 DELETE FROM pigeon_outbox WHERE published_at IS NOT NULL AND published_at < :before
 
+-- name: outbox_lag
+-- The relay's lag: unpublished rows and the oldest one's creation time (the pending index).
+SELECT count(*) AS pending, min(created_at) AS oldest FROM pigeon_outbox
+WHERE published_at IS NULL
+
 -- name: outbox_counts
 SELECT sum(CASE WHEN published_at IS NULL THEN 1 ELSE 0 END) AS pending,
        sum(CASE WHEN published_at IS NOT NULL THEN 1 ELSE 0 END) AS published

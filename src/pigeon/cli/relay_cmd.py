@@ -1,0 +1,92 @@
+"""``pigeon relay``: publish the server's outbox to a broker until stopped (SIGTERM or
+Ctrl-C ends it after the pass in progress), or, with ``--once``, until it is empty."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Annotated
+
+import typer
+
+from pigeon.cli._db import open_db
+from pigeon.exceptions import ConfigurationError
+from pigeon.jobs.publishers import broker_kind
+from pigeon.jobs.relay import RelayRunner
+from pigeon.jobs.stats import relay_lag
+
+TO_HELP = (
+    "Broker URL: redis://host[:port][/db] (Redis Streams), nats://host[:port] "
+    "(NATS JetStream) or amqp://user:pass@host[:port][/vhost] (RabbitMQ)."
+)
+
+
+def checked_broker_url(url: str, command: str) -> str:
+    """``url`` if the relay can use it; otherwise one line on stderr and exit 2."""
+    try:
+        broker_kind(url)
+    except ConfigurationError as exc:
+        typer.echo(f"pigeon {command}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return url
+
+
+def make_runner(
+    db: str, to: str, command: str, *, batch: int = 100, interval: float = 0.5
+) -> RelayRunner:
+    """A relay for ``db`` and ``to`` (not started); a URL or a missing client library
+    the relay cannot use is one line on stderr and exit 2."""
+    try:
+        return RelayRunner(db, to, batch=batch, interval=interval)
+    except ConfigurationError as exc:
+        typer.echo(f"pigeon {command}: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def relay(
+    db: Annotated[
+        str, typer.Option("--db", help="Server database: an existing SQLite file or postgresql://")
+    ],
+    to: Annotated[str, typer.Option("--to", help=TO_HELP)],
+    batch: Annotated[int, typer.Option(min=1, help="Rows published per round.")] = 100,
+    interval: Annotated[
+        float, typer.Option(min=0.01, help="Seconds between looks at an empty outbox.")
+    ] = 0.5,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once", help="Publish what is pending and exit (1 if the broker refused a row)."
+        ),
+    ] = False,
+) -> None:
+    """Publish the outbox in order, marking each row only after the broker confirmed it.
+
+    At least once to the broker; Redis and NATS JetStream drop a re-publication by its
+    message id, RabbitMQ consumers dedup on message_id. While the broker is down the relay
+    backs off (capped, jittered) and resumes at the first unconfirmed row.
+    """
+    checked_broker_url(to, "relay")
+    open_db(db).close()  # a missing file or an unreachable PostgreSQL: exit 2, named
+    runner = make_runner(db, to, "relay", batch=batch, interval=interval)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if once:
+        try:
+            published = runner.relay.drain()
+        except Exception as exc:
+            typer.echo(
+                f"pigeon relay: stopped on a row the broker did not confirm: {exc}", err=True
+            )
+            lag = relay_lag(runner.db)
+            typer.echo(f"published {runner.relay.counts.published}, {lag.pending} pending")
+            runner.stop()
+            raise typer.Exit(1) from None
+        counts = runner.relay.counts
+        typer.echo(f"published {published} (broker dropped {counts.duplicates} repeats)")
+        runner.stop()
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: runner.stop(timeout=0))
+    typer.echo(f"pigeon relay: {broker_kind(to)} publisher running (Ctrl-C stops it)")
+    sys.stdout.flush()
+    runner.run_forever()
