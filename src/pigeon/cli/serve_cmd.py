@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 
 from pigeon import logs
 from pigeon.cli._format import LogFormatOption, LogRedactOption
+from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server import memory
@@ -269,6 +270,15 @@ def serve(
     ] = DEFAULT_BODY,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
+    relay_to: Annotated[
+        str | None,
+        typer.Option(
+            "--relay-to",
+            help="Publish the outbox (e.g. /answers' announcements) to this broker "
+            "(redis://, nats:// or amqp://) from a relay thread beside the server, "
+            "stopped with it; as `pigeon relay --to` does.",
+        ),
+    ] = None,
 ) -> None:
     """Run the reference notes server with the idempotent intake.
 
@@ -288,6 +298,8 @@ def serve(
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     checked_policy(lock_timeout, response_retention, claim_retention)
+    if relay_to is not None:
+        checked_broker_url(relay_to, "serve")
     if test_hooks and not is_loopback(host):
         raise typer.BadParameter(
             f"--test-hooks lets any client delay and fail requests at will: it is for tests "
@@ -371,7 +383,14 @@ def serve(
         )
     typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
     sys.stdout.flush()
-    if workers > 1:
-        uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
-    else:
-        uvicorn.Server(config).run(sockets=[sock])
+    # The relay runs in this process (uvicorn's workers are spawned, not forked), on its
+    # own connection, and stops after the server did.
+    runner = make_runner(settings["DB"], relay_to, "serve").start() if relay_to else None
+    try:
+        if workers > 1:
+            uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
+        else:
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        if runner is not None:
+            runner.stop()

@@ -13,6 +13,7 @@ import typer
 from pigeon import logs
 from pigeon.cli._db import check_db
 from pigeon.cli._format import LogFormatOption, LogRedactOption
+from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
@@ -108,6 +109,14 @@ def worker(
     ] = None,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
+    relay_to: Annotated[
+        str | None,
+        typer.Option(
+            "--relay-to",
+            help="Also publish the outbox to this broker (redis://, nats:// or amqp://), "
+            "from the supervisor process, as `pigeon relay --to` does.",
+        ),
+    ] = None,
 ) -> None:
     """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
     # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
@@ -120,6 +129,8 @@ def worker(
         raise typer.BadParameter(
             f"must be a positive number of MiB, got {recycle_mib}", param_hint="--recycle-mib"
         )
+    if relay_to is not None:
+        checked_broker_url(relay_to, "worker")
     budgets = parse_queues(queue)
     add_app_dir(".")  # as the Supervisor does, so the app imports here as it will there
     check_app_queues(app, budgets)
@@ -146,4 +157,9 @@ def worker(
     logs.configure(log_format, logging.INFO, log_redact or ())
     shown = {q: str(b) for q, b in supervisor.budgets.items()}
     typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {shown}")
-    supervisor.run()
+    runner = make_runner(db, relay_to, "worker").start() if relay_to else None
+    try:
+        supervisor.run()
+    finally:
+        if runner is not None:
+            runner.stop()
