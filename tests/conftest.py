@@ -8,6 +8,7 @@ saying so — unless PIGEON_REQUIRE_PG=1 (CI sets it), where they fail instead.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,42 @@ def require_postgres() -> None:
         if REQUIRE_PG:
             pytest.fail(f"PIGEON_REQUIRE_PG=1 but {error}")
         pytest.skip(error)
+
+
+# The brokers the relay tests publish to (CI's .ci/run starts them when they are down).
+BROKERS = {
+    "redis": os.environ.get("PIGEON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "nats": os.environ.get("PIGEON_TEST_NATS_URL", "nats://127.0.0.1:4222"),
+    "amqp": os.environ.get("PIGEON_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+}
+_broker_errors: dict[str, str | None] = {}
+
+
+def _broker_unreachable(kind: str) -> str | None:
+    if kind not in _broker_errors:
+        from urllib.parse import urlsplit
+
+        url = BROKERS[kind]
+        parts = urlsplit(url)
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=3).close()
+            _broker_errors[kind] = None
+        except OSError as exc:
+            _broker_errors[kind] = (
+                f"{kind} broker not reachable at {url} ({exc}); set PIGEON_TEST_{kind.upper()}_URL"
+            )
+    return _broker_errors[kind]
+
+
+def require_broker(kind: str) -> str:
+    """The URL of the ``kind`` broker (redis, nats, amqp); skips the test if it does not
+    answer, or fails it under PIGEON_REQUIRE_PG=1 (CI), as ``require_postgres`` does."""
+    error = _broker_unreachable(kind)
+    if error is not None:
+        if REQUIRE_PG:
+            pytest.fail(f"PIGEON_REQUIRE_PG=1 but {error}")
+        pytest.skip(error)
+    return BROKERS[kind]
 
 
 def _with_database(dsn: str, name: str) -> str:
@@ -90,3 +127,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _pg_error is not None and not REQUIRE_PG:
         terminalreporter.write_sep("!", f"PostgreSQL tests SKIPPED: {_pg_error}", yellow=True)
+    for error in _broker_errors.values():
+        if error is not None and not REQUIRE_PG:
+            terminalreporter.write_sep("!", f"broker tests SKIPPED: {error}", yellow=True)

@@ -91,7 +91,7 @@ def test_redis_streams_publish_once_per_message_id(db: Database, redis_client: r
         entries = redis_client.xrange(prefix + "answers")
         got = [fields[b"message_id"].decode() for _, fields in entries]
         assert got == ids  # the repeat of message 3 was dropped by Redis
-        assert entries[0][1][b"payload"] == b'{"n": 0}'
+        assert entries[0][1][b"payload"] == b'{"n":0}'
     finally:
         redis_client.delete(prefix + "answers", *[f"{prefix}seen:{i}" for i in ids])
 

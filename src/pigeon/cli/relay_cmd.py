@@ -12,6 +12,7 @@ import typer
 
 from pigeon.cli._db import open_db
 from pigeon.exceptions import ConfigurationError
+from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers import broker_kind
 from pigeon.jobs.relay import RelayRunner
 from pigeon.jobs.stats import relay_lag
@@ -71,16 +72,16 @@ def relay(
     runner = make_runner(db, to, "relay", batch=batch, interval=interval)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
-        try:
-            published = runner.relay.drain()
-        except Exception as exc:
+        published = runner.relay.drain()
+        if runner.relay.last_error is not None:
+            error = describe(runner.relay.last_error)
             typer.echo(
-                f"pigeon relay: stopped on a row the broker did not confirm: {exc}", err=True
+                f"pigeon relay: stopped at a row the broker did not confirm: {error}", err=True
             )
             lag = relay_lag(runner.db)
-            typer.echo(f"published {runner.relay.counts.published}, {lag.pending} pending")
+            typer.echo(f"published {published}, {lag.pending} pending")
             runner.stop()
-            raise typer.Exit(1) from None
+            raise typer.Exit(1)
         counts = runner.relay.counts
         typer.echo(f"published {published} (broker dropped {counts.duplicates} repeats)")
         runner.stop()

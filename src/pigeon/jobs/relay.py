@@ -121,12 +121,14 @@ class Relay:
     def __post_init__(self) -> None:
         die_after = os.environ.get(TEST_DIE_AFTER_ENV)
         self._die_after = int(die_after) if die_after else None
-        self._confirmed = 0
+        self._confirmed_total = 0
+        self.last_error: Exception | None = None
 
     def run_once(self) -> int:
         """Publish one batch of pending rows in order; stops at the first message the
-        broker does not confirm, so order is kept. Returns how many were published; a
-        failure is raised after the confirmed prefix is marked."""
+        broker does not confirm, so order is kept. Returns how many were published;
+        ``last_error`` is that failure (None after a pass with none)."""
+        self.last_error = None
         with self.db.transaction() as tx:
             rows = tx.fetchall("outbox_pending", {"limit": self.batch})
         if not rows:
@@ -135,13 +137,25 @@ class Relay:
             Message(r["message_id"], r["topic"], json.loads(r["payload"]), r["created_at"], r["id"])
             for r in rows
         ]
-        confirmed, error = self._publish(messages)
-        self._confirmed += confirmed
-        if self._die_after is not None and self._confirmed >= self._die_after:
-            os.kill(os.getpid(), signal.SIGKILL)  # tests: die between confirm and mark
-        published = self._mark(rows[:confirmed])
+        if isinstance(self.publisher, BatchPublisher):
+            confirmed, error = self._publish_batch(self.publisher, messages)
+            self._confirmed(confirmed)
+            published = self._mark(rows[:confirmed])
+        else:  # one by one, each marked once confirmed (a slow publisher: a webhook, say)
+            published = confirmed = 0
+            error = None
+            for row, message in zip(rows, messages, strict=True):
+                try:
+                    self.publisher.publish(message)
+                except Exception as exc:
+                    error = exc
+                    break
+                confirmed += 1
+                self._confirmed(1)
+                published += self._mark([row])
         if error is not None:
             self.counts.failures += 1
+            self.last_error = error
             failed = rows[confirmed]
             with self.db.transaction() as tx:
                 tx.execute("outbox_mark_error", {"id": failed["id"], "error": describe(error)})
@@ -151,26 +165,24 @@ class Relay:
                 failed["id"],
                 summary(error),
             )
-            raise error
         return published
 
-    def _publish(self, messages: list[Message]) -> tuple[int, Exception | None]:
-        if isinstance(self.publisher, BatchPublisher):
-            try:
-                self.counts.duplicates += self.publisher.publish_many(messages)
-            except PartialPublish as exc:
-                self.counts.duplicates += exc.duplicates
-                cause = exc.cause if isinstance(exc.cause, Exception) else exc
-                return exc.confirmed, cause
-            except Exception as exc:
-                return 0, exc
-            return len(messages), None
-        for i, message in enumerate(messages):
-            try:
-                self.publisher.publish(message)
-            except Exception as exc:
-                return i, exc
+    def _publish_batch(
+        self, publisher: BatchPublisher, messages: list[Message]
+    ) -> tuple[int, Exception | None]:
+        try:
+            self.counts.duplicates += publisher.publish_many(messages)
+        except PartialPublish as exc:
+            self.counts.duplicates += exc.duplicates
+            return exc.confirmed, exc.cause if isinstance(exc.cause, Exception) else exc
+        except Exception as exc:
+            return 0, exc
         return len(messages), None
+
+    def _confirmed(self, n: int) -> None:
+        self._confirmed_total += n
+        if self._die_after is not None and self._confirmed_total >= self._die_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # tests: die between confirm and mark
 
     def _mark(self, rows: Sequence[Any]) -> int:
         if not rows:
@@ -199,11 +211,11 @@ class Relay:
                 return total
 
     def drain(self) -> int:
-        """Publish until nothing is pending; a failure is raised (rows before it marked)."""
+        """Publish until nothing is pending or the broker refuses (``last_error``)."""
         total = 0
-        while (n := self.run_once()) > 0:
+        while (n := self.run_once()) > 0 and self.last_error is None:
             total += n
-        return total
+        return total + (n if self.last_error is not None else 0)
 
     def run(
         self, stop: threading.Event, *, interval: float = 0.5, purge_every: float = 60.0
@@ -217,6 +229,8 @@ class Relay:
         while not stop.is_set():
             try:
                 busy = self.run_once() > 0
+                if self.last_error is not None:
+                    raise self.last_error
                 failures = 0
                 if time.monotonic() - last_purge >= purge_every:
                     self.purge()
@@ -224,7 +238,7 @@ class Relay:
             except Exception as exc:
                 failures += 1
                 delay = max(self.backoff.delay(failures), 0.05)
-                log.warning(
+                log.info(
                     "outbox relay: %s; trying again in %.2f s (failure %d in a row)",
                     summary(exc),
                     delay,

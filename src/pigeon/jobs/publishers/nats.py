@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ from pigeon.jobs.publishers._loop import LoopThread
 
 if TYPE_CHECKING:
     from pigeon.jobs.relay import Message
+
+log = logging.getLogger("pigeon.jobs.relay")
 
 DEFAULT_STREAM = "PIGEON"
 DEFAULT_PREFIX = "pigeon."
@@ -74,7 +77,11 @@ class NatsJetStreamPublisher:
             servers=[self.url],
             allow_reconnect=False,
             connect_timeout=max(1, round(self.timeout)),
-            max_reconnect_attempts=0,
+            # nats-py's initial connect retries for ever with 0; 1 is two quick tries,
+            # then NoServersError: the relay's backoff decides when to try again.
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=_log_error,
         )
         js = self._nc.jetstream(timeout=self.timeout)
         try:
@@ -150,6 +157,11 @@ class NatsJetStreamPublisher:
     def close(self) -> None:
         self._drop()
         self._loop.close()
+
+
+async def _log_error(exc: Exception) -> None:
+    # The client's default logs a traceback per failed attempt; the relay says it once.
+    log.debug("nats client: %r", exc)
 
 
 def from_url(url: str) -> NatsJetStreamPublisher:
