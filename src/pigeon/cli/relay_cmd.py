@@ -13,7 +13,7 @@ import typer
 from pigeon.cli._db import open_db
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe
-from pigeon.jobs.publishers import broker_kind
+from pigeon.jobs.publishers import broker_kind, check_broker_url
 from pigeon.jobs.relay import RelayRunner
 from pigeon.jobs.stats import relay_lag
 
@@ -26,7 +26,7 @@ TO_HELP = (
 def checked_broker_url(url: str, command: str) -> str:
     """``url`` if the relay can use it; otherwise one line on stderr and exit 2."""
     try:
-        broker_kind(url)
+        check_broker_url(url)
     except ConfigurationError as exc:
         typer.echo(f"pigeon {command}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -43,6 +43,22 @@ def make_runner(
     except ConfigurationError as exc:
         typer.echo(f"pigeon {command}: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def stop_before_exit_signals(runner: RelayRunner) -> None:
+    """uvicorn ends a server stopped by SIGTERM / SIGINT by raising that signal again
+    once it has shut down, with the handler that was there before it started: this is
+    that handler, so the relay is stopped (its pass finished, its connections closed)
+    before the process ends as it would have without it."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: object, previous: object = previous) -> None:
+            runner.stop()
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+            signal.raise_signal(signum)
+
+        signal.signal(sig, handler)
 
 
 def relay(

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 
 from pigeon import logs
 from pigeon.cli._format import LogFormatOption, LogRedactOption
-from pigeon.cli.relay_cmd import checked_broker_url, make_runner
+from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.server import memory
@@ -386,6 +386,8 @@ def serve(
     # The relay runs in this process (uvicorn's workers are spawned, not forked), on its
     # own connection, and stops after the server did.
     runner = make_runner(settings["DB"], relay_to, "serve").start() if relay_to else None
+    if runner is not None:
+        stop_before_exit_signals(runner)
     try:
         if workers > 1:
             uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()

@@ -14,6 +14,7 @@ URL                 confirmation                  a re-publication after a crash
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,6 +29,13 @@ SCHEMES = {
     "amqps": "amqp",
 }
 EXTRA = {"redis": "redis", "nats": "nats-py", "amqp": "aio-pika"}
+CLIENT = {"redis": "redis", "nats": "nats", "amqp": "aio_pika"}  # import names
+# The ?name=value options each broker URL takes, and their types.
+OPTIONS: dict[str, dict[str, type]] = {
+    "redis": {"prefix": str, "dedup": int},
+    "nats": {"stream": str, "subject_prefix": str, "dedup": float},
+    "amqp": {"exchange": str, "queue": str},
+}
 
 
 class BrokerURLError(ConfigurationError):
@@ -68,6 +76,18 @@ def url_options(url: str, allowed: dict[str, type]) -> dict[str, Any]:
 
 def strip_query(url: str) -> str:
     return urlsplit(url)._replace(query="", fragment="").geturl()
+
+
+def check_broker_url(url: str) -> str:
+    """Everything about ``url`` that can be checked without the broker: scheme, host,
+    port, options, and that the broker's client library is installed. Returns its kind."""
+    kind = broker_kind(url)
+    url_options(url, OPTIONS[kind])
+    if importlib.util.find_spec(CLIENT[kind]) is None:
+        raise ConfigurationError(
+            f"publishing to {kind} needs the {EXTRA[kind]!r} package: pip install 'pigeon[relay]'"
+        )
+    return kind
 
 
 def open_publisher(url: str) -> Any:

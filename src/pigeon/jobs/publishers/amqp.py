@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pigeon.jobs.publishers import strip_query, url_options
+from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 from pigeon.jobs.publishers._loop import LoopThread
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def from_url(url: str) -> AmqpPublisher:
     """``amqp://user:password@host[:port][/vhost][?exchange=pigeon&queue=NAME]``."""
     import aio_pika  # noqa: F401 - the extra is missing: say so now, not at the first publish
 
-    options = url_options(url, {"exchange": str, "queue": str})
+    options = url_options(url, OPTIONS["amqp"])
     return AmqpPublisher(
         strip_query(url),
         exchange=options.get("exchange", DEFAULT_EXCHANGE),

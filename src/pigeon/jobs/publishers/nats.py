@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pigeon.jobs.publishers import strip_query, url_options
+from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 from pigeon.jobs.publishers._loop import LoopThread
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def from_url(url: str) -> NatsJetStreamPublisher:
     """``nats://[user:password@]host[:port][?stream=PIGEON&subject_prefix=pigeon.&dedup=S]``."""
     import nats  # noqa: F401 - the extra is missing: say so now, not at the first publish
 
-    options = url_options(url, {"stream": str, "subject_prefix": str, "dedup": float})
+    options = url_options(url, OPTIONS["nats"])
     return NatsJetStreamPublisher(
         strip_query(url),
         stream=options.get("stream", DEFAULT_STREAM),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pigeon.jobs.publishers import strip_query, url_options
+from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 
 if TYPE_CHECKING:
     from pigeon.jobs.relay import Message
@@ -79,7 +79,7 @@ def from_url(url: str) -> RedisStreamPublisher:
     """``redis://[user:password@]host[:port][/db][?prefix=pigeon:&dedup=SECONDS]``."""
     import redis
 
-    options = url_options(url, {"prefix": str, "dedup": int})
+    options = url_options(url, OPTIONS["redis"])
     client = redis.Redis.from_url(
         strip_query(url), socket_timeout=5, socket_connect_timeout=3, health_check_interval=30
     )
