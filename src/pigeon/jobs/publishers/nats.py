@@ -109,23 +109,26 @@ class NatsJetStreamPublisher:
                     await js.publish_async(
                         self.subject_prefix + m.topic,
                         m.body(),
-                        headers=headers,
-                        wait_stall=self.timeout,
+                        headers=headers,  # no wait_stall: a batch never fills the window
                     )
                 )
-            await self._nc.flush(timeout=self.timeout)
         except Exception as exc:
             confirmed, duplicates = await self._settle(acks)
             raise PartialPublish(confirmed, exc, duplicates) from exc
+        # Wait for them all at once (one timer), then read them in order.
+        await asyncio.wait(acks, timeout=self.timeout)
         duplicates = 0
         for i, ack in enumerate(acks):
-            try:
-                result = await asyncio.wait_for(asyncio.shield(ack), self.timeout)
-            except Exception as exc:
+            if not ack.done() or ack.cancelled() or ack.exception() is not None:
+                error = (
+                    ack.exception()
+                    if ack.done() and not ack.cancelled()
+                    else TimeoutError(f"no PubAck within {self.timeout} s")
+                )
                 for rest in acks[i:]:
                     rest.cancel()
-                raise PartialPublish(i, exc, duplicates) from exc
-            duplicates += bool(result.duplicate)
+                raise PartialPublish(i, error or TimeoutError(), duplicates)
+            duplicates += bool(ack.result().duplicate)
         return duplicates
 
     async def _settle(self, acks: list[asyncio.Future[Any]]) -> tuple[int, int]:
