@@ -1,12 +1,23 @@
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from collections.abc import Sequence
 
 import pytest
 import redis
 
 from pigeon.jobs import outbox
-from pigeon.jobs.relay import CallablePublisher, Message, RedisStreamPublisher, Relay
+from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.relay import (
+    CallablePublisher,
+    Message,
+    PartialPublish,
+    RedisStreamPublisher,
+    Relay,
+)
+from pigeon.jobs.stats import RelayLag, relay_lag
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
@@ -105,3 +116,75 @@ class _KillAfter:
         self.count += 1
         if self.count == self.n:
             raise KeyboardInterrupt
+
+
+class Partial:
+    """A batch publisher that confirms only the first ``confirm`` messages of its next
+    batch, then fails (a broker that went away mid-batch)."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.confirm: int | None = None
+
+    def publish(self, message: Message) -> None:
+        self.publish_many([message])
+
+    def publish_many(self, messages: Sequence[Message]) -> int:
+        ok = len(messages) if self.confirm is None else self.confirm
+        self.held += [m.id for m in messages[:ok]]
+        if ok < len(messages):
+            self.confirm = None
+            raise PartialPublish(ok, ConnectionError("broker gone"))
+        return 0
+
+
+def test_a_batch_cut_short_marks_only_the_confirmed_prefix_and_resumes_there(
+    db: Database,
+) -> None:
+    ids = _fill(db, 10)
+    publisher = Partial()
+    publisher.confirm = 4
+    relay = Relay(db, publisher, batch=6)
+    assert relay.run_once() == 4 and isinstance(relay.last_error, ConnectionError)
+    assert relay_lag(db).pending == 6
+    assert relay.drain() == 6 and relay.last_error is None
+    assert publisher.held == ids  # nothing lost, nothing twice, in order
+    assert relay.counts.failures == 1 and relay.counts.published == 10
+
+
+def test_run_backs_off_while_the_broker_refuses_and_keeps_the_order(db: Database) -> None:
+    ids = _fill(db, 5)
+    got: list[str] = []
+    refusals = [3]
+
+    def flaky(message: Message) -> None:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            raise ConnectionError("broker down")
+        got.append(message.id)
+
+    relay = Relay(db, CallablePublisher(flaky), backoff=Backoff(base=0.01, cap=0.02))
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), kwargs={"interval": 0.01})
+    thread.start()
+    deadline = time.monotonic() + 10
+    while relay_lag(db).pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(5)
+    assert got == ids and relay.counts.failures == 3
+
+
+def test_relay_lag_counts_unpublished_rows_and_ages_the_oldest(
+    db: Database, clock: FakeClock
+) -> None:
+    assert relay_lag(db, now=clock()) == RelayLag(0, None)
+    with db.transaction() as tx:
+        outbox.add(tx, "answers", {"n": 1}, now=clock())
+        clock.advance(30)
+        outbox.add(tx, "answers", {"n": 2}, now=clock())
+    clock.advance(12)
+    lag = relay_lag(db, now=clock())
+    assert lag == RelayLag(2, 42.0) and lag.as_dict() == {"pending": 2, "oldest_age": 42.0}
+    Relay(db, CallablePublisher(lambda m: None), batch=1).run_once()
+    assert relay_lag(db, now=clock()) == RelayLag(1, 12.0)

@@ -133,10 +133,7 @@ class Relay:
             rows = tx.fetchall("outbox_pending", {"limit": self.batch})
         if not rows:
             return 0
-        messages = [
-            Message(r["message_id"], r["topic"], json.loads(r["payload"]), r["created_at"], r["id"])
-            for r in rows
-        ]
+        messages = [self._message(r) for r in rows]
         if isinstance(self.publisher, BatchPublisher):
             confirmed, error = self._publish_batch(self.publisher, messages)
             self._confirmed(confirmed)
@@ -166,6 +163,11 @@ class Relay:
                 summary(error),
             )
         return published
+
+    def _message(self, row: Any) -> Message:
+        """The message of an outbox row: its payload read back as ``outbox.add`` wrote it."""
+        payload = json.loads(row["payload"])
+        return Message(row["message_id"], row["topic"], payload, row["created_at"], row["id"])
 
     def _publish_batch(
         self, publisher: BatchPublisher, messages: list[Message]
