@@ -118,7 +118,7 @@ def test_serve_relay_to_drains_the_answers_outbox(
             reply = httpx.post(
                 url + "/answers",
                 json={"question": f"q{i}", "answer": "4"},
-                headers={"Idempotency-Key": str(uuid.uuid4())},
+                headers={"Idempotency-Key": str(uuid.uuid4()), "Authorization": "Bearer ada.1"},
                 timeout=10,
             )
             assert reply.status_code == 202, reply.text
