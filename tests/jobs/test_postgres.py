@@ -138,6 +138,7 @@ _PLANNED = {
     "outbox_pending": {"limit": 100},
     "outbox_mark_published": {"id": 5, "now": 1.0},
     "outbox_purge": {"before": 100.0, "limit": 1000},
+    "outbox_lag": {},
 }
 
 
@@ -180,7 +181,8 @@ def test_claims_and_lookups_stay_off_sequential_scans(pg: Database) -> None:
                 args = ", ".join(["%s"] * len(params))
                 # Literal arguments: the client cursor interpolates them, PREPARE typed them.
                 with psycopg.ClientCursor(conn) as cur:
-                    cur.execute(f"EXPLAIN EXECUTE plan_{name}({args})", list(params.values()))
+                    call = f"plan_{name}({args})" if params else f"plan_{name}"
+                    cur.execute(f"EXPLAIN EXECUTE {call}", list(params.values()))
                     rows = cur.fetchall()
                 conn.execute(f"DEALLOCATE plan_{name}")
                 plan = "\n".join(r["QUERY PLAN"] for r in rows)
