@@ -162,3 +162,29 @@ def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.02)
+
+
+def test_one_relay_at_a_time_and_a_stand_by_takes_over(db_url: str) -> None:
+    """Two relays on one outbox (two nodes' workers with --relay-to, say): one publishes,
+    the other stands by, and takes over when the first stops."""
+    target = make_target("redis", require_broker("redis"))
+    db = open_server_db(db_url)
+    first = RelayRunner(db_url, target.url, interval=0.02, standby=0.05).start()
+    _wait(first.lock.held)
+    second = RelayRunner(db_url, target.url, interval=0.02, standby=0.05).start()
+    try:
+        ids = fill(db, 50)
+        _wait(lambda: relay_lag(db).pending == 0)
+        time.sleep(0.2)
+        assert not second.lock.held() and second.relay.counts.published == 0
+        first.stop()
+        ids += fill(db, 50, start=50)
+        _wait(lambda: relay_lag(db).pending == 0)
+        assert second.lock.held()
+        assert (first.relay.counts.published, second.relay.counts.published) == (50, 50)
+        assert target.read() == ids
+    finally:
+        first.stop()
+        second.stop()
+        db.close()
+        target.cleanup()

@@ -88,6 +88,10 @@ def relay(
     runner = make_runner(db, to, "relay", batch=batch, interval=interval)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
+        if not runner.lock.acquire():
+            typer.echo("pigeon relay: another relay is publishing this outbox", err=True)
+            runner.stop()
+            raise typer.Exit(1)
         published = runner.relay.drain()
         if runner.relay.last_error is not None:
             error = describe(runner.relay.last_error)

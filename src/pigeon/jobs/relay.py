@@ -220,15 +220,24 @@ class Relay:
         return total + (n if self.last_error is not None else 0)
 
     def run(
-        self, stop: threading.Event, *, interval: float = 0.5, purge_every: float = 60.0
+        self,
+        stop: threading.Event,
+        *,
+        interval: float = 0.5,
+        purge_every: float = 60.0,
+        guard: Callable[[], bool] | None = None,
     ) -> None:
-        """Publish until ``stop`` is set: at once while there is a backlog, every
+        """Publish until ``stop`` is set (or ``guard()``, asked before each pass, says
+        this relay may no longer publish): at once while there is a backlog, every
         ``interval`` seconds when idle, and after a failure (broker down, database
         unavailable) after a capped, jittered backoff that grows with each failure in a
         row. Nothing is skipped: the row that failed is the first one tried again."""
         failures = 0
         last_purge = 0.0
         while not stop.is_set():
+            if guard is not None and not guard():
+                log.warning("outbox relay: lost the relay lock; standing by")
+                return
             try:
                 busy = self.run_once() > 0
                 if self.last_error is not None:
@@ -255,7 +264,10 @@ class Relay:
 class RelayRunner:
     """A relay on a background thread with its own database connection and publisher:
     what ``pigeon relay``, ``pigeon worker --relay-to`` and ``pigeon serve --relay-to``
-    start. ``stop()`` ends it after the pass in progress and closes both."""
+    start. It publishes only while it holds the outbox's relay lock
+    (``pigeon.jobs.relay_lock``), standing by while another relay holds it. ``stop()``
+    ends it after the pass in progress and closes the publisher, the lock and the
+    database."""
 
     def __init__(
         self,
@@ -264,15 +276,19 @@ class RelayRunner:
         *,
         batch: int = 100,
         interval: float = 0.5,
+        standby: float = 2.0,
         open_db: Callable[[str], Database] | None = None,
     ) -> None:
         from pigeon.jobs.publishers import open_publisher
+        from pigeon.jobs.relay_lock import relay_lock
         from pigeon.storage.server import open_server_db
 
         self.publisher = open_publisher(to)  # a bad URL fails here, before any thread
         self.db = (open_db or open_server_db)(db_url)
+        self.lock = relay_lock(db_url)
         self.relay = Relay(self.db, self.publisher, batch=batch)
         self.interval = interval
+        self.standby = standby
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pigeon-relay", daemon=True)
         self._closed = False
@@ -282,9 +298,22 @@ class RelayRunner:
         self._thread.start()
         return self
 
+    def _loop(self) -> None:
+        waiting = False
+        while not self._stop.is_set():
+            if not self.lock.acquire():
+                if not waiting:
+                    log.info("outbox relay: another relay holds the outbox; standing by")
+                    waiting = True
+                self._stop.wait(self.standby)
+                continue
+            waiting = False
+            self.relay.run(self._stop, interval=self.interval, guard=self.lock.held)
+            self.lock.release()
+
     def _run(self) -> None:
         try:
-            self.relay.run(self._stop, interval=self.interval)
+            self._loop()
         except Exception as exc:  # run() catches its own; this is a last word, not a loop
             failure(log, "outbox relay stopped", exc=exc)
 
@@ -292,13 +321,13 @@ class RelayRunner:
         """Run in the calling thread until ``stop()`` (from a signal handler, say)."""
         self._inline = True
         try:
-            self.relay.run(self._stop, interval=self.interval)
+            self._loop()
         finally:
             self._close()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop after the pass in progress; closes the publisher and the database (by
-        ``run_forever`` itself when it runs in the calling thread)."""
+        """Stop after the pass in progress; closes the publisher, the lock and the
+        database (by ``run_forever`` itself when it runs in the calling thread)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -315,4 +344,5 @@ class RelayRunner:
                 close()
             except Exception as exc:
                 failure(log, "closing the relay's publisher", exc=exc)
+        self.lock.release()
         self.db.close()
