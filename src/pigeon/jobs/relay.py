@@ -187,17 +187,16 @@ class Relay:
             os.kill(os.getpid(), signal.SIGKILL)  # tests: die between confirm and mark
 
     def _mark(self, rows: Sequence[Any]) -> int:
+        """Mark ``rows`` published, in one transaction (one round trip on PostgreSQL).
+        Each by its id: a range would also take a row that became visible after it was
+        read (committed late) and was never published."""
         if not rows:
             return 0
         now = self.clock()
-        marked = 0
         with self.db.transaction() as tx:
-            for row in rows:
-                marked += rowcount(
-                    tx.execute("outbox_mark_published", {"id": row["id"], "now": now})
-                )
-        self.counts.published += marked
-        return marked
+            tx.executemany("outbox_mark_published", [{"id": row["id"], "now": now} for row in rows])
+        self.counts.published += len(rows)
+        return len(rows)
 
     def purge(self, batch: int = 1000) -> int:
         """Delete published rows past retention, ``batch`` rows per short transaction, so
