@@ -226,3 +226,34 @@ def test_the_list_stays_readable_at_80_columns(queue_file: tuple[Path, dict[str,
     assert result.exit_code == 0
     header = next(line for line in result.output.splitlines() if "seq" in line)
     assert "status" in header and "entity" in header, result.output
+
+
+def test_stats_watch_shows_the_delivery_rate(tmp_path: Path) -> None:
+    import re
+    import threading
+
+    path = tmp_path / "queue.db"
+    with OfflineQueue(path) as queue:
+        for n in range(20):
+            queue.enqueue("create", f"note:{n}", {"n": n})
+
+    def deliver() -> None:  # another process of the app, delivering while it is watched
+        time.sleep(0.2)
+        with OfflineQueue(path) as app_queue:
+            for op in app_queue.next_batch(100):
+                app_queue.mark_delivered(op.id)
+
+    worker = threading.Thread(target=deliver)
+    worker.start()
+    code, output = run("stats", "-f", str(path), "--watch", "--interval", "0.6", "--times", "2")
+    worker.join()
+    assert code == 0, output
+    rate = re.search(r"delivery rate\s+│?\s*([0-9.]+)/s", output)
+    assert rate is not None, output
+    assert float(rate.group(1)) > 0  # 20 deliveries within the 0.6 s between two views
+    assert "delivered (kept)" in output
+
+
+def test_stats_without_watch_has_no_rate(queue_file: tuple[Path, dict[str, str]]) -> None:
+    code, output = run("stats", "-f", str(queue_file[0]))
+    assert code == 0 and "delivery rate" not in output

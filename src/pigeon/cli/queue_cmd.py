@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.live import Live
 from rich.table import Table
 
 from pigeon.cli._format import console, duration, error, shown
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.stats import QueueStats
 from pigeon.exceptions import PigeonError
 
 app = typer.Typer(help="Inspect and repair an offline queue file.", no_args_is_help=True)
@@ -184,24 +186,58 @@ def purge(
     out.print(f"purged {purged} delivered operations older than {duration(older_than)}")
 
 
+def _stats_table(title: str, s: QueueStats, rate: float | None) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, object]] = [
+        ("depth", s.depth),
+        ("oldest age", duration(s.oldest_age)),
+        ("in flight", s.in_flight),
+        ("conflicts", s.conflicts),
+        ("dead letters", s.dead),
+        ("entities blocked", s.entities_blocked),
+        ("delivered (kept)", s.delivered),
+        ("sends saved by coalescing", s.coalesced),
+        ("paused", s.paused or "no"),
+    ]
+    if rate is not None:
+        rows.append(("delivery rate", f"{rate:.1f}/s"))
+    for name, value in rows:
+        table.add_row(name, shown(value))  # paused: the server's reason
+    return table
+
+
 @app.command()
-def stats(file: QueueFile) -> None:
-    """Depth, oldest age, in flight, dead letters, blocked entities, pause state."""
+def stats(
+    file: QueueFile,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="A live view, refreshed until Ctrl-C.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(min=0.1, max=3600, help="Seconds between refreshes (--watch).")
+    ] = 1.0,
+    times: Annotated[
+        int | None,
+        typer.Option(min=1, help="With --watch: stop after this many refreshes."),
+    ] = None,
+) -> None:
+    """Depth, oldest age, in flight, dead letters, blocked entities, pause state; with
+    --watch, a live view that adds the delivery rate (deliveries per second between
+    refreshes; a purge of old deliveries between two refreshes reads as 0)."""
+    title = shown(file)
     with open_queue(file) as queue:
-        s = queue.stats()
-        table = Table(title=shown(file), show_header=False)
-        table.add_column("metric", style="bold")
-        table.add_column("value", justify="right")
-        for name, value in (
-            ("depth", s.depth),
-            ("oldest age", duration(s.oldest_age)),
-            ("in flight", s.in_flight),
-            ("conflicts", s.conflicts),
-            ("dead letters", s.dead),
-            ("entities blocked", s.entities_blocked),
-            ("delivered (kept)", s.delivered),
-            ("sends saved by coalescing", s.coalesced),
-            ("paused", s.paused or "no"),
+        if not watch:
+            out.print(_stats_table(title, queue.stats(), None))
+            return
+        previous, at, shown_times = queue.stats(), time.monotonic(), 1
+        with (
+            contextlib.suppress(KeyboardInterrupt),
+            Live(_stats_table(title, previous, None), console=out, auto_refresh=False) as live,
         ):
-            table.add_row(name, shown(value))  # paused: the server's reason
-        out.print(table)
+            while times is None or shown_times < times:
+                time.sleep(interval)
+                current, now = queue.stats(), time.monotonic()
+                rate = max(0, current.delivered - previous.delivered) / (now - at)
+                live.update(_stats_table(title, current, rate), refresh=True)
+                previous, at, shown_times = current, now, shown_times + 1
