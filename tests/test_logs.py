@@ -40,7 +40,7 @@ from pigeon.jobs.worker import Worker
 from pigeon.logs import REDACTED, JsonFormatter, Redactor, TextFormatter, dict_config, summary
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.server.app import create_app
-from pigeon.server.intake import Intake, IntakeContext
+from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
@@ -253,6 +253,32 @@ def test_the_canary_reaches_no_log_record_in_process(
     assert "publishing outbox message" in caplog.text
     assert CANARY not in caplog.text
     for rec in caplog.records:  # every field of every record, exceptions included
+        assert CANARY not in json.dumps(vars(rec), default=repr)
+
+
+def test_a_handler_or_replay_hook_that_raises_with_the_canary_logs_only_its_type(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The intake logs a failing handler and a failing replay hook: application code,
+    whose exception message may quote the request's data."""
+    caplog.set_level(logging.DEBUG, logger="pigeon")
+
+    def leaky(ctx: IntakeContext) -> Any:
+        raise RuntimeError(f"cannot store {ctx.body['title']}")
+
+    def leaky_replay(tx: Any, stored: Any, info: Any) -> Any:
+        raise RuntimeError(f"cannot refresh {info.body['title']}")
+
+    intake = Intake(db)
+    intake.add_operation("POST", "/leaky", leaky)
+    intake.add_operation("POST", "/ok", lambda ctx: (200, {}), on_replay=leaky_replay)
+    for path in ("/leaky", "/ok", "/ok"):  # the second /ok is a replay: its hook raises
+        request = OperationRequest("POST", path, {"title": CANARY}, "k" + path, "op")
+        assert intake.execute("p", request).status in (200, 500)
+    assert "handler for POST /leaky failed" in caplog.text
+    assert "replay hook failed" in caplog.text
+    assert CANARY not in caplog.text
+    for rec in caplog.records:
         assert CANARY not in json.dumps(vars(rec), default=repr)
 
 

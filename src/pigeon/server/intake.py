@@ -54,6 +54,7 @@ from typing import Any, Literal, TypeVar
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.exceptions import ConfigurationError, InvalidOperation, ValidationError
+from pigeon.logs import failure
 from pigeon.protocol.wire import canonical_json
 from pigeon.server import testhooks
 from pigeon.server.fingerprint import fingerprint
@@ -329,7 +330,7 @@ class Intake:
         try:
             return self._execute(principal, op)
         except Exception as exc:
-            log.exception("%s %s failed", op.method, loggable(op.path))
+            failure(log, "%s %s failed", op.method, loggable(op.path), exc=exc)
             return problem_result(
                 500, "intake-failed", "Internal error", f"{type(exc).__name__}: {exc}"
             )
@@ -573,7 +574,8 @@ class Intake:
         except Exception as exc:
             if store_down(exc):  # not this operation's fault: the caller answers 503
                 raise
-            log.exception("handler for %s %s failed", op.method, loggable(op.path))
+            # The handler is application code: its message may quote the request's data.
+            failure(log, "handler for %s %s failed", op.method, loggable(op.path), exc=exc)
             self.store.release(tx, claim)
             raise Failed(
                 problem_result(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pigeon.logs import failure
 from pigeon.protocol.wire import REPLAYED, canonical_json
 from pigeon.server.idempotency import Decision, Outcome
 from pigeon.server.results import OpResult, problem_result
@@ -155,8 +156,13 @@ def refresh_all(db: Database, results: list[OpResult]) -> list[OpResult]:
     try:
         with read_only(db) as tx:
             return [_refreshed(tx, r) for r in results]
-    except Exception:
-        log.warning("replay hooks skipped, the stored responses are sent", exc_info=True)
+    except Exception as exc:
+        failure(
+            log,
+            "replay hooks skipped, the stored responses are sent",
+            exc=exc,
+            level=logging.WARNING,
+        )
         return [dataclasses.replace(r, refresh=None) for r in results]
 
 
@@ -165,8 +171,8 @@ def _refreshed(tx: Tx, result: OpResult) -> OpResult:
         return result
     try:
         body = result.refresh(tx)
-    except Exception:
-        log.exception("replay hook failed, the stored response is sent")
+    except Exception as exc:
+        failure(log, "replay hook failed, the stored response is sent", exc=exc)
         return dataclasses.replace(result, refresh=None)
     text = result.body_text if body is None else canonical_json(body)
     return dataclasses.replace(result, body_text=text, refresh=None)
