@@ -69,6 +69,14 @@ MATRIX: dict[tuple[str, str], tuple[Rule, tuple[int, int, int, int]]] = {
     ("GET", "/pigeon/v1/ledger"): (Rule.OPERATOR, (401, 200, 404, 404)),
     ("GET", "/pigeon/v1/dashboard"): (Rule.OPERATOR, (401, 200, 404, 404)),
     ("GET", "/metrics"): (Rule.OPERATOR, (401, 200, 404, 404)),
+    # the operations page (pigeon.ops.web): an empty form is refused (400), a sign-out
+    # redirects to the sign-in form; signing in from no page of this origin is refused
+    ("GET", "/pigeon/"): (Rule.OPERATOR, (401, 200, 404, 404)),
+    ("POST", "/pigeon/actions/preview"): (Rule.OPERATOR, (401, 400, 404, 404)),
+    ("POST", "/pigeon/actions/apply"): (Rule.OPERATOR, (401, 400, 404, 404)),
+    ("POST", "/pigeon/logout"): (Rule.OPERATOR, (401, 200, 404, 404)),
+    ("GET", "/pigeon/login"): (Rule.PUBLIC, (200, 200, 200, 200)),
+    ("POST", "/pigeon/login"): (Rule.PUBLIC, (403, 403, 403, 403)),
 }
 
 

@@ -31,6 +31,7 @@ import enum
 import hmac
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from starlette.datastructures import URLPath
 from starlette.requests import HTTPConnection
@@ -160,14 +161,71 @@ def _problem_response(body: dict[str, object], headers: dict[str, str] | None) -
     return Response(canonical_json(body), status, headers=headers, media_type=PROBLEM_JSON)
 
 
+@dataclass(frozen=True, slots=True)
+class BrowserLogin:
+    """How a browser carries the operator credential to an operator route (the operations
+    page): the cookie ``cookie`` holds it (set by the page's login form: HttpOnly,
+    SameSite=Strict), and stands for ``Authorization: Bearer <credential>`` when the
+    request has no Authorization header. A request authenticated by the cookie whose method
+    changes anything must come from the page's own origin (``Origin`` or ``Referer`` host
+    equal to ``Host``; ``Sec-Fetch-Site`` not cross-site): 403 otherwise. The page's forms
+    also carry a CSRF token (`pigeon.ops.session`). ``login``: the answer to a browser
+    (``Accept: text/html``) without valid credentials, the login form with status 401,
+    instead of the problem+json every other client gets."""
+
+    cookie: str
+    login: Callable[[HTTPConnection], Response] | None = None
+
+
+_COOKIE_FLAG = "pigeon.cookie_credential"
+_SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+def _from_cookie(scope: Scope, browser: BrowserLogin) -> Scope | Response:
+    """The scope with the cookie's credential as its Authorization header, or a refusal of
+    a cross-site write; the scope unchanged when there is no cookie or a header."""
+    conn = HTTPConnection(scope)
+    if "authorization" in conn.headers:
+        return scope
+    value = conn.cookies.get(browser.cookie)
+    if not value:
+        return scope
+    if scope.get("method", "GET") not in _SAFE_METHODS and not same_origin(conn):
+        return refusal(403, "cross-site", "Forbidden", "a cross-site request was refused")
+    headers = [*scope.get("headers", []), (b"authorization", b"Bearer " + value.encode("latin-1"))]
+    return {**scope, "headers": headers, _COOKIE_FLAG: True}
+
+
+def same_origin(conn: HTTPConnection) -> bool:
+    """The request comes from a page of this host: its ``Origin`` (else ``Referer``) names
+    the ``Host`` it was sent to, and the browser does not call it cross-site."""
+    if conn.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return False
+    host = conn.headers.get("host")
+    source = conn.headers.get("origin") or conn.headers.get("referer")
+    if not host or not source or source == "null":
+        return False
+    return urlsplit(source).netloc == host
+
+
+def cookie_credential(conn: HTTPConnection) -> str | None:
+    """The credential a cookie carried for this request (None: it came in a header)."""
+    if not conn.scope.get(_COOKIE_FLAG):
+        return None
+    return bearer_token(conn)
+
+
 class Guarded(BaseRoute):
     """A route with its declared rule, applied before anything of the route runs."""
 
-    def __init__(self, route: BaseRoute, rule: Rule) -> None:
+    def __init__(self, route: BaseRoute, rule: Rule, browser: BrowserLogin | None = None) -> None:
         if isinstance(route, Guarded):
             raise ConfigurationError(f"{describe(route.route)} declares two access rules")
+        if browser is not None and rule is not Rule.OPERATOR:
+            raise ConfigurationError("a browser login is for operator routes only")
         self.route: BaseRoute = route
         self.rule = rule
+        self.browser = browser
         self.policy: AccessPolicy | None = None
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
@@ -179,7 +237,25 @@ class Guarded(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.policy is None:  # create_app binds every route: reaching this is a bug
             raise ConfigurationError(f"{describe(self.route)} is not bound to an access policy")
-        decided = self.policy.decide(self.rule, HTTPConnection(scope))
+        if self.browser is not None and scope["type"] == "http":
+            found = _from_cookie(scope, self.browser)
+            if isinstance(found, Response):
+                await found(scope, receive, send)
+                return
+            scope = found
+        conn = HTTPConnection(scope)
+        decided = self.policy.decide(self.rule, conn)
+        # No credentials, or a cookie that no longer passes (the token was changed: the
+        # cookie is only ever set for the operator credential): sign in again.
+        if (
+            isinstance(decided, Response)
+            and self.browser is not None
+            and (decided.status_code == 401 or scope.get(_COOKIE_FLAG))
+        ):
+            if self.browser.login is not None and "text/html" in conn.headers.get("accept", ""):
+                decided = self.browser.login(conn)
+            else:
+                decided = refusal(401, "unauthorized", "Unauthorized", "sign in again")
         if isinstance(decided, Response):
             if scope["type"] == "websocket":
                 await WebSocketClose(code=1008)(scope, receive, send)  # policy violation
@@ -205,8 +281,10 @@ def owner(route: BaseRoute) -> Guarded:
     return Guarded(route, Rule.OWNER)
 
 
-def operator(route: BaseRoute) -> Guarded:
-    return Guarded(route, Rule.OPERATOR)
+def operator(route: BaseRoute, *, browser: BrowserLogin | None = None) -> Guarded:
+    """``browser``: a browser may also present the credential in a cookie (the operations
+    page; see `BrowserLogin`)."""
+    return Guarded(route, Rule.OPERATOR, browser)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +380,7 @@ def unwrap(route: BaseRoute) -> BaseRoute:
 
 __all__ = [
     "AccessPolicy",
+    "BrowserLogin",
     "Caller",
     "Guarded",
     "OperatorCheck",
@@ -309,6 +388,7 @@ __all__ = [
     "Rule",
     "bind",
     "caller",
+    "cookie_credential",
     "operator",
     "owner",
     "principal",

@@ -1,0 +1,343 @@
+"""The operations figures, from one place: the page (``/pigeon/``), ``/metrics``,
+``pigeon jobs stats`` and ``GET /pigeon/v1/dashboard`` all read ``overview`` and nothing
+else, so the four cannot disagree.
+
+What it answers (the 9 a.m. question):
+
+- records received in a window and how many are complete;
+- per obligation kind: pending (its job waits), in progress (its job is reserved),
+  completed, failed, cancelled, and the age of the oldest still owed (pending, in progress
+  or failed) since its record was accepted;
+- per queue: ready, delayed, reserved, stuck, the oldest *ready* job's age against the
+  freshness objective, workers busy (reserved jobs) against the queue's budget, and the
+  last hour's attempts (per minute, durations);
+- the failed store grouped by owner, queue and error class (the exception's type, the text
+  before the first ``:`` of the error), each with its latest jobs and their attempts;
+- reconciliation for the window: obligations created vs completed, effects recorded,
+  outbox notifications created vs confirmed by the broker, and obligations or records
+  that no job will ever settle (must be zero);
+- the relay's lag (``pigeon.jobs.stats.relay_lag``) and the operator action log.
+
+Cost. Every figure is read through an index and none scans a large table: counts of live
+states use the claim indexes; on PostgreSQL, once ``pigeon_jobs`` holds more than
+``LARGE_TABLE`` rows (the planner's estimate), a count reads at most ``cap`` index
+entries and, past that, is the planner's estimate (``EXPLAIN``), named in
+``overview()["estimated"]`` and shown as ``≈`` on the page. SQLite counts exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.jobs._db import loads, reading
+from pigeon.jobs.app import App
+from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.queries import load_queries
+
+DEFAULT_WINDOW = 24 * 3600.0
+WINDOWS = {"1h": 3600.0, "24h": DEFAULT_WINDOW, "7d": 7 * 24 * 3600.0}
+LARGE_TABLE = 100_000  # rows of pigeon_jobs (PostgreSQL's estimate) before counts are capped
+CAP = 10_000  # index entries a capped count reads at most
+HOUR = 3600.0
+ATTEMPT_ROWS = 100_000  # attempts of the last hour read at most
+GROUP_JOBS = 5  # latest jobs shown per failed group
+UNJOBBED_EXAMPLES = 20
+ACTION_LOG = 20
+# Bucket bounds (seconds) of the attempt duration histogram.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+JOB_STATES = ("ready", "delayed", "reserved", "stuck", "failed", "succeeded", "cancelled")
+OBLIGATION_STATES = ("pending", "in_progress", "completed", "failed", "cancelled")
+
+
+@functools.cache
+def _queries(backend: str) -> dict[str, str]:
+    return load_queries(backend, "ops")
+
+
+@dataclass
+class _Reader:
+    """One read transaction and how it counts: exactly, or capped then estimated."""
+
+    tx: Tx
+    now: float
+    capped: bool
+    cap: int
+    estimated: list[str]
+
+    def sql(self, name: str) -> str:
+        return _queries(self.tx.backend)[name]
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.tx.sql(self.sql(name), params).fetchall()
+        return rows
+
+    def one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        row: dict[str, Any] | None = self.tx.sql(self.sql(name), params).fetchone()
+        return row
+
+    def count(self, name: str, params: Mapping[str, Any], label: str) -> int:
+        """How many rows ``rows_<name>`` selects: exact, or past the cap the planner's
+        estimate (``label`` then goes to ``estimated``)."""
+        rows = self.sql(f"rows_{name}")
+        if not self.capped:
+            found = self.tx.sql(f"SELECT count(*) AS n FROM ({rows}) AS t", params).fetchone()
+            return int(found["n"])
+        found = self.tx.sql(
+            f"SELECT count(*) AS n FROM ({rows} LIMIT {self.cap + 1}) AS t", params
+        ).fetchone()
+        n = int(found["n"])
+        if n <= self.cap:
+            return n
+        plan = self.tx.sql(f"EXPLAIN (FORMAT JSON) {rows}", params).fetchone()
+        estimate = int(_plan_rows(plan))
+        self.estimated.append(label)
+        return max(estimate, n)
+
+
+def _plan_rows(row: Mapping[str, Any]) -> float:
+    (value,) = row.values()
+    plan = json.loads(value) if isinstance(value, str) else value
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def error_class(error: str | None) -> str:
+    """The failed store's grouping of an error: its exception type (the text before the
+    first ``:``), as the SQL of ops.sql computes it."""
+    text = error if error is not None else "-"
+    return text.split(":", 1)[0]
+
+
+def window_bounds(now: float, window: float) -> tuple[float, float]:
+    return now - window, now + 1e-6  # until is exclusive: a record of this very instant is in
+
+
+def overview(
+    db: Database,
+    app: App | None = None,
+    *,
+    now: float | None = None,
+    window: float = DEFAULT_WINDOW,
+    cap: int = CAP,
+    large_table: int = LARGE_TABLE,
+    history: bool = True,
+) -> dict[str, Any]:
+    """Every operations figure, read in one read transaction (plus the relay's lag).
+
+    ``window``: seconds of records (and reconciliation) to count back from ``now``.
+    ``history``: read the failed jobs' attempts and the action log (the page and the JSON
+    endpoint do; the metrics do not need them)."""
+    app = app or App()
+    now = time.time() if now is None else now
+    since, until = window_bounds(now, window)
+    estimated: list[str] = []
+    with reading(db) as tx:
+        size_row = tx.sql(_queries(tx.backend)["table_size"], {"table": "pigeon_jobs"}).fetchone()
+        size = size_row["n"] if size_row is not None else None
+        capped = size is not None and int(size) > large_table
+        r = _Reader(tx, now, capped, cap, estimated)
+        win = {"since": since, "until": until}
+        received = r.count("records_received", win, "records.received")
+        completed = r.count("records_completed", win, "records.completed")
+        records = {"received": received, "completed": completed, "open": received - completed}
+        obligations = _obligations(r)
+        queues = _queues(r, app, now)
+        failed = _failed(r, history=history)
+        reconciliation = _reconcile(r, win, list(obligations))
+        actions = _action_log(r) if history else []
+    lag = relay_lag(db, now=now)
+    return {
+        "at": now,
+        "window": {"since": since, "until": now, "seconds": window},
+        "estimated": sorted(set(estimated)),
+        "records": records,
+        "obligations": obligations,
+        "queues": queues,
+        "failed": failed,
+        "failed_by_owner": _by_owner(failed),
+        "reconciliation": reconciliation,
+        "relay": lag.as_dict(),
+        "actions": actions,
+    }
+
+
+def _obligations(r: _Reader) -> dict[str, dict[str, Any]]:
+    result: dict[str, dict[str, Any]] = {}
+    for row in r.all("obligation_kinds", {}):
+        name = row["name"]
+        counts = {
+            status: r.count(
+                "obligations", {"name": name, "status": status}, f"obligations.{name}.{status}"
+            )
+            for status in ("pending", "completed", "failed", "cancelled")
+        }
+        running = r.count("obligations_running", {"name": name}, f"obligations.{name}.pending")
+        running = min(running, counts["pending"])
+        oldest = r.one("oldest_owed", {"name": name})
+        owed_since = oldest["at"] if oldest is not None else None
+        result[name] = {
+            "pending": counts["pending"] - running,  # its job waits
+            "in_progress": running,  # its job is reserved by a worker
+            "completed": counts["completed"],
+            "failed": counts["failed"],
+            "cancelled": counts["cancelled"],
+            "owed": counts["pending"] + counts["failed"],
+            "oldest_owed_age": ready_age(owed_since, r.now),
+        }
+    return result
+
+
+def _queues(r: _Reader, app: App, now: float) -> list[dict[str, Any]]:
+    names = {row["queue"] for row in r.all("queues_seen", {})} | app.queues.keys()
+    attempts = r.all("attempts_since", {"since": now - HOUR, "limit": ATTEMPT_ROWS})
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in attempts:
+        by_queue.setdefault(row["queue"], []).append(row)
+    result = []
+    for queue in sorted(names):
+        params = {"queue": queue, "now": now}
+        counts = {s: r.count(f"jobs_{s}", params, f"queues.{queue}.{s}") for s in JOB_STATES}
+        oldest = r.one("oldest_ready", params)
+        age = ready_age(oldest["at"] if oldest is not None else None, now)
+        config = app.queues.get(queue)
+        objective = config.freshness if config is not None else DEFAULT_OBJECTIVE
+        result.append(
+            {
+                "queue": queue,
+                **counts,
+                "backlog": counts["ready"] + counts["reserved"] + counts["stuck"],
+                "oldest_ready_age": age,
+                "objective": objective,
+                "breach": is_breach(age, objective),
+                "workers": {
+                    "busy": counts["reserved"],
+                    "budget": config.max_workers if config is not None else None,
+                },
+                "last_hour": _last_hour(by_queue.get(queue, []), now),
+            }
+        )
+    return result
+
+
+def _last_hour(rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    per_minute = [0] * 60
+    failed_per_minute = [0] * 60
+    durations: list[float] = []
+    failed = 0
+    for row in rows:
+        minute = min(59, max(0, int((float(row["finished_at"]) - (now - HOUR)) // 60)))
+        if row["outcome"] == "succeeded":
+            per_minute[minute] += 1
+            durations.append(max(0.0, float(row["finished_at"]) - float(row["started_at"])))
+        else:
+            failed_per_minute[minute] += 1
+            failed += 1
+    buckets = {f"{b:g}": sum(1 for d in durations if d <= b) for b in DURATION_BUCKETS}
+    buckets["+Inf"] = len(durations)
+    return {
+        "succeeded": len(durations),
+        "failed": failed,  # attempts that did not succeed (retried, failed or lost)
+        "per_minute": per_minute,
+        "failed_per_minute": failed_per_minute,
+        "durations": percentiles(durations),
+        "duration_mean": math.fsum(durations) / len(durations) if durations else None,
+        "duration_sum": math.fsum(durations),
+        "histogram": buckets,
+    }
+
+
+def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
+    groups = []
+    total = 0
+    for row in r.all("failed_groups", {}):
+        n = int(row["n"])
+        total += n
+        group: dict[str, Any] = {
+            "owner": row["owner"],
+            "queue": row["queue"],
+            "error_class": row["error_class"],
+            "count": n,
+            "latest": row["latest"],
+            "jobs": [],
+        }
+        if history:
+            for job in r.all("failed_in_group", {**_group_key(group), "limit": GROUP_JOBS}):
+                group["jobs"].append(
+                    {
+                        "job_id": job["id"],
+                        "task": job["task"],
+                        "attempts": job["attempts"],
+                        "error": job["last_error"],
+                        "failed_at": job["finished_at"],
+                        "record_id": job["record_id"],
+                        "obligation": job["obligation"],
+                        "history": r.all("attempts_of", {"job_id": job["id"]}),
+                    }
+                )
+        groups.append(group)
+    return {"total": total, "groups": groups}
+
+
+def _group_key(group: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: group[k] for k in ("owner", "queue", "error_class")}
+
+
+def _by_owner(failed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The failed store by owner (the shape the JSON endpoint has always had)."""
+    owners: dict[str, dict[str, Any]] = {}
+    for group in failed["groups"]:
+        entry = owners.setdefault(group["owner"], {"failed": 0, "queues": {}, "recent": []})
+        entry["failed"] += group["count"]
+        entry["queues"][group["queue"]] = entry["queues"].get(group["queue"], 0) + group["count"]
+        for job in group["jobs"]:
+            entry["recent"].append({"queue": group["queue"], **job})
+    for entry in owners.values():
+        entry["recent"].sort(key=lambda j: (-(j["failed_at"] or 0), -j["job_id"]))
+        del entry["recent"][GROUP_JOBS:]
+        for job in entry["recent"]:
+            job.pop("history", None)
+    return owners
+
+
+def _reconcile(r: _Reader, win: Mapping[str, float], kinds: list[str]) -> dict[str, Any]:
+    created: dict[str, int] = {}
+    completed: dict[str, int] = {}
+    for row in r.all("reconcile_obligations", win):
+        created[row["name"]] = created.get(row["name"], 0) + int(row["n"])
+        if row["status"] == "completed":
+            completed[row["name"]] = int(row["n"])
+    effects = r.one("reconcile_effects", win)
+    outbox = r.one("reconcile_outbox", win) or {}
+    unjobbed: list[dict[str, Any]] = []
+    for name in kinds:
+        unjobbed += r.all("owed_without_job", {"name": name, "limit": UNJOBBED_EXAMPLES})
+    for row in r.all("records_without_obligation", {**win, "limit": UNJOBBED_EXAMPLES}):
+        unjobbed.append({"record_id": row["record_id"], "name": None})
+    return {
+        "obligations_created": created,
+        "obligations_completed": completed,
+        "created_total": sum(created.values()),
+        "completed_total": sum(completed.values()),
+        "effects_recorded": int(effects["n"]) if effects is not None else 0,
+        "notifications": {
+            "created": int(outbox.get("created") or 0),
+            "confirmed": int(outbox.get("confirmed") or 0),
+        },
+        "without_job": {"count": len(unjobbed), "examples": unjobbed[:UNJOBBED_EXAMPLES]},
+    }
+
+
+def _action_log(r: _Reader) -> list[dict[str, Any]]:
+    rows = r.all("action_log", {"limit": ACTION_LOG})
+    for row in rows:
+        row["selection"] = loads(row["selection"])
+    return rows
+
+
+__all__ = ["DEFAULT_WINDOW", "WINDOWS", "error_class", "overview", "window_bounds"]

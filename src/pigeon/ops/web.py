@@ -1,0 +1,309 @@
+"""The operations page: ``GET /pigeon/`` on the reference server, or mounted in any ASGI app
+(``dashboard_app``). Server-rendered HTML (Jinja2 templates, package data), no script: a
+``<meta refresh>`` reloads it, the charts are inline SVG. Every figure is
+`pigeon.ops.queries.overview`'s. Operator-only (`pigeon.server.access`), the actions too;
+a browser signs in once with the operator token (`pigeon.ops.session`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from pigeon.exceptions import InvalidOperation
+from pigeon.jobs.app import App
+from pigeon.ops import actions, session
+from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
+from pigeon.server import access
+from pigeon.server.auth import Authenticator
+from pigeon.storage.base import Database
+
+PAGE_PREFIX = "/pigeon"
+MAX_FORM = 256 * 1024  # bytes of a form (job ids of a selection)
+REFRESH = 30  # seconds between reloads of the page
+HEADERS = {
+    # No script, no frame, no form to another origin; styles and the charts inline.
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@functools.cache
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pigeon.ops", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = age
+    env.filters["when"] = when
+    env.filters["spark"] = sparkline
+    return env
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def when(at: float | None) -> str:
+    import datetime
+
+    if at is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(float(at), datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def sparkline(points: list[int], width: int = 180, height: int = 28) -> str:
+    """An inline SVG polyline of per-minute counts (oldest minute at the left)."""
+    top = max(points) if points and max(points) > 0 else 1
+    step = width / max(1, len(points) - 1)
+    coords = " ".join(
+        f"{i * step:.1f},{height - 2 - (p / top) * (height - 4):.1f}" for i, p in enumerate(points)
+    )
+    return (
+        f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="attempts per minute, last hour (max {top})">'
+        f'<polyline fill="none" stroke="currentColor" stroke-width="1.5" points="{coords}"/></svg>'
+    )
+
+
+def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    body = templates().get_template(template).render(**context)
+    return HTMLResponse(body, status_code=status, headers=HEADERS)
+
+
+def base_of(conn: HTTPConnection, prefix: str) -> str:
+    return str(conn.scope.get("root_path", "")).rstrip("/") + prefix
+
+
+def login_page(prefix: str) -> Callable[[HTTPConnection], Response]:
+    """The sign-in form, answered with 401 to a browser without (valid) credentials."""
+    return lambda conn: login_refused(conn, prefix, None)
+
+
+def login_refused(conn: HTTPConnection, prefix: str, error: str | None) -> Response:
+    return render("login.html", 401, base=base_of(conn, prefix), error=error)
+
+
+async def _form(request: Request) -> dict[str, list[str]] | Response:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return Response("form too large", status_code=413)
+    try:
+        return parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20_000)
+    except (UnicodeDecodeError, ValueError):
+        return Response("bad form", status_code=400)
+
+
+def _first(form: Mapping[str, list[str]], key: str) -> str:
+    values = form.get(key) or [""]
+    return values[0]
+
+
+def _optional(form: Mapping[str, list[str]], key: str) -> str | None:
+    return _first(form, key) if key in form else None
+
+
+def _selection(form: Mapping[str, list[str]], scope: str) -> actions.Selection:
+    max_id = _first(form, "max_id")
+    ids: tuple[int, ...] = ()
+    if scope == "selected":
+        ids = tuple(int(v) for v in form.get("job", []) if v.isdigit())
+        if not ids:
+            raise InvalidOperation("select at least one job")
+    return actions.Selection(
+        ids=ids,
+        owner=_optional(form, "owner"),
+        queue=_optional(form, "queue"),
+        error_class=_optional(form, "error_class"),
+        max_id=int(max_id) if max_id.isdigit() else None,
+    )
+
+
+def page_routes(
+    db: Database, app: App | None = None, *, prefix: str = PAGE_PREFIX
+) -> list[BaseRoute]:
+    """The page, its actions, sign-in and sign-out, each declaring its access rule."""
+    login = login_page(prefix)
+    browser = access.BrowserLogin(session.COOKIE, login)
+    guard: list[access.Guarded] = []
+
+    def credential(request: Request) -> str | None:
+        return access.cookie_credential(request)
+
+    async def page(request: Request) -> Response:
+        chosen = request.query_params.get("window", "24h")
+        window = WINDOWS.get(chosen, DEFAULT_WINDOW)
+        view = await run_in_threadpool(overview, db, app, window=window)
+        done = request.query_params.get("done", "")
+        done_row = next((a for a in view["actions"] if str(a["id"]) == done), None)
+        cred = credential(request)
+        return render(
+            "page.html",
+            view=view,
+            base=base_of(request, prefix),
+            window=chosen if chosen in WINDOWS else "24h",
+            windows=list(WINDOWS),
+            refresh=REFRESH if request.query_params.get("refresh") != "0" else None,
+            csrf=session.csrf_token(cred) if cred else "",
+            signed_in=cred is not None,
+            done=done_row,
+        )
+
+    async def preview(request: Request) -> Response:
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        if not session.csrf_ok(credential(request), _first(form, "csrf")):
+            return Response("bad CSRF token: reload the page", status_code=403)
+        action, _, scope = _first(form, "do").partition(":")
+        try:
+            if action not in actions.ACTIONS:
+                raise InvalidOperation(f"unknown action {action!r}")
+            selection = _selection(form, scope)
+            ids, max_id = await run_in_threadpool(actions.matching, db, selection)
+        except InvalidOperation as exc:
+            return render("message.html", 400, base=base_of(request, prefix), message=str(exc))
+        return render(
+            "confirm.html",
+            base=base_of(request, prefix),
+            action=action,
+            selection=selection,
+            ids=ids,
+            max_id=max_id,
+            csrf=_first(form, "csrf"),
+            name=session.signed_in_name(request),
+            limit=actions.MAX_JOBS,
+        )
+
+    async def apply(request: Request) -> Response:
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        if not session.csrf_ok(credential(request), _first(form, "csrf")):
+            return Response("bad CSRF token: reload the page", status_code=403)
+        action = _first(form, "action")
+        try:
+            selection = _selection(form, "selected" if form.get("job") else "group")
+            outcome = await run_in_threadpool(
+                functools.partial(
+                    actions.apply,
+                    db,
+                    action,
+                    selection,
+                    actor=_first(form, "actor"),
+                    reason=_first(form, "reason"),
+                )
+            )
+        except InvalidOperation as exc:
+            return render("message.html", 400, base=base_of(request, prefix), message=str(exc))
+        target = f"{base_of(request, prefix)}/?done={outcome.action_id}#actions"
+        return RedirectResponse(target, status_code=303)
+
+    async def login_form(request: Request) -> Response:
+        return render("login.html", base=base_of(request, prefix), error=None)
+
+    async def sign_in(request: Request) -> Response:
+        base = base_of(request, prefix)
+        if not access.same_origin(request):
+            return Response("a cross-site sign-in was refused", status_code=403)
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        token = _first(form, "token").strip()
+        name = _first(form, "name").strip()[: session.MAX_NAME]
+        policy = guard[0].policy
+        probe = HTTPConnection(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": base + "/",
+                "headers": [(b"authorization", b"Bearer " + token.encode("utf-8", "replace"))],
+                "query_string": b"",
+            }
+        )
+        ok = bool(token) and token.isprintable() and token.isascii() and policy is not None
+        decided = policy.decide(access.Rule.OPERATOR, probe) if ok and policy else None
+        if not isinstance(decided, access.Caller) or not decided.operator:
+            return login_refused(request, prefix, "that is not the operator token")
+        if not name or not name.isprintable():
+            return login_refused(request, prefix, "give your name: it goes into the action log")
+        response = RedirectResponse(base + "/", status_code=303)
+        session.set_session(response, request, base, token, name)
+        return response
+
+    async def sign_out(request: Request) -> Response:
+        response = RedirectResponse(base_of(request, prefix) + "/login", status_code=303)
+        session.clear_session(response, base_of(request, prefix))
+        return response
+
+    page_route = access.operator(Route(prefix + "/", page, methods=["GET"]), browser=browser)
+    guard.append(page_route)
+    return [
+        page_route,
+        access.operator(
+            Route(prefix + "/actions/preview", preview, methods=["POST"]), browser=browser
+        ),
+        access.operator(Route(prefix + "/actions/apply", apply, methods=["POST"]), browser=browser),
+        access.operator(Route(prefix + "/logout", sign_out, methods=["POST"]), browser=browser),
+        access.public(Route(prefix + "/login", login_form, methods=["GET"])),
+        access.public(Route(prefix + "/login", sign_in, methods=["POST"])),
+    ]
+
+
+def dashboard_app(
+    db: Database,
+    app: App | None = None,
+    *,
+    operator: access.OperatorCheck,
+    authenticate: Authenticator | None = None,
+    metrics: bool = True,
+) -> Starlette:
+    """The page (at ``/``), its JSON (``/v1/dashboard``) and ``/metrics`` as an ASGI app of
+    their own, to mount in any app: ``Mount("/ops", dashboard_app(db, jobs_app,
+    operator=access.OperatorToken(token)))`` serves the page at ``/ops/``. ``operator``
+    decides who is the operator (every route here is the operator's); ``authenticate``
+    names your users, who get 404 like any route that is not there."""
+    from pigeon.server.dashboard import dashboard_routes
+
+    routes = page_routes(db, app, prefix="")
+    if metrics:
+        routes += dashboard_routes(db, app, page=False, json_path="/v1/dashboard")
+    policy = access.AccessPolicy(authenticate or _nobody, operator=operator)
+    access.bind(routes, policy)
+    starlette = Starlette(routes=routes)
+    starlette.router.redirect_slashes = False
+    return starlette
+
+
+def _nobody(conn: HTTPConnection) -> str | None:
+    return None

@@ -1,0 +1,161 @@
+-- Named queries of the operations page (pigeon/ops/queries.py), PostgreSQL. The "row"
+-- queries (rows_*) select one row per thing counted: queries.py counts them, capped on a
+-- large table (the capped count reads at most cap+1 index entries) and estimated by the
+-- planner (EXPLAIN) past the cap.
+
+-- name: table_size
+SELECT reltuples::bigint AS n FROM pg_class WHERE oid = to_regclass(%(table)s)
+
+-- name: rows_records_received
+SELECT 1 FROM pigeon_records WHERE created_at >= %(since)s AND created_at < %(until)s
+
+-- name: rows_records_completed
+SELECT 1 FROM pigeon_records
+WHERE created_at >= %(since)s AND created_at < %(until)s AND status = 'completed'
+
+-- name: rows_jobs_ready
+SELECT 1 FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+
+-- name: rows_jobs_delayed
+SELECT 1 FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at > %(now)s
+
+-- name: rows_jobs_reserved
+SELECT 1 FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until >= %(now)s
+
+-- name: rows_jobs_stuck
+SELECT 1 FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+
+-- name: rows_jobs_failed
+SELECT 1 FROM pigeon_jobs WHERE status = 'failed' AND queue = %(queue)s
+
+-- name: rows_jobs_succeeded
+SELECT 1 FROM pigeon_jobs WHERE queue = %(queue)s AND status = 'succeeded'
+
+-- name: rows_jobs_cancelled
+SELECT 1 FROM pigeon_jobs WHERE queue = %(queue)s AND status = 'cancelled'
+
+-- name: rows_obligations
+SELECT 1 FROM pigeon_obligations WHERE name = %(name)s AND status = %(status)s
+
+-- name: rows_obligations_running
+SELECT 1 FROM pigeon_jobs
+WHERE status = 'reserved' AND obligation = %(name)s AND obligation IS NOT NULL
+
+-- name: queues_seen
+-- Distinct queues by a skip scan of pigeon_jobs_queue: one index probe per queue.
+WITH RECURSIVE q AS (
+    SELECT (SELECT queue FROM pigeon_jobs ORDER BY queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT j.queue FROM pigeon_jobs AS j WHERE j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL
+
+-- name: obligation_kinds
+WITH RECURSIVE k AS (
+    SELECT (SELECT name FROM pigeon_obligations ORDER BY name LIMIT 1) AS name
+    UNION ALL
+    SELECT (SELECT o.name FROM pigeon_obligations AS o WHERE o.name > k.name
+            ORDER BY o.name LIMIT 1)
+    FROM k WHERE k.name IS NOT NULL
+)
+SELECT name FROM k WHERE name IS NOT NULL
+
+-- name: oldest_ready
+SELECT min(scheduled_at) AS at FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+
+-- name: oldest_owed
+-- Accepted when its record was (records.accept enqueues in the same transaction).
+SELECT min(created_at) AS at FROM pigeon_jobs
+WHERE obligation = %(name)s AND obligation IS NOT NULL
+  AND status IN ('queued', 'reserved', 'failed')
+
+-- name: attempts_since
+-- Finished attempts since :since (both partial indexes on finished_at), at most :limit.
+SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
+JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE a.outcome = 'succeeded' AND a.finished_at >= %(since)s
+UNION ALL
+SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
+JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE a.outcome <> 'succeeded' AND a.finished_at >= %(since)s
+LIMIT %(limit)s
+
+-- name: failed_groups
+SELECT coalesce(owner, '-') AS owner, queue,
+       split_part(coalesce(last_error, '-'), ':', 1) AS error_class,
+       count(*) AS n, max(finished_at) AS latest, min(id) AS first_id, max(id) AS last_id
+FROM pigeon_jobs WHERE status = 'failed'
+GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3
+
+-- name: failed_in_group
+SELECT id, task, attempts, last_error, finished_at, record_id, obligation FROM pigeon_jobs
+WHERE status = 'failed' AND coalesce(owner, '-') = %(owner)s AND queue = %(queue)s
+  AND split_part(coalesce(last_error, '-'), ':', 1) = %(error_class)s
+ORDER BY finished_at DESC, id DESC LIMIT %(limit)s
+
+-- name: failed_select
+-- The jobs an action applies to: failed, matching the selection, none newer than the
+-- dry run saw (max_id).
+SELECT id FROM pigeon_jobs
+WHERE status = 'failed' AND id <= %(max_id)s
+  AND (%(owner)s::text IS NULL OR coalesce(owner, '-') = %(owner)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(error_class)s::text IS NULL
+       OR split_part(coalesce(last_error, '-'), ':', 1) = %(error_class)s::text)
+ORDER BY id LIMIT %(limit)s
+
+-- name: max_job_id
+SELECT coalesce(max(id), 0) AS id FROM pigeon_jobs
+
+-- name: attempts_of
+SELECT attempt, worker, started_at, finished_at, outcome, error FROM pigeon_job_attempts
+WHERE job_id = %(job_id)s ORDER BY attempt
+
+-- name: reconcile_obligations
+SELECT o.name, o.status, count(*) AS n FROM pigeon_records AS r
+JOIN pigeon_obligations AS o ON o.record_id = r.id
+WHERE r.created_at >= %(since)s AND r.created_at < %(until)s
+GROUP BY o.name, o.status
+
+-- name: reconcile_effects
+SELECT count(*) AS n FROM pigeon_effects
+WHERE created_at >= %(since)s AND created_at < %(until)s
+
+-- name: reconcile_outbox
+SELECT count(*) AS created, count(published_at) AS confirmed FROM pigeon_outbox
+WHERE created_at >= %(since)s AND created_at < %(until)s
+
+-- name: owed_without_job
+-- A pending obligation whose job is gone or no longer queued or running: nothing will
+-- ever settle it.
+SELECT o.record_id, o.name FROM pigeon_obligations AS o
+LEFT JOIN pigeon_jobs AS j ON j.id = o.job_id
+WHERE o.name = %(name)s AND o.status = 'pending'
+  AND (j.id IS NULL OR j.status NOT IN ('queued', 'reserved'))
+LIMIT %(limit)s
+
+-- name: records_without_obligation
+-- Accepted in the window, not complete, and no obligation at all (accept completes a
+-- record with none at once).
+SELECT r.id AS record_id FROM pigeon_records AS r
+WHERE r.created_at >= %(since)s AND r.created_at < %(until)s AND r.status <> 'completed'
+  AND NOT EXISTS (SELECT 1 FROM pigeon_obligations AS o WHERE o.record_id = r.id)
+LIMIT %(limit)s
+
+-- name: action_insert
+INSERT INTO pigeon_operator_actions (at, actor, action, reason, selection, matched, done,
+                                     skipped)
+VALUES (%(at)s, %(actor)s, %(action)s, %(reason)s, %(selection)s, %(matched)s, %(done)s,
+        %(skipped)s)
+RETURNING id
+
+-- name: action_log
+SELECT id, at, actor, action, reason, selection, matched, done, skipped
+FROM pigeon_operator_actions ORDER BY id DESC LIMIT %(limit)s

@@ -1,0 +1,166 @@
+-- Named queries of the operations page (pigeon/ops/queries.py), SQLite: the names of
+-- postgres/ops.sql with the same meaning. The "row"
+-- queries (rows_*) select one row per thing counted: queries.py counts them, capped on a
+-- large table (the capped count reads at most cap+1 index entries) and estimated by the
+-- planner (EXPLAIN) past the cap.
+
+-- name: table_size
+SELECT NULL AS n
+
+-- name: rows_records_received
+SELECT 1 FROM pigeon_records WHERE created_at >= :since AND created_at < :until
+
+-- name: rows_records_completed
+SELECT 1 FROM pigeon_records
+WHERE created_at >= :since AND created_at < :until AND status = 'completed'
+
+-- name: rows_jobs_ready
+SELECT 1 FROM pigeon_jobs
+WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+
+-- name: rows_jobs_delayed
+SELECT 1 FROM pigeon_jobs
+WHERE queue = :queue AND status = 'queued' AND scheduled_at > :now
+
+-- name: rows_jobs_reserved
+SELECT 1 FROM pigeon_jobs
+WHERE queue = :queue AND status = 'reserved' AND reserved_until >= :now
+
+-- name: rows_jobs_stuck
+SELECT 1 FROM pigeon_jobs
+WHERE queue = :queue AND status = 'reserved' AND reserved_until < :now
+
+-- name: rows_jobs_failed
+SELECT 1 FROM pigeon_jobs WHERE status = 'failed' AND queue = :queue
+
+-- name: rows_jobs_succeeded
+SELECT 1 FROM pigeon_jobs WHERE queue = :queue AND status = 'succeeded'
+
+-- name: rows_jobs_cancelled
+SELECT 1 FROM pigeon_jobs WHERE queue = :queue AND status = 'cancelled'
+
+-- name: rows_obligations
+SELECT 1 FROM pigeon_obligations WHERE name = :name AND status = :status
+
+-- name: rows_obligations_running
+SELECT 1 FROM pigeon_jobs
+WHERE status = 'reserved' AND obligation = :name AND obligation IS NOT NULL
+
+-- name: queues_seen
+-- Distinct queues by a skip scan of pigeon_jobs_queue: one index probe per queue.
+WITH RECURSIVE q AS (
+    SELECT (SELECT queue FROM pigeon_jobs ORDER BY queue LIMIT 1) AS queue
+    UNION ALL
+    SELECT (SELECT j.queue FROM pigeon_jobs AS j WHERE j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL
+
+-- name: obligation_kinds
+WITH RECURSIVE k AS (
+    SELECT (SELECT name FROM pigeon_obligations ORDER BY name LIMIT 1) AS name
+    UNION ALL
+    SELECT (SELECT o.name FROM pigeon_obligations AS o WHERE o.name > k.name
+            ORDER BY o.name LIMIT 1)
+    FROM k WHERE k.name IS NOT NULL
+)
+SELECT name FROM k WHERE name IS NOT NULL
+
+-- name: oldest_ready
+SELECT min(scheduled_at) AS at FROM pigeon_jobs
+WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+
+-- name: oldest_owed
+-- Accepted when its record was (records.accept enqueues in the same transaction).
+SELECT min(created_at) AS at FROM pigeon_jobs
+WHERE obligation = :name AND obligation IS NOT NULL
+  AND status IN ('queued', 'reserved', 'failed')
+
+-- name: attempts_since
+-- Finished attempts since :since (both partial indexes on finished_at), at most :limit.
+SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
+JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE a.outcome = 'succeeded' AND a.finished_at >= :since
+UNION ALL
+SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
+JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE a.outcome <> 'succeeded' AND a.finished_at >= :since
+LIMIT :limit
+
+-- name: failed_groups
+SELECT coalesce(owner, '-') AS owner, queue,
+       (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
+            THEN substr(last_error, 1, instr(last_error, ':') - 1)
+            ELSE coalesce(last_error, '-') END) AS error_class,
+       count(*) AS n, max(finished_at) AS latest, min(id) AS first_id, max(id) AS last_id
+FROM pigeon_jobs WHERE status = 'failed'
+GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3
+
+-- name: failed_in_group
+SELECT id, task, attempts, last_error, finished_at, record_id, obligation FROM pigeon_jobs
+WHERE status = 'failed' AND coalesce(owner, '-') = :owner AND queue = :queue
+  AND (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
+            THEN substr(last_error, 1, instr(last_error, ':') - 1)
+            ELSE coalesce(last_error, '-') END) = :error_class
+ORDER BY finished_at DESC, id DESC LIMIT :limit
+
+-- name: failed_select
+-- The jobs an action applies to: failed, matching the selection, none newer than the
+-- dry run saw (max_id).
+SELECT id FROM pigeon_jobs
+WHERE status = 'failed' AND id <= :max_id
+  AND (:owner IS NULL OR coalesce(owner, '-') = :owner)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:error_class IS NULL OR (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
+            THEN substr(last_error, 1, instr(last_error, ':') - 1)
+            ELSE coalesce(last_error, '-') END) = :error_class)
+ORDER BY id LIMIT :limit
+
+-- name: max_job_id
+SELECT coalesce(max(id), 0) AS id FROM pigeon_jobs
+
+-- name: attempts_of
+SELECT attempt, worker, started_at, finished_at, outcome, error FROM pigeon_job_attempts
+WHERE job_id = :job_id ORDER BY attempt
+
+-- name: reconcile_obligations
+SELECT o.name, o.status, count(*) AS n FROM pigeon_records AS r
+JOIN pigeon_obligations AS o ON o.record_id = r.id
+WHERE r.created_at >= :since AND r.created_at < :until
+GROUP BY o.name, o.status
+
+-- name: reconcile_effects
+SELECT count(*) AS n FROM pigeon_effects
+WHERE created_at >= :since AND created_at < :until
+
+-- name: reconcile_outbox
+SELECT count(*) AS created, count(published_at) AS confirmed FROM pigeon_outbox
+WHERE created_at >= :since AND created_at < :until
+
+-- name: owed_without_job
+-- A pending obligation whose job is gone or no longer queued or running: nothing will
+-- ever settle it.
+SELECT o.record_id, o.name FROM pigeon_obligations AS o
+LEFT JOIN pigeon_jobs AS j ON j.id = o.job_id
+WHERE o.name = :name AND o.status = 'pending'
+  AND (j.id IS NULL OR j.status NOT IN ('queued', 'reserved'))
+LIMIT :limit
+
+-- name: records_without_obligation
+-- Accepted in the window, not complete, and no obligation at all (accept completes a
+-- record with none at once).
+SELECT r.id AS record_id FROM pigeon_records AS r
+WHERE r.created_at >= :since AND r.created_at < :until AND r.status <> 'completed'
+  AND NOT EXISTS (SELECT 1 FROM pigeon_obligations AS o WHERE o.record_id = r.id)
+LIMIT :limit
+
+-- name: action_insert
+INSERT INTO pigeon_operator_actions (at, actor, action, reason, selection, matched, done,
+                                     skipped)
+VALUES (:at, :actor, :action, :reason, :selection, :matched, :done,
+        :skipped)
+
+-- name: action_log
+SELECT id, at, actor, action, reason, selection, matched, done, skipped
+FROM pigeon_operator_actions ORDER BY id DESC LIMIT :limit
