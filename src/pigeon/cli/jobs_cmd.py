@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import time
 from typing import Annotated, Any
 
@@ -17,8 +18,8 @@ from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobStatus
 from pigeon.jobs.retention import purge_finished
-from pigeon.jobs.stats import queue_stats
 from pigeon.jobs.supervisor import add_app_dir
+from pigeon.ops.queries import OBLIGATION_STATES, WINDOWS, overview
 
 DEMO_APP = "pigeon.jobs.demo:app"
 
@@ -142,14 +143,50 @@ def stats_cmd(
     app_ref: Annotated[
         str, typer.Option("--app", help="module:attr of the App whose objectives apply.")
     ] = DEMO_APP,
+    window: Annotated[
+        str, typer.Option(help=f"Records received in the last: {', '.join(WINDOWS)}.")
+    ] = "24h",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The figures as JSON (those of /pigeon/v1/dashboard).")
+    ] = False,
 ) -> None:
-    """Per queue: ready, delayed, reserved, stuck, failed by owner, freshness vs objective."""
+    """Records, obligations and, per queue, ready, delayed, reserved, stuck, failed by
+    owner, freshness vs objective: the figures of the operations page (pigeon.ops)."""
     add_app_dir(".")  # --app myapp:app finds ./myapp.py, as `pigeon worker` does
     try:
         jobs_app = load_app(app_ref)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc), param_hint="--app") from exc
-    rows = queue_stats(open_db(db), jobs_app)
+    if window not in WINDOWS:
+        raise typer.BadParameter(f"one of {', '.join(WINDOWS)}", param_hint="--window")
+    view = overview(open_db(db), jobs_app, window=WINDOWS[window])
+    if as_json:
+        typer.echo(json.dumps(view, sort_keys=True, default=str))
+        return
+    estimated = set(view["estimated"])
+
+    def n(value: int, label: str) -> str:
+        return f"≈{value}" if label in estimated else str(value)
+
+    records = view["records"]
+    console.print(
+        f"records, last {window}: {n(records['received'], 'records.received')} received, "
+        f"{n(records['completed'], 'records.completed')} complete, "
+        f"{n(records['open'], 'records.open')} open"
+    )
+    if view["obligations"]:
+        owed = Table(title="obligations (oldest owed: pending, in progress or failed)")
+        owed.add_column("kind")
+        for status in OBLIGATION_STATES:
+            owed.add_column(status.replace("_", " "), justify="right")
+        owed.add_column("oldest owed", justify="right")
+        for name, o in view["obligations"].items():
+            owed.add_row(
+                shown(name),
+                *(n(o[s], f"obligations.{name}.{s}") for s in OBLIGATION_STATES),
+                _seconds(o["oldest_owed_age"]),
+            )
+        console.print(owed)
     table = Table(title="queues (ready = queued and due; stuck = reserved, lease expired)")
     for column in ("queue", "ready", "delayed", "reserved", "stuck", "failed"):
         table.add_column(column, justify="left" if column == "queue" else "right")
@@ -157,21 +194,32 @@ def stats_cmd(
     table.add_column("oldest ready", justify="right")
     table.add_column("objective", justify="right")
     table.add_column("breach")
-    for row in rows:
-        owners = ", ".join(f"{o}: {n}" for o, n in sorted(row.owners.items())) or "-"
+    for row in view["queues"]:
+        q = row["queue"]
+        owners: dict[str, int] = {}
+        for g in view["failed"]["groups"]:
+            if g["queue"] == q:
+                owners[g["owner"]] = owners.get(g["owner"], 0) + g["count"]
         table.add_row(
-            shown(row.queue),
-            str(row.ready),
-            str(row.delayed),
-            str(row.reserved),
-            str(row.stuck),
-            str(row.failed),
-            shown(owners),
-            _seconds(row.oldest_ready_age),
-            _seconds(row.objective),
-            "[red]yes[/red]" if row.breach else "no",
+            shown(q),
+            *(n(row[s], f"queues.{q}.{s}") for s in ("ready", "delayed", "reserved", "stuck")),
+            n(row["failed"], f"queues.{q}.failed"),
+            shown(", ".join(f"{o}: {c}" for o, c in sorted(owners.items())) or "-"),
+            _seconds(row["oldest_ready_age"]),
+            _seconds(row["objective"]),
+            "[red]yes[/red]" if row["breach"] else "no",
         )
     console.print(table)
+    rec, relay = view["reconciliation"], view["relay"]
+    console.print(
+        f"reconciliation, last {window}: {rec['created_total']} obligations created, "
+        f"{rec['completed_total']} completed, {rec['effects_recorded']} effects recorded, "
+        f"{rec['notifications']['confirmed']} of {rec['notifications']['created']} "
+        f"notifications confirmed; without a job: {rec['without_job']['count']} (must be 0)"
+    )
+    console.print(f"relay: {relay['pending']} unpublished, oldest {_seconds(relay['oldest_age'])}")
+    if estimated:
+        console.print("≈: estimated by the PostgreSQL planner (large table)")
 
 
 @app.command("purge")

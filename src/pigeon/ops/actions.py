@@ -14,11 +14,12 @@ from typing import Any
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.jobs._db import dumps, reading
 from pigeon.jobs.failed import FailedStore
-from pigeon.ops.queries import _queries
+from pigeon.ops.queries import _queries, error_class
 from pigeon.storage.base import Database
 
 ACTIONS = ("retry", "cancel")
 MAX_JOBS = 10_000  # jobs one action may touch
+SCAN_JOBS = 200_000  # failed jobs of the owner and queue read to find them
 MAX_TEXT = 500  # characters of a reason or an actor
 
 
@@ -51,9 +52,8 @@ def _params(selection: Selection, max_id: int) -> dict[str, Any]:
     return {
         "owner": selection.owner,
         "queue": selection.queue,
-        "error_class": selection.error_class,
         "max_id": max_id,
-        "limit": MAX_JOBS,
+        "limit": SCAN_JOBS,
     }
 
 
@@ -66,11 +66,15 @@ def matching(db: Database, selection: Selection) -> tuple[list[int], int]:
         if max_id is None:
             max_id = int(tx.sql(queries["max_job_id"], {}).fetchone()["id"])
         rows = tx.sql(queries["failed_select"], _params(selection, max_id)).fetchall()
-    ids = [int(row["id"]) for row in rows]
+    ids = [
+        int(row["id"])
+        for row in rows
+        if selection.error_class is None or error_class(row["last_error"]) == selection.error_class
+    ]
     if selection.ids:
         wanted = set(selection.ids)
         ids = [i for i in ids if i in wanted]
-    return ids, max_id
+    return ids[:MAX_JOBS], max_id
 
 
 def apply(

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ CAP = 10_000  # index entries a capped count reads at most
 HOUR = 3600.0
 ATTEMPT_ROWS = 100_000  # attempts of the last hour read at most
 GROUP_JOBS = 5  # latest jobs shown per failed group
+FAILED_ROWS = 20_000  # latest failed jobs grouped by error class
+OLDER = "(older)"  # the class of failed jobs past FAILED_ROWS
 UNJOBBED_EXAMPLES = 20
 ACTION_LOG = 20
 # Bucket bounds (seconds) of the attempt duration histogram.
@@ -108,10 +111,20 @@ def _plan_rows(row: Mapping[str, Any]) -> float:
 
 
 def error_class(error: str | None) -> str:
-    """The failed store's grouping of an error: its exception type (the text before the
-    first ``:``), as the SQL of ops.sql computes it."""
-    text = error if error is not None else "-"
-    return text.split(":", 1)[0]
+    """The failed store's grouping of an error: the exception's type name (``ProviderDown``
+    of ``attempts exhausted (5 of 5); last error: app.ProviderDown: 503``), or pigeon's own
+    reason where no exception was raised (``lease expired on its last attempt``)."""
+    if not error:
+        return "-"
+    text = error.rsplit("; last error: ", 1)[-1]
+    text = text.removeprefix("permanent error: ")
+    head = text.split(":", 1)[0].strip()
+    if " " in head or not head:  # a sentence, not a type: drop its counts "(3 of 3)"
+        return _COUNTS.sub("", head)[:80] or "-"
+    return head.rsplit(".", 1)[-1]
+
+
+_COUNTS = re.compile(r"\s*\(.*\)\s*$")
 
 
 def window_bounds(now: float, window: float) -> tuple[float, float]:
@@ -253,35 +266,52 @@ def _last_hour(rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
 
 
 def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
-    groups = []
-    total = 0
-    for row in r.all("failed_groups", {}):
-        n = int(row["n"])
-        total += n
-        group: dict[str, Any] = {
-            "owner": row["owner"],
-            "queue": row["queue"],
-            "error_class": row["error_class"],
-            "count": n,
-            "latest": row["latest"],
-            "jobs": [],
-        }
-        if history:
-            for job in r.all("failed_in_group", {**_group_key(group), "limit": GROUP_JOBS}):
-                group["jobs"].append(
-                    {
-                        "job_id": job["id"],
-                        "task": job["task"],
-                        "attempts": job["attempts"],
-                        "error": job["last_error"],
-                        "failed_at": job["finished_at"],
-                        "record_id": job["record_id"],
-                        "obligation": job["obligation"],
-                        "history": r.all("attempts_of", {"job_id": job["id"]}),
-                    }
-                )
-        groups.append(group)
-    return {"total": total, "groups": groups}
+    """Groups of (owner, queue, error class), largest first, from the latest
+    ``FAILED_ROWS`` failed jobs; older ones (a failed store larger than that) are counted
+    per owner and queue in a group of class ``(older)``."""
+    counts = {(row["owner"], row["queue"]): int(row["n"]) for row in r.all("failed_counts", {})}
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for job in r.all("failed_rows", {"limit": FAILED_ROWS}):
+        key = (job["owner"], job["queue"], error_class(job["last_error"]))
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {
+                "owner": key[0],
+                "queue": key[1],
+                "error_class": key[2],
+                "count": 0,
+                "latest": job["finished_at"],
+                "jobs": [],
+            }
+        group["count"] += 1
+        if history and len(group["jobs"]) < GROUP_JOBS:
+            group["jobs"].append(
+                {
+                    "job_id": job["id"],
+                    "task": job["task"],
+                    "attempts": job["attempts"],
+                    "error": job["last_error"],
+                    "failed_at": job["finished_at"],
+                    "record_id": job["record_id"],
+                    "obligation": job["obligation"],
+                    "history": r.all("attempts_of", {"job_id": job["id"]}),
+                }
+            )
+    for (owner, queue), n in counts.items():
+        seen = sum(g["count"] for k, g in groups.items() if k[:2] == (owner, queue))
+        if n > seen:
+            groups[(owner, queue, OLDER)] = {
+                "owner": owner,
+                "queue": queue,
+                "error_class": OLDER,
+                "count": n - seen,
+                "latest": None,
+                "jobs": [],
+            }
+    ordered = sorted(
+        groups.values(), key=lambda g: (-g["count"], g["owner"], g["queue"], g["error_class"])
+    )
+    return {"total": sum(counts.values()), "groups": ordered}
 
 
 def _group_key(group: Mapping[str, Any]) -> dict[str, Any]:

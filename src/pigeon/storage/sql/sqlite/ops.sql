@@ -88,33 +88,24 @@ JOIN pigeon_jobs AS j ON j.id = a.job_id
 WHERE a.outcome <> 'succeeded' AND a.finished_at >= :since
 LIMIT :limit
 
--- name: failed_groups
-SELECT coalesce(owner, '-') AS owner, queue,
-       (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
-            THEN substr(last_error, 1, instr(last_error, ':') - 1)
-            ELSE coalesce(last_error, '-') END) AS error_class,
-       count(*) AS n, max(finished_at) AS latest, min(id) AS first_id, max(id) AS last_id
-FROM pigeon_jobs WHERE status = 'failed'
-GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2, 3
+-- name: failed_counts
+SELECT coalesce(owner, '-') AS owner, queue, count(*) AS n FROM pigeon_jobs
+WHERE status = 'failed' GROUP BY 1, 2
 
--- name: failed_in_group
-SELECT id, task, attempts, last_error, finished_at, record_id, obligation FROM pigeon_jobs
-WHERE status = 'failed' AND coalesce(owner, '-') = :owner AND queue = :queue
-  AND (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
-            THEN substr(last_error, 1, instr(last_error, ':') - 1)
-            ELSE coalesce(last_error, '-') END) = :error_class
+-- name: failed_rows
+-- The latest failed jobs; queries.py groups them by error class (error_class()).
+SELECT id, coalesce(owner, '-') AS owner, queue, task, attempts, last_error, finished_at,
+       record_id, obligation
+FROM pigeon_jobs WHERE status = 'failed'
 ORDER BY finished_at DESC, id DESC LIMIT :limit
 
 -- name: failed_select
--- The jobs an action applies to: failed, matching the selection, none newer than the
--- dry run saw (max_id).
-SELECT id FROM pigeon_jobs
+-- The jobs an action may apply to: failed, of the owner and queue chosen (None: any),
+-- none newer than the dry run saw (max_id); actions.py filters the error class.
+SELECT id, last_error FROM pigeon_jobs
 WHERE status = 'failed' AND id <= :max_id
   AND (:owner IS NULL OR coalesce(owner, '-') = :owner)
   AND (:queue IS NULL OR queue = :queue)
-  AND (:error_class IS NULL OR (CASE WHEN instr(coalesce(last_error, '-'), ':') > 0
-            THEN substr(last_error, 1, instr(last_error, ':') - 1)
-            ELSE coalesce(last_error, '-') END) = :error_class)
 ORDER BY id LIMIT :limit
 
 -- name: max_job_id
