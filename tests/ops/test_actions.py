@@ -1,0 +1,99 @@
+"""Operator actions on the failed store (pigeon.ops.actions) and the page's forms over
+HTTP: a dry run counts, the action needs a reason and a name, one row per action in the
+log; a cookie session's forms need the CSRF token and the page's own origin."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from pigeon.exceptions import InvalidOperation
+from pigeon.jobs.failed import list_jobs, show_job
+from pigeon.ops import actions
+from pigeon.ops.session import csrf_token
+from pigeon.server.app import create_app
+from pigeon.server.dashboard import dashboard_routes
+from pigeon.server.intake import Intake
+from pigeon.storage.base import Database
+from tests.ops.scenario import APP, seed
+from tests.server.conftest import OPERATOR, OPERATOR_TOKEN, live_server, operator_token
+
+
+def test_retry_a_group_and_cancel_by_ids_with_a_log(db: Database) -> None:
+    seed(db, 100)
+    group = actions.Selection(owner="comms-team", queue="notify", error_class="PermanentError")
+    ids, max_id = actions.matching(db, group)
+    assert len(ids) == 10 and max_id >= max(ids)
+    with pytest.raises(InvalidOperation, match="reason"):
+        actions.apply(db, "retry", group, actor="ada", reason="  ")
+    with pytest.raises(InvalidOperation, match="who"):
+        actions.apply(db, "retry", group, actor="", reason="fixed")
+    done = actions.apply(db, "retry", group, actor="ada", reason="mail server back")
+    assert (done.matched, done.done, done.skipped) == (10, 10, 0)
+    assert {show_job(db, i)["status"] for i in ids} == {"queued"}
+    grading = [j["id"] for j in list_jobs(db, status="failed", queue="grading")]
+    cancel = actions.Selection(ids=(grading[0], ids[0]))  # ids[0] is no longer failed
+    done = actions.apply(db, "cancel", cancel, actor="bob", reason="duplicate")
+    assert (done.matched, done.done) == (1, 1)
+    assert show_job(db, grading[0])["status"] == "cancelled"
+    log = actions.action_log(db)
+    assert [(a["action"], a["actor"], a["done"]) for a in log] == [
+        ("cancel", "bob", 1),
+        ("retry", "ada", 10),
+    ]
+    assert '"owner":"comms-team"' in log[1]["selection"]
+
+
+def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
+    seed(db, 50)
+    app = create_app(
+        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+    )
+    form = {"owner": "comms-team", "queue": "notify", "error_class": "PermanentError"}
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        host = url.split("//", 1)[1]
+        same = {"Origin": url, "Host": host}
+        # the bearer header (a script, curl): no cookie, so no CSRF token needed
+        preview = client.post(
+            "/pigeon/actions/preview", headers=OPERATOR, data=form | {"do": "retry:group"}
+        )
+        assert preview.status_code == 200
+        assert re.search(r'id="dry-run-count">5<', preview.text)
+        # a browser session: signing in needs the page's own origin
+        assert (
+            client.post("/pigeon/login", data={"token": OPERATOR_TOKEN, "name": "ada"}).status_code
+            == 403
+        )
+        signed = client.post(
+            "/pigeon/login", headers=same, data={"token": OPERATOR_TOKEN, "name": "ada"}
+        )
+        assert signed.status_code == 303 and client.cookies.get("pigeon_ops") == OPERATOR_TOKEN
+        assert client.get("/pigeon/").status_code == 200
+        apply = form | {"action": "retry", "actor": "ada", "reason": "back up"}
+        # from another site: refused before anything runs (Origin, then Sec-Fetch-Site)
+        evil = {"Origin": "https://evil.example", "Host": host}
+        assert client.post("/pigeon/actions/apply", headers=evil, data=apply).status_code == 403
+        cross = {**same, "Sec-Fetch-Site": "cross-site"}
+        assert client.post("/pigeon/actions/apply", headers=cross, data=apply).status_code == 403
+        # same origin but no (or a wrong) CSRF token: refused
+        assert client.post("/pigeon/actions/apply", headers=same, data=apply).status_code == 403
+        wrong = apply | {"csrf": csrf_token("another-credential-entirely")}
+        assert client.post("/pigeon/actions/apply", headers=same, data=wrong).status_code == 403
+        assert len(list_jobs(db, status="failed", queue="notify")) == 5
+        ok = client.post(
+            "/pigeon/actions/apply",
+            headers=same,
+            data=apply | {"csrf": csrf_token(OPERATOR_TOKEN)},
+            follow_redirects=False,
+        )
+        assert ok.status_code == 303 and "/pigeon/?done=" in ok.headers["location"]
+        assert list_jobs(db, status="failed", queue="notify") == []
+        # signing out clears the cookie: the page asks to sign in again
+        client.post("/pigeon/logout", headers=same, data={})
+        assert client.get("/pigeon/", headers={"Accept": "text/html"}).status_code == 401
+        # a cookie that is not the operator's gets the sign-in form, never the page
+        client.cookies.set("pigeon_ops", "bob.1", path="/pigeon/")
+        stale = client.get("/pigeon/", headers={"Accept": "text/html"})
+        assert stale.status_code == 401 and "data-figure" not in stale.text
