@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup tools demo test lint bench clean
 
 $(BIN)/pigeon: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(BIN)/pigeon: pyproject.toml
 
 setup: $(BIN)/pigeon
 
+# Chromium and promtool for the operations page's tests (system packages; see .ci/tools).
+tools:
+	sh .ci/tools
+
 demo: setup
 	$(BIN)/pigeon demo
 
@@ -21,7 +25,7 @@ lint: setup
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
-test: lint
+test: lint tools
 	$(BIN)/pytest
 
 bench: setup

@@ -1,0 +1,68 @@
+"""ops/: the Prometheus alert rules pass ``promtool check rules`` (Debian's prometheus
+package), and every metric the rules and the Grafana board name is exported by /metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pigeon.server.app import create_app
+from pigeon.server.dashboard import dashboard_routes
+from pigeon.server.intake import Intake
+from pigeon.storage.server import open_server_db
+from tests.ops.scenario import APP, seed
+from tests.server.conftest import OPERATOR, live_server, operator_token
+
+OPS = Path(__file__).resolve().parents[2] / "ops"
+RULES = OPS / "prometheus" / "pigeon-rules.yml"
+BOARD = OPS / "grafana" / "pigeon-dashboard.json"
+METRIC = re.compile(r"\bpigeon_[a-z_]+")
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("PIGEON_REQUIRE_PG") == "1":
+            pytest.fail("promtool is missing: apt-get install -y prometheus")
+        pytest.skip("promtool is missing: apt-get install -y prometheus")
+    return found
+
+
+def test_promtool_accepts_the_rules() -> None:
+    result = subprocess.run(
+        [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 6 rules found" in result.stdout
+
+
+def _named(text: str) -> set[str]:
+    return set(METRIC.findall(text))
+
+
+def test_every_metric_the_rules_and_the_board_name_is_exported(tmp_path: Path) -> None:
+    rules = "\n".join(
+        line.split("expr:", 1)[1] for line in RULES.read_text().splitlines() if "expr:" in line
+    )
+    board = json.loads(BOARD.read_text())
+    exprs = "\n".join(t["expr"] for p in board["panels"] for t in p["targets"])
+    db = open_server_db(str(tmp_path / "server.db"))
+    seed(db, 20)
+    app = create_app(
+        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+    )
+    with live_server(app) as url:
+        text = httpx.get(url + "/metrics", headers=OPERATOR, timeout=30).text
+    db.close()
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    named = _named(rules) | _named(exprs)
+    assert len(_named(rules)) >= 6
+    assert named - exported == set()
