@@ -45,6 +45,10 @@ SELECT 1 FROM pigeon_obligations WHERE name = %(name)s AND status = %(status)s
 SELECT 1 FROM pigeon_jobs
 WHERE status = 'reserved' AND obligation = %(name)s AND obligation IS NOT NULL
 
+-- name: rows_obligations_live_jobs
+SELECT 1 FROM pigeon_jobs
+WHERE obligation = %(name)s AND obligation IS NOT NULL AND status IN ('queued', 'reserved')
+
 -- name: queues_seen
 -- Distinct queues by a skip scan of pigeon_jobs_queue: one index probe per queue.
 WITH RECURSIVE q AS (
@@ -119,6 +123,15 @@ SELECT o.name, o.status, count(*) AS n FROM pigeon_records AS r
 JOIN pigeon_obligations AS o ON o.record_id = r.id
 WHERE r.created_at >= %(since)s AND r.created_at < %(until)s
 GROUP BY o.name, o.status
+
+-- name: rows_reconcile_created
+SELECT 1 FROM pigeon_records AS r JOIN pigeon_obligations AS o ON o.record_id = r.id
+WHERE r.created_at >= %(since)s AND r.created_at < %(until)s AND o.name = %(name)s
+
+-- name: rows_reconcile_completed
+SELECT 1 FROM pigeon_records AS r JOIN pigeon_obligations AS o ON o.record_id = r.id
+WHERE r.created_at >= %(since)s AND r.created_at < %(until)s AND o.name = %(name)s
+  AND o.status = 'completed'
 
 -- name: reconcile_effects
 SELECT count(*) AS n FROM pigeon_effects
