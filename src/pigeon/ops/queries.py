@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import time
 from collections.abc import Mapping
@@ -47,7 +46,7 @@ WINDOWS = {"1h": 3600.0, "24h": DEFAULT_WINDOW, "7d": 7 * 24 * 3600.0}
 LARGE_TABLE = 100_000  # rows of pigeon_jobs (PostgreSQL's estimate) before counts are capped
 CAP = 10_000  # index entries a capped count reads at most
 HOUR = 3600.0
-ATTEMPT_ROWS = 100_000  # attempts of the last hour read at most
+DURATION_SAMPLE = 1_000  # latest successful attempts behind a queue's percentiles
 GROUP_JOBS = 5  # latest jobs shown per failed group
 FAILED_ROWS = 20_000  # latest failed jobs grouped by error class
 OLDER = "(older)"  # the class of failed jobs past FAILED_ROWS
@@ -222,9 +221,9 @@ def _obligations(r: _Reader) -> dict[str, dict[str, Any]]:
 
 def _queues(r: _Reader, app: App, now: float) -> list[dict[str, Any]]:
     names = {row["queue"] for row in r.all("queues_seen", {})} | app.queues.keys()
-    attempts = r.all("attempts_since", {"since": now - HOUR, "limit": ATTEMPT_ROWS})
+    hour = {"since": now - HOUR}
     by_queue: dict[str, list[dict[str, Any]]] = {}
-    for row in attempts:
+    for row in r.all("attempts_per_minute", hour):
         by_queue.setdefault(row["queue"], []).append(row)
     result = []
     for queue in sorted(names):
@@ -246,36 +245,48 @@ def _queues(r: _Reader, app: App, now: float) -> list[dict[str, Any]]:
                     "busy": counts["reserved"],
                     "budget": config.max_workers if config is not None else None,
                 },
-                "last_hour": _last_hour(by_queue.get(queue, []), now),
+                "last_hour": _last_hour(r, queue, by_queue.get(queue, []), now),
             }
         )
     return result
 
 
-def _last_hour(rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+def _last_hour(r: _Reader, queue: str, rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    """Attempts finished in the last hour, per minute (oldest first) and in all; the
+    durations of the successful ones: histogram, sum, mean, and percentiles of the latest
+    ``DURATION_SAMPLE``."""
     per_minute = [0] * 60
     failed_per_minute = [0] * 60
-    durations: list[float] = []
-    failed = 0
+    succeeded = failed = 0
+    seconds = 0.0
+    buckets = [0] * len(DURATION_BUCKETS)
     for row in rows:
-        minute = min(59, max(0, int((float(row["finished_at"]) - (now - HOUR)) // 60)))
-        if row["outcome"] == "succeeded":
-            per_minute[minute] += 1
-            durations.append(max(0.0, float(row["finished_at"]) - float(row["started_at"])))
+        minute = min(59, max(0, int(row["minute"])))
+        n = int(row["n"])
+        if row["ok"]:
+            per_minute[minute] += n
+            succeeded += n
+            seconds += float(row["seconds"] or 0.0)
+            for i in range(len(DURATION_BUCKETS)):
+                buckets[i] += int(row[f"le_{i}"] or 0)
         else:
-            failed_per_minute[minute] += 1
-            failed += 1
-    buckets = {f"{b:g}": sum(1 for d in durations if d <= b) for b in DURATION_BUCKETS}
-    buckets["+Inf"] = len(durations)
+            failed_per_minute[minute] += n
+            failed += n
+    sample: list[float] = []
+    if succeeded:
+        params = {"since": now - HOUR, "queue": queue, "limit": DURATION_SAMPLE}
+        sample = [max(0.0, float(x["seconds"])) for x in r.all("durations_sample", params)]
+    histogram = {f"{b:g}": buckets[i] for i, b in enumerate(DURATION_BUCKETS)}
+    histogram["+Inf"] = succeeded
     return {
-        "succeeded": len(durations),
+        "succeeded": succeeded,
         "failed": failed,  # attempts that did not succeed (retried, failed or lost)
         "per_minute": per_minute,
         "failed_per_minute": failed_per_minute,
-        "durations": percentiles(durations),
-        "duration_mean": math.fsum(durations) / len(durations) if durations else None,
-        "duration_sum": math.fsum(durations),
-        "histogram": buckets,
+        "durations": percentiles(sample),
+        "duration_mean": seconds / succeeded if succeeded else None,
+        "duration_sum": seconds,
+        "histogram": histogram,
     }
 
 

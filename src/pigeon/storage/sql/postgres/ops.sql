@@ -80,15 +80,40 @@ SELECT min(created_at) AS at FROM pigeon_jobs
 WHERE obligation = %(name)s AND obligation IS NOT NULL
   AND status IN ('queued', 'reserved', 'failed')
 
--- name: attempts_since
--- Finished attempts since :since (both partial indexes on finished_at), at most :limit.
-SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
+-- name: attempts_per_minute
+-- The last hour's finished attempts by queue, minute and outcome (both partial indexes on
+-- finished_at), with the durations' sum and histogram buckets (le_0 .. le_12, the bounds
+-- of queries.DURATION_BUCKETS) of the successful ones.
+SELECT j.queue, a.outcome = 'succeeded' AS ok, floor((a.finished_at - %(since)s) / 60) AS minute, count(*) AS n,
+       sum(CASE WHEN a.outcome = 'succeeded' THEN a.finished_at - a.started_at ELSE 0 END)
+           AS seconds,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.005 THEN 1 ELSE 0 END) AS le_0,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.01 THEN 1 ELSE 0 END) AS le_1,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.025 THEN 1 ELSE 0 END) AS le_2,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.05 THEN 1 ELSE 0 END) AS le_3,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.1 THEN 1 ELSE 0 END) AS le_4,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.25 THEN 1 ELSE 0 END) AS le_5,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 0.5 THEN 1 ELSE 0 END) AS le_6,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 1 THEN 1 ELSE 0 END) AS le_7,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 2.5 THEN 1 ELSE 0 END) AS le_8,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 5 THEN 1 ELSE 0 END) AS le_9,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 10 THEN 1 ELSE 0 END) AS le_10,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 30 THEN 1 ELSE 0 END) AS le_11,
+       sum(CASE WHEN a.outcome = 'succeeded' AND a.finished_at - a.started_at <= 60 THEN 1 ELSE 0 END) AS le_12
+FROM (SELECT job_id, outcome, started_at, finished_at FROM pigeon_job_attempts
+      WHERE outcome = 'succeeded' AND finished_at >= %(since)s
+      UNION ALL
+      SELECT job_id, outcome, started_at, finished_at FROM pigeon_job_attempts
+      WHERE outcome <> 'succeeded' AND finished_at >= %(since)s) AS a
 JOIN pigeon_jobs AS j ON j.id = a.job_id
-WHERE a.outcome = 'succeeded' AND a.finished_at >= %(since)s
-UNION ALL
-SELECT j.queue, a.outcome, a.started_at, a.finished_at FROM pigeon_job_attempts AS a
-JOIN pigeon_jobs AS j ON j.id = a.job_id
-WHERE a.outcome <> 'succeeded' AND a.finished_at >= %(since)s
+GROUP BY 1, 2, 3
+
+-- name: durations_sample
+-- The latest successful attempts of a queue in the last hour, for its percentiles.
+SELECT a.finished_at - a.started_at AS seconds
+FROM pigeon_job_attempts AS a JOIN pigeon_jobs AS j ON j.id = a.job_id
+WHERE a.outcome = 'succeeded' AND a.finished_at >= %(since)s AND j.queue = %(queue)s
+ORDER BY a.finished_at DESC
 LIMIT %(limit)s
 
 -- name: failed_counts
