@@ -97,3 +97,30 @@ def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
         client.cookies.set("pigeon_ops", "bob.1", path="/pigeon/")
         stale = client.get("/pigeon/", headers={"Accept": "text/html"})
         assert stale.status_code == 401 and "data-figure" not in stale.text
+
+
+def test_dashboard_app_mounts_in_any_asgi_app(db: Database) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from pigeon.ops import dashboard_app
+    from tests.server.conftest import TestClient
+
+    seed(db, 20)
+    host = Starlette(routes=[Mount("/ops", dashboard_app(db, APP, operator=operator_token()))])
+    with TestClient(host, base_url="http://testserver") as client:
+        page = client.get("/ops/", headers=OPERATOR)
+        assert page.status_code == 200 and 'action="/ops/actions/preview"' in page.text
+        assert client.get("/ops/v1/dashboard", headers=OPERATOR).json()["records"]["received"] == 20
+        assert "pigeon_jobs{" in client.get("/ops/metrics", headers=OPERATOR).text
+        assert client.get("/ops/").status_code == 401
+        assert client.get("/ops/", headers={"Accept": "text/html"}).text.count("/ops/login") == 1
+        assert client.get("/ops/metrics").status_code == 401
+        signed = client.post(
+            "/ops/login",
+            headers={"Origin": "http://testserver"},
+            data={"token": OPERATOR_TOKEN, "name": "ada"},
+            follow_redirects=False,
+        )
+        assert signed.status_code == 303 and signed.headers["location"] == "/ops/"
+        assert "Path=/ops/" in signed.headers["set-cookie"]
