@@ -20,11 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from tests.ops.scenario import APP, seed
+from tests.ops.scenario import APP, figures, seed, truth
 from tests.server.conftest import OPERATOR, live_server, operator_token
 
 from bench._report import Row, row
 from bench.jobs_pg_bench import fresh_database
+from pigeon.ops.queries import overview
 from pigeon.server.app import create_app
 from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
@@ -74,6 +75,18 @@ def _raw_counts(db: Database) -> Callable[[], None]:
     return read
 
 
+def _check_figures(db: Database) -> None:
+    """The page's figures equal the database's own GROUP BYs (tests/ops/test_overview.py's
+    comparison, at the benchmark's size)."""
+    from tests.ops.test_overview import expected_figures
+
+    now = time.time()
+    found, want = figures(overview(db, APP, now=now)), expected_figures(truth(db, now, 86400))
+    if found != want:
+        wrong = {k: (found.get(k), want.get(k)) for k in found.keys() | want.keys()}
+        raise AssertionError({k: v for k, v in wrong.items() if v[0] != v[1]})
+
+
 def _page_ms(db: Database) -> tuple[float, float, str]:
     app = create_app(
         Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
@@ -95,6 +108,7 @@ def _scenario_rows(quick: bool) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = open_server_db(str(Path(tmp) / "ops.db"))
         seed(sqlite, n)
+        _check_figures(sqlite)
         ms, raw, _ = _page_ms(sqlite)
         sqlite.close()
     rows.append(_row(f"ops page, {n:,} records x 3 obligations, SQLite", ms, raw, "report"))
@@ -102,6 +116,7 @@ def _scenario_rows(quick: bool) -> list[Row]:
         pg = open_server_db(url)
         seed(pg, n)
         _vacuum(url)
+        _check_figures(pg)
         ms, raw, _ = _page_ms(pg)
         pg.close()
     rows.append(_row(f"ops page, {n:,} records x 3 obligations, PostgreSQL", ms, raw, "report"))
