@@ -1,0 +1,195 @@
+"""The AES-GCM envelope (pigeon.storage.crypto): round trips, tamper detection, wrong or
+missing keys, the key file's permissions and the keyring's configuration."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.storage.crypto import (
+    ESCAPED,
+    PLAIN,
+    SEALED,
+    Cipher,
+    CiphertextInvalid,
+    KeyMissing,
+    Keyring,
+    generate_key,
+    key_entry,
+    kid_of,
+)
+
+K1, K2 = generate_key(), generate_key()
+OLD = Keyring((("old", K1),))
+NEW = Keyring((("new", K2), ("old", K1)))  # rotated: new current, old still opens
+
+texts = st.text()  # any str, lone surrogates included (SQLite can hold them)
+ads = st.lists(st.text(max_size=20), min_size=1, max_size=4).map(tuple)
+
+
+@given(texts, ads)
+def test_round_trip_under_a_key(value: str, ad: tuple[str, ...]) -> None:
+    cipher = Cipher(NEW)
+    sealed = cipher.seal(value, *ad)
+    assert sealed.startswith(f"{SEALED}new:")
+    assert cipher.open(sealed, *ad) == value
+
+
+@given(texts, ads)
+def test_without_a_key_values_pass_through_and_come_back(value: str, ad: tuple[str, ...]) -> None:
+    stored = PLAIN.seal(value, *ad)
+    assert stored == value or (value.startswith((SEALED, ESCAPED)) and stored == ESCAPED + value)
+    assert PLAIN.open(stored, *ad) == value
+    # ... and a keyring configured later reads what was stored in clear.
+    assert Cipher(NEW).open(stored, *ad) == value
+
+
+@given(texts, ads)
+def test_a_clear_value_that_looks_like_an_envelope_is_never_taken_for_one(
+    value: str, ad: tuple[str, ...]
+) -> None:
+    tricky = SEALED + "new:" + value
+    assert Cipher(NEW).open(Cipher(NEW).seal(tricky, *ad), *ad) == tricky
+    assert PLAIN.open(PLAIN.seal(tricky, *ad), *ad) == tricky
+
+
+@settings(max_examples=200)
+@given(st.binary(min_size=1, max_size=64), ads, st.data())
+def test_any_change_to_the_ciphertext_is_detected(
+    clear: bytes, ad: tuple[str, ...], data: st.DataObject
+) -> None:
+    cipher = Cipher(NEW)
+    sealed = cipher.seal(clear.hex(), *ad)
+    head, blob = sealed.rsplit(":", 1)
+    raw = bytearray(base64.b64decode(blob))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= data.draw(st.integers(1, 255))
+    tampered = f"{head}:{base64.b64encode(bytes(raw)).decode()}"
+    with pytest.raises(CiphertextInvalid, match="'new'"):
+        cipher.open(tampered, *ad)
+
+
+@given(texts, ads, ads)
+def test_a_ciphertext_moved_to_another_row_does_not_open(
+    value: str, ad: tuple[str, ...], other: tuple[str, ...]
+) -> None:
+    if ad == other:
+        return
+    sealed = Cipher(NEW).seal(value, *ad)
+    with pytest.raises(CiphertextInvalid):
+        Cipher(NEW).open(sealed, *other)
+
+
+def test_associated_data_parts_are_not_ambiguous() -> None:
+    sealed = Cipher(NEW).seal("x", "notes", "data", "a:b", "c")
+    with pytest.raises(CiphertextInvalid):
+        Cipher(NEW).open(sealed, "notes", "data", "a", "b:c")
+
+
+@given(texts, ads)
+def test_old_rows_stay_readable_after_rotation_new_rows_use_the_new_key(
+    value: str, ad: tuple[str, ...]
+) -> None:
+    before = Cipher(OLD).seal(value, *ad)
+    assert kid_of(before) == "old"
+    assert Cipher(NEW).open(before, *ad) == value
+    assert kid_of(Cipher(NEW).seal(value, *ad)) == "new"
+
+
+@given(texts, ads)
+def test_a_missing_key_is_a_typed_error_naming_the_key_id(value: str, ad: tuple[str, ...]) -> None:
+    sealed = Cipher(NEW).seal(value, *ad)
+    for reader in (Cipher(OLD), PLAIN):
+        with pytest.raises(KeyMissing, match="'new'") as caught:
+            reader.open(sealed, *ad)
+        assert caught.value.kid == "new"
+
+
+def test_the_same_key_id_with_other_bytes_fails_authentication_not_garbage() -> None:
+    sealed = Cipher(Keyring((("k", K1),))).seal("secret", "t", "c")
+    with pytest.raises(CiphertextInvalid):
+        Cipher(Keyring((("k", K2),))).open(sealed, "t", "c")
+
+
+def test_nonces_are_fresh() -> None:
+    cipher = Cipher(NEW)
+    assert len({cipher.seal("same", "t", "c") for _ in range(200)}) == 200
+
+
+def test_truncated_or_malformed_envelopes_are_refused() -> None:
+    cipher = Cipher(NEW)
+    for bad in (f"{SEALED}new:", f"{SEALED}new:!!!", f"{SEALED}new", f"{SEALED}new:AAAA"):
+        with pytest.raises(CiphertextInvalid):
+            cipher.open(bad, "t", "c")
+
+
+def test_none_stays_none() -> None:
+    assert Cipher(NEW).seal(None, "t") is None
+    assert Cipher(NEW).open(None, "t") is None
+
+
+def test_keyring_parse_order_and_explicit_current() -> None:
+    text = f"{key_entry('a', K1)},{key_entry('b', K2)}"
+    assert Keyring.parse(text).current == "a"
+    assert Keyring.parse(text + ",current=b").current == "b"
+    assert Keyring.parse(f"# comment\n{key_entry('a', K1)}\n\n").ids == ("a",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no keys"),
+        ("a", "not 'kid:base64key'"),
+        ("a:not base64!", "not base64"),
+        (f"a:{base64.b64encode(b'short').decode()}", "5 bytes"),
+        (f"a:b:{base64.b64encode(K1).decode()}", "not base64"),
+        (f"{key_entry('a', K1)},{key_entry('a', K2)}", "twice"),
+        (f"{key_entry('a b', K1)}", "key id"),
+        (f"{key_entry('a', K1)},current=z", "names no key"),
+    ],
+)
+def test_bad_keyrings_are_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Keyring.parse(text)
+
+
+def test_the_keyring_never_shows_its_keys() -> None:
+    shown = repr(NEW) + repr(Cipher(NEW)) + str(NEW)
+    assert base64.b64encode(K1).decode() not in shown
+    assert base64.b64encode(K2).decode() not in shown
+
+
+def test_keys_from_the_environment(tmp_path: Path) -> None:
+    assert Keyring.from_env({}) is None
+    assert Keyring.from_env({"PIGEON_KEYS": key_entry("e", K1)}).ids == ("e",)  # type: ignore[union-attr]
+    path = tmp_path / "keys"
+    path.write_text(key_entry("f", K2) + "\n")
+    path.chmod(0o600)
+    ring = Keyring.from_env({"PIGEON_KEYS_FILE": str(path)})
+    assert ring is not None and ring.ids == ("f",)
+    with pytest.raises(ConfigurationError, match="not both"):
+        Keyring.from_env({"PIGEON_KEYS": key_entry("e", K1), "PIGEON_KEYS_FILE": str(path)})
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o610])
+def test_a_key_file_readable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "keys"
+    path.write_text(key_entry("f", K1))
+    os.chmod(path, mode)
+    with pytest.raises(ConfigurationError, match="chmod 600"):
+        Keyring.from_file(path)
+    os.chmod(path, 0o600)
+    assert Keyring.from_file(path).ids == ("f",)
+    os.chmod(path, 0o400)
+    assert Keyring.from_file(path).ids == ("f",)
+
+
+def test_a_missing_key_file_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read key file"):
+        Keyring.from_file(tmp_path / "nope")
