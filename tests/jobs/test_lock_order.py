@@ -39,6 +39,7 @@ class _PausingTx:
     def __init__(self, tx: Tx, after: str, hook: Callable[[], None]) -> None:
         self.tx = tx
         self.backend = tx.backend
+        self.cipher = tx.cipher
         self.after = after
         self.hook: Callable[[], None] | None = hook
 

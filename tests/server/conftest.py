@@ -59,6 +59,7 @@ class CountingDatabase:
     def __init__(self, inner: Database) -> None:
         self.inner = inner
         self.backend = inner.backend
+        self.cipher = inner.cipher
         self.commits = 0
 
     @contextlib.contextmanager

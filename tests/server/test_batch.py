@@ -320,6 +320,7 @@ def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
 class _CountingTx:
     def __init__(self, inner: Tx, owner: SavepointCounter) -> None:
         self.inner, self.owner, self.backend = inner, owner, inner.backend
+        self.cipher = inner.cipher
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
         return self.inner.execute(name, params)

@@ -96,6 +96,7 @@ class SlowDatabase:
 
     def __init__(self, inner: Database, delay: float) -> None:
         self.inner, self.delay, self.backend = inner, delay, inner.backend
+        self.cipher = inner.cipher
 
     @contextlib.contextmanager
     def transaction(self, **options: Any) -> Iterator[Tx]:

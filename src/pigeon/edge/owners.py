@@ -100,7 +100,7 @@ def _claim(directory: str, issue: Callable[[int], int]) -> tuple[str, int] | Non
     still leads to our file; once we hold the lock nobody else can remove it (removal is
     done only under the lock), so a token returned here is safe to write on rows."""
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         names = os.listdir(directory)
     except OSError:  # e.g. a read-only directory: no token, the side lock alone
         return None
@@ -113,7 +113,7 @@ def _claim(directory: str, issue: Callable[[int], int]) -> tuple[str, int] | Non
         floor = number
         name = os.path.join(directory, token)
         try:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:  # another opener's, made since we looked: the next one
             continue
         except OSError:

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from pigeon.storage.crypto import Cipher
+
 Row = dict[str, Any]
 
 
@@ -18,6 +20,9 @@ class Tx(Protocol):
     """An open transaction. Leaving the context commits; an exception rolls back."""
 
     backend: str
+    # Seals and opens the columns that hold what users wrote (`pigeon.storage.crypto`):
+    # the database's keyring, or PLAIN (pass-through) when none is configured.
+    cipher: Cipher
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> Any: ...
 
@@ -38,6 +43,7 @@ class Tx(Protocol):
 
 class Database(Protocol):
     backend: str  # "sqlite" or "postgres"
+    cipher: Cipher
 
     def transaction(self) -> AbstractContextManager[Tx]: ...
 

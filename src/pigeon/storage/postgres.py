@@ -24,6 +24,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from pigeon.exceptions import ConfigurationError, SchemaTooNew, StorageFull, StoreUnavailable
+from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.queries import migrations
 
 Row = dict[str, Any]
@@ -61,9 +62,12 @@ class PostgresTx:
 
     backend = "postgres"
 
-    def __init__(self, conn: Connection, queries: Mapping[str, str]) -> None:
+    def __init__(
+        self, conn: Connection, queries: Mapping[str, str], cipher: Cipher = PLAIN
+    ) -> None:
         self.conn = conn
         self.queries = queries
+        self.cipher = cipher  # seals the columns that hold what users wrote
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
         return self.conn.execute(self.queries[name], params or {})
@@ -118,6 +122,7 @@ class PostgresDatabase:
         reconnect_timeout: float = 10.0,
         connect_timeout: int = 5,
         network_timeout: float = 15.0,
+        cipher: Cipher = PLAIN,
     ) -> None:
         """``network_timeout``: seconds a connection may go silent (a network partition:
         no reset, packets just vanish) before the kernel declares it dead, so a request
@@ -127,6 +132,7 @@ class PostgresDatabase:
             raise ConfigurationError(f"network_timeout must be positive, not {network_timeout}")
         self.url = url
         self.queries = queries
+        self.cipher = cipher
         self.connect_timeout = connect_timeout
         # No pool-side check: its failure path sleeps a backoff per dead connection
         # (1 s, 2 s, ...), where ``usable`` discards them and moves on at once.
@@ -211,7 +217,7 @@ class PostgresDatabase:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
         with self.connection() as conn, conn.transaction():
-            yield PostgresTx(conn, self.queries)
+            yield PostgresTx(conn, self.queries, self.cipher)
 
     def dedicated_connection(self) -> Connection:
         """A new autocommit connection of its own, outside the pool, for the caller to close.

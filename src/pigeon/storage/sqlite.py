@@ -24,6 +24,8 @@ from pigeon.exceptions import (
     StorageFull,
     StoreUnavailable,
 )
+from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.files import private_file
 from pigeon.storage.queries import migrations
 
 T = TypeVar("T")
@@ -197,9 +199,12 @@ class SQLiteTx:
 
     backend = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, queries: Mapping[str, str]) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, queries: Mapping[str, str], cipher: Cipher = PLAIN
+    ) -> None:
         self.conn = conn
         self.queries = queries
+        self.cipher = cipher  # seals the columns that hold what users wrote
         self._depth = 0
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
@@ -269,10 +274,12 @@ class SQLiteDatabase:
         pragmas: Mapping[str, str | int] | None = None,
         page_size: int | None = None,
         upgrade: bool = True,
+        cipher: Cipher = PLAIN,
     ) -> None:
         self.path = os.fspath(path)
         self.durability: Durability = durability
         self.queries = queries
+        self.cipher = cipher
         # Extra per-connection settings (e.g. temp_store), applied to every connection.
         self.pragmas = dict(pragmas or {})
         self._local = threading.local()
@@ -287,6 +294,8 @@ class SQLiteDatabase:
         self._closed = False
         if not create and not os.path.exists(self.path):
             raise StoreUnavailable(f"{self.path}: no such file")
+        if create:
+            private_file(self.path)  # 0600 before SQLite writes a byte (and its -wal/-shm)
         conn = self.connection()
         try:
             for component in components:
@@ -353,7 +362,7 @@ class SQLiteDatabase:
         with lock:
             conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
             try:
-                yield SQLiteTx(conn, self.queries)
+                yield SQLiteTx(conn, self.queries, self.cipher)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
@@ -370,7 +379,7 @@ class SQLiteDatabase:
         with self._writer:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                result = work(SQLiteTx(conn, self.queries))
+                result = work(SQLiteTx(conn, self.queries, self.cipher))
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
@@ -382,7 +391,7 @@ class SQLiteDatabase:
 
     def read(self) -> SQLiteTx:
         """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""
-        return SQLiteTx(self.connection(), self.queries)
+        return SQLiteTx(self.connection(), self.queries, self.cipher)
 
     def close(self) -> None:
         self._closed = True
