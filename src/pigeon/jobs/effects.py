@@ -18,6 +18,7 @@ from typing import TypeVar
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs._db import dumps, loads
 from pigeon.storage.base import Database, Tx
+from pigeon.storage.sealed import EFFECT_RESULT
 
 T = TypeVar("T")
 
@@ -54,10 +55,11 @@ def _claim_and_run(tx: Tx, scope: str, key: str, mutation: Callable[[Tx], T], no
     if tx.fetchone("effect_claim", {**ids, "now": now}) is None:
         row = tx.fetchone("effect_get", ids)
         assert row is not None  # the claim conflicted with a committed one
-        found: T = loads(row["result"])
+        found: T = loads(tx.cipher.open(row["result"], *EFFECT_RESULT.ad, scope, key))
         return found
     result = mutation(tx)
-    tx.execute("effect_set_result", {**ids, "result": dumps(result)})
+    sealed = tx.cipher.seal(dumps(result), *EFFECT_RESULT.ad, scope, key)
+    tx.execute("effect_set_result", {**ids, "result": sealed})
     return result
 
 

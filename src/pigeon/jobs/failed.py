@@ -15,7 +15,8 @@ from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.jobs import ledger
 from pigeon.jobs._db import loads, reading, rowcount
 from pigeon.jobs.job import JobId
-from pigeon.storage.base import Database
+from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
 
 
 class FailedStore:
@@ -79,9 +80,15 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     with reading(db) as tx:
         rows = tx.fetchall("job_list", {"status": status, "queue": queue, "limit": limit})
-    for row in rows:
-        row["payload"] = loads(row["payload"])
+        for row in rows:
+            _open_job(tx, row)
     return rows
+
+
+def _open_job(tx: Tx, row: Row) -> None:
+    """A job row's payload (decoded) and last error, opened where they are sealed."""
+    row["payload"] = loads(tx.cipher.open(row["payload"], *JOB_PAYLOAD.ad, row["task"]))
+    row["last_error"] = tx.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
 
 
 def show_job(db: Database, job_id: JobId) -> dict[str, Any]:
@@ -89,7 +96,11 @@ def show_job(db: Database, job_id: JobId) -> dict[str, Any]:
         job = tx.fetchone("job_get", {"id": job_id})
         if job is None:
             raise NotFound(f"no job {job_id}")
-        job["payload"] = loads(job["payload"])
+        _open_job(tx, job)
         job["history"] = tx.fetchall("job_attempts", {"job_id": job_id})
+        for attempt in job["history"]:
+            attempt["error"] = tx.cipher.open(
+                attempt["error"], *ATTEMPT_ERROR.ad, str(job_id), str(attempt["attempt"])
+            )
         job["reviews"] = tx.fetchall("job_reviews", {"job_id": job_id})
     return job

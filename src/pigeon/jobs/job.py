@@ -10,6 +10,8 @@ from enum import Enum, StrEnum
 from typing import Any, Final
 
 from pigeon.exceptions import InvalidOperation, PayloadNotSerializable
+from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.sealed import JOB_PAYLOAD
 
 JobId = int
 
@@ -145,12 +147,13 @@ class Job:
     started_at: float = 0.0
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], now: float) -> Job:
+    def from_row(cls, row: Mapping[str, Any], now: float, cipher: Cipher = PLAIN) -> Job:
+        task = row["task"]
         return cls(
             id=int(row["id"]),
             queue=row["queue"],
-            task=row["task"],
-            payload=json.loads(row["payload"]),
+            task=task,
+            payload=json.loads(cipher.open(row["payload"], *JOB_PAYLOAD.ad, task)),
             attempt=int(row["attempts"]),
             max_attempts=int(row["max_attempts"]),
             attempt_base=int(row["attempt_base"]),

@@ -11,6 +11,7 @@ from typing import Any
 
 from pigeon.jobs._db import dumps, rowcount
 from pigeon.storage.base import Tx
+from pigeon.storage.sealed import EVENT_DETAIL
 
 # Record states (pigeon_record_events.state), in the order they usually happen.
 ACCEPTED = "accepted"
@@ -38,7 +39,9 @@ def event(
             "record_id": record_id,
             "obligation": obligation,
             "state": state,
-            "detail": None if detail is None else dumps(detail),
+            "detail": None
+            if detail is None
+            else tx.cipher.seal(dumps(detail), *EVENT_DETAIL.ad, record_id),
             "now": time.time() if now is None else now,
         },
     )

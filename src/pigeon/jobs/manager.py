@@ -25,6 +25,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.logs import failure
 from pigeon.storage.base import Database, Tx
+from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
 
 Clock = Callable[[], float]
 log = logging.getLogger("pigeon.jobs.manager")
@@ -65,7 +66,7 @@ def enqueue(
     params = {
         "queue": spec.queue,
         "task": spec.task,
-        "payload": spec.payload_json(),
+        "payload": tx.cipher.seal(spec.payload_json(), *JOB_PAYLOAD.ad, spec.task),
         "max_attempts": max_attempts,
         "max_age": max_age,
         "now": now,
@@ -181,7 +182,8 @@ class JobManager:
         }
         with self.db.transaction() as tx:
             if tx.backend == "postgres":
-                jobs = [Job.from_row(row, now) for row in tx.fetchall("job_claim_start", params)]
+                rows = tx.fetchall("job_claim_start", params)
+                jobs = [Job.from_row(row, now, tx.cipher) for row in rows]
                 if not jobs:
                     return []
             else:
@@ -190,7 +192,7 @@ class JobManager:
                 rows = sorted(
                     tx.fetchall("job_claim", params), key=lambda r: (r["scheduled_at"], r["id"])
                 )
-                jobs = [Job.from_row(row, now) for row in rows]
+                jobs = [Job.from_row(row, now, tx.cipher) for row in rows]
                 if not jobs:
                     return []
                 tx.executemany(
@@ -348,8 +350,9 @@ class JobManager:
         # the 6th), as the budget check above counts them.
         failures = max(1, job.attempt - job.attempt_base)
         retry_at = max(now + backoff.delay(failures, self.rng), outcome.not_before)
+        sealed = tx.cipher.seal(message, *JOB_ERROR.ad, str(job.id))
         cursor = tx.execute(
-            "job_requeue", {**job.key(), "scheduled_at": retry_at, "error": message, "refund": 0}
+            "job_requeue", {**job.key(), "scheduled_at": retry_at, "error": sealed, "refund": 0}
         )
         if not rowcount(cursor):
             return False, None
@@ -384,7 +387,7 @@ class JobManager:
                 "job_id": job.id,
                 "attempt": job.attempt,
                 "outcome": outcome,
-                "error": error,
+                "error": tx.cipher.seal(error, *ATTEMPT_ERROR.ad, str(job.id), str(job.attempt)),
                 "now": now,
                 "started_at": job.started_at,
             },
@@ -419,7 +422,8 @@ class JobManager:
         rewrites the history of a job someone else rescued. ``not_before``: no reviewed
         retry runs it earlier (a timed-out attempt's process may still be running)."""
         owner = job.owner or self.app.owner_for(job.queue, job.task)
-        params = {**job.key(), "now": now, "error": reason, "owner": owner}
+        sealed = tx.cipher.seal(reason, *JOB_ERROR.ad, str(job.id))
+        params = {**job.key(), "now": now, "error": sealed, "owner": owner}
         if not rowcount(tx.execute("job_fail", {**params, "not_before": not_before})):
             return None
         self._attempt_done(tx, job, "failed", attempt_error or reason, now)

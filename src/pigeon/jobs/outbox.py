@@ -13,6 +13,7 @@ from typing import Any
 
 from pigeon.jobs.job import dump_payload
 from pigeon.storage.base import Tx
+from pigeon.storage.sealed import OUTBOX_PAYLOAD
 
 
 def add(
@@ -25,7 +26,9 @@ def add(
         {
             "message_id": mid,
             "topic": topic,
-            "payload": dump_payload(payload, f"outbox message for {topic!r}"),
+            "payload": tx.cipher.seal(
+                dump_payload(payload, f"outbox message for {topic!r}"), *OUTBOX_PAYLOAD.ad, mid
+            ),
             "now": time.time() if now is None else now,
         },
     )

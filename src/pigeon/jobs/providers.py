@@ -18,6 +18,7 @@ from pigeon.exceptions import PermanentError, RetryableError, UnknownOutcome
 from pigeon.jobs import ledger
 from pigeon.jobs._db import dumps, loads
 from pigeon.storage.base import Database
+from pigeon.storage.sealed import PROVIDER_REQUEST, PROVIDER_RESULT
 
 # What counts as "it may or may not have happened".
 UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (UnknownOutcome, TimeoutError, ConnectionError)
@@ -57,15 +58,16 @@ def call_provider(
                     "reference": reference,
                     "provider": provider.name,
                     "idempotency_key": key,
-                    "request": dumps(request),
+                    "request": tx.cipher.seal(dumps(request), *PROVIDER_REQUEST.ad, reference),
                     "now": clock(),
                 },
             )
             row = {"idempotency_key": key, "status": "pending", "attempts": 0, "result": None}
         elif row["status"] == "succeeded":
-            return loads(row["result"])
+            return loads(tx.cipher.open(row["result"], *PROVIDER_RESULT.ad, reference))
         elif row["status"] == "failed":
-            raise PermanentError(f"provider {provider.name} refused {reference}: {row['result']}")
+            refusal = tx.cipher.open(row["result"], *PROVIDER_RESULT.ad, reference)
+            raise PermanentError(f"provider {provider.name} refused {reference}: {refusal}")
         tx.execute("provider_attempt", {"reference": reference, "now": clock()})
     key = row["idempotency_key"]
     if int(row["attempts"]) > 0:
@@ -105,7 +107,12 @@ def _settle(
     with db.transaction() as tx:
         tx.execute(
             "provider_settle",
-            {"reference": reference, "status": status, "result": dumps(result), "now": now},
+            {
+                "reference": reference,
+                "status": status,
+                "result": tx.cipher.seal(dumps(result), *PROVIDER_RESULT.ad, reference),
+                "now": now,
+            },
         )
         if record_id:
             ledger.event(
@@ -122,7 +129,8 @@ def _settle(
 def provider_call(db: Database, reference: str) -> dict[str, Any] | None:
     with db.transaction() as tx:
         row = tx.fetchone("provider_get", {"reference": reference})
-    if row is not None:
-        row["request"] = loads(row["request"])
-        row["result"] = loads(row["result"])
+        if row is not None:
+            opened = tx.cipher.open
+            row["request"] = loads(opened(row["request"], *PROVIDER_REQUEST.ad, reference))
+            row["result"] = loads(opened(row["result"], *PROVIDER_RESULT.ad, reference))
     return row

@@ -20,6 +20,7 @@ from pigeon.jobs.job import JobSpec, dump_payload
 from pigeon.jobs.ledger import ACCEPTED, complete, event
 from pigeon.jobs.manager import enqueue
 from pigeon.storage.base import Database, Tx
+from pigeon.storage.sealed import EVENT_DETAIL, RECORD_DATA
 
 RecordId = str
 
@@ -55,7 +56,7 @@ def accept(
     _check_unique_keys(tx, obligations)
     now = time.time() if now is None else now
     rid = record_id or str(uuid.uuid4())
-    data_json = dump_payload(data, f"record {kind}")
+    data_json = tx.cipher.seal(dump_payload(data, f"record {kind}"), *RECORD_DATA.ad, rid)
     tx.execute(
         "rec_insert",
         {
@@ -114,10 +115,11 @@ def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, A
         raise NotFound(f"no record {record_id!r}")
     obligations = tx.fetchall("obl_list", {"record_id": record_id})
     events = tx.fetchall("rec_events", {"record_id": record_id})
+    opened = tx.cipher.open
     return {
         "id": row["id"],
         "kind": row["kind"],
-        "data": loads(row["data"]),
+        "data": loads(opened(row["data"], *RECORD_DATA.ad, record_id)),
         "status": row["status"],
         "created_at": row["created_at"],
         "completed_at": row["completed_at"],
@@ -130,7 +132,7 @@ def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, A
             {
                 "state": e["state"],
                 "obligation": e["obligation"],
-                "detail": loads(e["detail"]),
+                "detail": loads(opened(e["detail"], *EVENT_DETAIL.ad, record_id)),
                 "at": e["at"],
             }
             for e in events

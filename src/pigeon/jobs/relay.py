@@ -34,6 +34,7 @@ from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
 from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
+from pigeon.storage.sealed import OUTBOX_PAYLOAD
 
 log = logging.getLogger("pigeon.jobs.relay")
 
@@ -166,8 +167,9 @@ class Relay:
 
     def _message(self, row: Any) -> Message:
         """The message of an outbox row: its payload read back as ``outbox.add`` wrote it."""
-        payload = json.loads(row["payload"])
-        return Message(row["message_id"], row["topic"], payload, row["created_at"], row["id"])
+        mid = row["message_id"]
+        payload = json.loads(self.db.cipher.open(row["payload"], *OUTBOX_PAYLOAD.ad, mid))
+        return Message(mid, row["topic"], payload, row["created_at"], row["id"])
 
     def _publish_batch(
         self, publisher: BatchPublisher, messages: list[Message]

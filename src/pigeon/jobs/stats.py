@@ -20,6 +20,7 @@ from pigeon.jobs._db import reading
 from pigeon.jobs.app import App, QueueConfig
 from pigeon.logs import failure
 from pigeon.storage.base import Database
+from pigeon.storage.sealed import JOB_ERROR
 
 log = logging.getLogger("pigeon.jobs.stats")
 
@@ -162,7 +163,7 @@ def failed_by_owner(db: Database, *, recent: int = 5) -> dict[str, dict[str, Any
                     "queue": row["queue"],
                     "task": row["task"],
                     "attempts": row["attempts"],
-                    "error": row["last_error"],
+                    "error": db.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"])),
                     "failed_at": row["finished_at"],
                     "record_id": row["record_id"],
                 }

@@ -94,6 +94,7 @@ class WorkerOptions:
     # which inherits none of the supervisor's logging setup.
     log_format: LogFormat = "text"
     log_redact: tuple[str, ...] = ()
+    keys_file: str | None = None  # else the keys of PIGEON_KEYS / PIGEON_KEYS_FILE, if any
 
 
 def child_main(
@@ -104,13 +105,19 @@ def child_main(
     app_dir: str | None = None,
 ) -> None:
     """Entry point of one worker process."""
+    from pigeon.storage.crypto import Keyring
     from pigeon.storage.server import open_server_db
 
     logs.configure(options.log_format, logging.WARNING, options.log_redact)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
     add_app_dir(app_dir)
     app = load_app(app_ref)
-    db = open_server_db(db_path, durability=options.durability)  # type: ignore[arg-type]
+    keyring = Keyring.from_file(options.keys_file) if options.keys_file else Keyring.from_env()
+    db = open_server_db(
+        db_path,
+        durability=options.durability,  # type: ignore[arg-type]
+        keyring=keyring,
+    )
     worker = Worker(
         app,
         db,

@@ -32,6 +32,8 @@ from typing import Any
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.base import Row, Tx
+from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.sealed import RESPONSE_BODY
 
 DAY = 24 * 3600.0
 PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
@@ -155,11 +157,15 @@ class Decision:
         return self.claim is not None
 
 
-def _response(row: Row) -> StoredResponse:
+# The stored body is sealed when a keyring is configured, bound to its (principal, key).
+BODY_AD = RESPONSE_BODY.ad
+
+
+def _response(row: Row, cipher: Cipher = PLAIN) -> StoredResponse:
     headers = json.loads(row["response_headers"] or "[]")
     return StoredResponse(
         status=int(row["status"]),
-        body=row["response_body"],
+        body=cipher.open(row["response_body"], *BODY_AD, row["principal"], row["idem_key"]),
         headers=tuple((str(k), str(v)) for k, v in headers),
         body_format=row["body_format"] or "json",
     )
@@ -222,7 +228,7 @@ class IdempotencyStore:
                     return Decision(Outcome.TAKE_OVER, claim=claim, operation_id=operation_id)
                 continue
             assert row is not None
-            return self._refusal(outcome, row, now)
+            return self._refusal(outcome, row, now, tx.cipher)
         raise RuntimeError(f"could not settle the claim of key {key!r} after three rounds")
 
     @staticmethod
@@ -237,7 +243,7 @@ class IdempotencyStore:
             raise
         return row is not None and row["idem_key"] is not None
 
-    def _refusal(self, outcome: Outcome, row: Row, now: float) -> Decision:
+    def _refusal(self, outcome: Outcome, row: Row, now: float, cipher: Cipher = PLAIN) -> Decision:
         if outcome is Outcome.IN_PROGRESS:
             wait = max(1, math.ceil(row["locked_until"] - now))
             return Decision(outcome, operation_id=row["operation_id"], retry_after=wait)
@@ -245,7 +251,7 @@ class IdempotencyStore:
             return Decision(outcome, operation_id=row["operation_id"])
         return Decision(
             outcome,
-            response=_response(row) if outcome is Outcome.REPLAY else None,
+            response=_response(row, cipher) if outcome is Outcome.REPLAY else None,
             operation_id=row["operation_id"],
             original_status=row["status"],
             completed_at=row["completed_at"],
@@ -266,7 +272,7 @@ class IdempotencyStore:
         params = self._key_params(claim) | {
             "status": response.status,
             "response_headers": json.dumps([list(pair) for pair in response.headers]),
-            "response_body": response.body,
+            "response_body": tx.cipher.seal(response.body, *BODY_AD, claim.principal, claim.key),
             "body_format": response.body_format,
             "now": now,
             "response_expires_at": now + self.policy.response_retention,

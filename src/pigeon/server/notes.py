@@ -55,6 +55,7 @@ from pigeon.server.problems import problem, problem_response
 from pigeon.server.records import records_routes
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.sealed import NOTE_DATA
 
 LEDGER_PATH = "/pigeon/v1/ledger"
 
@@ -65,6 +66,18 @@ NOTE_SCHEMA: dict[str, Any] = {
     "properties": {"id": {"type": ["string", "integer"]}},
     "additionalProperties": True,
 }
+
+
+# notes.data is sealed when a keyring is configured, bound to the note's (principal, id).
+NOTE_AD = NOTE_DATA.ad
+
+
+def _note(tx: Tx, name: str, params: dict[str, Any]) -> Row | None:
+    """One note row from the named statement, its data opened."""
+    row = tx.fetchone(name, params)
+    if row is not None:
+        row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
+    return row
 
 
 def note_json(row: Row) -> dict[str, Any]:
@@ -110,7 +123,7 @@ def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
 def _current(ctx: IntakeContext, note_id: str) -> Row | None:
     # Locked (note_lock): the check (If-Match) and the write it allows are one step for
     # other writers of the note, or two of them could both pass it against one version.
-    row = ctx.tx.fetchone("note_lock", {"principal": ctx.principal, "id": note_id})
+    row = _note(ctx.tx, "note_lock", {"principal": ctx.principal, "id": note_id})
     return row if row is not None and not row["deleted"] else None
 
 
@@ -126,7 +139,7 @@ def _params(
     return {
         "principal": ctx.principal,
         "id": note_id,
-        "data": json.dumps(data),
+        "data": ctx.tx.cipher.seal(json.dumps(data), *NOTE_AD, ctx.principal, note_id),
         "deleted": int(deleted),
         "clock": ctx.clock,
         "now": ctx.now,
@@ -135,7 +148,7 @@ def _params(
 
 def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
     """A new version of an existing note (the statement returns the written row)."""
-    row = ctx.tx.fetchone("note_write", _params(ctx, note_id, data, deleted))
+    row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
     assert row is not None
     return row
 
@@ -169,7 +182,7 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     data = _data(ctx, None)
     raw_id = ctx.body.get("id")
     note_id = resource_id(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
-    created = ctx.tx.fetchone("note_create", _params(ctx, note_id, data, False))
+    created = _note(ctx.tx, "note_create", _params(ctx, note_id, data, False))
     if created is not None:
         return _applied(ctx, created, 201)
     existing = _current(ctx, note_id)
@@ -227,7 +240,7 @@ def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
         note_id = info.body.get("id")
     if note_id in (None, ""):
         return None
-    row = tx.fetchone("note_get", {"principal": info.principal, "id": str(note_id)})
+    row = _note(tx, "note_get", {"principal": info.principal, "id": str(note_id)})
     return None if row is None or row["deleted"] else note_json(row)
 
 
@@ -334,13 +347,15 @@ def create_notes_app(
         rows = await run_in_threadpool(
             _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
         )
+        for r in rows:
+            r["data"] = db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])
         return JSONResponse({"notes": [note_json(r) for r in rows]})
 
     async def get_note(request: Request) -> Response:
         principal = access.principal(request)
         note_id = request.path_params["id"]
         row = await run_in_threadpool(
-            _read, db, lambda tx: tx.fetchone("note_get", {"principal": principal, "id": note_id})
+            _read, db, lambda tx: _note(tx, "note_get", {"principal": principal, "id": note_id})
         )
         if row is None or row["deleted"]:
             body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")

@@ -1,0 +1,186 @@
+"""Encryption at rest on the server, on both backends: a canary secret written through the
+intake (a note and its stored response), a record, a job's payload, a failing job's errors,
+the outbox and an effect's result is absent from the database files' bytes (SQLite) and
+from every stored value (PostgreSQL), and every one of them still reads back in clear
+through pigeon's own APIs. Without a key nothing changes; a missing key is a typed error."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pigeon.jobs import outbox, records
+from pigeon.jobs.app import App
+from pigeon.jobs.effects import effect_in
+from pigeon.jobs.failed import FailedStore, list_jobs
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.stats import failed_by_owner
+from pigeon.server.notes import create_notes_app
+from pigeon.storage.base import Database
+from pigeon.storage.crypto import SEALED, KeyMissing, Keyring, generate_key, kid_of
+from pigeon.storage.server import open_server_db
+from tests.server.conftest import TestClient
+
+CANARY = "canary-7f3a9c-secret"
+KEYS = Keyring((("k1", generate_key()),))
+
+jobs_app = App(default_owner="ops")
+jobs_app.queue("work", owner="ops")
+
+
+@jobs_app.task(queue="work", max_attempts=2)
+def leak(secret: str) -> None:  # never run here: the test finishes its attempts by hand
+    raise RuntimeError(f"failed on {secret}")
+
+
+@pytest.fixture
+def url(server_db_url: str) -> str:
+    return server_db_url
+
+
+@pytest.fixture
+def db(url: str) -> Iterator[Database]:
+    database = open_server_db(url, keyring=KEYS)
+    yield database
+    database.close()
+
+
+def _write_everything(db: Database) -> dict[str, Any]:
+    """The canary through every sealed path; returns what to read back."""
+    client = TestClient(create_notes_app(db, purge_interval=None))
+    key = str(uuid.uuid4())
+    note = {"id": "n1", "title": "t", "body": CANARY}
+    created = client.post("/notes", json=note, headers={"Idempotency-Key": key})
+    assert created.status_code == 201, created.text
+    replayed = client.post("/notes", json=note, headers={"Idempotency-Key": key})
+    assert replayed.headers.get("idempotent-replayed") == "true"
+    assert replayed.json() == created.json()
+    assert client.get("/notes/n1").json()["data"]["body"] == CANARY
+    patched = client.patch(
+        "/notes/n1", json={"extra": CANARY * 2}, headers={"Idempotency-Key": str(uuid.uuid4())}
+    )
+    assert patched.status_code == 200, patched.text
+    assert client.get("/notes").json()["notes"][0]["data"]["extra"] == CANARY * 2
+
+    with db.transaction() as tx:
+        rid = records.accept(
+            tx,
+            kind="answer",
+            data={"answer": CANARY},
+            obligations={"work": JobSpec("work", "leak", {"secret": CANARY})},
+            app=jobs_app,
+        )
+        outbox.add(tx, "answers", {"answer": CANARY})
+        effect_in(tx, "grade", rid, lambda _tx: {"echo": CANARY}, now=1.0)
+    manager = JobManager(db, jobs_app)
+    for _ in range(2):  # one retry (requeued with its error), then the failed store
+        (job,) = manager.claim("work", "w1", 1, 30.0)
+        assert job.payload == {"secret": CANARY}
+        manager.finish([Outcome(job, RuntimeError(f"failed on {CANARY}"))])
+        with db.transaction() as tx:  # due at once, not after the backoff
+            tx.sql("UPDATE pigeon_jobs SET scheduled_at = 0")
+    return {"record": rid, "job": job.id}
+
+
+def _read_back(db: Database, ids: dict[str, Any]) -> None:
+    record = records.get(db, ids["record"])
+    assert record["data"] == {"answer": CANARY}
+    assert any(CANARY in str(e["detail"]) for e in record["events"])
+    (failed,) = list_jobs(db, status="failed")
+    assert failed["payload"] == {"secret": CANARY} and CANARY in failed["last_error"]
+    shown = FailedStore(db).show(ids["job"])
+    assert all(CANARY in (a["error"] or "") for a in shown["history"])
+    assert CANARY in failed_by_owner(db)["ops"]["recent"][0]["error"]
+
+
+def _raw_values(url: str) -> list[str]:
+    """Every stored value of every table, as PostgreSQL prints the rows."""
+    with psycopg.connect(url) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        ]
+        return [
+            str(row[0])
+            for table in tables
+            for row in conn.execute(f'SELECT t::text FROM "{table}" t').fetchall()
+        ]
+
+
+def _raw_bytes(url: str) -> bytes:
+    return b"".join(
+        Path(url + suffix).read_bytes()
+        for suffix in ("", "-wal", "-shm")
+        if Path(url + suffix).exists()
+    )
+
+
+def test_a_canary_never_reaches_the_database_in_clear(db: Database, url: str) -> None:
+    ids = _write_everything(db)
+    _read_back(db, ids)
+    if db.backend == "sqlite":
+        raw = _raw_bytes(url)
+        assert CANARY.encode() not in raw
+        assert SEALED.encode() + b"k1:" in raw  # the values are there, sealed
+    else:
+        values = _raw_values(url)
+        assert not [v for v in values if CANARY in v]
+        assert any(f"{SEALED}k1:" in v for v in values)
+
+
+def test_without_a_key_the_same_values_are_stored_in_clear(url: str) -> None:
+    """The control: the check above would see the canary if sealing were off."""
+    database = open_server_db(url)
+    try:
+        _read_back(database, _write_everything(database))
+    finally:
+        database.close()
+    if url.startswith("postgresql://"):
+        assert any(CANARY in v for v in _raw_values(url))
+    else:
+        assert CANARY.encode() in _raw_bytes(url)
+
+
+def test_a_database_sealed_with_a_key_the_reader_lacks_is_a_typed_error(
+    db: Database, url: str
+) -> None:
+    ids = _write_everything(db)
+    for keyring in (None, Keyring((("other", generate_key()),))):
+        stranger = open_server_db(url, keyring=keyring)
+        try:
+            with pytest.raises(KeyMissing, match="'k1'"):
+                records.get(stranger, ids["record"])
+            with pytest.raises(KeyMissing, match="'k1'"):
+                list_jobs(stranger, status="failed")
+        finally:
+            stranger.close()
+
+
+def test_a_row_written_in_clear_before_the_key_stays_readable_and_new_rows_are_sealed(
+    url: str,
+) -> None:
+    before = open_server_db(url)
+    with before.transaction() as tx:
+        old = records.accept(tx, kind="k", data={"v": "old"})
+    before.close()
+    after = open_server_db(url, keyring=KEYS)
+    try:
+        with after.transaction() as tx:
+            new = records.accept(tx, kind="k", data={"v": "new"})
+        assert records.get(after, old)["data"] == {"v": "old"}
+        assert records.get(after, new)["data"] == {"v": "new"}
+        with after.transaction() as tx:
+            stored = {
+                r["id"]: r["data"] for r in tx.sql("SELECT id, data FROM pigeon_records").fetchall()
+            }
+        assert kid_of(stored[old]) is None and kid_of(stored[new]) == "k1"
+    finally:
+        after.close()
