@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pigeon.edge.coalesce import Fold, Step, decide
 from pigeon.edge.operation import Operation, OpStatus
-from pigeon.edge.rows import to_operation, was_sent
+from pigeon.edge.rows import PAYLOAD_AD, to_operation, was_sent
 from pigeon.edge.stamps import FileClock
 from pigeon.storage.sqlite import SQLiteTx
 
@@ -54,7 +54,9 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
         last = Step(
             tail["type"],
             tail["entity"],
-            tail["payload"],
+            # Opened: no rule keeps the tail's payload today, but one that did must not
+            # store a sealed value sealed again.
+            tx.cipher.open(tail["payload"], *PAYLOAD_AD, tail["id"]),
             tail["endpoint"],
             tail["method"],
             sent=was_sent(tail),
@@ -66,13 +68,13 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
             params = {
                 "seq": tail["seq"],
                 "type": step.type,
-                "payload": step.payload,
+                "payload": tx.cipher.seal(step.payload, *PAYLOAD_AD, tail["id"]),
                 "endpoint": step.endpoint,
                 "method": step.method,
                 "clock": new.clock,
             }
             tx.execute("fold_op", params)
-            return functools.partial(to_operation, {**tail, **params}), 1
+            return functools.partial(to_operation, {**tail, **params}, tx.cipher), 1
         if decision.fold is Fold.DROP:
             tx.execute("delete_op", {"seq": tail["seq"]})
             return functools.partial(from_new, new, 0, OpStatus.COALESCED), 2
@@ -83,7 +85,7 @@ def append(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]:
         "entity": new.entity,
         "endpoint": new.endpoint,
         "method": new.method,
-        "payload": new.payload,
+        "payload": tx.cipher.seal(new.payload, *PAYLOAD_AD, new.id),
         "created_at": new.created_at,
         "clock": new.clock,
         "base_version": new.base_version,
@@ -171,10 +173,12 @@ def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseE
         statement, _, row = tx.queries["insert_heads"].rpartition("\n")
         sql = _INSERT_HEADS[len(heads)] = statement + "\n" + ",\n".join([row] * len(heads))
     values: list[object] = []
+    seal = tx.cipher.seal
     for new in heads:
         values += (
             new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
-            new.payload, new.created_at, new.clock, new.created_at, new.base_version,
+            seal(new.payload, *PAYLOAD_AD, new.id), new.created_at, new.clock, new.created_at,
+            new.base_version,
         )  # fmt: skip
     last = tx.conn.execute(sql, values).lastrowid
     assert last is not None

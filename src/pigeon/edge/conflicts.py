@@ -146,7 +146,7 @@ class ConflictStore:
         self._queries = load_queries("sqlite", "edge_conflicts")
 
     def _tx(self, tx: SQLiteTx) -> SQLiteTx:
-        return SQLiteTx(tx.conn, self._queries)
+        return SQLiteTx(tx.conn, self._queries, tx.cipher)
 
     # -- snapshots -----------------------------------------------------------------------
 
@@ -300,7 +300,7 @@ class ConflictStore:
         """The entity's live operations, oldest first."""
         with self.queue.transaction() as outer:
             rows = self._tx(outer).fetchall("entity_tail", {"entity": entity})
-        return [to_operation(r) for r in rows]
+        return [to_operation(r, outer.cipher) for r in rows]
 
     def settle(
         self,

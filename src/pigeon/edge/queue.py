@@ -32,6 +32,7 @@ from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
+from pigeon.storage.crypto import Keyring, cipher_for
 from pigeon.storage.sqlite import SQLiteTx
 
 FailureKind = Literal["transient", "permanent", "conflict"]
@@ -74,11 +75,13 @@ class OfflineQueue:
         keep_delivered: float | None = retention.DEFAULT_KEEP_DELIVERED,
         upgrade: bool = True,
         recover_every: float = st.RECOVER_EVERY,
+        keys: Keyring | None = None,
     ) -> None:
         """``keep_delivered``: seconds a delivered operation stays in the file before the
         queue purges it by itself (`pigeon.edge.retention`); None keeps them until
         ``purge_delivered``. ``upgrade=False`` refuses a file of an older schema
-        (SchemaTooOld) instead of migrating it, as tools that only look should."""
+        (SchemaTooOld) instead of migrating it, as tools that only look should.
+        ``keys``: seal payloads and responses in the file (`pigeon.storage.crypto`)."""
         if durability not in ("full", "normal"):
             raise ConfigurationError(f"durability must be 'full' or 'normal', not {durability!r}")
         if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -110,6 +113,7 @@ class OfflineQueue:
             now=now(),
             upgrade=upgrade,
             recover_every=recover_every,
+            cipher=cipher_for(keys),
         )
         self.path = self._store.path
         with self._store.write() as tx:
@@ -218,13 +222,13 @@ class OfflineQueue:
     @property
     def pending(self) -> list[Operation]:
         """Every live operation (pending, in flight, conflict-held), in queue order."""
-        return [st.to_operation(r) for r in self._store.read().fetchall("pending_ops")]
+        return self._store.ops(self._store.read().fetchall("pending_ops"))
 
     def get(self, op_id: str) -> Operation:
-        return st.to_operation(self._store.row(self._store.read(), op_id))
+        return self._store.ops([self._store.row(self._store.read(), op_id)])[0]
 
     def dead_letters(self) -> list[Operation]:
-        return [st.to_operation(r) for r in self._store.read().fetchall("dead_ops")]
+        return self._store.ops(self._store.read().fetchall("dead_ops"))
 
     def operations(
         self, status: OpStatus | str | None = None, limit: int = 1000
@@ -233,7 +237,7 @@ class OfflineQueue:
         value = None if status is None else v.stored_status(status)
         limit = v.count(limit, "limit")
         rows = self._store.read().fetchall("list_ops", {"status": value, "n": limit})
-        return [st.to_operation(r) for r in rows]
+        return self._store.ops(rows)
 
     # -- sending -------------------------------------------------------------------------
 
@@ -361,7 +365,8 @@ class OfflineQueue:
             tx.execute("release", {"seq": row["seq"], "at": due, "unsent": int(not sent)})
             return st.to_operation(
                 {**row, "status": OpStatus.PENDING.value, "next_attempt_at": due}
-                | ({} if sent else {"dispatches": max(row["dispatches"] - 1, 0)})
+                | ({} if sent else {"dispatches": max(row["dispatches"] - 1, 0)}),
+                tx.cipher,
             )
 
     def _release_delay(self, retry_after: float | _NotSent | None) -> float:

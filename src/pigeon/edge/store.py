@@ -28,6 +28,7 @@ from pigeon.edge.rows import to_operation as to_operation
 from pigeon.edge.rows import was_sent as was_sent
 from pigeon.edge.stamps import FileClock
 from pigeon.exceptions import NotFound
+from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, Row, SQLiteDatabase, SQLiteTx, is_full
 
@@ -55,7 +56,7 @@ def _open_lock(path: str) -> int | None:
     this lock still decides for rows with no owner (written before there were owners)."""
     if fcntl is not None:
         with contextlib.suppress(OSError):
-            return os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
     return None
 
 
@@ -84,8 +85,10 @@ class EdgeStore:
         now: float,
         upgrade: bool = True,
         recover_every: float = RECOVER_EVERY,
+        cipher: Cipher = PLAIN,
     ) -> None:
         self.path = os.fspath(path)
+        self.cipher = cipher
         every = owners.check_every(recover_every)  # refused before anything is opened
         self.db = SQLiteDatabase(
             path,
@@ -99,6 +102,7 @@ class EdgeStore:
             pragmas={"temp_store": "MEMORY", "cache_size": -16384},
             page_size=PAGE_SIZE,
             upgrade=upgrade,
+            cipher=cipher,
         )
         self._local = _ThisThread()
         # Every open queue holds this side file's advisory lock shared, recovering or not
@@ -259,6 +263,10 @@ class EdgeStore:
             raise NotFound(f"no operation {op_id!r} in {self.path}")
         return row
 
+    def ops(self, rows: Sequence[Row]) -> list[Operation]:
+        """Rows of the operations table as Operations, their sealed columns opened."""
+        return [to_operation(r, self.cipher) for r in rows]
+
     def dispatch(self, tx: SQLiteTx, n: int, now: float) -> list[Operation]:
         # From time to time, first take over what queues that died left in flight, in
         # this same transaction: it is due now and leaves in this very batch, our token on
@@ -268,10 +276,10 @@ class EdgeStore:
         params = {"now": now, "n": n, "owner": self._owners.token}
         # Tuples: rows.operations() reads them by position.
         cursor = tx.tuples("dispatch_due", params)
-        return sorted(operations(cursor), key=lambda op: op.seq)
+        return sorted(operations(cursor, tx.cipher), key=lambda op: op.seq)
 
     def deliver(self, tx: SQLiteTx, op_id: str, response: Any, now: float) -> None:
-        text = response_text(response)
+        text = response_text(response, op_id, tx.cipher)
         done = tx.fetchone("deliver", {"id": op_id, "now": now, "response": text})
         if done is None:  # not deliverable: say why (or nothing, if already delivered)
             row = self.row(tx, op_id)
@@ -311,7 +319,7 @@ class EdgeStore:
         tx.execute(
             "deliver_all",
             {
-                "items": json.dumps([[i, response_text(first[i][0])] for i in moved]),
+                "items": json.dumps([[i, response_text(first[i][0], i, tx.cipher)] for i in moved]),
                 "now": now,
             },
         )
@@ -353,7 +361,7 @@ class EdgeStore:
             tx.execute("hold_conflict", params)
         else:
             tx.execute("reschedule", params)
-        return to_operation(self.row(tx, row["id"]))
+        return to_operation(self.row(tx, row["id"]), tx.cipher)
 
     def remove(self, tx: SQLiteTx, row: Row) -> None:
         tx.execute("delete_op", {"seq": row["seq"]})
@@ -362,4 +370,4 @@ class EdgeStore:
     def resurrect(self, tx: SQLiteTx, row: Row, now: float) -> Operation:
         alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
         tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
-        return to_operation(self.row(tx, row["id"]))
+        return to_operation(self.row(tx, row["id"]), tx.cipher)
