@@ -78,6 +78,9 @@ def _register() -> None:
     from pigeon.cli import relay_cmd
 
     app.command("relay")(relay_cmd.relay)
+    from pigeon.cli import keys_cmd
+
+    app.add_typer(keys_cmd.app, name="keys")
 
 
 _register()

@@ -11,11 +11,13 @@ such database (found within seconds, the cause named).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 
 from pigeon.exceptions import PigeonError
 from pigeon.storage.base import Database
+from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -42,14 +44,19 @@ def check_postgres(url: str, param_hint: str = "--db") -> None:
         ) from exc
 
 
-def open_db(db: str, param_hint: str = "--db") -> Database:
-    """The server database ``db`` (a SQLite path or a postgresql:// URL), or a usage error."""
+def open_db(
+    db: str, param_hint: str = "--db", *, keyring: Keyring | Literal["env"] | None = "env"
+) -> Database:
+    """The server database ``db`` (a SQLite path or a postgresql:// URL), or a usage error.
+    ``keyring``: its keys; by default those of the environment (PIGEON_KEYS or
+    PIGEON_KEYS_FILE), so the commands show sealed payloads and errors in clear."""
     if is_postgres(db):
         check_postgres(db, param_hint)
     elif not Path(db).exists():
         raise typer.BadParameter(f"{db}: no such database file", param_hint=param_hint)
     try:
-        return open_server_db(db)
+        keys = Keyring.from_env() if keyring == "env" else keyring
+        return open_server_db(db, keyring=keys)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
 

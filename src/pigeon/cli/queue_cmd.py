@@ -23,6 +23,7 @@ from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.stats import QueueStats
 from pigeon.exceptions import PigeonError
+from pigeon.storage.crypto import Keyring
 
 app = typer.Typer(help="Inspect and repair an offline queue file.", no_args_is_help=True)
 
@@ -48,7 +49,8 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
     refuse it). A missing, foreign, older or unwritable file, or any PigeonError raised in
     the ``with`` body, is a clear message and exit status 1."""
     try:
-        with OfflineQueue(path, create=False, recover=False, upgrade=False) as queue:
+        keys = Keyring.from_env()  # PIGEON_KEYS / PIGEON_KEYS_FILE: a sealed queue's keys
+        with OfflineQueue(path, create=False, recover=False, upgrade=False, keys=keys) as queue:
             yield queue
     except PigeonError as exc:
         error(exc)

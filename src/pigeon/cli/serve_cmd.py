@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 
 from pigeon import logs
 from pigeon.cli._format import LogFormatOption, LogRedactOption
+from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
@@ -34,6 +35,7 @@ from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.notes import create_notes_app
 from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, Timeouts
+from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
 
@@ -52,7 +54,9 @@ def app_from_env() -> Starlette:
     memory.configure()  # request-sized buffers are given back when freed
     env = os.environ
     durability: Durability = "normal" if env.get(_ENV + "DURABILITY") == "normal" else "full"
-    db = open_server_db(env[_ENV + "DB"], durability=durability)
+    keys_file = env.get(_ENV + "KEYS_FILE")  # --keys-file, else PIGEON_KEYS(_FILE)
+    keyring = Keyring.from_file(keys_file) if keys_file else Keyring.from_env()
+    db = open_server_db(env[_ENV + "DB"], durability=durability, keyring=keyring)
     claim_mode: ClaimMode = "separate" if env.get(_ENV + "CLAIM_MODE") == "separate" else "inline"
     return create_notes_app(
         db,
@@ -279,6 +283,7 @@ def serve(
             "stopped with it; as `pigeon relay --to` does.",
         ),
     ] = None,
+    keys_file: KeysFileOption = None,
 ) -> None:
     """Run the reference notes server with the idempotent intake.
 
@@ -329,6 +334,7 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--timeout-*'") from exc
     os.environ.update(timeouts.environ())  # read by each worker's connections
+    load_keyring(keys_file)  # a key file or variable the workers could not use: refused now
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
@@ -343,6 +349,7 @@ def serve(
         "TEST_HOOKS": "1" if test_hooks else "0",
         "SUPERVISED": "1" if workers > 1 else "0",
         "SUPERVISOR": str(os.getpid()),
+        "KEYS_FILE": os.path.abspath(keys_file) if keys_file else "",
     }
     os.environ.update({_ENV + k: v for k, v in settings.items()})
     os.environ.update(access.to_env())

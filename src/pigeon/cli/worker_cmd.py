@@ -13,6 +13,7 @@ import typer
 from pigeon import logs
 from pigeon.cli._db import check_db
 from pigeon.cli._format import LogFormatOption, LogRedactOption
+from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
@@ -117,6 +118,7 @@ def worker(
             "from the supervisor process, as `pigeon relay --to` does.",
         ),
     ] = None,
+    keys_file: KeysFileOption = None,
 ) -> None:
     """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
     # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
@@ -131,6 +133,8 @@ def worker(
         )
     if relay_to is not None:
         checked_broker_url(relay_to, "worker")
+    load_keyring(keys_file)  # refused here, not in every worker process at its start
+    keys_path = os.path.abspath(keys_file) if keys_file else None
     budgets = parse_queues(queue)
     add_app_dir(".")  # as the Supervisor does, so the app imports here as it will there
     check_app_queues(app, budgets)
@@ -146,6 +150,7 @@ def worker(
                 batch=batch,
                 log_format=log_format,
                 log_redact=tuple(log_redact or ()),
+                keys_file=keys_path,
             ),
             app_dir=".",
         )

@@ -1,0 +1,144 @@
+"""``pigeon keys``: make encryption keys, see which key seals what, rotate to a new key.
+
+Keys come from ``--keys-file`` or, without it, from the environment (``PIGEON_KEYS``, or
+``PIGEON_KEYS_FILE``), as for ``pigeon serve`` and ``pigeon worker``. A key is never
+printed except by ``generate`` without ``--file`` (for the caller to put somewhere safe).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pigeon.cli._db import open_db
+from pigeon.exceptions import ConfigurationError
+from pigeon.storage.crypto import Keyring, generate_key, key_entry, new_kid
+from pigeon.storage.files import write_private
+from pigeon.storage.rotate import CLEAR, DEFAULT_BATCH, ColumnReport, rotate, status
+
+app = typer.Typer(help="Encryption keys: generate, status, rotate.", no_args_is_help=True)
+console = Console()
+
+DbOption = Annotated[
+    str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+]
+KeysFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--keys-file",
+        help="Key file (mode 0600; kid:base64key per line, newest first). Without it: "
+        "PIGEON_KEYS or PIGEON_KEYS_FILE.",
+    ),
+]
+
+
+def load_keyring(keys_file: str | None, param_hint: str = "--keys-file") -> Keyring | None:
+    """The keyring of ``--keys-file``, else of the environment, else None; a usage error
+    (exit 2, the reason named) for a key file or variable that cannot be used."""
+    try:
+        return Keyring.from_file(keys_file) if keys_file else Keyring.from_env()
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
+
+
+@app.command()
+def generate(
+    key_id: Annotated[
+        str | None, typer.Option("--id", help="Key id (default: k<UTC time>-<random>).")
+    ] = None,
+    file: Annotated[
+        str | None,
+        typer.Option(
+            "--file",
+            help="Add the key to this key file as the current one (created 0600 if new); "
+            "without it the key is printed.",
+        ),
+    ] = None,
+) -> None:
+    """A new 256-bit AES-GCM key."""
+    kid = key_id or new_kid()
+    entry = key_entry(kid, generate_key())
+    try:
+        if file is None:
+            Keyring.parse(entry)  # the id checked as a keyring would
+            sys.stdout.write(entry + "\n")
+            return
+        old = Keyring.from_file(file) if os.path.exists(file) else None
+        if old is not None and kid in old.ids:
+            raise ConfigurationError(f"key id {kid!r} is already in {file}")
+        text = entry + "\n"
+        if old is not None:
+            text += "".join(key_entry(k, key) + "\n" for k, key in old.keys)
+        Keyring.parse(text)
+        write_private(file, text)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(f"key {kid} added to {file} as the current key")
+
+
+@app.command("status")
+def status_cmd(db: DbOption, keys_file: KeysFileOption = None) -> None:
+    """Sealed values per key id in each encrypted column."""
+    keyring = load_keyring(keys_file)
+    database = open_db(db, keyring=keyring)
+    try:
+        found = status(database)
+    finally:
+        database.close()
+    known = set() if keyring is None else set(keyring.ids)
+    table = Table(title="values per key")
+    for column in ("column", "key", "values", "note"):
+        table.add_column(column, justify="right" if column == "values" else "left")
+    for name, counts in found.items():
+        for kid, n in sorted(counts.items()):
+            note = ""
+            if keyring is not None and kid == keyring.current:
+                note = "current"
+            elif kid != CLEAR and kid not in known:
+                note = "NOT IN KEYRING: unreadable"
+            elif kid == CLEAR and keyring is not None:
+                note = "rotate to seal"
+            table.add_row(name, kid, str(n), note)
+    console.print(table)
+
+
+@app.command("rotate")
+def rotate_cmd(
+    db: DbOption,
+    keys_file: KeysFileOption = None,
+    batch: Annotated[
+        int, typer.Option(min=1, help="Rows per transaction (each one short).")
+    ] = DEFAULT_BATCH,
+) -> None:
+    """Re-seal every value not under the current key (the first of the keyring), in
+    batches, while the server runs; run again to resume."""
+    keyring = load_keyring(keys_file)
+    if keyring is None:
+        raise typer.BadParameter("no keys: give --keys-file, PIGEON_KEYS or PIGEON_KEYS_FILE")
+    database = open_db(db, keyring=keyring)
+    try:
+        reports = rotate(database, batch=batch)
+    finally:
+        database.close()
+    unreadable = _print(reports, keyring.current)
+    if unreadable:
+        raise typer.Exit(1)
+
+
+def _print(reports: dict[str, ColumnReport], current: str) -> int:
+    table = Table(title=f"re-sealed under {current}")
+    for column in ("column", "re-sealed", "changed meanwhile", "unreadable"):
+        table.add_column(column, justify="left" if column == "column" else "right")
+    unreadable = 0
+    for name, r in reports.items():
+        missing = ", ".join(f"{n} under {kid}" for kid, n in sorted(r.missing.items()))
+        bad = missing + (f"; {r.invalid} failed authentication" if r.invalid else "")
+        unreadable += sum(r.missing.values()) + r.invalid
+        table.add_row(name, str(r.resealed), str(r.skipped), bad or "0")
+    console.print(table)
+    return unreadable
