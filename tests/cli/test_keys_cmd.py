@@ -125,3 +125,18 @@ def test_unusable_keys_in_the_environment_are_refused_by_name(tmp_path: Path, ba
     open_server_db(db).close()
     result = run("jobs", "list", "--db", str(db), env={"PIGEON_KEYS": bad})
     assert result.exit_code == 2 and "PIGEON_KEYS" in result.output, result.output
+
+
+def test_a_staged_key_opens_first_and_seals_once_it_is_used(tmp_path: Path) -> None:
+    """Many processes: every one gets the new key before any seals with it, so none meets
+    a value it cannot open while the change rolls out."""
+    path = _keys_file(tmp_path)
+    staged = run("keys", "generate", "--id", "two", "--staged", "--file", str(path))
+    assert staged.exit_code == 0 and "staged" in staged.output
+    assert Keyring.from_file(path).ids == ("one", "two")
+    used = run("keys", "use", "two", "--file", str(path))
+    assert used.exit_code == 0, used.output
+    assert Keyring.from_file(path).ids == ("two", "one")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    unknown = run("keys", "use", "three", "--file", str(path))
+    assert unknown.exit_code == 2 and "no key 'three'" in unknown.output

@@ -59,26 +59,53 @@ def generate(
             "without it the key is printed.",
         ),
     ] = None,
+    staged: Annotated[
+        bool,
+        typer.Option(
+            "--staged",
+            help="With --file: add the key last, opening only, not sealing; make it "
+            "current with 'pigeon keys use' once every process has it.",
+        ),
+    ] = False,
 ) -> None:
     """A new 256-bit AES-GCM key."""
     kid = key_id or new_kid()
-    entry = key_entry(kid, generate_key())
+    new = (kid, generate_key())
     try:
         if file is None:
-            Keyring.parse(entry)  # the id checked as a keyring would
-            sys.stdout.write(entry + "\n")
+            Keyring((new,))  # the id checked as a keyring would
+            sys.stdout.write(key_entry(*new) + "\n")
             return
         old = Keyring.from_file(file) if os.path.exists(file) else None
         if old is not None and kid in old.ids:
             raise ConfigurationError(f"key id {kid!r} is already in {file}")
-        text = entry + "\n"
-        if old is not None:
-            text += "".join(key_entry(k, key) + "\n" for k, key in old.keys)
-        Keyring.parse(text)
-        write_private(file, text)
+        keys = () if old is None else old.keys
+        _write(file, (*keys, new) if staged and keys else (new, *keys))
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    typer.echo(f"key {kid} added to {file} as the current key")
+    role = "staged (opens, does not seal yet)" if staged and old else "the current key"
+    typer.echo(f"key {kid} added to {file}: {role}")
+
+
+@app.command()
+def use(
+    key_id: Annotated[str, typer.Argument(metavar="KID", help="The key to seal with from now.")],
+    file: Annotated[str, typer.Option("--file", help="The key file.")],
+) -> None:
+    """Make a key of the file the current one (first), the others kept for opening."""
+    try:
+        ring = Keyring.from_file(file)
+        if key_id not in ring.ids:
+            raise ConfigurationError(f"{file} has no key {key_id!r} (it has {list(ring.ids)})")
+        _write(file, tuple(sorted(ring.keys, key=lambda k: k[0] != key_id)))
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(f"key {key_id} is now the current key of {file}")
+
+
+def _write(file: str, keys: tuple[tuple[str, bytes], ...]) -> None:
+    Keyring(keys)  # refused before anything is written
+    write_private(file, "".join(key_entry(k, key) + "\n" for k, key in keys))
 
 
 @app.command("status")
