@@ -11,6 +11,7 @@ from pigeon.exceptions import (
     AccessRevoked,
     AuthorizationRequired,
     BatchRefused,
+    CiphertextInvalid,
     ConfigurationError,
     ConflictError,
     DeliveryError,
@@ -21,6 +22,7 @@ from pigeon.exceptions import (
     InvalidState,
     JobTimeout,
     KeyInProgress,
+    KeyMissing,
     NotFound,
     NotSent,
     PayloadInvalid,
@@ -40,6 +42,7 @@ from pigeon.exceptions import (
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.protocol.transport import Transport
+from pigeon.storage.crypto import Keyring
 from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
@@ -50,6 +53,7 @@ __all__ = [
     "AccessRevoked",
     "AuthorizationRequired",
     "BatchRefused",
+    "CiphertextInvalid",
     "ConfigurationError",
     "ConflictError",
     "ConflictResolver",
@@ -66,6 +70,8 @@ __all__ = [
     "InvalidState",
     "JobTimeout",
     "KeyInProgress",
+    "KeyMissing",
+    "Keyring",
     "ManualMonitor",
     "NotFound",
     "NotSent",

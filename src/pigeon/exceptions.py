@@ -116,6 +116,23 @@ class StorageFull(StoreError):
     it was written; freeing space and trying again is safe."""
 
 
+class KeyMissing(StoreError):
+    """A value was sealed (encrypted at rest) under a key id the keyring does not hold."""
+
+    def __init__(self, kid: str, where: str = "") -> None:
+        self.kid = kid
+        at = f" ({where})" if where else ""
+        super().__init__(
+            f"value sealed with key id {kid!r}{at}, which is not in the keyring: add that "
+            f"key (PIGEON_KEYS / --keys-file) to read it"
+        )
+
+
+class CiphertextInvalid(StoreError):
+    """A sealed value failed authentication: tampered, truncated, or moved from another
+    row or column."""
+
+
 class NotFound(PigeonError, LookupError):
     pass
 

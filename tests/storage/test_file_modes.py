@@ -27,9 +27,7 @@ def permissive_umask() -> Iterator[None]:
 
 def _modes(folder: Path) -> dict[str, int]:
     """Every file under ``folder`` (0600 expected) and folder (0700), by relative path."""
-    return {
-        str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")
-    }
+    return {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")}
 
 
 def test_the_server_database_and_its_wal_and_shm_are_0600(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from typing import overload
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from pigeon.exceptions import ConfigurationError, StoreError
+from pigeon.exceptions import CiphertextInvalid, ConfigurationError, KeyMissing
 
 SEALED = "pg1:"  # an AES-GCM envelope
 ESCAPED = "pg0:"  # a clear value that began like an envelope
@@ -47,29 +47,13 @@ KEY_BYTES = (16, 24, 32)  # AES-128/192/256; `generate_key` makes 256-bit keys
 KID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # never ':' (the envelope's separator)
 ENV_KEYS = "PIGEON_KEYS"
 ENV_KEYS_FILE = "PIGEON_KEYS_FILE"
-
-
-class KeyMissing(StoreError):
-    """A value was sealed under a key id the keyring does not hold."""
-
-    def __init__(self, kid: str, where: str = "") -> None:
-        self.kid = kid
-        at = f" ({where})" if where else ""
-        super().__init__(
-            f"value sealed with key id {kid!r}{at}, which is not in the keyring: add that "
-            f"key (PIGEON_KEYS / --keys-file) to read it"
-        )
-
-
-class CiphertextInvalid(StoreError):
-    """A sealed value failed authentication: tampered, truncated, or moved from another
-    row or column."""
+__all__ = ["PLAIN", "Cipher", "CiphertextInvalid", "KeyMissing", "Keyring", "cipher_for"]
 
 
 def _ad(parts: tuple[str, ...]) -> bytes:
     # Length-prefixed, so no two different tuples give the same bytes ("a|b", "c" vs
     # "a", "b|c"), whatever characters principals or ids contain.
-    return "".join(f"{len(p)}:{p}" for p in parts).encode("utf-8", "surrogatepass")
+    return "".join([f"{len(p)}:{p}" for p in parts]).encode("utf-8", "surrogatepass")
 
 
 @dataclass(frozen=True)
