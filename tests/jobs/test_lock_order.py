@@ -77,6 +77,7 @@ class _Pausing:
     def __init__(self, db: Database, after: str, hook: Callable[[], None]) -> None:
         self.db = db
         self.backend = db.backend
+        self.cipher = db.cipher
         self.after = after
         self.hook = hook
 

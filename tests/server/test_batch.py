@@ -343,7 +343,7 @@ class SavepointCounter:
     """The real database, counting commits and savepoints (subtransactions on PostgreSQL)."""
 
     def __init__(self, inner: Database) -> None:
-        self.inner, self.backend = inner, inner.backend
+        self.inner, self.backend, self.cipher = inner, inner.backend, inner.cipher
         self.commits = self.savepoints = 0
 
     @contextlib.contextmanager
