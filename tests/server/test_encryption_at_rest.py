@@ -20,6 +20,7 @@ from pigeon.jobs.effects import effect_in
 from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.stats import failed_by_owner
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
@@ -97,6 +98,9 @@ def _read_back(db: Database, ids: dict[str, Any]) -> None:
     shown = FailedStore(db).show(ids["job"])
     assert all(CANARY in (a["error"] or "") for a in shown["history"])
     assert CANARY in failed_by_owner(db)["ops"]["recent"][0]["error"]
+    published: list[Message] = []
+    Relay(db, CallablePublisher(published.append)).run_once()
+    assert [m.payload for m in published] == [{"answer": CANARY}]
 
 
 def _raw_values(url: str) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from pigeon.cli._db import open_db
+from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers import broker_kind, check_broker_url
@@ -34,12 +35,20 @@ def checked_broker_url(url: str, command: str) -> str:
 
 
 def make_runner(
-    db: str, to: str, command: str, *, batch: int = 100, interval: float = 0.5
+    db: str,
+    to: str,
+    command: str,
+    *,
+    batch: int = 100,
+    interval: float = 0.5,
+    keys_file: str | None = None,
 ) -> RelayRunner:
     """A relay for ``db`` and ``to`` (not started); a URL or a missing client library
-    the relay cannot use is one line on stderr and exit 2."""
+    the relay cannot use is one line on stderr and exit 2. Its keys (to open the sealed
+    outbox): ``keys_file``, else PIGEON_KEYS / PIGEON_KEYS_FILE."""
+    keyring = load_keyring(keys_file)
     try:
-        return RelayRunner(db, to, batch=batch, interval=interval)
+        return RelayRunner(db, to, batch=batch, interval=interval, keyring=keyring)
     except ConfigurationError as exc:
         typer.echo(f"pigeon {command}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -76,6 +85,7 @@ def relay(
             "--once", help="Publish what is pending and exit (1 if the broker refused a row)."
         ),
     ] = False,
+    keys_file: KeysFileOption = None,
 ) -> None:
     """Publish the outbox in order, marking each row only after the broker confirmed it.
 
@@ -85,7 +95,7 @@ def relay(
     """
     checked_broker_url(to, "relay")
     open_db(db).close()  # a missing file or an unreachable PostgreSQL: exit 2, named
-    runner = make_runner(db, to, "relay", batch=batch, interval=interval)
+    runner = make_runner(db, to, "relay", batch=batch, interval=interval, keys_file=keys_file)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if once:
         if not runner.lock.acquire():

@@ -392,7 +392,11 @@ def serve(
     sys.stdout.flush()
     # The relay runs in this process (uvicorn's workers are spawned, not forked), on its
     # own connection, and stops after the server did.
-    runner = make_runner(settings["DB"], relay_to, "serve").start() if relay_to else None
+    runner = (
+        make_runner(settings["DB"], relay_to, "serve", keys_file=keys_file).start()
+        if relay_to
+        else None
+    )
     if runner is not None:
         stop_before_exit_signals(runner)
     try:

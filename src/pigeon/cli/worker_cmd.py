@@ -162,7 +162,7 @@ def worker(
     logs.configure(log_format, logging.INFO, log_redact or ())
     shown = {q: str(b) for q, b in supervisor.budgets.items()}
     typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {shown}")
-    runner = make_runner(db, relay_to, "worker").start() if relay_to else None
+    runner = make_runner(db, relay_to, "worker", keys_file=keys_file).start() if relay_to else None
     try:
         supervisor.run()
     finally:

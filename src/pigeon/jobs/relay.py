@@ -34,6 +34,7 @@ from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
 from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
+from pigeon.storage.crypto import Keyring
 from pigeon.storage.sealed import OUTBOX_PAYLOAD
 
 log = logging.getLogger("pigeon.jobs.relay")
@@ -279,13 +280,15 @@ class RelayRunner:
         interval: float = 0.5,
         standby: float = 2.0,
         open_db: Callable[[str], Database] | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
         from pigeon.jobs.publishers import open_publisher
         from pigeon.jobs.relay_lock import relay_lock
         from pigeon.storage.server import open_server_db
 
         self.publisher = open_publisher(to)  # a bad URL fails here, before any thread
-        self.db = (open_db or open_server_db)(db_url)
+        # The outbox's payloads are sealed under the server's keys when it has them.
+        self.db = open_db(db_url) if open_db else open_server_db(db_url, keyring=keyring)
         self.lock = relay_lock(db_url)
         self.relay = Relay(self.db, self.publisher, batch=batch)
         self.interval = interval
