@@ -84,22 +84,14 @@ def list_cmd(
 ) -> None:
     """The most recent jobs."""
     wanted = None if status is None else status.value
-    try:
-        rows = list_jobs(open_db(db), status=wanted, queue=queue, limit=limit)
-    except PigeonError as exc:  # e.g. a job sealed under a key the keyring lacks
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from exc
+    rows = list_jobs(open_db(db), status=wanted, queue=queue, limit=limit)
     console.print(_table(rows, _count(len(rows), "job"), failed=False))
 
 
 @app.command("failed")
 def failed_cmd(db: DbOption, queue: str | None = None, limit: Limit = 50) -> None:
     """The failed store: jobs awaiting review, with their owner and last error."""
-    try:
-        rows = FailedStore(open_db(db)).list(queue=queue, limit=limit)
-    except PigeonError as exc:  # e.g. a job sealed under a key the keyring lacks
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from exc
+    rows = FailedStore(open_db(db)).list(queue=queue, limit=limit)
     console.print(_table(rows, f"{_count(len(rows), 'failed job')} awaiting review", failed=True))
 
 
