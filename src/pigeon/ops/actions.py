@@ -16,6 +16,7 @@ from pigeon.jobs._db import dumps, reading
 from pigeon.jobs.failed import FailedStore
 from pigeon.ops.queries import _queries, error_class
 from pigeon.storage.base import Database
+from pigeon.storage.sealed import JOB_ERROR
 
 ACTIONS = ("retry", "cancel")
 MAX_JOBS = 10_000  # jobs one action may touch
@@ -66,6 +67,8 @@ def matching(db: Database, selection: Selection) -> tuple[list[int], int]:
         if max_id is None:
             max_id = int(tx.sql(queries["max_job_id"], {}).fetchone()["id"])
         rows = tx.sql(queries["failed_select"], _params(selection, max_id)).fetchall()
+        for row in rows:  # errors are sealed at rest when the server has keys
+            row["last_error"] = tx.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
     ids = [
         int(row["id"])
         for row in rows

@@ -40,6 +40,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.queries import load_queries
+from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR
 
 DEFAULT_WINDOW = 24 * 3600.0
 WINDOWS = {"1h": 3600.0, "24h": DEFAULT_WINDOW, "7d": 7 * 24 * 3600.0}
@@ -296,7 +297,9 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
     per owner and queue in a group of class ``(older)``."""
     counts = {(row["owner"], row["queue"]): int(row["n"]) for row in r.all("failed_counts", {})}
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    opened = r.tx.cipher.open  # errors are sealed at rest when the server has keys
     for job in r.all("failed_rows", {"limit": FAILED_ROWS}):
+        job["last_error"] = opened(job["last_error"], *JOB_ERROR.ad, str(job["id"]))
         key = (job["owner"], job["queue"], error_class(job["last_error"]))
         group = groups.get(key)
         if group is None:
@@ -319,7 +322,15 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
                     "failed_at": job["finished_at"],
                     "record_id": job["record_id"],
                     "obligation": job["obligation"],
-                    "history": r.all("attempts_of", {"job_id": job["id"]}),
+                    "history": [
+                        {
+                            **a,
+                            "error": opened(
+                                a["error"], *ATTEMPT_ERROR.ad, str(job["id"]), str(a["attempt"])
+                            ),
+                        }
+                        for a in r.all("attempts_of", {"job_id": job["id"]})
+                    ],
                 }
             )
     for (owner, queue), n in counts.items():
