@@ -28,10 +28,15 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One Chromium for the whole session, with a fresh profile directory. Missing
-    Chromium or Playwright: skipped, or a failure under PIGEON_REQUIRE_PG=1 (CI)."""
+    """One Chromium per test module, with a fresh profile directory. Missing Chromium or
+    Playwright: skipped, or a failure under PIGEON_REQUIRE_PG=1 (CI).
+
+    Not per session: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, and every later test that calls ``asyncio.run`` (the sync engine's
+    asyncio mode, the grouping and middleware tests) failed with "cannot be called from
+    a running event loop"."""
     strict = os.environ.get("PIGEON_REQUIRE_PG") == "1"
     try:
         from playwright.sync_api import sync_playwright
