@@ -19,8 +19,9 @@ from pigeon.jobs.effects import applied
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.stores.postgres import ListenWakeup
 from pigeon.jobs.timeouts import Timeouts
-from pigeon.jobs.wakeup import ListenWakeup, channel
+from pigeon.jobs.wakeup import channel
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from pigeon.storage.queries import load_queries

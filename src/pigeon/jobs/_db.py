@@ -12,15 +12,12 @@ from pigeon.storage.base import Database, Tx
 
 @contextmanager
 def reading(db: Database) -> Iterator[Tx]:
-    """A read-only transaction: on SQLite a deferred BEGIN, so readers never queue for the
-    write lock that claims and intakes hold."""
-    transaction = getattr(db, "transaction")  # noqa: B009 - keyword differs per backend
-    if db.backend == "sqlite":
-        with transaction(immediate=False) as tx:
-            yield tx
-    else:
-        with transaction() as tx:
-            yield tx
+    """A read-only transaction (the jobs store's ``reading``): on SQLite a deferred BEGIN,
+    so readers never queue for the write lock that claims and intakes hold."""
+    from pigeon.jobs.stores import store_for  # the stores import this module
+
+    with store_for(db).reading() as session:
+        yield session.tx
 
 
 def rowcount(cursor: Any) -> int:

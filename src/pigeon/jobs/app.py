@@ -31,15 +31,16 @@ from pigeon.exceptions import (
     PayloadInvalid,
     PermanentError,
 )
-from pigeon.jobs._db import reading
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, finite, positive_int
+from pigeon.jobs.stores import store_for
 from pigeon.jobs.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from pigeon.jobs.job import Job
     from pigeon.jobs.manager import FailedJob
+    from pigeon.jobs.store import JobStore
     from pigeon.storage.base import Database, Tx
 
 AlertHook = Callable[["FailedJob"], None]
@@ -125,7 +126,7 @@ class Task:
             f"{', '.join(map(repr, extra))} (its fields: {', '.join(sorted(self.fields))})"
         )
 
-    def before_run(self, db: Database, job: Job) -> None:
+    def before_run(self, db: Database | JobStore, job: Job) -> None:
         """What the worker checks before the work: the payload carries only declared
         fields (a job written by a producer without the app), and the access re-check
         lets it run. Raises PayloadInvalid / AccessRevoked, never retried."""
@@ -134,8 +135,8 @@ class Task:
             raise PayloadInvalid(problem)
         if self.access is None:
             return
-        with reading(db) as tx:
-            reason = self.access(tx, job)
+        with store_for(db).reading() as session:
+            reason = self.access(session.tx, job)
         if reason is not None:
             raise AccessRevoked(f"access re-check of task {self.name!r} refused: {reason}")
 

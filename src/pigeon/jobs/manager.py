@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs import ledger
-from pigeon.jobs._db import reading, rowcount
 from pigeon.jobs.app import App
 from pigeon.jobs.job import Job, JobId, JobSpec
+from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.stores import session_for, store_for
 from pigeon.logs import failure
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
 
 Clock = Callable[[], float]
 log = logging.getLogger("pigeon.jobs.manager")
 
 
 def enqueue(
-    tx: Tx,
+    tx: Tx | JobSession,
     spec: JobSpec | None = None,
     *,
     queue: str | None = None,
@@ -66,7 +66,7 @@ def enqueue(
     params = {
         "queue": spec.queue,
         "task": spec.task,
-        "payload": tx.cipher.seal(spec.payload_json(), *JOB_PAYLOAD.ad, spec.task),
+        "payload": spec.payload_json(),
         "max_attempts": max_attempts,
         "max_age": max_age,
         "now": now,
@@ -76,12 +76,7 @@ def enqueue(
         "obligation": obligation,
         "unique_key": spec.unique_key,
     }
-    row = tx.fetchone("job_insert", params)
-    if row is None:
-        existing = tx.fetchone("job_by_unique_key", {"unique_key": spec.unique_key})
-        assert existing is not None
-        return int(existing["id"])
-    return int(row["id"])
+    return session_for(tx).insert_job(params)
 
 
 @dataclass(frozen=True)
@@ -106,55 +101,24 @@ class FailedJob:
     record_id: str | None
 
 
-def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
-    """Parallel arrays of (id, attempt, token, started) for the set-based PostgreSQL
-    statements."""
-    return {
-        "ids": [j.id for j in jobs],
-        "attempts": [j.attempt for j in jobs],
-        "tokens": [j.token for j in jobs],
-        "started": [j.started_at for j in jobs],
-        "until": until,
-    }
-
-
-def lock_in_order(tx: Tx, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
-    """On PostgreSQL, take the row locks a transaction about ``jobs`` will need before it
-    writes anything, in the one order every such transaction follows: the jobs by
-    ascending id, then their records by ascending id.
-
-    Without it, rows are locked as statements reach them: a batch's successes before its
-    failures, records in the order of their jobs, an attempt event's foreign key (KEY
-    SHARE on the record) before the record's FOR UPDATE. Two finishes, or a finish and the
-    heartbeat's renewal, meeting the same rows in other orders then deadlock, and
-    PostgreSQL aborts one of them: a renewal lost or a finish retried after a second's
-    stall. ``jobs_held``: the caller already holds the job rows (a claim took them with
-    SKIP LOCKED, which never waits). SQLite has one writer: nothing to order."""
-    if tx.backend != "postgres" or not jobs:
-        return
-    record_ids = sorted({j.record_id for j in jobs if j.record_id})
-    job_ids = sorted({j.id for j in jobs})
-    # One row is ordered by itself, unless records are locked after it.
-    if not jobs_held and (len(job_ids) > 1 or record_ids):
-        tx.execute("job_lock_many", {"ids": job_ids})
-    if record_ids:
-        tx.execute("rec_lock_many", {"record_ids": record_ids})
-
-
 def describe(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
 
 
 class JobManager:
+    """The policy of a job's life: budgets, backoff, permanent errors, the failed store's
+    alert. Every state change is one transaction of the jobs store, whichever it is."""
+
     def __init__(
         self,
-        db: Database,
+        db: Database | JobStore,
         app: App | None = None,
         *,
         clock: Clock = time.time,
         rng: random.Random | None = None,
     ) -> None:
         self.db = db
+        self.store = store_for(db)
         # Without an app there is nothing to check a job against: enqueue then writes what
         # it is given (a producer that does not import the tasks), with default policies.
         self._checks = app
@@ -163,8 +127,8 @@ class JobManager:
         self.rng = rng or random.Random()
 
     def enqueue(self, spec: JobSpec) -> JobId:
-        with self.db.transaction() as tx:
-            return enqueue(tx, spec, now=self.clock(), app=self._checks)
+        with self.store.transaction() as session:
+            return enqueue(session, spec, now=self.clock(), app=self._checks)
 
     def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
@@ -172,61 +136,33 @@ class JobManager:
         now = self.clock()
         token = uuid.uuid4().hex
         alerts: list[FailedJob | None] = []
-        params = {
-            "queue": queue,
-            "worker": worker,
-            "token": token,
-            "now": now,
-            "until": now + lease,
-            "n": n,
-        }
-        with self.db.transaction() as tx:
-            if tx.backend == "postgres":
-                rows = tx.fetchall("job_claim_start", params)
-                jobs = [Job.from_row(row, now, tx.cipher) for row in rows]
-                if not jobs:
-                    return []
-            else:
-                # SQLite returns an UPDATE's rows in no promised order: the batch runs in
-                # due order, as PostgreSQL's claim returns it.
-                rows = sorted(
-                    tx.fetchall("job_claim", params), key=lambda r: (r["scheduled_at"], r["id"])
-                )
-                jobs = [Job.from_row(row, now, tx.cipher) for row in rows]
-                if not jobs:
-                    return []
-                tx.executemany(
-                    "job_attempt_start",
-                    [
-                        {"job_id": j.id, "attempt": j.attempt, "worker": worker, "now": now}
-                        for j in jobs
-                    ],
-                )
+        with self.store.transaction() as session:
+            rows = session.claim_due(
+                queue=queue, worker=worker, token=token, now=now, until=now + lease, n=n
+            )
+            if not rows:
+                return []
             runnable = []
             doomed: list[tuple[Job, str]] = []
-            for job in jobs:
+            for job in (Job.from_row(row, now) for row in rows):
                 if job.attempt > 1:
-                    tx.execute(
-                        "job_attempt_lost", {"job_id": job.id, "attempt": job.attempt, "now": now}
-                    )
+                    session.mark_attempt_lost(job.id, job.attempt, now)
                 reason = self._out_of_budget(job, now, starting=True)
                 if reason is None:
                     runnable.append(job)
                 else:
                     doomed.append((job, reason))
-            lock_in_order(tx, [job for job, _ in doomed], jobs_held=True)
+            session.lock_in_order([job for job, _ in doomed], jobs_held=True)
             for job, reason in doomed:
-                alerts.append(self._fail(tx, job, reason, now))
+                alerts.append(self._fail(session, job, reason, now))
         self._alert(alerts)
         return runnable
 
     def pressure(self, queue: str, cap: int) -> tuple[int, float | None]:
         """The ready backlog of ``queue`` (counted up to ``cap``) and when its oldest
         eligible-ready job became ready (None: nothing ready)."""
-        with reading(self.db) as tx:
-            row = tx.fetchone(
-                "job_queue_pressure", {"queue": queue, "now": self.clock(), "cap": cap}
-            )
+        with self.store.reading() as session:
+            row = session.queue_pressure(queue, self.clock(), cap)
         if row is None:
             return 0, None
         oldest = row["oldest_ready_at"]
@@ -237,15 +173,9 @@ class JobManager:
         if not jobs:
             return []
         until = self.clock() + lease
-        lost = []
-        with self.db.transaction() as tx:
-            if tx.backend == "postgres":
-                held = {row["id"] for row in tx.fetchall("job_renew_many", _arrays(jobs, until))}
-                return [job for job in jobs if job.id not in held]
-            for job in jobs:
-                if not rowcount(tx.execute("job_renew", {**job.key(), "until": until})):
-                    lost.append(job)
-        return lost
+        with self.store.transaction() as session:
+            held = session.renew_leases(jobs, until)
+        return [job for job in jobs if job.id not in held]
 
     def finish(self, outcomes: Sequence[Outcome]) -> list[bool]:
         """Record many attempts in one transaction. False where the lease was lost."""
@@ -254,80 +184,49 @@ class JobManager:
         now = self.clock()
         results: dict[int, bool] = {}
         alerts = []
-        with self.db.transaction() as tx:
-            lock_in_order(tx, [o.job for o in outcomes])
-            rest = list(enumerate(outcomes))
-            if tx.backend == "postgres":
-                rest = self._succeed_many(tx, rest, results, now)
-            for index, outcome in rest:
-                ok, alert = self._finish_one(tx, outcome, now)
+        with self.store.transaction() as session:
+            session.lock_in_order([o.job for o in outcomes])
+            wins = [(i, o.job) for i, o in enumerate(outcomes) if o.error is None]
+            done = session.mark_succeeded([job for _, job in wins], now) if wins else set()
+            for index, job in wins:
+                results[index] = job.id in done
+                if job.id in done and job.record_id:
+                    self._record_success(session, job, now)
+            for index, outcome in enumerate(outcomes):
+                if outcome.error is None:
+                    continue
+                ok, alert = self._finish_failed(session, outcome, outcome.error, now)
                 results[index] = ok
                 if alert is not None:
                     alerts.append(alert)
         self._alert(alerts)
         return [results[i] for i in range(len(outcomes))]
 
-    def _succeed_many(
-        self, tx: Tx, items: list[tuple[int, Outcome]], results: dict[int, bool], now: float
-    ) -> list[tuple[int, Outcome]]:
-        """Record every success of the batch in one statement; returns the other outcomes.
-        Successes that belong to a record then settle their obligation one by one."""
-        wins = [(i, o) for i, o in items if o.error is None]
-        if not wins:
-            return items
-        params = _arrays([o.job for _, o in wins], None)
-        done = {row["id"] for row in tx.fetchall("job_succeed_many", {**params, "now": now})}
-        for index, outcome in wins:
-            job = outcome.job
-            results[index] = job.id in done
-            if job.id in done and job.record_id:
-                self._record_success(tx, job, now)
-        return [(i, o) for i, o in items if o.error is not None]
-
-    def _record_success(self, tx: Tx, job: Job, now: float) -> None:
+    def _record_success(self, session: JobSession, job: Job, now: float) -> None:
         """The ledger side of a success: the attempt event, then the obligation."""
-        self._attempt_event(tx, job, "succeeded", None, now)
+        self._attempt_event(session, job, "succeeded", None, now)
         if job.record_id and job.obligation:
-            ledger.settle_obligation(
-                tx, job.record_id, job.obligation, "completed", {"job_id": job.id}, now=now
+            session.settle_obligation(
+                job.record_id, job.obligation, "completed", {"job_id": job.id}, now
             )
 
     def release(self, jobs: Sequence[Job]) -> int:
         """Give jobs back untouched (graceful stop): ready at once, the attempt refunded."""
         now = self.clock()
         released = 0
-        with self.db.transaction() as tx:
+        with self.store.transaction() as session:
             # Ascending ids: the order of every batched write of job rows (lock_in_order).
             for job in sorted(jobs, key=lambda j: j.id):
-                cursor = tx.execute(
-                    "job_requeue",
-                    {**job.key(), "scheduled_at": now, "error": None, "refund": 1},
-                )
-                if rowcount(cursor):
+                if session.requeue(job, scheduled_at=now, error=None, refund=1):
                     released += 1
-                    if tx.backend == "postgres":  # ready again at once: wake idle workers
-                        tx.execute("job_notify", {"queue": job.queue})
-                    tx.execute(
-                        "job_attempt_finish",
-                        {
-                            "job_id": job.id,
-                            "attempt": job.attempt,
-                            "outcome": "released",
-                            "error": None,
-                            "now": now,
-                            "started_at": job.started_at,
-                        },
-                    )
+                    session.notify_ready(job.queue)  # ready again at once: wake idle workers
+                    session.finish_attempt(job, outcome="released", error=None, now=now)
         return released
 
-    def _finish_one(self, tx: Tx, outcome: Outcome, now: float) -> tuple[bool, FailedJob | None]:
-        job, error = outcome.job, outcome.error
-        if error is None:
-            if not rowcount(tx.execute("job_succeed", {**job.key(), "now": now})):
-                return False, None
-            self._attempt_done(tx, job, "succeeded", None, now, event=False)
-            self._record_success(tx, job, now)
-            return True, None
+    def _finish_failed(
+        self, session: JobSession, outcome: Outcome, error: BaseException, now: float
+    ) -> tuple[bool, FailedJob | None]:
+        job = outcome.job
         message = describe(error)
         reason = None
         mismatch = self._payload_mismatch(job, error)
@@ -341,7 +240,7 @@ class JobManager:
                 reason = f"{reason}; last error: {message}"
         if reason is not None:
             alert = self._fail(
-                tx, job, reason, now, attempt_error=message, not_before=outcome.not_before
+                session, job, reason, now, attempt_error=message, not_before=outcome.not_before
             )
             return alert is not None, alert
         backoff = self.app.queue_config(job.queue).backoff
@@ -350,13 +249,9 @@ class JobManager:
         # the 6th), as the budget check above counts them.
         failures = max(1, job.attempt - job.attempt_base)
         retry_at = max(now + backoff.delay(failures, self.rng), outcome.not_before)
-        sealed = tx.cipher.seal(message, *JOB_ERROR.ad, str(job.id))
-        cursor = tx.execute(
-            "job_requeue", {**job.key(), "scheduled_at": retry_at, "error": sealed, "refund": 0}
-        )
-        if not rowcount(cursor):
+        if not session.requeue(job, scheduled_at=retry_at, error=message, refund=0):
             return False, None
-        self._attempt_done(tx, job, "error", message, now)
+        self._attempt_done(session, job, "error", message, now)
         return True, None
 
     def _payload_mismatch(self, job: Job, error: BaseException) -> str | None:
@@ -379,25 +274,16 @@ class JobManager:
         return None
 
     def _attempt_done(
-        self, tx: Tx, job: Job, outcome: str, error: str | None, now: float, *, event: bool = True
+        self, session: JobSession, job: Job, outcome: str, error: str | None, now: float
     ) -> None:
-        tx.execute(
-            "job_attempt_finish",
-            {
-                "job_id": job.id,
-                "attempt": job.attempt,
-                "outcome": outcome,
-                "error": tx.cipher.seal(error, *ATTEMPT_ERROR.ad, str(job.id), str(job.attempt)),
-                "now": now,
-                "started_at": job.started_at,
-            },
-        )
-        if event:
-            self._attempt_event(tx, job, outcome, error, now)
+        session.finish_attempt(job, outcome=outcome, error=error, now=now)
+        self._attempt_event(session, job, outcome, error, now)
 
-    def _attempt_event(self, tx: Tx, job: Job, outcome: str, error: str | None, now: float) -> None:
+    def _attempt_event(
+        self, session: JobSession, job: Job, outcome: str, error: str | None, now: float
+    ) -> None:
         if job.record_id:
-            detail = {
+            detail: dict[str, Any] = {
                 "job_id": job.id,
                 "attempt": job.attempt,
                 "outcome": outcome,
@@ -405,11 +291,11 @@ class JobManager:
             }
             if error:
                 detail["error"] = error
-            ledger.event(tx, job.record_id, job.obligation, ledger.ATTEMPT, detail, now=now)
+            session.ledger_event(job.record_id, job.obligation, ledger.ATTEMPT, detail, now)
 
     def _fail(
         self,
-        tx: Tx,
+        session: JobSession,
         job: Job,
         reason: str,
         now: float,
@@ -422,19 +308,16 @@ class JobManager:
         rewrites the history of a job someone else rescued. ``not_before``: no reviewed
         retry runs it earlier (a timed-out attempt's process may still be running)."""
         owner = job.owner or self.app.owner_for(job.queue, job.task)
-        sealed = tx.cipher.seal(reason, *JOB_ERROR.ad, str(job.id))
-        params = {**job.key(), "now": now, "error": sealed, "owner": owner}
-        if not rowcount(tx.execute("job_fail", {**params, "not_before": not_before})):
+        if not session.mark_failed(job, now=now, error=reason, owner=owner, not_before=not_before):
             return None
-        self._attempt_done(tx, job, "failed", attempt_error or reason, now)
+        self._attempt_done(session, job, "failed", attempt_error or reason, now)
         if job.record_id and job.obligation:
-            ledger.settle_obligation(
-                tx,
+            session.settle_obligation(
                 job.record_id,
                 job.obligation,
                 "failed",
                 {"job_id": job.id, "owner": owner, "error": reason},
-                now=now,
+                now,
             )
         return FailedJob(job.id, job.queue, job.task, owner, reason, job.attempt, job.record_id)
 

@@ -283,7 +283,7 @@ class RelayRunner:
         keyring: Keyring | None = None,
     ) -> None:
         from pigeon.jobs.publishers import open_publisher
-        from pigeon.jobs.relay_lock import relay_lock
+        from pigeon.jobs.stores.relay_lock import relay_lock
         from pigeon.storage.server import open_server_db
 
         self.publisher = open_publisher(to)  # a bad URL fails here, before any thread

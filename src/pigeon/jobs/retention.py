@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable, Iterable
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.jobs._db import rowcount
 from pigeon.jobs.app import Schedule
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
 DEFAULT_BATCH = 500
 
 
 def purge_finished(
-    db: Database,
+    db: Database | JobStore,
     older_than: float,
     *,
     batch: int = DEFAULT_BATCH,
@@ -42,11 +43,13 @@ def purge_finished(
         raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
     if batch < 1:
         raise ConfigurationError(f"purge batch must be >= 1, got {batch}")
-    params = {"before": clock() - older_than, "limit": batch}
+    store = store_for(db)
+    before = clock() - older_than
     total = 0
     done = 0
     while max_batches is None or done < max_batches:
-        purged = _purge_batch(db, params)
+        with store.transaction() as session:
+            purged = session.purge_finished(before=before, limit=batch)
         total += purged
         done += 1
         if purged < batch:
@@ -54,17 +57,8 @@ def purge_finished(
     return total
 
 
-def _purge_batch(db: Database, params: dict[str, float]) -> int:
-    with db.transaction() as tx:
-        if tx.backend == "postgres":
-            return len(tx.fetchall("job_purge_finished", params))
-        tx.execute("job_purge_attempts", params)
-        tx.execute("job_purge_reviews", params)
-        return rowcount(tx.execute("job_purge_finished", params))
-
-
 def purge_ticks(
-    db: Database,
+    db: Database | JobStore,
     schedules: Iterable[Schedule],
     older_than: float,
     *,
@@ -77,20 +71,19 @@ def purge_ticks(
     returns how many. Without it the ticks table grows by one row per period forever."""
     if not older_than > 0:
         raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
+    store = store_for(db)
     now = clock()
     total = 0
     for schedule in schedules:
-        params = {
-            "schedule": schedule.name,
-            "before_tick": math.floor((now - older_than) / schedule.every),
-            "limit": batch,
-        }
+        before_tick = math.floor((now - older_than) / schedule.every)
         done = 0
         while max_batches is None or done < max_batches:
             # Each batch takes at least the oldest tick while one is old enough: a batch
             # smaller than ``batch`` (ticks missed while no worker ran) is not the end.
-            with db.transaction() as tx:
-                purged = rowcount(tx.execute("tick_purge", params))
+            with store.transaction() as session:
+                purged = session.purge_ticks(
+                    schedule=schedule.name, before_tick=before_tick, limit=batch
+                )
             total += purged
             done += 1
             if not purged:

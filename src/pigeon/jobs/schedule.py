@@ -13,19 +13,23 @@ import threading
 import time
 from collections.abc import Callable
 
-from pigeon.jobs._db import rowcount
 from pigeon.jobs.app import App, Schedule
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import enqueue
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.schedule")
 
 
 class Scheduler:
-    def __init__(self, app: App, db: Database, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, app: App, db: Database | JobStore, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.app = app
         self.db = db
+        self.store = store_for(db)
         self.clock = clock
 
     def tick_once(self) -> list[tuple[str, int]]:
@@ -50,15 +54,12 @@ class Scheduler:
 
     def _take(self, schedule: Schedule, tick: int, now: float) -> bool:
         task = self.app.get_task(schedule.task)
-        with self.db.transaction() as tx:
-            claimed = tx.execute(
-                "tick_claim", {"schedule": schedule.name, "tick": tick, "now": now}
-            )
-            if not rowcount(claimed):
+        with self.store.transaction() as session:
+            if not session.take_tick(schedule.name, tick, now):
                 return False
             payload = dict(schedule.payload)
             job_id = enqueue(
-                tx,
+                session,
                 JobSpec(
                     task.queue,
                     task.name,
@@ -68,7 +69,7 @@ class Scheduler:
                 now=now,
                 app=self.app,  # the task's own retry policy: max_attempts and max_age
             )
-            tx.execute("tick_set_job", {"schedule": schedule.name, "tick": tick, "job_id": job_id})
+            session.set_tick_job(schedule.name, tick, job_id)
         return True
 
     def run(self, stop: threading.Event) -> None:

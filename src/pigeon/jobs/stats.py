@@ -18,6 +18,8 @@ from typing import Any
 
 from pigeon.jobs._db import reading
 from pigeon.jobs.app import App, QueueConfig
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.logs import failure
 from pigeon.storage.base import Database
 from pigeon.storage.sealed import JOB_ERROR
@@ -179,9 +181,12 @@ class FreshnessMonitor:
     nodes); the row is deleted when the queue is seen fresh again, ending the episode.
     """
 
-    def __init__(self, app: App, db: Database, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, app: App, db: Database | JobStore, *, clock: Callable[[], float] = time.time
+    ):
         self.app = app
         self.db = db
+        self.store = store_for(db)
         self.clock = clock
         self._open: set[str] = set()  # episodes this monitor has seen open
         # Queues observed at least once. An episode may have been opened by a monitor that
@@ -197,8 +202,8 @@ class FreshnessMonitor:
         age = ready_age(oldest_ready_at, now)
         if not is_breach(age, objective):
             if queue in self._open or queue not in self._seen:
-                with self.db.transaction() as tx:
-                    tx.execute("breach_close", {"queue": queue})
+                with self.store.transaction() as session:
+                    session.close_breach(queue)
                 self._open.discard(queue)
             self._seen.add(queue)
             return False
@@ -206,9 +211,8 @@ class FreshnessMonitor:
         if queue in self._open:
             return False
         assert age is not None
-        params = {"queue": queue, "now": now, "age": age, "objective": objective}
-        with self.db.transaction() as tx:
-            won = tx.fetchone("breach_open", params) is not None
+        with self.store.transaction() as session:
+            won = session.open_breach(queue=queue, now=now, age=age, objective=objective)
         self._open.add(queue)
         hook = self.app.on_freshness_breach
         if won and hook is not None:
@@ -223,8 +227,8 @@ class FreshnessMonitor:
         now = self.clock()
         fired = []
         for queue in queues:
-            with reading(self.db) as tx:
-                row = tx.fetchone("job_queue_pressure", {"queue": queue, "now": now, "cap": 1})
+            with self.store.reading() as session:
+                row = session.queue_pressure(queue, now, 1)
             if self.observe(queue, None if row is None else row["oldest_ready_at"]):
                 fired.append(queue)
         return fired

@@ -40,10 +40,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
-from pigeon.jobs import wakeup
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
 from pigeon.jobs.context import JobContext
@@ -54,6 +53,8 @@ from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.logs import summary
 from pigeon.storage.base import Database
@@ -70,7 +71,7 @@ class Worker:
     def __init__(
         self,
         app: App,
-        db: Database,
+        db: Database | JobStore,
         queues: Mapping[str, int | Budget],
         *,
         name: str | None = None,
@@ -88,6 +89,7 @@ class Worker:
     ) -> None:
         self.app = app
         self.db = db
+        self.store = store_for(db)
         # This process's share of each queue's budget: a bare number is a maximum, with
         # the queue's minimum (capped by it) as the floor; a maximum above the queue's
         # max_workers is refused (ConfigurationError), as the supervisor refuses it. The
@@ -116,7 +118,7 @@ class Worker:
         self.control_every = control_every
         self.maintenance = maintenance
         self.purge_every = purge_every
-        self.manager = JobManager(db, app)
+        self.manager = JobManager(self.store, app)
         self.stats = WorkerStats()
         self.exit_code = STOPPED
         self._stop = threading.Event()
@@ -133,8 +135,8 @@ class Worker:
             batch={q: batch or app.queue_config(q).batch for q in self.queues},
             keepalive=keepalive,
         )
-        self.monitor = FreshnessMonitor(app, db)
-        self.wakeup = wakeup.for_database(db, self.queues)
+        self.monitor = FreshnessMonitor(app, self.store)
+        self.wakeup = self.store.wakeup(self.queues)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class Worker:
         self._spawn("heartbeat", self._heartbeat)
         self._spawn("control", self._control)
         if self.schedules and self.app.schedules:
-            self._spawn("scheduler", Scheduler(self.app, self.db).run, self._stop)
+            self._spawn("scheduler", Scheduler(self.app, self.store).run, self._stop)
 
     def _spawn(self, label: str, target: Callable[..., None], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=f"pigeon-{label}", daemon=True)
@@ -284,9 +286,12 @@ class Worker:
             task, error = None, PermanentError(str(exc))
         if task is not None:
             try:
-                task.before_run(self.db, job)  # declared fields, the access re-check
+                task.before_run(self.store, job)  # declared fields, the access re-check
                 if task.context:
-                    task.func(JobContext(job, self.db, config.timeouts), **job.payload)
+                    # Effects are SQL: a context task's database is the one the worker was
+                    # given (with the in-memory store, the store itself: no effects).
+                    db = cast(Database, self.db)
+                    task.func(JobContext(job, db, config.timeouts), **job.payload)
                 else:
                     task.func(**job.payload)
             except BaseException as exc:  # SystemExit too: this job's error, not the thread's
@@ -378,8 +383,8 @@ class Worker:
             if self.maintenance and retention and time.monotonic() - last_purge > self.purge_every:
                 last_purge = time.monotonic()
                 try:
-                    self.stats.purged += purge_finished(self.db, retention, max_batches=20)
-                    purge_ticks(self.db, self.app.schedules.values(), retention, max_batches=20)
+                    self.stats.purged += purge_finished(self.store, retention, max_batches=20)
+                    purge_ticks(self.store, self.app.schedules.values(), retention, max_batches=20)
                 except Exception as exc:
                     log.warning("purging finished jobs failed (%s)", summary(exc))
 

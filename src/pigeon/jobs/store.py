@@ -1,0 +1,138 @@
+"""The jobs component's store protocol: everything the job manager, the worker, the
+failed store, retention, schedules and wakeups ask of the database.
+
+``JobStore`` opens work on the database (``transaction``, ``reading``) or joins a
+transaction it was handed (``session(tx)``: the intake's open transaction, in which
+``records.accept`` writes its jobs; later an application's own connection). Either way the
+work is done through a ``JobSession``, whose methods are the job component's statements.
+The implementations live in ``pigeon.jobs.stores``: SQLite, PostgreSQL (lock ordering,
+array binds, LISTEN wakeups) and in-memory (the unit tier). The policy code never asks
+which backend it runs on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pigeon.jobs.job import Job, JobId
+
+if TYPE_CHECKING:
+    from pigeon.jobs.wakeup import Wakeup
+
+Row = dict[str, Any]
+
+
+class JobSession(Protocol):
+    """The jobs store inside one open transaction (its own, or one it was handed)."""
+
+    @property
+    def tx(self) -> Any:
+        """What application callbacks (an access re-check, an effect) receive as their
+        transaction: the storage ``Tx`` on SQL stores."""
+        ...
+
+    # -- writing and claiming --------------------------------------------------------
+    def insert_job(self, params: Mapping[str, Any]) -> JobId:
+        """Insert a job; a ``unique_key`` already used returns the existing job's id."""
+        ...
+
+    def claim_due(
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
+    ) -> list[Row]:
+        """Lease up to ``n`` eligible jobs (ready, or with an expired lease), their attempts
+        started; the rows in due order (scheduled_at, id)."""
+        ...
+
+    def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None: ...
+
+    def lock_in_order(self, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
+        """Take the row locks a transaction about ``jobs`` will need, in the one order
+        every such transaction follows (where the backend has row locks)."""
+        ...
+
+    def renew_leases(self, jobs: Sequence[Job], until: float) -> set[JobId]:
+        """Extend the leases still held; returns their ids."""
+        ...
+
+    def mark_succeeded(self, jobs: Sequence[Job], now: float) -> set[JobId]:
+        """Record the successes (job and attempt) of the jobs still held; their ids."""
+        ...
+
+    def requeue(self, job: Job, *, scheduled_at: float, error: str | None, refund: int) -> bool: ...
+
+    def mark_failed(
+        self, job: Job, *, now: float, error: str, owner: str, not_before: float
+    ) -> bool: ...
+
+    def finish_attempt(self, job: Job, *, outcome: str, error: str | None, now: float) -> None: ...
+
+    def notify_ready(self, queue: str) -> None:
+        """A job of ``queue`` became ready other than by insert: wake idle workers."""
+        ...
+
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
+
+    # -- the ledger ------------------------------------------------------------------
+    def ledger_event(
+        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None: ...  # fmt: skip
+
+    def settle_obligation(
+        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None: ...  # fmt: skip
+
+    # -- the failed store ------------------------------------------------------------
+    def get_job(self, job_id: JobId) -> Row | None: ...
+
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]: ...
+
+    def attempts_of(self, job_id: JobId) -> list[Row]: ...
+
+    def reviews_of(self, job_id: JobId) -> list[Row]: ...
+
+    def review(self, job_id: JobId, action: str, now: float) -> bool:
+        """``action`` "retry" or "cancel"; False if the job's status does not allow it."""
+        ...
+
+    def record_review(
+        self, job_id: JobId, *, action: str, reviewer: str, reason: str, now: float
+    ) -> None: ...
+
+    # -- retention and schedules ---------------------------------------------------------
+    def purge_finished(self, *, before: float, limit: int) -> int: ...
+
+    def purge_ticks(self, *, schedule: str, before_tick: int, limit: int) -> int: ...
+
+    def take_tick(self, schedule: str, tick: int, now: float) -> bool: ...
+
+    def set_tick_job(self, schedule: str, tick: int, job_id: JobId) -> None: ...
+
+    # -- freshness -------------------------------------------------------------------
+    def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool: ...
+
+    def close_breach(self, queue: str) -> None: ...
+
+
+class JobStore(Protocol):
+    """Where jobs live. Every method of the policy code goes through one of these."""
+
+    def transaction(self) -> AbstractContextManager[JobSession]:
+        """A write transaction of the store's own; commits on leaving, rolls back on error."""
+        ...
+
+    def reading(self) -> AbstractContextManager[JobSession]:
+        """A read-only transaction (on SQLite a deferred BEGIN, never queued for the write
+        lock)."""
+        ...
+
+    def session(self, tx: Any) -> JobSession:
+        """Work inside a transaction the store does not own (the caller commits it)."""
+        ...
+
+    def wakeup(self, queues: Iterable[str]) -> Wakeup:
+        """How idle workers of ``queues`` are woken: LISTEN/NOTIFY or polling."""
+        ...

@@ -1,0 +1,355 @@
+"""The jobs store in memory: the real ``JobManager``, ``Worker``, failed store, retention
+and schedules run on it without a database (the analogue of Procrastinate's
+``InMemoryConnector``), for the unit tier and for trying an app out.
+
+One writer at a time, as on SQLite: a transaction holds the store's lock and works on
+the live tables, which it restores from a copy taken at its start if it raises. Records
+and obligations are kept as far as the jobs need them: ``add_record`` makes one, the
+ledger's events are appended to ``events``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.store import Row
+from pigeon.jobs.wakeup import Wakeup
+
+_JOB_COLUMNS = (
+    "id", "queue", "task", "payload", "status", "attempts", "max_attempts", "attempt_base",
+    "max_age", "created_at", "budget_start", "scheduled_at", "reserved_until", "lease_token",
+    "worker", "started_at", "finished_at", "last_error", "owner", "record_id", "obligation",
+    "unique_key",
+)  # fmt: skip
+
+
+@dataclass
+class _Tables:
+    jobs: dict[int, Row] = field(default_factory=dict)
+    attempts: dict[tuple[int, int], Row] = field(default_factory=dict)
+    reviews: list[Row] = field(default_factory=list)
+    ticks: dict[tuple[str, int], Row] = field(default_factory=dict)
+    breaches: dict[str, Row] = field(default_factory=dict)
+    records: dict[str, Row] = field(default_factory=dict)
+    obligations: dict[tuple[str, str], Row] = field(default_factory=dict)
+    events: list[Row] = field(default_factory=list)
+    next_id: int = 1
+
+
+class MemoryJobSession:
+    """The jobs statements on the in-memory tables; the caller holds the store's lock."""
+
+    def __init__(self, store: MemoryJobStore) -> None:
+        self.store = store
+
+    @property
+    def tx(self) -> MemoryJobSession:
+        return self
+
+    @property
+    def _t(self) -> _Tables:
+        return self.store.tables
+
+    def _held(self, job: Job) -> Row | None:
+        row = self._t.jobs.get(job.id)
+        if (
+            row is None
+            or row["status"] != "reserved"
+            or row["attempts"] != job.attempt
+            or row["lease_token"] != job.token
+        ):
+            return None
+        return row
+
+    def insert_job(self, params: Mapping[str, Any]) -> JobId:
+        key = params["unique_key"]
+        if key is not None:
+            for row in self._t.jobs.values():
+                if row["unique_key"] == key:
+                    return int(row["id"])
+        job_id = self._t.next_id
+        self._t.next_id += 1
+        row = dict.fromkeys(_JOB_COLUMNS)
+        row.update(
+            id=job_id, queue=params["queue"], task=params["task"], payload=params["payload"],
+            status="queued", attempts=0, max_attempts=params["max_attempts"], attempt_base=0,
+            max_age=params["max_age"], created_at=params["now"],
+            budget_start=params["scheduled_at"], scheduled_at=params["scheduled_at"],
+            owner=params["owner"], record_id=params["record_id"],
+            obligation=params["obligation"], unique_key=key,
+        )  # fmt: skip
+        self._t.jobs[job_id] = row
+        return job_id
+
+    def claim_due(
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
+    ) -> list[Row]:
+        due = sorted(
+            (
+                r
+                for r in self._t.jobs.values()
+                if r["queue"] == queue
+                and (
+                    (r["status"] == "queued" and r["scheduled_at"] <= now)
+                    or (r["status"] == "reserved" and r["reserved_until"] < now)
+                )
+            ),
+            key=lambda r: (r["scheduled_at"], r["id"]),
+        )[:n]
+        for row in due:
+            row.update(
+                status="reserved", attempts=row["attempts"] + 1, lease_token=token,
+                worker=worker, reserved_until=until, started_at=now,
+            )  # fmt: skip
+            self._t.attempts[row["id"], row["attempts"]] = {
+                "attempt": row["attempts"], "worker": worker, "started_at": now,
+                "finished_at": None, "outcome": "running", "error": None,
+            }  # fmt: skip
+        return [dict(row) for row in due]
+
+    def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None:
+        for (jid, n), row in self._t.attempts.items():
+            if jid == job_id and n < attempt and row["outcome"] == "running":
+                row.update(outcome="lease_expired", finished_at=now)
+
+    def lock_in_order(self, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
+        """One writer at a time: nothing to order."""
+
+    def renew_leases(self, jobs: Sequence[Job], until: float) -> set[JobId]:
+        held = set()
+        for job in jobs:
+            row = self._held(job)
+            if row is not None:
+                row["reserved_until"] = until
+                held.add(job.id)
+        return held
+
+    def mark_succeeded(self, jobs: Sequence[Job], now: float) -> set[JobId]:
+        done = set()
+        for job in jobs:
+            row = self._held(job)
+            if row is not None:
+                row.update(
+                    status="succeeded", finished_at=now, reserved_until=None, last_error=None
+                )
+                self.finish_attempt(job, outcome="succeeded", error=None, now=now)
+                done.add(job.id)
+        return done
+
+    def requeue(self, job: Job, *, scheduled_at: float, error: str | None, refund: int) -> bool:
+        row = self._held(job)
+        if row is None:
+            return False
+        row.update(
+            status="queued", scheduled_at=scheduled_at, reserved_until=None, last_error=error,
+            attempts=row["attempts"] - refund,
+        )  # fmt: skip
+        return True
+
+    def mark_failed(
+        self, job: Job, *, now: float, error: str, owner: str, not_before: float
+    ) -> bool:
+        row = self._held(job)
+        if row is None:
+            return False
+        row.update(
+            status="failed", finished_at=now, reserved_until=None, last_error=error,
+            owner=owner, scheduled_at=max(row["scheduled_at"], not_before),
+        )  # fmt: skip
+        return True
+
+    def finish_attempt(self, job: Job, *, outcome: str, error: str | None, now: float) -> None:
+        row = self._t.attempts.get((job.id, job.attempt))
+        if row is not None:
+            row.update(outcome=outcome, error=error, finished_at=now, started_at=job.started_at)
+
+    def notify_ready(self, queue: str) -> None:
+        self.store.announced.append(queue)
+
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
+        mine = [r for r in self._t.jobs.values() if r["queue"] == queue]
+        ready = [r for r in mine if r["status"] == "queued" and r["scheduled_at"] <= now]
+        expired = [r for r in mine if r["status"] == "reserved" and r["reserved_until"] < now]
+        oldest = min((r["scheduled_at"] for r in ready), default=None)
+        return {
+            "backlog": min(len(ready), cap) + min(len(expired), cap),
+            "oldest_ready_at": oldest,
+        }
+
+    # -- the ledger (as far as jobs need it) ---------------------------------------------
+
+    def ledger_event(
+        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None:  # fmt: skip
+        self._t.events.append(
+            {"record_id": record_id, "obligation": obligation, "state": kind,
+             "detail": dict(detail), "at": now}
+        )  # fmt: skip
+
+    def settle_obligation(
+        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None:  # fmt: skip
+        self._t.obligations[record_id, obligation] = {"status": status, "updated_at": now}
+        state = {
+            "completed": "obligation_completed",
+            "failed": "obligation_failed",
+            "pending": "obligation_retried",
+            "cancelled": "obligation_cancelled",
+        }[status]
+        self.ledger_event(record_id, obligation, state, detail, now)
+        record = self._t.records.get(record_id)
+        if status != "completed" or record is None or record["status"] == "completed":
+            return
+        still_open = [
+            o
+            for (rid, _), o in self._t.obligations.items()
+            if rid == record_id and o["status"] not in ("completed", "cancelled")
+        ]
+        if not still_open:
+            record.update(status="completed", completed_at=now)
+            self.ledger_event(record_id, None, "completed", {}, now)
+
+    # -- the failed store ------------------------------------------------------------
+
+    def get_job(self, job_id: JobId) -> Row | None:
+        row = self._t.jobs.get(job_id)
+        return None if row is None else dict(row)
+
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]:
+        rows = [
+            dict(r)
+            for r in self._t.jobs.values()
+            if (status is None or r["status"] == status) and (queue is None or r["queue"] == queue)
+        ]
+        return sorted(rows, key=lambda r: -r["id"])[:limit]
+
+    def attempts_of(self, job_id: JobId) -> list[Row]:
+        return [dict(r) for (jid, _), r in sorted(self._t.attempts.items()) if jid == job_id]
+
+    def reviews_of(self, job_id: JobId) -> list[Row]:
+        return [
+            {k: r[k] for k in ("action", "reviewer", "reason", "at")}
+            for r in self._t.reviews
+            if r["job_id"] == job_id
+        ]
+
+    def review(self, job_id: JobId, action: str, now: float) -> bool:
+        row = self._t.jobs.get(job_id)
+        if row is None:
+            return False
+        if action == "retry" and row["status"] == "failed":
+            start = max(now, row["scheduled_at"])
+            row.update(
+                status="queued", attempt_base=row["attempts"], budget_start=start,
+                scheduled_at=start, reserved_until=None, lease_token=None, finished_at=None,
+            )  # fmt: skip
+            return True
+        if action == "cancel" and row["status"] in ("failed", "queued"):
+            row.update(status="cancelled", finished_at=now, reserved_until=None, lease_token=None)
+            return True
+        return False
+
+    def record_review(
+        self, job_id: JobId, *, action: str, reviewer: str, reason: str, now: float
+    ) -> None:
+        self._t.reviews.append(
+            {"job_id": job_id, "action": action, "reviewer": reviewer, "reason": reason, "at": now}
+        )
+
+    # -- retention and schedules ---------------------------------------------------------
+
+    def purge_finished(self, *, before: float, limit: int) -> int:
+        doomed = sorted(
+            (
+                r
+                for r in self._t.jobs.values()
+                if r["status"] in ("succeeded", "cancelled") and r["finished_at"] < before
+            ),
+            key=lambda r: (r["finished_at"], r["id"]),
+        )[:limit]
+        ids = {r["id"] for r in doomed}
+        for job_id in ids:
+            del self._t.jobs[job_id]
+        self._t.attempts = {k: v for k, v in self._t.attempts.items() if k[0] not in ids}
+        self._t.reviews = [r for r in self._t.reviews if r["job_id"] not in ids]
+        return len(ids)
+
+    def purge_ticks(self, *, schedule: str, before_tick: int, limit: int) -> int:
+        doomed = sorted(k for k in self._t.ticks if k[0] == schedule and k[1] < before_tick)
+        for key in doomed[: max(limit, 1)]:
+            del self._t.ticks[key]
+        return min(len(doomed), max(limit, 1))
+
+    def take_tick(self, schedule: str, tick: int, now: float) -> bool:
+        if (schedule, tick) in self._t.ticks:
+            return False
+        self._t.ticks[schedule, tick] = {"claimed_at": now, "job_id": None}
+        return True
+
+    def set_tick_job(self, schedule: str, tick: int, job_id: JobId) -> None:
+        self._t.ticks[schedule, tick]["job_id"] = job_id
+
+    # -- freshness -------------------------------------------------------------------
+
+    def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool:
+        if queue in self._t.breaches:
+            return False
+        self._t.breaches[queue] = {"queue": queue, "opened_at": now, "age": age}
+        return True
+
+    def close_breach(self, queue: str) -> None:
+        self._t.breaches.pop(queue, None)
+
+
+class MemoryJobStore:
+    """Jobs in this process's memory; lost when it ends. Thread-safe (one writer)."""
+
+    def __init__(self) -> None:
+        self.tables = _Tables()
+        self.announced: list[str] = []  # queues whose jobs became ready other than by insert
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[MemoryJobSession]:
+        with self._lock:
+            saved = copy.deepcopy(self.tables)
+            try:
+                yield MemoryJobSession(self)
+            except BaseException:
+                self.tables = saved
+                raise
+
+    reading = transaction
+
+    def session(self, tx: Any) -> MemoryJobSession:
+        if isinstance(tx, MemoryJobSession):
+            return tx
+        raise TypeError(f"the in-memory jobs store cannot join a {type(tx).__name__}")
+
+    def wakeup(self, queues: Iterable[str]) -> Wakeup:
+        return Wakeup(queues)
+
+    # -- for tests ---------------------------------------------------------------------
+
+    def add_record(self, record_id: str, obligations: Iterable[str] = ()) -> None:
+        """A record whose obligations the jobs settle (``records.accept`` on SQL stores)."""
+        with self._lock:
+            self.tables.records[record_id] = {"status": "received", "completed_at": None}
+            for name in obligations:
+                self.tables.obligations[record_id, name] = {"status": "pending", "updated_at": 0}
+
+    def job(self, job_id: JobId) -> Row:
+        with self._lock:
+            return dict(self.tables.jobs[job_id])
+
+    def jobs(self, status: str | None = None) -> list[Row]:
+        with self._lock:
+            return [dict(r) for r in self.tables.jobs.values() if status in (None, r["status"])]

@@ -1,0 +1,226 @@
+"""The jobs store on SQLite: one writer (``BEGIN IMMEDIATE`` for writes), so nothing to
+lock in order; statements by name from ``storage/sql/sqlite/jobs.sql``. Its session is
+also the base of the PostgreSQL one: the statements both backends share by name.
+
+The session seals what users wrote (a job's payload, its errors) with the transaction's
+cipher as it writes them and opens them as it reads them (``pigeon.storage.crypto``): the
+policy code above sees clear values only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pigeon.jobs import ledger
+from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.store import Row
+from pigeon.jobs.wakeup import Wakeup
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
+from pigeon.storage.sqlite import SQLiteDatabase
+
+
+def rowcount(cursor: Any) -> int:
+    return int(getattr(cursor, "rowcount", 0) or 0)
+
+
+class SqlJobSession:
+    """The jobs statements on an open storage ``Tx`` (owned by the store or handed to it)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    @property
+    def tx(self) -> Tx:
+        return self._tx
+
+    def _open(self, row: Row) -> Row:
+        """A job row with its payload and last error in clear (the payload as JSON text)."""
+        cipher = self._tx.cipher
+        row["payload"] = cipher.open(row["payload"], *JOB_PAYLOAD.ad, row["task"])
+        if "last_error" in row:
+            row["last_error"] = cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
+        return row
+
+    def insert_job(self, params: Mapping[str, Any]) -> JobId:
+        payload = self._tx.cipher.seal(params["payload"], *JOB_PAYLOAD.ad, params["task"])
+        row = self._tx.fetchone("job_insert", {**params, "payload": payload})
+        if row is None:
+            existing = self._tx.fetchone("job_by_unique_key", {"unique_key": params["unique_key"]})
+            assert existing is not None
+            return int(existing["id"])
+        return int(row["id"])
+
+    def claim_due(
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
+    ) -> list[Row]:
+        params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
+        params["n"] = n
+        # SQLite returns an UPDATE's rows in no promised order: the batch runs in due
+        # order, as PostgreSQL's claim returns it.
+        rows = sorted(
+            (self._open(r) for r in self._tx.fetchall("job_claim", params)),
+            key=lambda r: (r["scheduled_at"], r["id"]),
+        )
+        if rows:
+            self._tx.executemany(
+                "job_attempt_start",
+                [
+                    {"job_id": r["id"], "attempt": r["attempts"], "worker": worker, "now": now}
+                    for r in rows
+                ],
+            )
+        return rows
+
+    def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None:
+        self._tx.execute("job_attempt_lost", {"job_id": job_id, "attempt": attempt, "now": now})
+
+    def lock_in_order(self, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
+        """SQLite has one writer: nothing to order."""
+
+    def renew_leases(self, jobs: Sequence[Job], until: float) -> set[JobId]:
+        return {
+            job.id
+            for job in jobs
+            if rowcount(self._tx.execute("job_renew", {**job.key(), "until": until}))
+        }
+
+    def mark_succeeded(self, jobs: Sequence[Job], now: float) -> set[JobId]:
+        done = set()
+        for job in jobs:
+            if rowcount(self._tx.execute("job_succeed", {**job.key(), "now": now})):
+                self.finish_attempt(job, outcome="succeeded", error=None, now=now)
+                done.add(job.id)
+        return done
+
+    def requeue(self, job: Job, *, scheduled_at: float, error: str | None, refund: int) -> bool:
+        sealed = self._tx.cipher.seal(error, *JOB_ERROR.ad, str(job.id))
+        params = {**job.key(), "scheduled_at": scheduled_at, "error": sealed, "refund": refund}
+        return bool(rowcount(self._tx.execute("job_requeue", params)))
+
+    def mark_failed(
+        self, job: Job, *, now: float, error: str, owner: str, not_before: float
+    ) -> bool:
+        sealed = self._tx.cipher.seal(error, *JOB_ERROR.ad, str(job.id))
+        params = {**job.key(), "now": now, "error": sealed, "owner": owner}
+        return bool(rowcount(self._tx.execute("job_fail", {**params, "not_before": not_before})))
+
+    def finish_attempt(self, job: Job, *, outcome: str, error: str | None, now: float) -> None:
+        self._tx.execute(
+            "job_attempt_finish",
+            {
+                "job_id": job.id,
+                "attempt": job.attempt,
+                "outcome": outcome,
+                "error": self._tx.cipher.seal(
+                    error, *ATTEMPT_ERROR.ad, str(job.id), str(job.attempt)
+                ),
+                "now": now,
+                "started_at": job.started_at,
+            },
+        )
+
+    def notify_ready(self, queue: str) -> None:
+        """Workers poll: nothing to announce."""
+
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
+        return self._tx.fetchone("job_queue_pressure", {"queue": queue, "now": now, "cap": cap})
+
+    def ledger_event(
+        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None:  # fmt: skip
+        ledger.event(self._tx, record_id, obligation, kind, detail, now=now)
+
+    def settle_obligation(
+        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
+        now: float,
+    ) -> None:  # fmt: skip
+        ledger.settle_obligation(self._tx, record_id, obligation, status, detail, now=now)
+
+    def get_job(self, job_id: JobId) -> Row | None:
+        row = self._tx.fetchone("job_get", {"id": job_id})
+        return None if row is None else self._open(row)
+
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]:
+        params = {"status": status, "queue": queue, "limit": limit}
+        return [self._open(row) for row in self._tx.fetchall("job_list", params)]
+
+    def attempts_of(self, job_id: JobId) -> list[Row]:
+        rows = self._tx.fetchall("job_attempts", {"job_id": job_id})
+        for row in rows:
+            ad = (str(job_id), str(row["attempt"]))
+            row["error"] = self._tx.cipher.open(row["error"], *ATTEMPT_ERROR.ad, *ad)
+        return rows
+
+    def reviews_of(self, job_id: JobId) -> list[Row]:
+        return self._tx.fetchall("job_reviews", {"job_id": job_id})
+
+    def review(self, job_id: JobId, action: str, now: float) -> bool:
+        query = {"retry": "job_review_retry", "cancel": "job_review_cancel"}[action]
+        return bool(rowcount(self._tx.execute(query, {"id": job_id, "now": now})))
+
+    def record_review(
+        self, job_id: JobId, *, action: str, reviewer: str, reason: str, now: float
+    ) -> None:
+        self._tx.execute(
+            "job_review_insert",
+            {
+                "job_id": job_id,
+                "action": action,
+                "reviewer": reviewer,
+                "reason": reason,
+                "now": now,
+            },
+        )
+
+    def purge_finished(self, *, before: float, limit: int) -> int:
+        params = {"before": before, "limit": limit}
+        self._tx.execute("job_purge_attempts", params)
+        self._tx.execute("job_purge_reviews", params)
+        return rowcount(self._tx.execute("job_purge_finished", params))
+
+    def purge_ticks(self, *, schedule: str, before_tick: int, limit: int) -> int:
+        params = {"schedule": schedule, "before_tick": before_tick, "limit": limit}
+        return rowcount(self._tx.execute("tick_purge", params))
+
+    def take_tick(self, schedule: str, tick: int, now: float) -> bool:
+        params = {"schedule": schedule, "tick": tick, "now": now}
+        return bool(rowcount(self._tx.execute("tick_claim", params)))
+
+    def set_tick_job(self, schedule: str, tick: int, job_id: JobId) -> None:
+        self._tx.execute("tick_set_job", {"schedule": schedule, "tick": tick, "job_id": job_id})
+
+    def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool:
+        params = {"queue": queue, "now": now, "age": age, "objective": objective}
+        return self._tx.fetchone("breach_open", params) is not None
+
+    def close_breach(self, queue: str) -> None:
+        self._tx.execute("breach_close", {"queue": queue})
+
+
+class SqliteJobStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqlJobSession]:
+        with self.db.transaction() as tx:
+            yield SqlJobSession(tx)
+
+    @contextmanager
+    def reading(self) -> Iterator[SqlJobSession]:
+        db = self.db
+        if isinstance(db, SQLiteDatabase):  # a deferred BEGIN: never queued for the writer
+            with db.transaction(immediate=False) as tx:
+                yield SqlJobSession(tx)
+        else:
+            with db.transaction() as tx:
+                yield SqlJobSession(tx)
+
+    def session(self, tx: Any) -> SqlJobSession:
+        return SqlJobSession(tx)
+
+    def wakeup(self, queues: Iterable[str]) -> Wakeup:
+        return Wakeup(queues)
