@@ -1,0 +1,228 @@
+"""The job manager's policy on the in-memory store: the real ``JobManager`` code, no
+database, each test in milliseconds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pigeon.exceptions import InvalidState, PayloadInvalid, PermanentError
+from pigeon.jobs.app import App
+from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.failed import FailedStore, list_jobs, show_job
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import FailedJob, JobManager, Outcome
+from pigeon.jobs.retention import purge_finished
+from pigeon.jobs.schedule import Scheduler
+from pigeon.jobs.stores.memory import MemoryJobStore
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store() -> MemoryJobStore:
+    return MemoryJobStore()
+
+
+def make(store: MemoryJobStore, clock: FakeClock, **app_options: object) -> tuple[App, JobManager]:
+    app = App(**app_options)  # type: ignore[arg-type]
+    app.queue("q", backoff=Backoff(base=1, cap=8), owner="team-q")
+    app.task(lambda **_: None, queue="q", name="t")
+    return app, JobManager(store, app, clock=clock, rng=random.Random(7))
+
+
+def test_claim_leases_and_finish_is_compare_and_set(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    _, m = make(store, clock)
+    job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
+    (job,) = m.claim("q", "w1", 10, lease=5)
+    assert (job.id, job.attempt, job.payload) == (job_id, 1, {"n": 1})
+    assert m.claim("q", "w2", 10, lease=5) == []  # leased: not eligible
+    clock.advance(6)  # lease expired: eligible again
+    (rescued,) = m.claim("q", "w2", 10, lease=5)
+    assert rescued.attempt == 2 and rescued.token != job.token
+    assert m.finish([Outcome(job)]) == [False]  # the late finisher cannot overwrite
+    assert m.finish([Outcome(rescued)]) == [True]
+    info = show_job(store, job_id)
+    assert info["status"] == "succeeded"
+    assert [(a["attempt"], a["worker"], a["outcome"]) for a in info["history"]] == [
+        (1, "w1", "lease_expired"),
+        (2, "w2", "succeeded"),
+    ]
+
+
+def test_claims_come_in_due_order_and_respect_n(store: MemoryJobStore, clock: FakeClock) -> None:
+    _, m = make(store, clock)
+    late = m.enqueue(JobSpec("q", "t", {"n": 1}, delay=2))
+    first = m.enqueue(JobSpec("q", "t", {"n": 2}))
+    second = m.enqueue(JobSpec("q", "t", {"n": 3}))
+    assert [j.id for j in m.claim("q", "w", 1, lease=5)] == [first]
+    clock.advance(3)
+    assert [j.id for j in m.claim("q", "w", 5, lease=5)] == [second, late]
+    assert m.pressure("q", 10) == (0, None)
+
+
+def test_renew_keeps_the_lease(store: MemoryJobStore, clock: FakeClock) -> None:
+    _, m = make(store, clock)
+    m.enqueue(JobSpec("q", "t"))
+    (job,) = m.claim("q", "w1", 1, lease=5)
+    for _ in range(4):
+        clock.advance(4)
+        assert m.renew([job], lease=5) == []
+        assert m.claim("q", "w2", 1, lease=5) == []
+    clock.advance(6)
+    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    assert m.renew([job], lease=5) == [job]  # the old holder learns it lost the lease
+    assert rescued.attempt == 2
+
+
+def test_retry_with_backoff_then_failed_store_with_owner_and_review(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    alerts: list[FailedJob] = []
+    _, m = make(store, clock, alert=alerts.append)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=3))
+    for attempt in (1, 2, 3):
+        (job,) = m.claim("q", "w", 1, lease=5)
+        assert job.attempt == attempt
+        assert m.finish([Outcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
+        delay = store.job(job_id)["scheduled_at"] - clock()
+        if attempt < 3:
+            assert 0 <= delay <= min(8, 2 ** (attempt - 1))  # full jitter within the ceiling
+        clock.advance(8.01)
+    assert m.claim("q", "w", 1, lease=5) == []
+    info = show_job(store, job_id)
+    assert (info["status"], info["owner"]) == ("failed", "team-q")
+    assert "attempts exhausted (3 of 3)" in info["last_error"] and "boom 3" in info["last_error"]
+    assert [a["outcome"] for a in info["history"]] == ["error", "error", "failed"]
+    assert [(a.id, a.owner) for a in alerts] == [(job_id, "team-q")]
+
+    failed = FailedStore(store, clock=clock)
+    assert [r["id"] for r in failed.list()] == [job_id]
+    failed.retry(job_id, reviewer="ada", reason="provider fixed")
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert job.attempt == 4 and job.attempt_base == 3  # a fresh budget
+    assert m.finish([Outcome(job, RuntimeError("again"))]) == [True]
+    assert store.job(job_id)["status"] == "queued"  # retried within the new budget
+    failed.cancel(job_id, reviewer="ada", reason="give up")
+    with pytest.raises(InvalidState):
+        failed.retry(job_id, reviewer="ada", reason="no")
+    assert [r["action"] for r in show_job(store, job_id)["reviews"]] == ["retry", "cancel"]
+
+
+def test_permanent_errors_fail_at_once(store: MemoryJobStore, clock: FakeClock) -> None:
+    app, m = make(store, clock, permanent=(PermanentError,))
+    app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
+    a = m.enqueue(JobSpec("q", "p"))
+    b = m.enqueue(JobSpec("q", "p"))
+    ja, jb = m.claim("q", "w", 2, lease=5)
+    assert m.finish([Outcome(ja, PermanentError("declined")), Outcome(jb, KeyError("x"))]) == [
+        True,
+        True,
+    ]
+    assert store.job(a)["status"] == store.job(b)["status"] == "failed"
+    assert "permanent error" in store.job(b)["last_error"]
+
+
+def test_total_age_limit(store: MemoryJobStore, clock: FakeClock) -> None:
+    _, m = make(store, clock)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
+    (job,) = m.claim("q", "w", 1, lease=5)
+    clock.advance(61)
+    m.finish([Outcome(job, RuntimeError("slow"))])
+    assert "older than its max age" in store.job(job_id)["last_error"]
+
+
+def test_a_lease_lost_on_the_last_attempt_fails_at_the_claim(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    alerts: list[FailedJob] = []
+    _, m = make(store, clock, alert=alerts.append)
+    job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
+    m.claim("q", "w1", 1, lease=5)
+    clock.advance(6)
+    assert m.claim("q", "w2", 1, lease=5) == []
+    assert "lease expired on its last attempt" in store.job(job_id)["last_error"]
+    assert [a.id for a in alerts] == [job_id]
+
+
+def test_release_refunds_the_attempt_and_announces_the_queue(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    _, m = make(store, clock)
+    m.enqueue(JobSpec("q", "t"))
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert m.release([job]) == 1
+    assert store.announced == ["q"]
+    (again,) = m.claim("q", "w", 1, lease=5)
+    assert again.attempt == 1
+
+
+def test_scoped_payload_fields_are_refused_at_enqueue(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    app, m = make(store, clock)
+    app.task(lambda answer_id: None, queue="q", name="grade", fields=("answer_id",))
+    with pytest.raises(PayloadInvalid, match="answer"):
+        m.enqueue(JobSpec("q", "grade", {"answer_id": "1", "answer": "secret"}))
+    assert store.jobs() == []  # nothing written
+
+
+def test_obligations_settle_and_complete_the_record(
+    store: MemoryJobStore, clock: FakeClock
+) -> None:
+    _, m = make(store, clock)
+    store.add_record("r1", ["grading"])
+    with store.transaction() as session:
+        from pigeon.jobs.manager import enqueue
+
+        enqueue(session, JobSpec("q", "t"), record_id="r1", obligation="grading", now=clock())
+    (job,) = m.claim("q", "w", 1, lease=5)
+    assert m.finish([Outcome(job)]) == [True]
+    assert store.tables.records["r1"]["status"] == "completed"
+    assert [e["state"] for e in store.tables.events] == [
+        "attempt",
+        "obligation_completed",
+        "completed",
+    ]
+
+
+def test_a_transaction_that_raises_leaves_nothing(store: MemoryJobStore, clock: FakeClock) -> None:
+    _, m = make(store, clock)
+    with pytest.raises(RuntimeError), store.transaction() as session:
+        from pigeon.jobs.manager import enqueue
+
+        enqueue(session, JobSpec("q", "t"), now=clock())
+        raise RuntimeError("roll back")
+    assert store.jobs() == [] and m.claim("q", "w", 1, lease=5) == []
+
+
+def test_unique_keys_schedules_and_retention(store: MemoryJobStore, clock: FakeClock) -> None:
+    app, m = make(store, clock)
+    a = m.enqueue(JobSpec("q", "t", unique_key="k"))
+    assert m.enqueue(JobSpec("q", "t", unique_key="k")) == a
+    app.periodic(every=60, task="t", name="tick")
+    scheduler = Scheduler(app, store, clock=clock)
+    assert len(scheduler.tick_once()) == 1
+    assert scheduler.tick_once() == []  # one run per tick
+    for job in m.claim("q", "w", 5, lease=5):
+        m.finish([Outcome(job)])
+    clock.advance(3600)
+    assert purge_finished(store, 60, clock=clock) == 2
+    assert list_jobs(store) == []
