@@ -80,7 +80,7 @@ def _pigeon_latency(samples: int, *, notify: bool) -> list[float]:
 
     with fresh_database("latency") as url:
         db = open_server_db(url)
-        worker = Worker(latency_app, db, {"fast": 2}, schedules=False)
+        worker = Worker(latency_app, db, {"fast": 2}, WorkerOptions(schedules=False))
         if not notify:  # the same workers, woken only by their polling back-off
             worker.wakeup = Wakeup(worker.queues)
         thread = threading.Thread(target=worker.run, kwargs={"grace": 5}, daemon=True)

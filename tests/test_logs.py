@@ -35,6 +35,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.failed import FailedStore, list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.worker import Worker
 from pigeon.logs import REDACTED, JsonFormatter, Redactor, TextFormatter, dict_config, summary
@@ -179,7 +180,7 @@ def leaky_app() -> App:
 def fail_a_job(db: Database) -> int:
     app = leaky_app()
     job_id = JobManager(db, app).enqueue(JobSpec("leaky", "leak", {"record_id": "r1"}))
-    worker = Worker(app, db, {"leaky": 1}, poll=0.01, schedules=False)
+    worker = Worker(app, db, {"leaky": 1}, WorkerOptions(poll=0.01, schedules=False))
     worker.start()
     try:
         deadline = time.monotonic() + 30

@@ -15,6 +15,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import Budget, decide, parse_budget
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import enqueue
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.supervisor import split_budgets
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
@@ -107,7 +108,9 @@ def test_threads_grow_under_a_backlog_and_retire_after_it(db: Database) -> None:
     def wait_for_gate() -> None:
         gate.wait(10)
 
-    worker = Worker(app, db, {"q": 6}, keepalive=0.5, control_every=0.05, poll_max=0.1)
+    worker = Worker(
+        app, db, {"q": 6}, WorkerOptions(keepalive=0.5, control_every=0.05, poll_max=0.1)
+    )
     assert worker.queues == {"q": Budget(1, 6)}
     thread = run_in_thread(worker)
     try:

@@ -19,6 +19,7 @@ from pigeon.jobs.effects import applied
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stores.postgres import ListenWakeup
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.wakeup import channel
@@ -238,7 +239,7 @@ def test_idle_workers_pick_up_within_milliseconds(pg: Database) -> None:
         started[n] = time.time()
 
     # Polling every 5 s: only a NOTIFY can explain a quick pickup.
-    worker = Worker(app, pg, {"fast": 2}, poll=5.0, poll_max=5.0)
+    worker = Worker(app, pg, {"fast": 2}, WorkerOptions(poll=5.0, poll_max=5.0))
     assert isinstance(worker.wakeup, ListenWakeup)
     thread = run_in_thread(worker)
     try:
@@ -321,7 +322,7 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
     with pg.transaction() as tx:
         for n in range(jobs):
             enqueue(tx, JobSpec("q", "work", {"n": n}, max_attempts=20))
-    worker = Worker(app, pg, {"q": 2}, batch=10, poll_max=5.0)
+    worker = Worker(app, pg, {"q": 2}, WorkerOptions(batch=10, poll_max=5.0))
     thread = run_in_thread(worker)
     try:
         assert isinstance(worker.wakeup, ListenWakeup)

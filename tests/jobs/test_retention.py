@@ -12,6 +12,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.failed import FailedStore, list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.worker import Worker
@@ -77,7 +78,7 @@ def test_worker_maintenance_purges(db: Database) -> None:
         ran.set()
 
     JobManager(db, app).enqueue(JobSpec("q", "noop"))
-    worker = Worker(app, db, {"q": 1}, control_every=0.05, purge_every=0.1)
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(control_every=0.05, purge_every=0.1))
     thread = run_in_thread(worker)
     try:
         assert ran.wait(10)
@@ -127,7 +128,9 @@ def test_worker_maintenance_purges_old_schedule_ticks_and_keeps_recent_ones(
     now = time.time()
     for hours_ago in (50, 30, 2, 1):
         assert Scheduler(app, db, clock=lambda h=hours_ago: now - h * 3600).tick_once()
-    worker = Worker(app, db, {"q": 1}, control_every=0.05, purge_every=0.1, schedules=False)
+    worker = Worker(
+        app, db, {"q": 1}, WorkerOptions(control_every=0.05, purge_every=0.1, schedules=False)
+    )
     thread = run_in_thread(worker)
 
     def ticks() -> list[int]:

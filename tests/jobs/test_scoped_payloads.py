@@ -18,6 +18,7 @@ from pigeon.jobs.demo import app as demo_app
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import JobManager, enqueue
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database, Tx
 
@@ -44,7 +45,7 @@ def scoped_app(
 
 
 def run_until_settled(app: App, db: Database, queue: str, job_ids: list[int]) -> None:
-    worker = Worker(app, db, {queue: 1}, poll=0.01, schedules=False)
+    worker = Worker(app, db, {queue: 1}, WorkerOptions(poll=0.01, schedules=False))
     worker.start()
     try:
         deadline = time.monotonic() + 30

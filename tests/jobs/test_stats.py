@@ -13,6 +13,7 @@ from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stats import (
     FreshnessMonitor,
     failed_by_owner,
@@ -142,7 +143,7 @@ def test_worker_fires_the_breach_alert_once_while_a_job_waits(db: Database) -> N
     m = JobManager(db, app)
     m.enqueue(JobSpec("q", "block"))
     m.enqueue(JobSpec("q", "block"))  # waits behind the first: its age grows
-    worker = Worker(app, db, {"q": 1}, control_every=0.05)
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(control_every=0.05))
     thread = run_in_thread(worker)
     try:
         wait_for(lambda: alerts == ["q"])

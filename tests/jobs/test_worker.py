@@ -15,6 +15,7 @@ from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
 from pigeon.storage.base import Database
@@ -54,8 +55,8 @@ def test_heartbeat_renews_leases_while_jobs_run(db: Database) -> None:
     for _ in range(3):
         m.enqueue(JobSpec("q", "spin", {"seconds": 0.7}))
     # one thread, batch of 3: the last job starts ~1.4 s after the claim, past the lease
-    worker = Worker(app, db, {"q": 1}, batch=3)
-    thief = Worker(app, db, {"q": 1}, batch=3, name="thief")
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3))
+    thief = Worker(app, db, {"q": 1}, WorkerOptions(batch=3), name="thief")
     t1 = run_in_thread(worker)
     time.sleep(0.1)
     t2 = run_in_thread(thief)
@@ -140,7 +141,7 @@ def test_graceful_stop_finishes_the_running_job_and_releases_the_rest(db: Databa
 
     m = JobManager(db, app)
     ids = [m.enqueue(JobSpec("q", "work")) for _ in range(4)]
-    worker = Worker(app, db, {"q": 1}, batch=4)
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=4))
     t = run_in_thread(worker)
     assert started.wait(5)
     worker.stop()
@@ -164,7 +165,7 @@ def test_recycles_after_n_jobs(db: Database) -> None:
     m = JobManager(db, app)
     for _ in range(30):
         m.enqueue(JobSpec("q", "noop"))
-    worker = Worker(app, db, {"q": 1}, recycle_jobs=10)
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(recycle_jobs=10))
     assert worker.run(grace=5) == RECYCLE
     assert worker.stats.claimed == 10
     assert statuses(db) == {"succeeded": 10, "queued": 20}
@@ -178,7 +179,8 @@ def test_recycles_over_memory_budget(db: Database) -> None:
         pass
 
     JobManager(db, app).enqueue(JobSpec("q", "noop"))
-    worker = Worker(app, db, {"q": 1}, recycle_mib=1)  # any Python process is over 1 MiB
+    # Any Python process is over 1 MiB.
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(recycle_mib=1))
     assert worker.run(grace=5) == RECYCLE
     assert statuses(db) == {"succeeded": 1}
 

@@ -17,6 +17,7 @@ from pigeon.jobs import outbox, records
 from pigeon.jobs.demo import app as demo_app
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.worker import Worker
 from pigeon.server.answers import ANSWERS_PATH, accept_answer, current_answer
 from pigeon.server.app import create_app
@@ -62,7 +63,7 @@ def _work_until_completed(db: Database, record: str) -> None:
     # can each miss the other's commit and leave the record "received" (reported to the
     # jobs owner); this test is about the intake's replays, not that race.
     for queue in records.get(db, record)["pending"]:
-        worker = Worker(demo_app, db, {queue: 1}, poll=0.01, schedules=False)
+        worker = Worker(demo_app, db, {queue: 1}, WorkerOptions(poll=0.01, schedules=False))
         worker.start()
         try:
             deadline = time.monotonic() + 30

@@ -18,7 +18,8 @@ from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
-from pigeon.jobs.supervisor import Supervisor, WorkerOptions, add_app_dir
+from pigeon.jobs.options import WorkerOptions
+from pigeon.jobs.supervisor import Supervisor, add_app_dir
 
 DEMO_APP = "pigeon.jobs.demo:app"
 

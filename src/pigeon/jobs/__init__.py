@@ -24,6 +24,7 @@ from pigeon.jobs.effects import effect
 from pigeon.jobs.failed import FailedStore
 from pigeon.jobs.job import Job, JobSpec, JobStatus
 from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.providers import Provider, call_provider
 from pigeon.jobs.relay import (
     CallablePublisher,
@@ -36,7 +37,7 @@ from pigeon.jobs.relay import (
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor, QueueStats, RelayLag, queue_stats, relay_lag
-from pigeon.jobs.supervisor import Supervisor, WorkerOptions
+from pigeon.jobs.supervisor import Supervisor
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
 

@@ -29,8 +29,8 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
+from pigeon.jobs.options import WorkerOptions as WorkerOptions  # its home before options.py
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
-from pigeon.logs import LogFormat
 
 log = logging.getLogger("pigeon.jobs.supervisor")
 
@@ -83,20 +83,6 @@ def add_app_dir(app_dir: str | os.PathLike[str] | None) -> str | None:
     return path
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    recycle_jobs: int | None = None
-    recycle_mib: float | None = None
-    batch: int | None = None
-    durability: str = "full"
-    schedules: bool = True
-    # How the worker processes log (pigeon.logs): each is a fresh interpreter (spawn),
-    # which inherits none of the supervisor's logging setup.
-    log_format: LogFormat = "text"
-    log_redact: tuple[str, ...] = ()
-    keys_file: str | None = None  # else the keys of PIGEON_KEYS / PIGEON_KEYS_FILE, if any
-
-
 def child_main(
     app_ref: str,
     db_path: str,
@@ -113,21 +99,8 @@ def child_main(
     add_app_dir(app_dir)
     app = load_app(app_ref)
     keyring = Keyring.from_file(options.keys_file) if options.keys_file else Keyring.from_env()
-    db = open_server_db(
-        db_path,
-        durability=options.durability,  # type: ignore[arg-type]
-        keyring=keyring,
-    )
-    worker = Worker(
-        app,
-        db,
-        queues,
-        recycle_jobs=options.recycle_jobs,
-        recycle_mib=options.recycle_mib,
-        batch=options.batch,
-        schedules=options.schedules,
-        on_stuck=lambda: os._exit(STUCK),
-    )
+    db = open_server_db(db_path, durability=options.durability, keyring=keyring)
+    worker = Worker(app, db, queues, options, on_stuck=lambda: os._exit(STUCK))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     code = worker.run()
     db.close()

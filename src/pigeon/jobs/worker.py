@@ -39,16 +39,18 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
 from pigeon.jobs.app import App
-from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget
+from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.held import LEFT_RUNNING, Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.options import WorkerOptions, from_legacy_keywords
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
@@ -73,20 +75,24 @@ class Worker:
         app: App,
         db: Database | JobStore,
         queues: Mapping[str, int | Budget],
+        options: WorkerOptions | None = None,
         *,
         name: str | None = None,
-        recycle_jobs: int | None = None,
-        recycle_mib: float | None = None,
-        poll: float = 0.05,
-        poll_max: float = 0.5,
-        batch: int | None = None,
-        schedules: bool = True,
         on_stuck: Callable[[], None] | None = None,
-        keepalive: float = DEFAULT_KEEPALIVE,
-        control_every: float = 0.2,
-        maintenance: bool = True,
-        purge_every: float = 60.0,
+        **legacy: Any,
     ) -> None:
+        """``options``: how it claims, polls, recycles and maintains (``WorkerOptions``).
+        The keyword arguments it took before (``batch=``, ``poll=``, ...) still work for
+        this release, with a DeprecationWarning."""
+        if legacy:
+            warnings.warn(
+                f"Worker({', '.join(f'{k}=' for k in sorted(legacy))}) is deprecated: "
+                "pass options=WorkerOptions(...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            options = from_legacy_keywords(options, legacy)
+        self.options = options = options or WorkerOptions()
         self.app = app
         self.db = db
         self.store = store_for(db)
@@ -105,19 +111,19 @@ class Worker:
         if not self.queues:
             raise ConfigurationError(f"a worker needs at least one queue thread, got {queues}")
         self.name = name or f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.recycle_jobs = recycle_jobs
-        self.recycle_mib = recycle_mib
-        self.poll = poll
+        self.recycle_jobs = options.recycle_jobs
+        self.recycle_mib = options.recycle_mib
         # Polling backs off from ``poll`` to ``poll_max`` while a queue stays empty; on
         # PostgreSQL a NOTIFY wakes the queue's threads at once, polling is the fallback.
-        self.poll_max = max(poll, poll_max)
-        self.batch = batch
-        self.schedules = schedules
+        self.poll = options.poll
+        self.poll_max = options.poll_max
+        self.batch = batch = options.batch
+        self.schedules = options.schedules
         self.on_stuck = on_stuck
-        self.keepalive = keepalive
-        self.control_every = control_every
-        self.maintenance = maintenance
-        self.purge_every = purge_every
+        self.keepalive = options.keepalive
+        self.control_every = options.control_every
+        self.maintenance = options.maintenance
+        self.purge_every = options.purge_every
         self.manager = JobManager(self.store, app)
         self.stats = WorkerStats()
         self.exit_code = STOPPED
@@ -133,7 +139,7 @@ class Worker:
             lambda queue, label: self._spawn(label, self._loop, queue),
             self._wake,
             batch={q: batch or app.queue_config(q).batch for q in self.queues},
-            keepalive=keepalive,
+            keepalive=options.keepalive,
         )
         self.monitor = FreshnessMonitor(app, self.store)
         self.wakeup = self.store.wakeup(self.queues)

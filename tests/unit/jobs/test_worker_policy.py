@@ -11,6 +11,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import JobManager
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stores.memory import MemoryJobStore
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
@@ -24,7 +25,9 @@ def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
 
 
 def run(app: App, store: MemoryJobStore, done: Callable[[], bool]) -> Worker:
-    worker = Worker(app, store, {"q": 2}, poll=0.01, poll_max=0.02, control_every=0.05)
+    worker = Worker(
+        app, store, {"q": 2}, WorkerOptions(poll=0.01, poll_max=0.02, control_every=0.05)
+    )
     worker.start()
     try:
         wait_for(done)
