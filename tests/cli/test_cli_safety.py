@@ -21,7 +21,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import StorageFull
 from pigeon.jobs.failed import FailedStore
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
 
 runner = CliRunner()
@@ -116,8 +116,8 @@ def hostile_failed_db(tmp_path: Path) -> Path:
     try:
         m = JobManager(db, rng=random.Random(1))
         m.enqueue(JobSpec(HOSTILE, HOSTILE, {}, max_attempts=1, owner=HOSTILE))
-        (job,) = m.claim(HOSTILE, "w", 1, lease=10)
-        m.finish([Outcome(job, RuntimeError(f"boom {HOSTILE}"))])
+        (job,) = m.lease_jobs(HOSTILE, "w", 1, lease=10)
+        m.finish([AttemptOutcome(job, RuntimeError(f"boom {HOSTILE}"))])
     finally:
         db.close()
     return path

@@ -10,7 +10,7 @@ from pigeon.cli import app
 from pigeon.jobs import records
 from pigeon.jobs.failed import show_job
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
 
 runner = CliRunner()
@@ -84,9 +84,9 @@ def test_plan_reads_service_time_from_history(tmp_path: Path) -> None:
     for _ in range(5):
         m.enqueue(JobSpec("grading", "grade"))
     for _ in range(5):
-        (job,) = m.claim("grading", "w", 1, lease=10)
+        (job,) = m.lease_jobs("grading", "w", 1, lease=10)
         now[0] += 0.25
-        m.finish([Outcome(job)])
+        m.finish([AttemptOutcome(job)])
     out = invoke(
         "plan",
         "--db",
@@ -125,8 +125,8 @@ def failed_db(tmp_path: Path) -> tuple[Path, int, str]:
             obligations={"grading": JobSpec("grading", "grade", max_attempts=1)},
         )
     m = JobManager(db, rng=random.Random(1))
-    (job,) = m.claim("grading", "w", 1, lease=10)
-    m.finish([Outcome(job, RuntimeError("grader exploded"))])
+    (job,) = m.lease_jobs("grading", "w", 1, lease=10)
+    m.finish([AttemptOutcome(job, RuntimeError("grader exploded"))])
     return path, job.id, rid
 
 
@@ -203,7 +203,7 @@ def test_jobs_list_counts_attempts_within_the_current_budget(
     path, job_id, _ = failed_db
     invoke("jobs", "retry", str(job_id), "--reason", "fixed", "--db", str(path))
     db = open_server_db(path)
-    (job,) = JobManager(db).claim("grading", "w", 1, lease=10)
-    JobManager(db).finish([Outcome(job, RuntimeError("still broken"))])
+    (job,) = JobManager(db).lease_jobs("grading", "w", 1, lease=10)
+    JobManager(db).finish([AttemptOutcome(job, RuntimeError("still broken"))])
     out = invoke("jobs", "failed", "--db", str(path))
     assert "1/1 (2)" in out and "2/1" not in out

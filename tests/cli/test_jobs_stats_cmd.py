@@ -16,7 +16,7 @@ from pigeon.exceptions import PermanentError
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
 
 runner = CliRunner()
@@ -35,8 +35,8 @@ def test_stats_table_shows_freshness_against_objectives(tmp_path: Path) -> None:
     m.enqueue(JobSpec("grading", "grade"))
     m.enqueue(JobSpec("grading", "grade", delay=3600))
     m.enqueue(JobSpec("notify", "send", max_attempts=1, owner="comms-team"))
-    (job,) = JobManager(db).claim("notify", "w", 1, lease=30)
-    JobManager(db).finish([Outcome(job, PermanentError("no such address"))])
+    (job,) = JobManager(db).lease_jobs("notify", "w", 1, lease=30)
+    JobManager(db).finish([AttemptOutcome(job, PermanentError("no such address"))])
     db.close()
     out = invoke("jobs", "stats", "--db", str(path))
     rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
@@ -55,8 +55,10 @@ def test_purge_command_keeps_failed_jobs(tmp_path: Path) -> None:
     for _ in range(3):
         past.enqueue(JobSpec("q", "t"))
     past.enqueue(JobSpec("q", "t", max_attempts=1))
-    jobs = past.claim("q", "w", 10, lease=30)
-    past.finish([Outcome(j) for j in jobs[:3]] + [Outcome(jobs[3], PermanentError("x"))])
+    jobs = past.lease_jobs("q", "w", 10, lease=30)
+    past.finish(
+        [AttemptOutcome(j) for j in jobs[:3]] + [AttemptOutcome(jobs[3], PermanentError("x"))]
+    )
     out = invoke("jobs", "purge", "--db", str(path), "--older-than", "60")
     assert "purged 3 finished jobs older than 60.0s" in out
     week = invoke("jobs", "purge", "--db", str(path), "--older-than", str(7 * 86400))

@@ -11,7 +11,7 @@ from typer.testing import CliRunner, Result
 from pigeon.cli import app
 from pigeon.edge.queue import OfflineQueue
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
 
 runner = CliRunner()
@@ -42,9 +42,9 @@ def history_db(path: Path, seconds: float, jobs: int = 5) -> Path:
     for _ in range(jobs):
         manager.enqueue(JobSpec("grading", "grade"))
     for _ in range(jobs):
-        (job,) = manager.claim("grading", "w", 1, lease=10)
+        (job,) = manager.lease_jobs("grading", "w", 1, lease=10)
         now[0] += seconds
-        manager.finish([Outcome(job)])
+        manager.finish([AttemptOutcome(job)])
     db.close()
     return path
 

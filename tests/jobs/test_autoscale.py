@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import App
-from pigeon.jobs.autoscale import Budget, decide, parse_budget
+from pigeon.jobs.autoscale import Budget, parse_budget, threads_wanted
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import enqueue
 from pigeon.jobs.options import WorkerOptions
@@ -37,7 +37,11 @@ idle = st.floats(0, 100, allow_nan=False)
 def test_never_outside_the_budget(
     budget: Budget, threads: int, busy: int, backlog: int, quiet: float, batch: int
 ) -> None:
-    assert budget.min <= decide(budget, threads, busy, backlog, quiet, batch=batch) <= budget.max
+    assert (
+        budget.min
+        <= threads_wanted(budget, threads, busy, backlog, quiet, batch=batch)
+        <= budget.max
+    )
 
 
 @given(budgets(), counts, st.integers(1, 10_000), idle)
@@ -45,14 +49,14 @@ def test_grows_while_every_thread_is_busy_and_jobs_wait(
     budget: Budget, threads: int, backlog: int, quiet: float
 ) -> None:
     if threads < budget.max:
-        assert decide(budget, threads, threads, backlog, quiet) > threads
+        assert threads_wanted(budget, threads, threads, backlog, quiet) > threads
 
 
 @given(budgets(), counts, counts, st.integers(1, 10_000), idle)
 def test_never_shrinks_while_jobs_wait(
     budget: Budget, threads: int, busy: int, backlog: int, quiet: float
 ) -> None:
-    assert decide(budget, threads, busy, backlog, quiet) >= min(threads, budget.max)
+    assert threads_wanted(budget, threads, busy, backlog, quiet) >= min(threads, budget.max)
 
 
 @given(budgets(), counts, counts)
@@ -60,7 +64,7 @@ def test_shrinks_to_the_busy_threads_after_keepalive(
     budget: Budget, threads: int, busy: int
 ) -> None:
     busy = min(busy, threads)
-    after = decide(budget, threads, busy, 0, 10.0, keepalive=5.0)
+    after = threads_wanted(budget, threads, busy, 0, 10.0, keepalive=5.0)
     if budget.min <= threads <= budget.max and threads > max(busy, budget.min):
         assert after < threads
     assert after == max(budget.min, min(budget.max, busy))
@@ -71,7 +75,7 @@ def test_holds_steady_when_quiet_for_less_than_keepalive(
     budget: Budget, threads: int, busy: int, quiet: float
 ) -> None:
     expected = max(budget.min, min(budget.max, threads))
-    assert decide(budget, threads, busy, 0, quiet, keepalive=5.0) == expected
+    assert threads_wanted(budget, threads, busy, 0, quiet, keepalive=5.0) == expected
 
 
 def test_budget_parsing_and_validation() -> None:

@@ -13,7 +13,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
@@ -144,12 +144,12 @@ def test_a_payload_that_does_not_bind_fails_permanently_at_run_time(
     app, m = make(db, clock)
     with db.transaction() as tx:
         job_id = enqueue(tx, JobSpec("grading", "grade", payload), now=clock())
-    (job,) = m.claim("grading", "w", 1, lease=30)
+    (job,) = m.lease_jobs("grading", "w", 1, lease=30)
     try:
         app.get_task("grade").func(**job.payload)
     except TypeError as exc:
         error = exc
-    assert m.finish([Outcome(job, error)]) == [True]
+    assert m.finish([AttemptOutcome(job, error)]) == [True]
     info = show_job(db, job_id)
     assert info["status"] == "failed" and info["attempts"] == 1
     assert "permanent error" in info["last_error"]
@@ -161,8 +161,8 @@ def test_a_type_error_inside_a_task_whose_payload_binds_is_still_retried(
 ) -> None:
     _, m = make(db, clock)
     job_id = m.enqueue(JobSpec("grading", "grade", {"answer_id": 1}))
-    (job,) = m.claim("grading", "w", 1, lease=30)
-    m.finish([Outcome(job, TypeError("a bug in the task, maybe a flaky dependency"))])
+    (job,) = m.lease_jobs("grading", "w", 1, lease=30)
+    m.finish([AttemptOutcome(job, TypeError("a bug in the task, maybe a flaky dependency"))])
     assert show_job(db, job_id)["status"] == "queued"
 
 

@@ -10,7 +10,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import FailedStore, show_job
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
@@ -26,8 +26,8 @@ def _fail_one(db: Database, clock: FakeClock) -> tuple[JobManager, int, str]:
             obligations={"grading": JobSpec("q", "grade", max_attempts=1)},
             now=clock(),
         )
-    (job,) = m.claim("q", "w", 1, lease=5)
-    m.finish([Outcome(job, RuntimeError("grader down"))])
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
+    m.finish([AttemptOutcome(job, RuntimeError("grader down"))])
     return m, job.id, rid
 
 
@@ -42,9 +42,9 @@ def test_reviewed_retry_gives_fresh_budget_and_records_reviewer(
     clock.advance(100)
     store.retry(job_id, reviewer="ana", reason="grader fixed")
     assert records.get(db, rid)["pending"] == ["grading"]
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     assert job.attempt == 2  # history kept: attempt numbers keep counting
-    assert m.finish([Outcome(job)]) == [True]
+    assert m.finish([AttemptOutcome(job)]) == [True]
     info = show_job(db, job_id)
     assert [a["outcome"] for a in info["history"]] == ["failed", "succeeded"]
     assert [(r["action"], r["reviewer"], r["reason"]) for r in info["reviews"]] == [
@@ -91,8 +91,8 @@ def test_a_reviewed_retry_backs_off_from_a_fresh_start(db: Database, clock: Fake
     job_id = m.enqueue(JobSpec("q", "t"))
     delays = []
     for _ in range(4):
-        (job,) = m.claim("q", "w", 1, lease=5)
-        m.finish([Outcome(job, RuntimeError("down"))])
+        (job,) = m.lease_jobs("q", "w", 1, lease=5)
+        m.finish([AttemptOutcome(job, RuntimeError("down"))])
         row = show_job(db, job_id)
         if row["status"] == "queued":
             delays.append(row["scheduled_at"] - clock())
@@ -100,9 +100,9 @@ def test_a_reviewed_retry_backs_off_from_a_fresh_start(db: Database, clock: Fake
     assert delays == [10, 20, 40]
     assert show_job(db, job_id)["status"] == "failed"
     FailedStore(db, clock=clock).retry(job_id, reviewer="ana", reason="fixed upstream")
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     assert job.attempt == 5  # history keeps counting
-    m.finish([Outcome(job, RuntimeError("still down"))])
+    m.finish([AttemptOutcome(job, RuntimeError("still down"))])
     assert show_job(db, job_id)["scheduled_at"] - clock() == 10  # attempt 1 of the new budget
 
 
@@ -110,19 +110,21 @@ def test_a_reviewed_retry_of_a_timed_out_job_waits_until_its_process_is_abandone
     db: Database, clock: FakeClock
 ) -> None:
     # A job over its timeout is recorded by the heartbeat while its task may still be
-    # running; a retry waits for its process to be abandoned (Outcome.not_before). When
+    # running; a retry waits for its process to be abandoned (AttemptOutcome.not_before). When
     # that was its last attempt it lands in the failed store instead, and a reviewer's
     # retry must wait just the same, or the job runs beside the stuck original.
     m = JobManager(db, clock=clock)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
-    (job,) = m.claim("q", "w", 1, lease=60)
+    (job,) = m.lease_jobs("q", "w", 1, lease=60)
     clock.advance(30)
     abandoned_by = clock() + 20
-    timed_out = Outcome(job, JobTimeout("ran 30s, over its 29s timeout"), not_before=abandoned_by)
+    timed_out = AttemptOutcome(
+        job, JobTimeout("ran 30s, over its 29s timeout"), not_before=abandoned_by
+    )
     assert m.finish([timed_out]) == [True]
     assert show_job(db, job_id)["status"] == "failed"
     FailedStore(db, clock=clock).retry(job_id, reviewer="ana", reason="looks transient")
-    assert m.claim("q", "w", 1, lease=60) == []  # the original may still be running
+    assert m.lease_jobs("q", "w", 1, lease=60) == []  # the original may still be running
     clock.advance(21)
-    (again,) = m.claim("q", "w", 1, lease=60)
+    (again,) = m.lease_jobs("q", "w", 1, lease=60)
     assert again.id == job_id

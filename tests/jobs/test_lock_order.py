@@ -20,7 +20,7 @@ import pytest
 
 from pigeon.jobs import records
 from pigeon.jobs.job import Job, JobSpec
-from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.server import open_server_db
 from tests.conftest import PG_ADMIN_DSN
@@ -138,7 +138,7 @@ def _claim(pg: Database, n: int) -> list[Job]:
     with pg.transaction() as tx:
         for i in range(n):
             enqueue(tx, JobSpec("q", "t", {"i": i}))
-    jobs = JobManager(pg).claim("q", "w", n, lease=30)
+    jobs = JobManager(pg).lease_jobs("q", "w", n, lease=30)
     assert [j.id for j in jobs] == sorted(j.id for j in jobs)
     return jobs
 
@@ -155,7 +155,9 @@ def test_a_finish_and_the_heartbeats_renewal_of_the_same_jobs_do_not_deadlock(
 
     def finish(db: Database) -> None:
         finished.append(
-            JobManager(db).finish([Outcome(first, RuntimeError("boom")), Outcome(second)])
+            JobManager(db).finish(
+                [AttemptOutcome(first, RuntimeError("boom")), AttemptOutcome(second)]
+            )
         )
 
     # Paused once the successes are recorded (their rows locked), the failure not yet.
@@ -187,15 +189,15 @@ def test_two_finishes_settling_the_same_records_in_opposite_orders_do_not_deadlo
                 obligations={"x": JobSpec("qx", "t"), "y": JobSpec("qy", "t")},
             )
     manager = JobManager(pg)
-    xs = manager.claim("qx", "w", 2, lease=30)
-    ys = manager.claim("qy", "w", 2, lease=30)
+    xs = manager.lease_jobs("qx", "w", 2, lease=30)
+    ys = manager.lease_jobs("qy", "w", 2, lease=30)
     by_record = {(j.record_id, j.obligation): j for j in xs + ys}
     batch_x = [by_record["a", "x"], by_record["b", "x"]]
     batch_y = [by_record["b", "y"], by_record["a", "y"]]
     results: list[list[bool]] = []
 
     def finish_x(db: Database) -> None:
-        results.append(JobManager(db).finish([Outcome(j) for j in batch_x]))
+        results.append(JobManager(db).finish([AttemptOutcome(j) for j in batch_x]))
 
     # Paused once the first record is locked, the second not yet.
     errors = _race(
@@ -203,7 +205,7 @@ def test_two_finishes_settling_the_same_records_in_opposite_orders_do_not_deadlo
         pg_url,
         "rec_lock",
         finish_x,
-        lambda: results.append(manager.finish([Outcome(j) for j in batch_y])),
+        lambda: results.append(manager.finish([AttemptOutcome(j) for j in batch_y])),
     )
     assert errors == []
     assert results == [[True, True], [True, True]]
@@ -223,19 +225,19 @@ def test_two_finishes_of_one_records_obligations_do_not_deadlock(pg: Database, p
             obligations={"x": JobSpec("qx", "t"), "y": JobSpec("qy", "t")},
         )
     manager = JobManager(pg)
-    (x,) = manager.claim("qx", "w", 1, lease=30)
-    (y,) = manager.claim("qy", "w", 1, lease=30)
+    (x,) = manager.lease_jobs("qx", "w", 1, lease=30)
+    (y,) = manager.lease_jobs("qy", "w", 1, lease=30)
     results: list[list[bool]] = []
 
     def finish_x(db: Database) -> None:
-        results.append(JobManager(db).finish([Outcome(x)]))
+        results.append(JobManager(db).finish([AttemptOutcome(x)]))
 
     errors = _race(
         pg,
         pg_url,
         "rec_event_insert",
         finish_x,
-        lambda: results.append(manager.finish([Outcome(y)])),
+        lambda: results.append(manager.finish([AttemptOutcome(y)])),
     )
     assert errors == []
     assert results == [[True], [True]]

@@ -9,8 +9,8 @@ from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
-from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, JobSpec
-from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
+from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, FailedJob, JobSpec
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
@@ -26,15 +26,15 @@ def make(db: Database, clock: FakeClock, **app_options: object) -> tuple[App, Jo
 def test_claim_leases_and_finish_is_compare_and_set(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
-    (job,) = m.claim("q", "w1", 10, lease=5)
+    (job,) = m.lease_jobs("q", "w1", 10, lease=5)
     assert (job.id, job.attempt, job.payload) == (job_id, 1, {"n": 1})
-    assert m.claim("q", "w2", 10, lease=5) == []  # leased: not eligible
+    assert m.lease_jobs("q", "w2", 10, lease=5) == []  # leased: not eligible
     clock.advance(6)  # lease expired: eligible again
-    (rescued,) = m.claim("q", "w2", 10, lease=5)
+    (rescued,) = m.lease_jobs("q", "w2", 10, lease=5)
     assert rescued.attempt == 2 and rescued.token != job.token
     # the late finisher cannot overwrite the rescuer
-    assert m.finish([Outcome(job)]) == [False]
-    assert m.finish([Outcome(rescued)]) == [True]
+    assert m.finish([AttemptOutcome(job)]) == [False]
+    assert m.finish([AttemptOutcome(rescued)]) == [True]
     info = show_job(db, job_id)
     assert info["status"] == "succeeded"
     assert [(a["attempt"], a["worker"], a["outcome"]) for a in info["history"]] == [
@@ -48,12 +48,12 @@ def test_a_late_permanent_failure_does_not_rewrite_a_rescued_jobs_history(
 ) -> None:
     _, m = make(db, clock, permanent=(PermanentError,))
     job_id = m.enqueue(JobSpec("q", "t"))
-    (job,) = m.claim("q", "w1", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w1", 1, lease=5)
     clock.advance(6)
-    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    (rescued,) = m.lease_jobs("q", "w2", 1, lease=5)
     # The first holder comes back with a permanent error, after losing its lease.
-    assert m.finish([Outcome(job, PermanentError("bad input"))]) == [False]
-    assert m.finish([Outcome(rescued)]) == [True]
+    assert m.finish([AttemptOutcome(job, PermanentError("bad input"))]) == [False]
+    assert m.finish([AttemptOutcome(rescued)]) == [True]
     info = show_job(db, job_id)
     assert info["status"] == "succeeded"
     assert [(a["attempt"], a["outcome"]) for a in info["history"]] == [
@@ -65,13 +65,13 @@ def test_a_late_permanent_failure_does_not_rewrite_a_rescued_jobs_history(
 def test_renew_keeps_the_lease(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t"))
-    (job,) = m.claim("q", "w1", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w1", 1, lease=5)
     for _ in range(4):
         clock.advance(4)
         assert m.renew([job], lease=5) == []
-        assert m.claim("q", "w2", 1, lease=5) == []
+        assert m.lease_jobs("q", "w2", 1, lease=5) == []
     clock.advance(6)
-    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    (rescued,) = m.lease_jobs("q", "w2", 1, lease=5)
     assert m.renew([job], lease=5) == [job]  # the old holder learns it lost the lease
     assert rescued.attempt == 2
 
@@ -79,12 +79,12 @@ def test_renew_keeps_the_lease(db: Database, clock: FakeClock) -> None:
 def test_delayed_jobs_are_not_ready(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t", delay=30))
-    assert m.claim("q", "w", 5, lease=5) == []
+    assert m.lease_jobs("q", "w", 5, lease=5) == []
     with db.transaction() as tx:
         (stats,) = tx.fetchall("job_queue_stats", {"now": clock()})
     assert (stats["ready"], stats["delayed"]) == (0, 1)
     clock.advance(31)
-    assert len(m.claim("q", "w", 5, lease=5)) == 1
+    assert len(m.lease_jobs("q", "w", 5, lease=5)) == 1
 
 
 def test_retry_with_backoff_then_failed_store_with_owner(db: Database, clock: FakeClock) -> None:
@@ -92,11 +92,11 @@ def test_retry_with_backoff_then_failed_store_with_owner(db: Database, clock: Fa
     _, m = make(db, clock, alert=alerts.append)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=3))
     for attempt in (1, 2, 3):
-        (job,) = m.claim("q", "w", 1, lease=5)
+        (job,) = m.lease_jobs("q", "w", 1, lease=5)
         assert job.attempt == attempt
-        assert m.finish([Outcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
+        assert m.finish([AttemptOutcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
         clock.advance(8.01)  # beyond the backoff cap: always ready again
-    assert m.claim("q", "w", 1, lease=5) == []
+    assert m.lease_jobs("q", "w", 1, lease=5) == []
     info = show_job(db, job_id)
     assert info["status"] == "failed"
     assert info["owner"] == "team-q"
@@ -109,8 +109,8 @@ def test_backoff_is_full_jitter_within_ceiling(db: Database, clock: FakeClock) -
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t", max_attempts=10))
     for attempt in range(1, 6):
-        (job,) = m.claim("q", "w", 1, lease=5)
-        m.finish([Outcome(job, RuntimeError("x"))])
+        (job,) = m.lease_jobs("q", "w", 1, lease=5)
+        m.finish([AttemptOutcome(job, RuntimeError("x"))])
         (row,) = list_jobs(db, queue="q")
         delay = row["scheduled_at"] - clock()
         assert 0 <= delay <= min(8, 2 ** (attempt - 1))
@@ -122,8 +122,10 @@ def test_permanent_error_fails_at_once(db: Database, clock: FakeClock) -> None:
     app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
     a = m.enqueue(JobSpec("q", "p"))
     b = m.enqueue(JobSpec("q", "p"))
-    ja, jb = m.claim("q", "w", 2, lease=5)
-    m.finish([Outcome(ja, PermanentError("card declined")), Outcome(jb, KeyError("gone"))])
+    ja, jb = m.lease_jobs("q", "w", 2, lease=5)
+    m.finish(
+        [AttemptOutcome(ja, PermanentError("card declined")), AttemptOutcome(jb, KeyError("gone"))]
+    )
     assert show_job(db, a)["status"] == "failed"
     assert "permanent error" in show_job(db, b)["last_error"]
 
@@ -131,18 +133,18 @@ def test_permanent_error_fails_at_once(db: Database, clock: FakeClock) -> None:
 def test_total_age_limit(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     clock.advance(61)
-    m.finish([Outcome(job, RuntimeError("slow"))])
+    m.finish([AttemptOutcome(job, RuntimeError("slow"))])
     assert "older than its max age" in show_job(db, job_id)["last_error"]
 
 
 def test_lease_expired_on_last_attempt_goes_to_failed_store(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
-    m.claim("q", "w", 1, lease=5)  # the worker dies
+    m.lease_jobs("q", "w", 1, lease=5)  # the worker dies
     clock.advance(6)
-    assert m.claim("q", "w2", 1, lease=5) == []
+    assert m.lease_jobs("q", "w2", 1, lease=5) == []
     info = show_job(db, job_id)
     assert info["status"] == "failed" and "lease expired on its last attempt" in info["last_error"]
 
@@ -150,11 +152,11 @@ def test_lease_expired_on_last_attempt_goes_to_failed_store(db: Database, clock:
 def test_release_refunds_the_attempt(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t", max_attempts=1))
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     assert m.release([job]) == 1
-    (again,) = m.claim("q", "w", 1, lease=5)
+    (again,) = m.lease_jobs("q", "w", 1, lease=5)
     assert again.attempt == 1
-    assert m.finish([Outcome(again)]) == [True]
+    assert m.finish([AttemptOutcome(again)]) == [True]
 
 
 def test_unique_key_dedups(db: Database, clock: FakeClock) -> None:
@@ -189,14 +191,17 @@ def test_an_alert_hook_that_raises_never_loses_the_claim(
     other = m.enqueue(JobSpec("q", "t", max_age=10))
     good = m.enqueue(JobSpec("q", "t", max_attempts=1))
     clock.advance(20)  # old and other are past their max age: claim fails and alerts them
-    (job,) = m.claim("q", "w", 5, lease=60)
+    (job,) = m.lease_jobs("q", "w", 5, lease=60)
     assert job.id == good
     assert seen == [old, other]  # one failing call does not silence the next
     assert caplog.text.count("alert hook failed") == 2
     # finish() too: the failure is recorded, the hook's error only logged
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
-    (doomed,) = m.claim("q", "w", 5, lease=60)
-    assert m.finish([Outcome(job, None), Outcome(doomed, RuntimeError("x"))]) == [True, True]
+    (doomed,) = m.lease_jobs("q", "w", 5, lease=60)
+    assert m.finish([AttemptOutcome(job, None), AttemptOutcome(doomed, RuntimeError("x"))]) == [
+        True,
+        True,
+    ]
     assert show_job(db, good)["status"] == "succeeded"
     assert show_job(db, job_id)["status"] == "failed" and seen[-1] == job_id
 
@@ -216,8 +221,8 @@ def test_a_tasks_retry_policy_applies_unless_the_spec_gives_its_own(
     }
     assert stored == {policy: (1, 5), own: (3, None), default: (DEFAULT_MAX_ATTEMPTS, None)}
     # the task's single attempt is all it gets: one failure lands it in the failed store
-    job = next(j for j in m.claim("q", "w", 3, lease=5) if j.id == policy)
-    m.finish([Outcome(job, RuntimeError("boom"))])
+    job = next(j for j in m.lease_jobs("q", "w", 3, lease=5) if j.id == policy)
+    m.finish([AttemptOutcome(job, RuntimeError("boom"))])
     assert "attempts exhausted (1 of 1)" in show_job(db, policy)["last_error"]
 
 
@@ -241,12 +246,12 @@ def test_a_delayed_jobs_age_limit_counts_from_when_it_is_due(
     _, m = make(db, clock)
     job_id = m.enqueue(JobSpec("q", "t", delay=3600, max_age=60))
     clock.advance(3600)
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     clock.advance(30)
-    assert m.finish([Outcome(job, RuntimeError("flaky"))]) == [True]
+    assert m.finish([AttemptOutcome(job, RuntimeError("flaky"))]) == [True]
     assert show_job(db, job_id)["status"] == "queued"  # 30 s into its minute: retried
     clock.advance(31)  # past the minute: the next claim gives up on it
-    assert m.claim("q", "w", 1, lease=5) == []
+    assert m.lease_jobs("q", "w", 1, lease=5) == []
     assert "older than its max age (61.0s > 60s)" in show_job(db, job_id)["last_error"]
 
 
@@ -258,4 +263,4 @@ def test_a_batch_is_claimed_in_due_order_on_every_backend(db: Database, clock: F
     later = m.enqueue(JobSpec("q", "t", delay=50))
     sooner = m.enqueue(JobSpec("q", "t"))
     clock.advance(100)
-    assert [j.id for j in m.claim("q", "w", 2, lease=5)] == [sooner, later]
+    assert [j.id for j in m.lease_jobs("q", "w", 2, lease=5)] == [sooner, later]

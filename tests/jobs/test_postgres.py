@@ -18,7 +18,7 @@ from pigeon.jobs.context import JobContext
 from pigeon.jobs.effects import applied
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stores.postgres import ListenWakeup
 from pigeon.jobs.timeouts import Timeouts
@@ -64,9 +64,9 @@ def test_concurrent_batch_claims_never_share_a_job(pg: Database) -> None:
     def drain(slot: int) -> None:
         m = JobManager(pg)
         barrier.wait()
-        while jobs := m.claim("q", f"w{slot}", 25, lease=30):
+        while jobs := m.lease_jobs("q", f"w{slot}", 25, lease=30):
             claimed[slot].extend(j.id for j in jobs)
-            assert m.finish([Outcome(j) for j in jobs]) == [True] * len(jobs)
+            assert m.finish([AttemptOutcome(j) for j in jobs]) == [True] * len(jobs)
 
     threads = [threading.Thread(target=drain, args=(i,)) for i in range(4)]
     for t in threads:

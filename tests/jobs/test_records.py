@@ -6,7 +6,7 @@ from pigeon.exceptions import InvalidOperation, NotFound
 from pigeon.jobs import outbox, records
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock
@@ -23,14 +23,14 @@ def test_accept_then_each_state_is_recorded(db: Database, clock: FakeClock) -> N
     view = records.get(db, rid)
     assert view["status"] == "received" and view["pending"] == ["grading", "notify"]
     m = JobManager(db, clock=clock)
-    (grade,) = m.claim("grading", "w", 1, lease=5)
-    m.finish([Outcome(grade, RuntimeError("flaky"))])
+    (grade,) = m.lease_jobs("grading", "w", 1, lease=5)
+    m.finish([AttemptOutcome(grade, RuntimeError("flaky"))])
     clock.advance(10_000)
-    (grade,) = m.claim("grading", "w", 1, lease=5)
-    m.finish([Outcome(grade)])
+    (grade,) = m.lease_jobs("grading", "w", 1, lease=5)
+    m.finish([AttemptOutcome(grade)])
     assert records.get(db, rid)["pending"] == ["notify"]
-    (note,) = m.claim("notify", "w", 1, lease=5)
-    m.finish([Outcome(note)])
+    (note,) = m.lease_jobs("notify", "w", 1, lease=5)
+    m.finish([AttemptOutcome(note)])
     view = records.get(db, rid)
     assert view["status"] == "completed" and view["pending"] == []
     states = [(e["state"], e["obligation"]) for e in view["events"]]
@@ -121,6 +121,6 @@ def test_an_obligation_cannot_share_a_unique_key(db: Database, clock: FakeClock)
             records.get(db, refused)
     assert len(list_jobs(db)) == 1
     m = JobManager(db, clock=clock)
-    (job,) = m.claim("q", "w", 10, lease=5)
-    assert m.finish([Outcome(job)]) == [True]
+    (job,) = m.lease_jobs("q", "w", 10, lease=5)
+    assert m.finish([AttemptOutcome(job)]) == [True]
     assert records.get(db, first)["status"] == "completed"

@@ -11,7 +11,7 @@ from pigeon.exceptions import ConfigurationError, PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.failed import FailedStore, list_jobs, show_job
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome, enqueue
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.schedule import Scheduler
@@ -25,8 +25,8 @@ DAY = 86400.0
 
 
 def _finish_all(m: JobManager, queue: str, error: BaseException | None = None) -> list[int]:
-    jobs = m.claim(queue, "w", 1000, lease=60)
-    m.finish([Outcome(j, error) for j in jobs])
+    jobs = m.lease_jobs(queue, "w", 1000, lease=60)
+    m.finish([AttemptOutcome(j, error) for j in jobs])
     return [j.id for j in jobs]
 
 

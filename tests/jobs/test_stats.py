@@ -12,7 +12,7 @@ from pigeon.exceptions import PermanentError
 from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stats import (
     FreshnessMonitor,
@@ -45,11 +45,11 @@ def test_stats_count_only_due_queued_jobs_as_ready(db: Database, clock: FakeCloc
     m.enqueue(JobSpec("grading", "stuck"))
     m.enqueue(JobSpec("grading", "doomed", max_attempts=1))
     clock.advance(5)
-    (first,) = m.claim("grading", "w", 1, lease=60)  # the oldest: no longer ready
+    (first,) = m.lease_jobs("grading", "w", 1, lease=60)  # the oldest: no longer ready
     assert first.task == "old"
-    held = m.claim("grading", "w", 3, lease=60)
+    held = m.lease_jobs("grading", "w", 3, lease=60)
     assert [j.task for j in held] == ["young", "held", "stuck"]
-    m.finish([Outcome(held[0], PermanentError("bad answer"))])
+    m.finish([AttemptOutcome(held[0], PermanentError("bad answer"))])
     clock.advance(61)
     m.renew([held[1], first], lease=60)  # "stuck" keeps an expired lease
     (stats, idle) = queue_stats(db, app, now=clock())
@@ -83,8 +83,8 @@ def test_breach_alert_fires_once_per_episode_across_monitors(
     assert first.check(["q"]) == [] and second.check(["q"]) == []
     assert alerts == [("q", 15.0, 10.0)]
     assert [b["queue"] for b in open_breaches(db)] == ["q"]
-    (job,) = m.claim("q", "w", 1, lease=60)  # drained: the episode ends
-    m.finish([Outcome(job)])
+    (job,) = m.lease_jobs("q", "w", 1, lease=60)  # drained: the episode ends
+    m.finish([AttemptOutcome(job)])
     assert first.check(["q"]) == [] and open_breaches(db) == []
     second.check(["q"])
     m.enqueue(JobSpec("q", "t"))
@@ -169,8 +169,8 @@ def test_an_episode_left_open_by_a_monitor_that_went_away_is_closed_by_the_next(
     m.enqueue(JobSpec("q", "t"))
     clock.advance(11)
     assert FreshnessMonitor(app, db, clock=clock).check(["q"]) == ["q"]  # then it exits
-    (job,) = m.claim("q", "w", 1, lease=60)
-    m.finish([Outcome(job)])
+    (job,) = m.lease_jobs("q", "w", 1, lease=60)
+    m.finish([AttemptOutcome(job)])
     restarted = FreshnessMonitor(app, db, clock=clock)
     assert restarted.check(["q"]) == [] and open_breaches(db) == []
     m.enqueue(JobSpec("q", "t"))

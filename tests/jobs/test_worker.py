@@ -14,7 +14,7 @@ from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import Job, JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
@@ -285,7 +285,7 @@ def test_a_batch_ending_abnormally_releases_the_jobs_it_did_not_run(db: Database
     execute = worker._execute
     broken: list[int] = []
 
-    def execute_once_broken(job: Job) -> Outcome | None:
+    def execute_once_broken(job: Job) -> AttemptOutcome | None:
         if job.id == ids[1] and not broken:
             broken.append(job.id)
             raise RuntimeError("a bug in the worker")

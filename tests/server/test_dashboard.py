@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pigeon.exceptions import PermanentError
 from pigeon.jobs.demo import app as demo_jobs
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 from tests.server.conftest import OPERATOR, live_server, operator_token
@@ -45,17 +45,17 @@ def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None
     with live_server(app) as url:
         for notify in ("ada@example.org", "bob@example.org", None):
             _answer(url, notify)
-        graded = jobs.claim("grading", "w", 10, lease=30)
+        graded = jobs.lease_jobs("grading", "w", 10, lease=30)
         assert len(graded) == 3
-        assert jobs.finish([Outcome(j) for j in graded]) == [True] * 3
-        (note,) = jobs.claim("notify", "w", 1, lease=30)
-        jobs.finish([Outcome(note, PermanentError("mailbox does not exist"))])
+        assert jobs.finish([AttemptOutcome(j) for j in graded]) == [True] * 3
+        (note,) = jobs.lease_jobs("notify", "w", 1, lease=30)
+        jobs.finish([AttemptOutcome(note, PermanentError("mailbox does not exist"))])
         # two grading jobs that became ready two minutes ago: one is claimed by a worker
         # that dies (its lease runs out: stuck), one still waits (over the 60 s objective)
         past = JobManager(db, demo_jobs, clock=lambda: time.time() - 120)
         past.enqueue(JobSpec("grading", "grade", {"answer_id": "x"}))
         past.enqueue(JobSpec("grading", "grade", {"answer_id": "y"}))
-        jobs.claim("grading", "dead-worker", 1, lease=0.01)
+        jobs.lease_jobs("grading", "dead-worker", 1, lease=0.01)
         time.sleep(0.05)
 
         view = httpx.get(url + "/pigeon/v1/dashboard", headers=OPERATOR, timeout=10).json()

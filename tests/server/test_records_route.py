@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from pigeon.jobs import records
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.server import access
 from pigeon.server.auth import BearerAuth
 from pigeon.server.records import records_routes
@@ -70,8 +70,8 @@ def test_record_states_over_http(served: tuple[str, Database]) -> None:
         {"answer": "42"},
     )
     m = JobManager(db)
-    (job,) = m.claim("grading", "w", 1, lease=10)
-    m.finish([Outcome(job)])
+    (job,) = m.lease_jobs("grading", "w", 1, lease=10)
+    m.finish([AttemptOutcome(job)])
     body = httpx.get(f"{base}/pigeon/v1/records/{rid}", headers=OPERATOR).json()
     assert body["status"] == "completed" and body["pending"] == []
     assert [e["state"] for e in body["events"]] == [

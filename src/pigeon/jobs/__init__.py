@@ -15,6 +15,9 @@ jobs.records.accept(ctx.tx, kind="answer", data=answer,
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from pigeon.jobs import access, outbox, planner, records
 from pigeon.jobs.app import App, QueueConfig, Schedule, load_app
 from pigeon.jobs.autoscale import Budget
@@ -22,8 +25,8 @@ from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.effects import effect
 from pigeon.jobs.failed import FailedStore
-from pigeon.jobs.job import Job, JobSpec, JobStatus
-from pigeon.jobs.manager import FailedJob, JobManager, Outcome, enqueue
+from pigeon.jobs.job import FailedJob, Job, JobSpec, JobStatus
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.providers import Provider, call_provider
 from pigeon.jobs.relay import (
@@ -36,13 +39,20 @@ from pigeon.jobs.relay import (
 )
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
-from pigeon.jobs.stats import FreshnessMonitor, QueueStats, RelayLag, queue_stats, relay_lag
+from pigeon.jobs.stats import (
+    FreshnessMonitor,
+    JobQueueStats,
+    RelayLag,
+    queue_stats,
+    relay_lag,
+)
 from pigeon.jobs.supervisor import Supervisor
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
 
 __all__ = [
     "App",
+    "AttemptOutcome",
     "Backoff",
     "Budget",
     "CallablePublisher",
@@ -52,14 +62,13 @@ __all__ = [
     "Job",
     "JobContext",
     "JobManager",
+    "JobQueueStats",
     "JobSpec",
     "JobStatus",
     "Message",
-    "Outcome",
     "Provider",
     "Publisher",
     "QueueConfig",
-    "QueueStats",
     "RedisStreamPublisher",
     "Relay",
     "RelayLag",
@@ -82,3 +91,17 @@ __all__ = [
     "records",
     "relay_lag",
 ]
+
+# Old names, deprecated for one release: ``Outcome`` (of an attempt) and ``QueueStats``
+# (of a job queue; ``pigeon.QueueStats`` is the edge queue's).
+_RENAMED = {"Outcome": "AttemptOutcome", "QueueStats": "JobQueueStats"}
+
+
+def __getattr__(name: str) -> Any:
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"pigeon.jobs.{name} is deprecated: use pigeon.jobs.{new}", DeprecationWarning, stacklevel=2
+    )
+    return globals()[new]

@@ -38,8 +38,7 @@ from pigeon.jobs.stores import store_for
 from pigeon.jobs.timeouts import Timeouts
 
 if TYPE_CHECKING:
-    from pigeon.jobs.job import Job
-    from pigeon.jobs.manager import FailedJob
+    from pigeon.jobs.job import FailedJob, Job
     from pigeon.jobs.store import JobStore
     from pigeon.storage.base import Database, Tx
 

@@ -3,7 +3,7 @@
 Like Celery's autoscaler: a queue starts at its minimum; while jobs are waiting and every
 thread is busy it grows (enough threads for the backlog, one batch each), never past its
 maximum; after ``keepalive`` seconds with nothing waiting it shrinks back to the threads
-still busy, never below its minimum. A worker process asks ``decide`` a few times a
+still busy, never below its minimum. A worker process asks ``threads_wanted`` a few times a
 second with what it sees: its threads, how many are running a batch, the ready backlog.
 
 ``Budget`` is one process's share of a queue's (min_workers, max_workers); the supervisor
@@ -68,7 +68,7 @@ def checked_budget(least: int | None, most: int) -> int | Budget:
     raise ConfigurationError(problem)
 
 
-def decide(
+def threads_wanted(
     budget: Budget,
     threads: int,
     busy: int,

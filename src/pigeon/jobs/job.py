@@ -169,3 +169,16 @@ class Job:
 
     def key(self) -> dict[str, Any]:
         return {"id": self.id, "attempt": self.attempt, "token": self.token}
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A job that landed in the failed store, as handed to the app's alert hook."""
+
+    id: JobId
+    queue: str
+    task: str
+    owner: str
+    error: str
+    attempts: int
+    record_id: str | None

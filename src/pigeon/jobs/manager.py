@@ -15,12 +15,14 @@ import random
 import time
 import traceback
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs import ledger
 from pigeon.jobs.app import App
+from pigeon.jobs.job import FailedJob as FailedJob  # its home before job.py
 from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.jobs.store import JobSession, JobStore
 from pigeon.jobs.stores import session_for, store_for
@@ -80,25 +82,25 @@ def enqueue(
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """How one attempt ended. ``error is None`` means success."""
+class AttemptOutcome:
+    """How one attempt of a job ended, as the worker reports it to ``JobManager.finish``.
+    ``error is None`` means success."""
 
     job: Job
     error: BaseException | None = None
     not_before: float = 0.0  # earliest retry time (a timed-out job waits for its supervisor)
 
 
-@dataclass(frozen=True)
-class FailedJob:
-    """A job that landed in the failed store, as handed to the alert hook."""
-
-    id: JobId
-    queue: str
-    task: str
-    owner: str
-    error: str
-    attempts: int
-    record_id: str | None
+def __getattr__(name: str) -> Any:
+    """``Outcome``: the old name of ``AttemptOutcome`` (deprecated, for one release)."""
+    if name == "Outcome":
+        warnings.warn(
+            "pigeon.jobs.manager.Outcome is deprecated: use AttemptOutcome",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return AttemptOutcome
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def describe(error: BaseException) -> str:
@@ -131,6 +133,15 @@ class JobManager:
             return enqueue(session, spec, now=self.clock(), app=self._checks)
 
     def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
+        """Deprecated (one release): ``lease_jobs``."""
+        warnings.warn(
+            "JobManager.claim is deprecated: use JobManager.lease_jobs",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.lease_jobs(queue, worker, n, lease)
+
+    def lease_jobs(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
         expired. A rescued job that has no budget left goes to the failed store instead."""
         now = self.clock()
@@ -177,7 +188,7 @@ class JobManager:
             held = session.renew_leases(jobs, until)
         return [job for job in jobs if job.id not in held]
 
-    def finish(self, outcomes: Sequence[Outcome]) -> list[bool]:
+    def finish(self, outcomes: Sequence[AttemptOutcome]) -> list[bool]:
         """Record many attempts in one transaction. False where the lease was lost."""
         if not outcomes:
             return []
@@ -224,7 +235,7 @@ class JobManager:
         return released
 
     def _finish_failed(
-        self, session: JobSession, outcome: Outcome, error: BaseException, now: float
+        self, session: JobSession, outcome: AttemptOutcome, error: BaseException, now: float
     ) -> tuple[bool, FailedJob | None]:
         job = outcome.job
         message = describe(error)

@@ -1,6 +1,6 @@
 """One worker process's claim threads per queue, sized within the queue's budget.
 
-The decision is ``autoscale.decide`` (pure); this is its bookkeeping: how many threads
+The decision is ``autoscale.threads_wanted`` (pure); this is its bookkeeping: how many threads
 live, how many should, how many run a batch, since when nothing waits. Growing spawns
 threads at once; shrinking lowers the target and wakes the queue, and the extra threads
 retire when they next look for work, never in the middle of a batch.
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget, decide
+from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE, Budget, threads_wanted
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Scaler:
             state = self._queues[queue]
             if backlog > 0 or not state.quiet_since:
                 state.quiet_since = now
-            target = decide(
+            target = threads_wanted(
                 state.budget,
                 state.target,
                 state.busy,

@@ -30,7 +30,9 @@ DEFAULT_OBJECTIVE = QueueConfig.freshness  # of a queue no App declares
 
 
 @dataclass(frozen=True)
-class QueueStats:
+class JobQueueStats:
+    """One job queue's figures (not the edge's ``pigeon.QueueStats``)."""
+
     queue: str
     ready: int
     delayed: int
@@ -64,6 +66,9 @@ class QueueStats:
         }
 
 
+QueueStats = JobQueueStats  # its name before the rename (pigeon.jobs.QueueStats: deprecated)
+
+
 def is_breach(oldest_ready_age: float | None, objective: float) -> bool:
     return oldest_ready_age is not None and oldest_ready_age > objective
 
@@ -74,7 +79,7 @@ def ready_age(oldest_ready_at: float | None, now: float) -> float | None:
 
 def queue_stats(
     db: Database, app: App | None = None, *, now: float | None = None
-) -> list[QueueStats]:
+) -> list[JobQueueStats]:
     """One row per queue that has jobs or is declared in ``app``, sorted by name."""
     app = app or App()
     now = time.time() if now is None else now
@@ -88,7 +93,7 @@ def queue_stats(
     for queue in sorted(rows.keys() | app.queues.keys()):
         row = rows.get(queue) or {}
         result.append(
-            QueueStats(
+            JobQueueStats(
                 queue=queue,
                 ready=int(row.get("ready") or 0),
                 delayed=int(row.get("delayed") or 0),

@@ -49,7 +49,7 @@ from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.context import JobContext
 from pigeon.jobs.held import LEFT_RUNNING, Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.options import WorkerOptions, from_legacy_keywords
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
@@ -216,7 +216,7 @@ class Worker:
             seen = self.wakeup.generation(queue)
             asked = time.monotonic()  # the leases run at least until asked + lease
             try:
-                jobs = self.manager.claim(queue, self.name, batch, lease)
+                jobs = self.manager.lease_jobs(queue, self.name, batch, lease)
             except Exception as exc:
                 log.warning("claim on %s failed (%s); retrying", queue, summary(exc))
                 self._stop.wait(min(1.0, lease / 4))
@@ -239,7 +239,7 @@ class Worker:
             self.stats.claimed += len(jobs)
             for job in jobs:
                 self._held[job.id, job.token] = Held(job, lease_end=lease_end)
-        outcomes: list[Outcome] = []
+        outcomes: list[AttemptOutcome] = []
         flushed = time.monotonic()
         ran = 0  # jobs[:ran] ran; a job whose _execute raised counts as not run
         try:
@@ -267,7 +267,7 @@ class Worker:
                 with self._lock:
                     self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + len(jobs)
 
-    def _execute(self, job: Job) -> Outcome | None:
+    def _execute(self, job: Job) -> AttemptOutcome | None:
         config = self.app.queue_config(job.queue)
         with self._lock:
             held = self._held.get((job.id, job.token))
@@ -309,7 +309,7 @@ class Worker:
                 return None
             # Finished: the timeout check leaves it alone while its outcome is buffered.
             held.done = True
-        return Outcome(job, error)
+        return AttemptOutcome(job, error)
 
     def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
         """Run a write about held jobs, retrying while the database is away. Past the
@@ -334,7 +334,7 @@ class Worker:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    def _flush(self, outcomes: list[Outcome]) -> None:
+    def _flush(self, outcomes: list[AttemptOutcome]) -> None:
         if not outcomes:
             return
         jobs = [o.job for o in outcomes]
@@ -458,7 +458,7 @@ class Worker:
         """Abandon the process if a job is past its supervisor deadline, record the jobs
         past their timeout; returns the next deadline (monotonic) of a running job."""
         now = time.monotonic() if now is None else now
-        expired: list[Outcome] = []
+        expired: list[AttemptOutcome] = []
         stuck = False
         next_deadline = float("inf")
         with self._lock:
@@ -478,7 +478,7 @@ class Worker:
                     self.stats.timed_out += 1
                     wall_start = time.time() - elapsed
                     expired.append(
-                        Outcome(
+                        AttemptOutcome(
                             held.job,
                             JobTimeout(
                                 f"job {held.job.id} ({held.job.task}) ran {elapsed:.1f}s, "

@@ -11,8 +11,8 @@ from pigeon.exceptions import InvalidState, PayloadInvalid, PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.failed import FailedStore, list_jobs, show_job
-from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import FailedJob, JobManager, Outcome
+from pigeon.jobs.job import FailedJob, JobSpec
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stores.memory import MemoryJobStore
@@ -51,14 +51,14 @@ def test_claim_leases_and_finish_is_compare_and_set(
 ) -> None:
     _, m = make(store, clock)
     job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
-    (job,) = m.claim("q", "w1", 10, lease=5)
+    (job,) = m.lease_jobs("q", "w1", 10, lease=5)
     assert (job.id, job.attempt, job.payload) == (job_id, 1, {"n": 1})
-    assert m.claim("q", "w2", 10, lease=5) == []  # leased: not eligible
+    assert m.lease_jobs("q", "w2", 10, lease=5) == []  # leased: not eligible
     clock.advance(6)  # lease expired: eligible again
-    (rescued,) = m.claim("q", "w2", 10, lease=5)
+    (rescued,) = m.lease_jobs("q", "w2", 10, lease=5)
     assert rescued.attempt == 2 and rescued.token != job.token
-    assert m.finish([Outcome(job)]) == [False]  # the late finisher cannot overwrite
-    assert m.finish([Outcome(rescued)]) == [True]
+    assert m.finish([AttemptOutcome(job)]) == [False]  # the late finisher cannot overwrite
+    assert m.finish([AttemptOutcome(rescued)]) == [True]
     info = show_job(store, job_id)
     assert info["status"] == "succeeded"
     assert [(a["attempt"], a["worker"], a["outcome"]) for a in info["history"]] == [
@@ -72,22 +72,22 @@ def test_claims_come_in_due_order_and_respect_n(store: MemoryJobStore, clock: Fa
     late = m.enqueue(JobSpec("q", "t", {"n": 1}, delay=2))
     first = m.enqueue(JobSpec("q", "t", {"n": 2}))
     second = m.enqueue(JobSpec("q", "t", {"n": 3}))
-    assert [j.id for j in m.claim("q", "w", 1, lease=5)] == [first]
+    assert [j.id for j in m.lease_jobs("q", "w", 1, lease=5)] == [first]
     clock.advance(3)
-    assert [j.id for j in m.claim("q", "w", 5, lease=5)] == [second, late]
+    assert [j.id for j in m.lease_jobs("q", "w", 5, lease=5)] == [second, late]
     assert m.pressure("q", 10) == (0, None)
 
 
 def test_renew_keeps_the_lease(store: MemoryJobStore, clock: FakeClock) -> None:
     _, m = make(store, clock)
     m.enqueue(JobSpec("q", "t"))
-    (job,) = m.claim("q", "w1", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w1", 1, lease=5)
     for _ in range(4):
         clock.advance(4)
         assert m.renew([job], lease=5) == []
-        assert m.claim("q", "w2", 1, lease=5) == []
+        assert m.lease_jobs("q", "w2", 1, lease=5) == []
     clock.advance(6)
-    (rescued,) = m.claim("q", "w2", 1, lease=5)
+    (rescued,) = m.lease_jobs("q", "w2", 1, lease=5)
     assert m.renew([job], lease=5) == [job]  # the old holder learns it lost the lease
     assert rescued.attempt == 2
 
@@ -99,14 +99,14 @@ def test_retry_with_backoff_then_failed_store_with_owner_and_review(
     _, m = make(store, clock, alert=alerts.append)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=3))
     for attempt in (1, 2, 3):
-        (job,) = m.claim("q", "w", 1, lease=5)
+        (job,) = m.lease_jobs("q", "w", 1, lease=5)
         assert job.attempt == attempt
-        assert m.finish([Outcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
+        assert m.finish([AttemptOutcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
         delay = store.job(job_id)["scheduled_at"] - clock()
         if attempt < 3:
             assert 0 <= delay <= min(8, 2 ** (attempt - 1))  # full jitter within the ceiling
         clock.advance(8.01)
-    assert m.claim("q", "w", 1, lease=5) == []
+    assert m.lease_jobs("q", "w", 1, lease=5) == []
     info = show_job(store, job_id)
     assert (info["status"], info["owner"]) == ("failed", "team-q")
     assert "attempts exhausted (3 of 3)" in info["last_error"] and "boom 3" in info["last_error"]
@@ -116,9 +116,9 @@ def test_retry_with_backoff_then_failed_store_with_owner_and_review(
     failed = FailedStore(store, clock=clock)
     assert [r["id"] for r in failed.list()] == [job_id]
     failed.retry(job_id, reviewer="ada", reason="provider fixed")
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     assert job.attempt == 4 and job.attempt_base == 3  # a fresh budget
-    assert m.finish([Outcome(job, RuntimeError("again"))]) == [True]
+    assert m.finish([AttemptOutcome(job, RuntimeError("again"))]) == [True]
     assert store.job(job_id)["status"] == "queued"  # retried within the new budget
     failed.cancel(job_id, reviewer="ada", reason="give up")
     with pytest.raises(InvalidState):
@@ -131,8 +131,10 @@ def test_permanent_errors_fail_at_once(store: MemoryJobStore, clock: FakeClock) 
     app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
     a = m.enqueue(JobSpec("q", "p"))
     b = m.enqueue(JobSpec("q", "p"))
-    ja, jb = m.claim("q", "w", 2, lease=5)
-    assert m.finish([Outcome(ja, PermanentError("declined")), Outcome(jb, KeyError("x"))]) == [
+    ja, jb = m.lease_jobs("q", "w", 2, lease=5)
+    assert m.finish(
+        [AttemptOutcome(ja, PermanentError("declined")), AttemptOutcome(jb, KeyError("x"))]
+    ) == [
         True,
         True,
     ]
@@ -143,9 +145,9 @@ def test_permanent_errors_fail_at_once(store: MemoryJobStore, clock: FakeClock) 
 def test_total_age_limit(store: MemoryJobStore, clock: FakeClock) -> None:
     _, m = make(store, clock)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     clock.advance(61)
-    m.finish([Outcome(job, RuntimeError("slow"))])
+    m.finish([AttemptOutcome(job, RuntimeError("slow"))])
     assert "older than its max age" in store.job(job_id)["last_error"]
 
 
@@ -155,9 +157,9 @@ def test_a_lease_lost_on_the_last_attempt_fails_at_the_claim(
     alerts: list[FailedJob] = []
     _, m = make(store, clock, alert=alerts.append)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
-    m.claim("q", "w1", 1, lease=5)
+    m.lease_jobs("q", "w1", 1, lease=5)
     clock.advance(6)
-    assert m.claim("q", "w2", 1, lease=5) == []
+    assert m.lease_jobs("q", "w2", 1, lease=5) == []
     assert "lease expired on its last attempt" in store.job(job_id)["last_error"]
     assert [a.id for a in alerts] == [job_id]
 
@@ -167,10 +169,10 @@ def test_release_refunds_the_attempt_and_announces_the_queue(
 ) -> None:
     _, m = make(store, clock)
     m.enqueue(JobSpec("q", "t"))
-    (job,) = m.claim("q", "w", 1, lease=5)
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
     assert m.release([job]) == 1
     assert store.announced == ["q"]
-    (again,) = m.claim("q", "w", 1, lease=5)
+    (again,) = m.lease_jobs("q", "w", 1, lease=5)
     assert again.attempt == 1
 
 
@@ -193,8 +195,8 @@ def test_obligations_settle_and_complete_the_record(
         from pigeon.jobs.manager import enqueue
 
         enqueue(session, JobSpec("q", "t"), record_id="r1", obligation="grading", now=clock())
-    (job,) = m.claim("q", "w", 1, lease=5)
-    assert m.finish([Outcome(job)]) == [True]
+    (job,) = m.lease_jobs("q", "w", 1, lease=5)
+    assert m.finish([AttemptOutcome(job)]) == [True]
     assert store.tables.records["r1"]["status"] == "completed"
     assert [e["state"] for e in store.tables.events] == [
         "attempt",
@@ -210,7 +212,7 @@ def test_a_transaction_that_raises_leaves_nothing(store: MemoryJobStore, clock: 
 
         enqueue(session, JobSpec("q", "t"), now=clock())
         raise RuntimeError("roll back")
-    assert store.jobs() == [] and m.claim("q", "w", 1, lease=5) == []
+    assert store.jobs() == [] and m.lease_jobs("q", "w", 1, lease=5) == []
 
 
 def test_unique_keys_schedules_and_retention(store: MemoryJobStore, clock: FakeClock) -> None:
@@ -221,8 +223,8 @@ def test_unique_keys_schedules_and_retention(store: MemoryJobStore, clock: FakeC
     scheduler = Scheduler(app, store, clock=clock)
     assert len(scheduler.tick_once()) == 1
     assert scheduler.tick_once() == []  # one run per tick
-    for job in m.claim("q", "w", 5, lease=5):
-        m.finish([Outcome(job)])
+    for job in m.lease_jobs("q", "w", 5, lease=5):
+        m.finish([AttemptOutcome(job)])
     clock.advance(3600)
     assert purge_finished(store, 60, clock=clock) == 2
     assert list_jobs(store) == []
