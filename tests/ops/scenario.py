@@ -17,7 +17,7 @@ from pigeon.exceptions import PermanentError
 from pigeon.jobs import effects, outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.base import Database
 
 APP = App(default_owner="operations")
@@ -58,7 +58,7 @@ def seed(db: Database, n_records: int, *, age: float = 600.0, chunk: int = 500) 
     # grading: all claimed; every 50th fails (alternating classes), the rest succeed
     index = 0
     while True:
-        jobs = manager.claim("grading", "w-grade", chunk, lease=60)
+        jobs = manager.lease_jobs("grading", "w-grade", chunk, lease=60)
         if not jobs:
             break
         outcomes = []
@@ -68,24 +68,24 @@ def seed(db: Database, n_records: int, *, age: float = 600.0, chunk: int = 500) 
                 error: BaseException = (
                     PermanentError("answer key missing") if index % 100 else ProviderDown("503")
                 )
-                outcomes.append(Outcome(job, error))
+                outcomes.append(AttemptOutcome(job, error))
             else:
-                outcomes.append(Outcome(job))
+                outcomes.append(AttemptOutcome(job))
         manager.finish(outcomes)
     index = 0
     while True:
-        jobs = manager.claim("notify", "w-notify", chunk, lease=60)
+        jobs = manager.lease_jobs("notify", "w-notify", chunk, lease=60)
         if not jobs:
             break
         outcomes = []
         for job in jobs:
             index += 1
             fail = index % 10 == 0
-            outcomes.append(Outcome(job, PermanentError("mailbox gone") if fail else None))
+            outcomes.append(AttemptOutcome(job, PermanentError("mailbox gone") if fail else None))
         manager.finish(outcomes)
     # audit: a tenth in progress (a live lease), a hundredth stuck (lease ran out)
-    manager.claim("audit", "w-audit", max(1, n_records // 10), lease=3600)
-    manager.claim("audit", "w-dead", max(1, n_records // 100), lease=0.01)
+    manager.lease_jobs("audit", "w-audit", max(1, n_records // 10), lease=3600)
+    manager.lease_jobs("audit", "w-dead", max(1, n_records // 100), lease=0.01)
     with db.transaction() as tx:
         for rid in ids[: n_records // 2]:
             effects.effect_in(tx, "grade", rid, lambda tx: 1, now=time.time())
