@@ -1,6 +1,7 @@
-"""The JobManager: every state change of a job, each one a single transaction.
+"""The JobManager: every state change of a job, each one a single transaction of the jobs
+store (``jobs/store.py``); the manager holds the policy, the store the statements.
 
-Claiming is "up to n jobs of queue q for worker w with lease L" in one statement (on
+Leasing is "up to n jobs of queue q for worker w with lease L" in one statement (on
 PostgreSQL with ``FOR UPDATE SKIP LOCKED``, the attempts started in the same statement).
 Finishing is a compare-and-set on (job, attempt, lease token): a worker whose lease expired
 and whose job was rescued by another worker cannot overwrite the rescuer's outcome. On

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pigeon.jobs
@@ -63,3 +65,10 @@ def test_the_scan_finds_what_it_forbids() -> None:
     tree = ast.parse("import psycopg\nfrom sqlite3 import connect\nif tx.backend == 'x': pass\n")
     assert _imports(tree) == {"psycopg", "sqlite3"}
     assert _backend_comparisons(tree) == [3]
+
+
+def test_importing_the_jobs_component_does_not_load_psycopg() -> None:
+    """The PostgreSQL store, and the driver with it, load only for a PostgreSQL database."""
+    code = "import sys, pigeon.jobs, pigeon.jobs.worker; print('psycopg' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

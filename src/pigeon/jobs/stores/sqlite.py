@@ -13,16 +13,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from pigeon.jobs import ledger
+from pigeon.jobs._db import rowcount
 from pigeon.jobs.job import Job, JobId
 from pigeon.jobs.store import Row
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
 from pigeon.storage.sqlite import SQLiteDatabase
-
-
-def rowcount(cursor: Any) -> int:
-    return int(getattr(cursor, "rowcount", 0) or 0)
 
 
 class SqlJobSession:
