@@ -14,7 +14,7 @@ from pigeon.cli import app
 from pigeon.edge.queue import OfflineQueue
 from pigeon.jobs import records
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 
@@ -102,8 +102,8 @@ def test_jobs_and_queue_commands_show_sealed_values_with_the_keys_of_the_environ
     db = open_server_db(db_path, keyring=keys)
     manager = JobManager(db)
     manager.enqueue(JobSpec("q", "t", {"s": SECRET}, max_attempts=1))
-    (job,) = manager.claim("q", "w", 1, 30)
-    manager.finish([Outcome(job, RuntimeError(SECRET))])
+    (job,) = manager.lease_jobs("q", "w", 1, 30)
+    manager.finish([AttemptOutcome(job, RuntimeError(SECRET))])
     db.close()
     env = {"PIGEON_KEYS_FILE": str(path)}
     failed = run("jobs", "failed", "--db", db_path, env=env)

@@ -19,7 +19,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.effects import effect_in
 from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, Outcome
+from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.stats import failed_by_owner
 from pigeon.server.notes import create_notes_app
@@ -81,9 +81,9 @@ def _write_everything(db: Database) -> dict[str, Any]:
         effect_in(tx, "grade", rid, lambda _tx: {"echo": CANARY}, now=1.0)
     manager = JobManager(db, jobs_app)
     for _ in range(2):  # one retry (requeued with its error), then the failed store
-        (job,) = manager.claim("work", "w1", 1, 30.0)
+        (job,) = manager.lease_jobs("work", "w1", 1, 30.0)
         assert job.payload == {"secret": CANARY}
-        manager.finish([Outcome(job, RuntimeError(f"failed on {CANARY}"))])
+        manager.finish([AttemptOutcome(job, RuntimeError(f"failed on {CANARY}"))])
         with db.transaction() as tx:  # due at once, not after the backoff
             tx.sql("UPDATE pigeon_jobs SET scheduled_at = 0")
     return {"record": rid, "job": job.id}
