@@ -16,6 +16,8 @@ PigeonError
 │   ├── SchemaTooNew            written by a newer pigeon; never rewritten
 │   ├── SchemaTooOld            older, and upgrading it was not allowed; never rewritten
 │   ├── StoreUnavailable        cannot reach or lock the database
+│   │   ├── Contention          a deadlock / serialization victim: run the transaction again
+│   │   └── LockTimeout         a bounded lock wait ran out (another transaction holds it)
 │   └── StorageFull             the disk (or the database's size limit) is full; the
 │                               transaction rolled back, nothing of it was written
 ├── NotFound                    no such operation / job / record
@@ -107,6 +109,18 @@ class SchemaTooOld(StoreError):
 
 class StoreUnavailable(StoreError):
     pass
+
+
+class Contention(StoreUnavailable):
+    """The database aborted the transaction to break a deadlock or a serialization
+    conflict (PostgreSQL 40P01 / 40001). Nothing of it committed and the other transaction
+    has gone on: running the whole transaction again is the cure
+    (``pigeon.storage.errors.retried``)."""
+
+
+class LockTimeout(StoreUnavailable):
+    """A bounded wait for a row or table lock ran out (PostgreSQL 55P03,
+    ``lock_not_available``): another transaction holds what this one needs."""
 
 
 class StorageFull(StoreError):

@@ -19,8 +19,8 @@ from pigeon.exceptions import StoreUnavailable
 from pigeon.server.app import create_app
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.notes import create_note, read_ledger
-from pigeon.server.results import contended, store_down
 from pigeon.storage.base import Database
+from pigeon.storage.errors import contended, store_down
 
 from .conftest import live_server
 

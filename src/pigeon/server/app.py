@@ -59,8 +59,9 @@ from pigeon.server.limits import (
     read_buffer,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
-from pigeon.server.results import STORE_DOWN, OpResult, problem_result, store_unavailable
+from pigeon.server.results import OpResult, problem_result, store_unavailable
 from pigeon.server.testhooks import BadTestHook, TestHooks
+from pigeon.storage.errors import STORE_DOWN
 
 log = logging.getLogger(__name__)
 

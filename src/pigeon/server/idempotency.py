@@ -33,6 +33,7 @@ from typing import Any
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.base import Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sealed import RESPONSE_BODY
 
 DAY = 24 * 3600.0
@@ -41,8 +42,6 @@ PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
 # duplicate in another process whose original has not committed yet) before it is
 # answered 409 "in progress". Within one process ``pigeon.server.inflight`` answers first.
 CLAIM_WAIT = 0.5
-# SQLSTATE lock_not_available: the bounded wait above ran out.
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class KeyBusy(Exception):
@@ -238,7 +237,7 @@ class IdempotencyStore:
         try:
             row = tx.fetchone(name, params)
         except Exception as exc:
-            if getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+            if lock_timed_out(exc):  # the bounded wait above ran out
                 raise KeyBusy(str(params["idem_key"])) from exc
             raise
         return row is not None and row["idem_key"] is not None

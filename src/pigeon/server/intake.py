@@ -89,19 +89,17 @@ from pigeon.server.replay import (
     refusal,
 )
 from pigeon.server.results import (
-    STORE_DOWN,
     OpResult,
     lost_claim,
     normalise,
     problem_result,
-    retried,
-    store_down,
     store_unavailable,
     stored,
 )
 from pigeon.server.validation import RequestCheck, Validator
 from pigeon.server.validation import invalid as _invalid
 from pigeon.storage.base import Database, Tx
+from pigeon.storage.errors import STORE_DOWN, retried, store_down
 
 log = logging.getLogger(__name__)
 

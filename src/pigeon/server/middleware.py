@@ -59,13 +59,13 @@ from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
 from pigeon.server.replay import refusal
 from pigeon.server.results import (
-    STORE_DOWN,
     OpResult,
     problem_result,
     store_unavailable,
     stored,
 )
 from pigeon.storage.base import Database
+from pigeon.storage.errors import STORE_DOWN
 
 # What a wrapped app answers for a request it refused as invalid: nothing ran, nothing kept.
 VALIDATION_STATUSES = frozenset({400, 422})

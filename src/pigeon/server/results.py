@@ -3,112 +3,21 @@ store is down, the fail-closed 503."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
-import random
 import re
-import sqlite3
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from pigeon.exceptions import StoreUnavailable
 from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
 from pigeon.server.identifiers import header_value
 from pigeon.server.problems import problem
 from pigeon.storage.base import Tx
+from pigeon.storage.errors import CONTENTION_RETRIES, contended
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-def _store_down_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [StoreUnavailable, sqlite3.OperationalError]
-    with contextlib.suppress(ImportError):
-        import psycopg
-
-        errors.append(psycopg.OperationalError)
-    return tuple(errors)
-
-
-# Errors that mean "the store cannot be used right now": the intake fails closed (503).
-STORE_DOWN = _store_down_errors()
-
-# SQLite's primary result codes that mean the file cannot be used now, as opposed to
-# SQLITE_ERROR (1), which is a statement's own fault (a handler's bad SQL, a missing
-# column): BUSY, LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, CORRUPT, FULL, CANTOPEN,
-# PROTOCOL, NOTADB.
-_SQLITE_UNAVAILABLE = frozenset({5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 26})
-
-
-# psycopg raises OperationalError for these SQLSTATE classes and codes, which mean the
-# server or the connection cannot serve now: connection exception (08), a transaction
-# aborted by contention (40: run again, see ``retried``), insufficient resources (53),
-# operator intervention (57: shutdown, statement timeout), system error (58) and
-# lock_not_available (55P03). The rest of what it raises as OperationalError, above all
-# 54 "program limit exceeded" (a value too large for an index, too many columns), is the
-# statement's own fault: it fails the same way on every run.
-_PG_UNAVAILABLE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-_PG_UNAVAILABLE_STATES = frozenset({"55P03"})
-
-
-def store_down(exc: BaseException) -> bool:
-    """Is this one of ``STORE_DOWN`` because the store is unavailable, rather than a SQL
-    error of the statement that raised it? Only the former fails a whole group or batch
-    with 503; the latter is the failure of the one operation whose handler ran it (a
-    503 for it would be sent again, and fail again, for ever, with its batch)."""
-    if isinstance(exc, sqlite3.OperationalError):
-        code = getattr(exc, "sqlite_errorcode", None)
-        return code is None or code & 0xFF in _SQLITE_UNAVAILABLE
-    state = getattr(exc, "sqlstate", None)
-    if isinstance(state, str) and not isinstance(exc, StoreUnavailable):
-        # No SQLSTATE at all (the server never answered) stays "down".
-        return state[:2] in _PG_UNAVAILABLE_CLASSES or state in _PG_UNAVAILABLE_STATES
-    return isinstance(exc, STORE_DOWN)
-
-
-# SQLSTATEs with which PostgreSQL aborts a transaction to settle contention, expecting it
-# to be run again: serialization_failure and deadlock_detected. Not the rest of class 40
-# (a deferred constraint violated at commit fails again however often it is run).
-_CONTENTION_STATES = frozenset({"40001", "40P01"})
-CONTENTION_RETRIES = 3  # runs after the first, each after a short random pause
-
-
-def contended(exc: BaseException) -> bool:
-    """Was the transaction aborted to break a deadlock or a serialization conflict? Then
-    nothing of it committed and running it again is the cure, not a 503: the store is up,
-    and the other transaction has already gone on. (The PostgreSQL backend wraps the
-    driver's error in ``StoreUnavailable``: the cause chain is searched.)"""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if getattr(current, "sqlstate", None) in _CONTENTION_STATES:
-            return True
-        current = current.__cause__
-    return False
-
-
-def retried(run: Callable[[], T], *, retries: int = CONTENTION_RETRIES) -> T:
-    """``run()``, which opens and commits a transaction of its own, run again from the
-    start while the database aborts it as a deadlock victim (at most ``retries`` more
-    times). Only a whole transaction is run again: a part of one cannot be, its snapshot
-    and the locks it took before the abort are gone with it."""
-    attempt = 0
-    while True:
-        try:
-            return run()
-        except STORE_DOWN as exc:
-            if attempt >= retries or not contended(exc):
-                raise
-            attempt += 1
-            log.info("transaction aborted by contention, running it again (%d): %s", attempt, exc)
-            # A random pause, growing: two victims of one another do not meet in step again.
-            time.sleep(random.uniform(0, 0.01 * 2**attempt))
 
 
 # 4xx answers that mean "not now" rather than "no": the client sends the same key again

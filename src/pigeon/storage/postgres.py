@@ -23,8 +23,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from pigeon.exceptions import ConfigurationError, SchemaTooNew, StorageFull, StoreUnavailable
+from pigeon.exceptions import ConfigurationError, SchemaTooNew, StoreUnavailable
 from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.errors import from_postgres
 from pigeon.storage.queries import migrations
 
 Row = dict[str, Any]
@@ -205,12 +206,10 @@ class PostgresDatabase:
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         try:
             yield conn
-        except psycopg.errors.DiskFull as exc:  # 53100, an OperationalError: not "unavailable"
-            raise StorageFull(
-                f"PostgreSQL: disk full; nothing of the transaction was written ({exc})"
-            ) from exc
         except psycopg.OperationalError as exc:
-            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+            # Disk full, a deadlock victim, a lock wait run out, the server gone: each in
+            # pigeon's words (``pigeon.storage.errors``). A statement's own fault passes.
+            raise from_postgres(exc) from exc
         finally:
             self.pool.putconn(conn)
 

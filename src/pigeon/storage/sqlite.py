@@ -25,6 +25,7 @@ from pigeon.exceptions import (
     StoreUnavailable,
 )
 from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.errors import is_full as is_full  # where the edge looks for it
 from pigeon.storage.files import private_file
 from pigeon.storage.queries import migrations
 
@@ -38,13 +39,6 @@ _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
-
-
-def is_full(exc: BaseException) -> bool:
-    """Is ``exc`` SQLite saying the file cannot grow (SQLITE_FULL: a full disk, or the
-    connection's ``max_page_count`` reached)? An error made by hand has no code."""
-    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
-    return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
 
 
 def full(exc: BaseException, path: str) -> StorageFull:
@@ -367,7 +361,8 @@ class SQLiteDatabase:
             except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
                     conn.execute("ROLLBACK")
-                if is_full(exc):  # the driver's error, mapped here for every store
+                # The driver's error, mapped here for every store.
+                if is_full(exc) and not isinstance(exc, StorageFull):
                     raise full(exc, self.path) from exc
                 raise
 
@@ -384,7 +379,7 @@ class SQLiteDatabase:
             except BaseException as exc:
                 if conn.in_transaction:  # a failed COMMIT included: nothing half-kept
                     conn.execute("ROLLBACK")
-                if is_full(exc):
+                if is_full(exc) and not isinstance(exc, StorageFull):
                     raise full(exc, self.path) from exc
                 raise
         return result
