@@ -12,8 +12,8 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.server.idempotency import (
     DAY,
     IdempotencyPolicy,
-    IdempotencyStore,
     Outcome,
+    SqlIdempotencyStore,
     StoredResponse,
     decide,
 )
@@ -72,7 +72,7 @@ def test_policy_values_must_be_in_order() -> None:
         IdempotencyPolicy(lock_timeout=0)
 
 
-def _claim(store: IdempotencyStore, db: Database, fp: str = "f", key: str = "k") -> Any:
+def _claim(store: SqlIdempotencyStore, db: Database, fp: str = "f", key: str = "k") -> Any:
     with db.transaction() as tx:
         return store.claim(
             tx, principal="p", key=key, fingerprint=fp, method="POST", path="/x", operation_id="op"
@@ -81,7 +81,7 @@ def _claim(store: IdempotencyStore, db: Database, fp: str = "f", key: str = "k")
 
 def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -> None:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
-    store = IdempotencyStore(policy, now=clock)
+    store = SqlIdempotencyStore(policy, now=clock)
     first = _claim(store, db)
     assert first.outcome is Outcome.FRESH and first.claim is not None
     assert _claim(store, db).outcome is Outcome.IN_PROGRESS  # committed claim, lock held
@@ -113,7 +113,7 @@ def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -
 def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
     db: Database, clock: FakeClock
 ) -> None:
-    store = IdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
+    store = SqlIdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
     orphan = _claim(store, db).claim
     clock.advance(29)
     assert _claim(store, db).outcome is Outcome.IN_PROGRESS
@@ -129,7 +129,7 @@ def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
 
 
 def test_release_frees_the_key_for_a_retry(db: Database, clock: FakeClock) -> None:
-    store = IdempotencyStore(now=clock)
+    store = SqlIdempotencyStore(now=clock)
     first = _claim(store, db)
     with db.transaction() as tx:
         assert store.release(tx, first.claim)
@@ -138,7 +138,7 @@ def test_release_frees_the_key_for_a_retry(db: Database, clock: FakeClock) -> No
 
 
 def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
-    store = IdempotencyStore(now=clock)
+    store = SqlIdempotencyStore(now=clock)
     with db.transaction() as tx:
         a = store.claim(
             tx, principal="a", key="k", fingerprint="1", method="POST", path="/", operation_id="x"
@@ -151,7 +151,7 @@ def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
 
 def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: FakeClock) -> None:
     policy = IdempotencyPolicy(response_retention=DAY, claim_retention=2 * DAY)
-    store = IdempotencyStore(policy, now=clock)
+    store = SqlIdempotencyStore(policy, now=clock)
     with db.transaction() as tx:
         for i in range(12):
             claim = store.claim(

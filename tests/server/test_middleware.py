@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from pigeon.server.idempotency import DAY, IdempotencyPolicy, IdempotencyStore
+from pigeon.server.idempotency import DAY, IdempotencyPolicy, SqlIdempotencyStore
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.storage.base import Database
 
@@ -259,7 +259,7 @@ def test_the_middleware_refuses_a_principal_too_long_to_scope_a_key(
 
 def _claim_state(db: Database, key: str) -> str | None:
     with db.transaction() as tx:
-        row = IdempotencyStore().get(tx, "anonymous", key)
+        row = SqlIdempotencyStore().get(tx, "anonymous", key)
     return None if row is None else str(row["state"])
 
 
@@ -280,6 +280,8 @@ def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
     assert refused.headers["content-type"] == "application/problem+json"
     assert "at most 100 bytes" in refused.json()["detail"] and effects == []
     with db.transaction() as tx:  # nothing claimed: the key runs when the body fits
-        assert IdempotencyStore(IdempotencyPolicy(), now=clock).get(tx, "anonymous", "big") is None
+        assert (
+            SqlIdempotencyStore(IdempotencyPolicy(), now=clock).get(tx, "anonymous", "big") is None
+        )
     assert client.post("/charges", json={"x": 1}, headers=key).status_code == 201
     assert len(effects) == 1

@@ -75,3 +75,16 @@ def test_the_server_never_imports_a_driver() -> None:
         if _imports(path) & {"sqlite3", "psycopg"}
     }
     assert offenders == {}
+
+
+def test_the_servers_policy_never_branches_on_the_backend() -> None:
+    """What differs per backend is said by the idempotency stores, not by the intake."""
+    stores = {"idempotency_stores.py", "idempotency_memory.py"}
+    offenders = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in sorted((SRC / "server").rglob("*.py"))
+        if path.name not in stores
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ".backend ==" in line or ".backend !=" in line
+    ]
+    assert offenders == []

@@ -370,7 +370,7 @@ def create_app(
         allow_anonymous=authenticate is None if allow_anonymous is None else allow_anonymous,
     )
     if group_commit is None:
-        group_commit = intake.db.backend == "sqlite"
+        group_commit = intake.store.single_writer
     grouped = GroupCommit(intake) if group_commit else None
 
     async def operation(request: Request) -> Response:

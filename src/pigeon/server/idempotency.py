@@ -27,11 +27,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.storage.base import Row, Tx
+from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sealed import RESPONSE_BODY
@@ -80,6 +81,11 @@ class _LockTokens:
 _tokens = _LockTokens()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_tokens._reset)
+
+
+def new_token() -> str:
+    """A new claim token (unique in this process and, by its random prefix, beyond)."""
+    return _tokens.next()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,11 @@ class Decision:
 BODY_AD = RESPONSE_BODY.ad
 
 
+def stored_response(row: Row, cipher: Cipher = PLAIN) -> StoredResponse:
+    """The stored response of a claim row (a replay's answer)."""
+    return _response(row, cipher)
+
+
 def _response(row: Row, cipher: Cipher = PLAIN) -> StoredResponse:
     headers = json.loads(row["response_headers"] or "[]")
     return StoredResponse(
@@ -170,8 +181,75 @@ def _response(row: Row, cipher: Cipher = PLAIN) -> StoredResponse:
     )
 
 
-class IdempotencyStore:
-    """Claims of (principal, key) pairs, inside transactions handed in by the caller."""
+class IdempotencyStore(Protocol):
+    """What the intake (and the middleware) ask of the claims' store: transactions, and
+    claims of (principal, key) pairs inside a transaction.
+
+    Every claim method works inside a transaction it is handed and does not own: one of
+    the store's own (``transaction``) or one the application opened on its own connection
+    (``pigeon.storage.server.borrow``), so the claim, the application's writes, pigeon's
+    jobs and the stored response can commit together, whoever commits. Implementations:
+    ``SQLiteIdempotencyStore`` and ``PostgresIdempotencyStore``
+    (``pigeon.server.idempotency_stores``, one SQL text per backend, the same statements
+    by name) and ``MemoryIdempotencyStore`` (``pigeon.server.idempotency_memory``, for the
+    unit tier). ``idempotency_store(db)`` picks the one for a database."""
+
+    policy: IdempotencyPolicy
+
+    @property
+    def single_writer(self) -> bool:
+        """Do write transactions run one at a time (SQLite, memory)? Then requests that
+        arrive together are better committed as one group (``create_app(group_commit=)``)."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[Tx]:
+        """A write transaction of the store's own: leaving it commits."""
+        ...
+
+    def read_only(self) -> AbstractContextManager[Tx]:
+        """A transaction that refuses writes (the replay hooks' reads)."""
+        ...
+
+    def claim(
+        self,
+        tx: Tx,
+        *,
+        principal: str,
+        key: str,
+        fingerprint: str,
+        method: str,
+        path: str,
+        operation_id: str,
+    ) -> Decision: ...
+
+    def fence(self, tx: Tx, claim: Claim) -> bool: ...
+
+    def renew(self, tx: Tx, claim: Claim) -> bool: ...
+
+    def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool: ...
+
+    def release(self, tx: Tx, claim: Claim) -> bool: ...
+
+    def get(self, tx: Tx, principal: str, key: str) -> Row | None: ...
+
+    def purge(self, tx: Tx, limit: int = PURGE_BATCH) -> tuple[int, int]: ...
+
+    def stats(self, tx: Tx) -> Mapping[str, int]: ...
+
+
+def check_claim_wait(claim_wait: float) -> float:
+    if not 0 < claim_wait <= 60:
+        raise ConfigurationError(f"claim_wait must be in (0, 60] seconds, not {claim_wait}")
+    return claim_wait
+
+
+class SqlIdempotencyStore:
+    """Claims of (principal, key) pairs in SQL asked for by name, inside transactions
+    handed in by the caller: the same code on SQLite and PostgreSQL, each backend's text in
+    its ``intake.sql``. Bound to a ``db``, it opens transactions of its own too (the
+    backends' subclasses in ``pigeon.server.idempotency_stores`` say how)."""
+
+    single_writer = False
 
     def __init__(
         self,
@@ -179,12 +257,24 @@ class IdempotencyStore:
         *,
         now: Callable[[], float] = time.time,
         claim_wait: float = CLAIM_WAIT,
+        db: Database | None = None,
     ) -> None:
-        if not 0 < claim_wait <= 60:
-            raise ConfigurationError(f"claim_wait must be in (0, 60] seconds, not {claim_wait}")
         self.policy = policy or IdempotencyPolicy()
         self.now = now
-        self.claim_wait = claim_wait
+        self.claim_wait = check_claim_wait(claim_wait)
+        self._db = db
+
+    @property
+    def db(self) -> Database:
+        if self._db is None:
+            raise ConfigurationError("this idempotency store is bound to no database")
+        return self._db
+
+    def transaction(self) -> AbstractContextManager[Tx]:
+        return self.db.transaction()
+
+    def read_only(self) -> AbstractContextManager[Tx]:
+        return self.db.transaction()
 
     def claim(
         self,

@@ -69,6 +69,7 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
+from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import loggable
 from pigeon.server.inflight import InFlight
 from pigeon.server.operations import (
@@ -86,6 +87,7 @@ from pigeon.server.replay import (
     ReplayInfo,
     hooked_refusal,
     refresh_all,
+    refresh_in,
     refusal,
 )
 from pigeon.server.results import (
@@ -154,7 +156,9 @@ class Intake:
         # Across processes only the database can tell that a key is in progress, and
         # PostgreSQL tells it by making the claim wait: that wait is bounded the same way.
         claim_wait = max(CLAIM_WAIT, self.in_progress_wait)
-        self.store = IdempotencyStore(self.policy, now=self.now, claim_wait=claim_wait)
+        self.store: IdempotencyStore = idempotency_store(
+            self.db, self.policy, now=self.now, claim_wait=claim_wait
+        )
         self.inflight = InFlight()
 
     # -- registration ----------------------------------------------------------------
@@ -254,19 +258,53 @@ class Intake:
 
     # -- applying --------------------------------------------------------------------
 
-    def execute(self, principal: str, op: OperationRequest) -> OpResult:
+    def execute(self, principal: str, op: OperationRequest, *, tx: Tx | None = None) -> OpResult:
         """Apply one operation (the single-request route). Never raises for bad input.
 
         A duplicate of a request this process is still applying is answered 409 at once
-        (or after ``in_progress_wait``, with the original's stored response)."""
+        (or after ``in_progress_wait``, with the original's stored response).
+
+        ``tx``: a transaction the application opened and will end itself (its own
+        connection, lent with ``pigeon.storage.server.borrow``). The claim, the handler's
+        writes and the stored response are made in a savepoint of it, beside whatever
+        else the application writes there; nothing commits until the application does,
+        and a rollback takes the claim with it, so the retry runs. A refusal or a failure
+        of this operation rolls its savepoint back and leaves the transaction usable.
+        ``after_commit`` is not called (the application commits), and a store failure
+        propagates (the transaction is the application's to end)."""
         owner = object()
         refused = self.admit(principal, op, owner)
         if refused is not None:
             return refused
         try:
+            if tx is not None:
+                return self._execute_in(tx, principal, op)
             return self._execute(principal, op)
         finally:
             self.release(principal, op, owner)
+
+    def _execute_in(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
+        """``execute`` in the caller's transaction."""
+        if self.claim_mode == "separate":
+            raise ConfigurationError(
+                "claim_mode='separate' commits the claim on its own: it cannot run in a "
+                "transaction the application owns"
+            )
+        try:
+            with tx.savepoint():
+                result = self._apply(tx, principal, op)
+        except Failed as failed:
+            return failed.result
+        except KeyBusy as busy:  # the savepoint took the aborted claim back
+            return _busy(busy, op)
+        if result.refresh is None:
+            return result
+        try:  # a replay hook's read, in a savepoint: its failure leaves the caller's tx usable
+            with tx.savepoint():
+                return refresh_in(tx, [result], strict=True)[0]
+        except Exception as exc:
+            failure(log, "replay hook failed, the stored response is sent", exc=exc)
+            return dataclasses.replace(result, refresh=None)
 
     def _execute(self, principal: str, op: OperationRequest) -> OpResult:
         """``execute`` for an operation already admitted."""
@@ -282,7 +320,7 @@ class Intake:
         except STORE_DOWN as exc:
             return store_unavailable(exc)
         self._notify([result])
-        return refresh_all(self.db, [result])[0]
+        return refresh_all(self.store, [result])[0]
 
     def execute_group(
         self,
@@ -322,7 +360,7 @@ class Intake:
             log.warning("a group of %d requests failed, applying them one by one", len(items))
             return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
         self._notify(results)
-        return refresh_all(self.db, results)
+        return refresh_all(self.store, results)
 
     def _execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
         try:
@@ -380,7 +418,7 @@ class Intake:
             results.extend(done)
             if done and done[-1].transient:
                 break
-        return refresh_all(self.db, results)
+        return refresh_all(self.store, results)
 
     def _chunk(self, principal: str, ops: list[OperationRequest | OpResult]) -> list[OpResult]:
         busy_at: list[int] = []
@@ -428,7 +466,7 @@ class Intake:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Tx]:
-        with self.db.transaction() as tx:
+        with self.store.transaction() as tx:
             yield tx
 
     def _transact(self, work: Callable[[Tx], T]) -> T:

@@ -54,6 +54,7 @@ from pigeon.server.idempotency import (
     Outcome,
     StoredResponse,
 )
+from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import MAX_PATH_LENGTH
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
@@ -96,7 +97,7 @@ class IdempotencyMiddleware:
     ) -> None:
         self.app = app
         self.db = db
-        self.store = IdempotencyStore(policy, now=now)
+        self.store: IdempotencyStore = idempotency_store(db, policy, now=now)
         self.authenticate = authenticate or BearerAuth()
         # As create_app: anonymous callers only with the stand-in, unless told otherwise.
         self.allow_anonymous = authenticate is None if allow_anonymous is None else allow_anonymous
@@ -163,7 +164,7 @@ class IdempotencyMiddleware:
         target = scope["path"]
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
-        with self.db.transaction() as tx:
+        with self.store.transaction() as tx:
             return self.store.claim(
                 tx,
                 principal=principal,
@@ -235,15 +236,15 @@ class IdempotencyMiddleware:
                 await run_in_threadpool(self._renew, claim)
 
     def _renew(self, claim: Claim) -> None:
-        with self.db.transaction() as tx:
+        with self.store.transaction() as tx:
             self.store.renew(tx, claim)
 
     def _release(self, claim: Claim) -> None:
-        with contextlib.suppress(*STORE_DOWN), self.db.transaction() as tx:
+        with contextlib.suppress(*STORE_DOWN), self.store.transaction() as tx:
             self.store.release(tx, claim)
 
     def _complete(self, claim: Claim, stored: StoredResponse) -> None:
-        with self.db.transaction() as tx:
+        with self.store.transaction() as tx:
             self.store.complete(tx, claim, stored)
 
     async def _refuse(

@@ -26,20 +26,18 @@ hold the conflict for the user. A hook returns None where it has nothing to add.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pigeon.logs import failure
 from pigeon.protocol.wire import REPLAYED, canonical_json
-from pigeon.server.idempotency import Decision, Outcome
+from pigeon.server.idempotency import Decision, IdempotencyStore, Outcome
 from pigeon.server.results import OpResult, problem_result
-from pigeon.storage.base import Database, Tx
-from pigeon.storage.sqlite import SQLiteDatabase
+from pigeon.storage.base import Tx
 
 log = logging.getLogger(__name__)
 
@@ -133,29 +131,14 @@ def hooked_refusal(decision: Decision, key: str, hook: ReplayHook, info: ReplayI
     return result
 
 
-@contextlib.contextmanager
-def read_only(db: Database) -> Iterator[Tx]:
-    """A transaction the database refuses to write in."""
-    if isinstance(db, SQLiteDatabase):
-        context: contextlib.AbstractContextManager[Tx] = db.transaction(immediate=False)
-    else:  # PostgreSQL, or a wrapper (whose SQLite BEGIN IMMEDIATE only costs the lock)
-        context = db.transaction()
-    with context as tx:
-        tx.execute("replay_read_only")
-        try:
-            yield tx
-        finally:
-            if tx.backend == "sqlite":  # a connection setting there: hand it back writable
-                tx.execute("replay_read_write")
-
-
-def refresh_all(db: Database, results: list[OpResult]) -> list[OpResult]:
-    """Run the replay hooks of ``results`` (one read-only transaction for all of them)."""
+def refresh_all(store: IdempotencyStore, results: list[OpResult]) -> list[OpResult]:
+    """Run the replay hooks of ``results`` (one read-only transaction of the store for
+    all of them)."""
     if not any(r.refresh is not None for r in results):
         return results
     try:
-        with read_only(db) as tx:
-            return [_refreshed(tx, r) for r in results]
+        with store.read_only() as tx:
+            return refresh_in(tx, results)
     except Exception as exc:
         failure(
             log,
@@ -166,12 +149,20 @@ def refresh_all(db: Database, results: list[OpResult]) -> list[OpResult]:
         return [dataclasses.replace(r, refresh=None) for r in results]
 
 
-def _refreshed(tx: Tx, result: OpResult) -> OpResult:
+def refresh_in(tx: Tx, results: list[OpResult], *, strict: bool = False) -> list[OpResult]:
+    """Run the replay hooks of ``results`` in ``tx``. A hook that fails leaves its result
+    the stored response, or with ``strict`` raises."""
+    return [_refreshed(tx, r, strict) for r in results]
+
+
+def _refreshed(tx: Tx, result: OpResult, strict: bool = False) -> OpResult:
     if result.refresh is None:
         return result
     try:
         body = result.refresh(tx)
     except Exception as exc:
+        if strict:
+            raise
         failure(log, "replay hook failed, the stored response is sent", exc=exc)
         return dataclasses.replace(result, refresh=None)
     text = result.body_text if body is None else canonical_json(body)

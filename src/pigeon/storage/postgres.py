@@ -93,6 +93,38 @@ class PostgresTx:
             yield
 
 
+class BorrowedPostgresTx(PostgresTx):
+    """``PostgresTx`` over the application's own connection, in a transaction it opened
+    and will end (``pigeon.storage.server.borrow``): rows as dicts whatever the
+    connection's row factory, which stays the application's."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], queries: Mapping[str, str], cipher: Cipher = PLAIN
+    ) -> None:
+        super().__init__(conn, queries, cipher)
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
+        return self.sql(self.queries[name], params)
+
+    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.executemany(self.queries[name], params)
+
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
+        return self.conn.cursor(row_factory=dict_row).execute(statement, params or {})
+
+
+def borrowable(conn: object) -> bool:
+    return isinstance(conn, psycopg.Connection)
+
+
+def in_transaction(conn: psycopg.Connection[Any]) -> bool:
+    """Will the next statement run in a transaction the application ends? (Not when the
+    connection commits each statement by itself.)"""
+    idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    return not (conn.autocommit and idle)
+
+
 def _liveness(network_timeout: float) -> dict[str, int]:
     """libpq settings that notice a dead peer within about ``network_timeout`` seconds:
     unacknowledged data gives up after that long, and an idle connection is probed

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+from functools import cache
+from typing import Any
 
-from pigeon.storage.base import Database
+from pigeon.exceptions import ConfigurationError
+from pigeon.storage.base import Database, Tx
 from pigeon.storage.crypto import Keyring, cipher_for
 from pigeon.storage.queries import load_queries
-from pigeon.storage.sqlite import Durability, SQLiteDatabase
+from pigeon.storage.sqlite import BorrowedSQLiteTx, Durability, SQLiteDatabase
 
 SERVER_APPLICATION_ID = 0x50474E53  # "PGNS": a pigeon server database
 SERVER_COMPONENTS = ("intake", "notes", "jobs", "conflicts")
 
 
+@cache
 def server_queries(backend: str) -> dict[str, str]:
     merged: dict[str, str] = {}
     for component in SERVER_COMPONENTS:
@@ -49,3 +54,38 @@ def open_server_db(
         durability=durability,
         cipher=cipher,
     )
+
+
+def borrow(conn: Any, *, keyring: Keyring | None = None) -> Tx:
+    """pigeon's ``Tx`` over a transaction the application opened on its own connection
+    (a ``sqlite3.Connection`` or a ``psycopg.Connection``) and will commit or roll back
+    itself: ``Intake.execute(principal, op, tx=borrow(conn))`` then puts the key's claim,
+    the handler's writes, the jobs and the stored response in the application's
+    transaction, beside its own writes, in one commit. pigeon begins, commits and rolls
+    back nothing of it (savepoints only). The database must hold pigeon's tables: open it
+    once with ``open_server_db``, which migrates it.
+
+    A SQLite connection must be in its transaction already (``BEGIN``, or a first write
+    under Python's implicit transactions); a psycopg connection either not in autocommit
+    or inside ``conn.transaction()``. ``keyring``: the one the database's other openers
+    seal with (``open_server_db(..., keyring=)``), so what is written here is sealed too."""
+    cipher = cipher_for(keyring)
+    if isinstance(conn, sqlite3.Connection):
+        if not conn.in_transaction:
+            raise ConfigurationError(
+                "borrow() needs the connection's transaction open (BEGIN first): pigeon "
+                "commits nothing of a transaction it borrows"
+            )
+        return BorrowedSQLiteTx(conn, server_queries("sqlite"), cipher)
+    try:
+        from pigeon.storage import postgres
+    except ImportError:  # psycopg not installed: it cannot be a psycopg connection
+        postgres = None  # type: ignore[assignment]
+    if postgres is not None and postgres.borrowable(conn):
+        if not postgres.in_transaction(conn):
+            raise ConfigurationError(
+                "borrow() needs a transaction: a connection not in autocommit, or "
+                "inside conn.transaction(); pigeon commits nothing of it"
+            )
+        return postgres.BorrowedPostgresTx(conn, server_queries("postgres"), cipher)
+    raise TypeError(f"borrow() takes a sqlite3 or psycopg connection, not {type(conn).__name__}")

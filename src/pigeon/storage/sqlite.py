@@ -251,6 +251,20 @@ class SQLiteTx:
             self._depth -= 1
 
 
+class BorrowedSQLiteTx(SQLiteTx):
+    """``SQLiteTx`` over the application's own connection, in a transaction it opened
+    and will end (``pigeon.storage.server.borrow``): rows as dicts whatever the
+    connection's row factory, which stays the application's."""
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
+        return self.sql(self.queries[name], params)
+
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
+        cursor = self.conn.cursor()
+        cursor.row_factory = _dict_row
+        return cursor.execute(statement, params or {})
+
+
 class SQLiteDatabase:
     """A SQLite file with per-thread connections and named queries of one or more components."""
 

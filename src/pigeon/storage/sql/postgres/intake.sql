@@ -1,4 +1,4 @@
--- Idempotency claims of the intake (pigeon.server.idempotency.IdempotencyStore): the
+-- Idempotency claims of the intake (pigeon.server.idempotency_stores): the
 -- same names and meaning as sqlite/intake.sql. Under READ COMMITTED a second inserter of
 -- a key waits on the primary key until the first commits (then ON CONFLICT DO NOTHING
 -- and the next statement's fresh snapshot sees the winner's row) or rolls back (then it
@@ -140,5 +140,5 @@ FROM idempotency_claims
 SELECT 1 AS ok
 
 -- name: replay_read_only
--- The replay hook's transaction (pigeon.server.replay.read_only); the first statement.
+-- The replay hook's transaction (IdempotencyStore.read_only); the first statement.
 SET TRANSACTION READ ONLY

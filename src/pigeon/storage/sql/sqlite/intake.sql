@@ -1,4 +1,4 @@
--- Idempotency claims of the intake (pigeon.server.idempotency.IdempotencyStore).
+-- Idempotency claims of the intake (pigeon.server.idempotency_stores).
 -- PostgreSQL supplies the same names in postgres/intake.sql with %(name)s parameters.
 
 -- name: claim_insert
@@ -100,7 +100,7 @@ FROM idempotency_claims
 SELECT 1 AS ok
 
 -- name: replay_read_only
--- The replay hook's transaction (pigeon.server.replay.read_only): a connection setting
+-- The replay hook's transaction (IdempotencyStore.read_only): a connection setting
 -- on SQLite, so replay_read_write hands the connection back writable afterwards.
 PRAGMA query_only = ON
 
