@@ -68,7 +68,9 @@ def test_a_purge_skips_a_key_held_by_a_running_request_instead_of_waiting(pg_url
 
         def hold() -> None:  # another request sits on the "held" row, uncommitted
             with psycopg.connect(pg_url) as conn:
-                conn.execute("SELECT 1 FROM idempotency_claims WHERE idem_key = 'held' FOR UPDATE")
+                conn.execute(
+                    "SELECT 1 FROM pigeon_idempotency_claims WHERE idem_key = 'held' FOR UPDATE"
+                )
                 locked.set()
                 release.wait(30)
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.postgres
 
 ROWS = 10_000
 NOW = 1_700_000_000.0
-BIG_TABLES = {"idempotency_claims", "notes", "effect_ledger"}
+BIG_TABLES = {"pigeon_idempotency_claims", "notes", "effect_ledger"}
 
 KEY = {"principal": "user-7", "idem_key": "key-77"}
 CLAIM = KEY | {
@@ -64,7 +64,7 @@ LOOKUPS: dict[str, dict[str, Any]] = {
 }
 
 FILL = """
-INSERT INTO idempotency_claims (
+INSERT INTO pigeon_idempotency_claims (
     principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
     locked_until, status, response_headers, response_body, body_format, created_at,
     completed_at, response_expires_at, claim_expires_at)

@@ -21,13 +21,17 @@ class SealedColumn:
     column: str
     key: tuple[str, ...]  # the primary key: how rotation walks and addresses rows
     bound: tuple[str, ...]  # the row's columns its ciphertext is bound to
+    # The table's name in the associated data, when it differs from its name now: a
+    # renamed table (pigeon_ / ref_ prefixes) keeps the name its values were sealed under,
+    # so they still open.
+    sealed_as: str | None = None
 
     @property
     def ad(self) -> tuple[str, str]:
-        return (self.table, self.column)
+        return (self.sealed_as or self.table, self.column)
 
     def ad_of(self, row: Mapping[str, Any]) -> tuple[str, ...]:
-        return (self.table, self.column, *(str(row[c]) for c in self.bound))
+        return (*self.ad, *(str(row[c]) for c in self.bound))
 
     @property
     def name(self) -> str:
@@ -35,7 +39,11 @@ class SealedColumn:
 
 
 RESPONSE_BODY = SealedColumn(
-    "idempotency_claims", "response_body", ("principal", "idem_key"), ("principal", "idem_key")
+    "pigeon_idempotency_claims",
+    "response_body",
+    ("principal", "idem_key"),
+    ("principal", "idem_key"),
+    sealed_as="idempotency_claims",
 )
 NOTE_DATA = SealedColumn("notes", "data", ("principal", "id"), ("principal", "id"))
 RECORD_DATA = SealedColumn("pigeon_records", "data", ("id",), ("id",))

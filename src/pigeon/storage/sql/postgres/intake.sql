@@ -16,7 +16,7 @@ WITH bound AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS previous,
            set_config('lock_timeout', %(claim_wait)s, true) AS waiting
 ), inserted AS (
-    INSERT INTO idempotency_claims (
+    INSERT INTO pigeon_idempotency_claims (
         principal, idem_key, fingerprint, method, path, operation_id, state,
         lock_token, locked_until, created_at, claim_expires_at
     )
@@ -35,7 +35,7 @@ FROM bound
 SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
        locked_until, status, response_headers, response_body, body_format, created_at,
        completed_at, response_expires_at, claim_expires_at
-FROM idempotency_claims
+FROM pigeon_idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
 
 -- name: claim_take_over
@@ -47,7 +47,7 @@ WITH bound AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS previous,
            set_config('lock_timeout', %(claim_wait)s, true) AS waiting
 ), taken AS (
-    UPDATE idempotency_claims
+    UPDATE pigeon_idempotency_claims
     SET fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s,
         operation_id = %(operation_id)s, state = 'in_progress', lock_token = %(lock_token)s,
         locked_until = %(locked_until)s, status = NULL, response_headers = NULL,
@@ -68,7 +68,7 @@ FROM bound
 -- UPDATE here made it wait on the unique index for the whole of the work. A taker's
 -- claim_take_over waits on this lock (bounded), so a live holder is never taken over.
 SELECT idem_key
-FROM idempotency_claims
+FROM pigeon_idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
   AND state = 'in_progress' AND lock_token = %(lock_token)s
 FOR UPDATE
@@ -76,14 +76,14 @@ FOR UPDATE
 -- name: claim_renew
 -- The holder is still running (IdempotencyMiddleware): push the lock timeout on, so a
 -- retry keeps meeting "in progress" instead of taking the key over and running twice.
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET locked_until = %(locked_until)s
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
   AND state = 'in_progress' AND lock_token = %(lock_token)s
 RETURNING idem_key
 
 -- name: claim_complete
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET state = 'completed', status = %(status)s, response_headers = %(response_headers)s,
     response_body = %(response_body)s, body_format = %(body_format)s,
     completed_at = %(now)s, response_expires_at = %(response_expires_at)s,
@@ -93,7 +93,7 @@ WHERE principal = %(principal)s AND idem_key = %(idem_key)s
 RETURNING idem_key
 
 -- name: claim_release
-DELETE FROM idempotency_claims
+DELETE FROM pigeon_idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s
   AND state = 'in_progress' AND lock_token = %(lock_token)s
 RETURNING idem_key
@@ -105,11 +105,11 @@ RETURNING idem_key
 -- the condition is checked again, so a row changed meanwhile is left for the next round.
 -- response_expires_at goes to NULL with the body, so a purged row leaves the expiry
 -- index's range and later rounds never walk past it again.
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET response_body = NULL, response_headers = NULL, response_expires_at = NULL
 WHERE ctid = ANY (ARRAY(
         SELECT ctid
-        FROM idempotency_claims
+        FROM pigeon_idempotency_claims
         WHERE response_body IS NOT NULL AND response_expires_at <= %(now)s
           AND state = 'completed'
         ORDER BY response_expires_at
@@ -119,10 +119,10 @@ WHERE ctid = ANY (ARRAY(
 RETURNING idem_key
 
 -- name: purge_claims
-DELETE FROM idempotency_claims
+DELETE FROM pigeon_idempotency_claims
 WHERE ctid = ANY (ARRAY(
         SELECT ctid
-        FROM idempotency_claims
+        FROM pigeon_idempotency_claims
         WHERE claim_expires_at <= %(now)s AND (state = 'completed' OR locked_until <= %(now)s)
         ORDER BY claim_expires_at
         LIMIT %(limit)s
@@ -134,7 +134,7 @@ RETURNING idem_key
 SELECT count(*) AS claims,
        count(*) FILTER (WHERE state = 'in_progress') AS in_progress,
        count(*) FILTER (WHERE response_body IS NOT NULL) AS responses
-FROM idempotency_claims
+FROM pigeon_idempotency_claims
 
 -- name: health_probe
 SELECT 1 AS ok

@@ -2,7 +2,7 @@
 -- PostgreSQL supplies the same names in postgres/intake.sql with %(name)s parameters.
 
 -- name: claim_insert
-INSERT INTO idempotency_claims (
+INSERT INTO pigeon_idempotency_claims (
     principal, idem_key, fingerprint, method, path, operation_id, state,
     lock_token, locked_until, created_at, claim_expires_at
 ) VALUES (
@@ -16,13 +16,13 @@ RETURNING idem_key
 SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
        locked_until, status, response_headers, response_body, body_format, created_at,
        completed_at, response_expires_at, claim_expires_at
-FROM idempotency_claims
+FROM pigeon_idempotency_claims
 WHERE principal = :principal AND idem_key = :idem_key
 
 -- name: claim_take_over
 -- Only a dead claim can be taken: an expired lock, or a claim past its retention.
 -- The condition is re-checked here so two takers cannot both win.
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET fingerprint = :fingerprint, method = :method, path = :path,
     operation_id = :operation_id, state = 'in_progress', lock_token = :lock_token,
     locked_until = :locked_until, status = NULL, response_headers = NULL,
@@ -34,7 +34,7 @@ RETURNING idem_key
 
 -- name: claim_fence
 -- Touching the row takes its row lock on PostgreSQL for the rest of the transaction.
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET locked_until = locked_until
 WHERE principal = :principal AND idem_key = :idem_key
   AND state = 'in_progress' AND lock_token = :lock_token
@@ -43,14 +43,14 @@ RETURNING idem_key
 -- name: claim_renew
 -- The holder is still running (IdempotencyMiddleware): push the lock timeout on, so a
 -- retry keeps meeting "in progress" instead of taking the key over and running twice.
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET locked_until = :locked_until
 WHERE principal = :principal AND idem_key = :idem_key
   AND state = 'in_progress' AND lock_token = :lock_token
 RETURNING idem_key
 
 -- name: claim_complete
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET state = 'completed', status = :status, response_headers = :response_headers,
     response_body = :response_body, body_format = :body_format, completed_at = :now,
     response_expires_at = :response_expires_at, lock_token = NULL, locked_until = NULL
@@ -59,7 +59,7 @@ WHERE principal = :principal AND idem_key = :idem_key
 RETURNING idem_key
 
 -- name: claim_release
-DELETE FROM idempotency_claims
+DELETE FROM pigeon_idempotency_claims
 WHERE principal = :principal AND idem_key = :idem_key
   AND state = 'in_progress' AND lock_token = :lock_token
 RETURNING idem_key
@@ -69,11 +69,11 @@ RETURNING idem_key
 -- response_expires_at goes to NULL with the body: a purged row leaves the expiry index's
 -- range, so later rounds never walk past what earlier ones already purged. Nothing reads
 -- the expiry of a purged response (no body: "already applied", whatever the time).
-UPDATE idempotency_claims
+UPDATE pigeon_idempotency_claims
 SET response_body = NULL, response_headers = NULL, response_expires_at = NULL
 WHERE rowid IN (
         SELECT rowid
-        FROM idempotency_claims
+        FROM pigeon_idempotency_claims
         WHERE response_expires_at <= :now AND response_body IS NOT NULL
           AND state = 'completed'
         ORDER BY response_expires_at
@@ -81,10 +81,10 @@ WHERE rowid IN (
 RETURNING idem_key
 
 -- name: purge_claims
-DELETE FROM idempotency_claims
+DELETE FROM pigeon_idempotency_claims
 WHERE rowid IN (
         SELECT rowid
-        FROM idempotency_claims
+        FROM pigeon_idempotency_claims
         WHERE claim_expires_at <= :now AND (state = 'completed' OR locked_until <= :now)
         ORDER BY claim_expires_at
         LIMIT :limit)
@@ -94,7 +94,7 @@ RETURNING idem_key
 SELECT count(*) AS claims,
        coalesce(sum(CASE WHEN state = 'in_progress' THEN 1 ELSE 0 END), 0) AS in_progress,
        coalesce(sum(CASE WHEN response_body IS NOT NULL THEN 1 ELSE 0 END), 0) AS responses
-FROM idempotency_claims
+FROM pigeon_idempotency_claims
 
 -- name: health_probe
 SELECT 1 AS ok
