@@ -20,7 +20,7 @@ from pigeon.jobs.manager import enqueue
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions
 from pigeon.storage.server import open_server_db
 
-BENCH_APP = "pigeon.jobs.demo:app"
+BENCH_APP = "pigeon.reference.jobs:app"
 
 
 def pigeon_drain(url: str, n: int, processes: int, options: WorkerOptions) -> float:

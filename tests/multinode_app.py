@@ -1,6 +1,6 @@
 """The job app the multi-node test's worker nodes run (``--app tests.multinode_app:app``).
 
-The same queues and tasks as ``pigeon.jobs.demo`` (the reference app's ``POST /answers``
+The same queues and tasks as ``pigeon.reference.jobs`` (the reference app's ``POST /answers``
 enqueues ``grading/grade`` and ``notify/send``), with short timeouts so a job leased by a
 SIGKILLed node is eligible again within seconds. Each effect appends one outbox row under
 a topic naming the job's business key: a job applied twice would show two rows.
@@ -15,8 +15,8 @@ from pigeon.exceptions import PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.context import JobContext
-from pigeon.jobs.demo import FIELDS, answer_data, author_has_access
 from pigeon.jobs.timeouts import Timeouts
+from pigeon.reference.jobs import FIELDS, answer_data, author_has_access
 from pigeon.storage.base import Tx
 
 SHORT = Timeouts(job=1.0, external_call=0.5, supervisor=1.5, lease=2.5)

@@ -24,7 +24,7 @@ import pytest
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
-from pigeon.server.faultproxy import FAULT_KINDS, FaultPlan, FaultProxy
+from pigeon.reference.faultproxy import FAULT_KINDS, FaultPlan, FaultProxy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chaos_client import plan

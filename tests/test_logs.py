@@ -40,9 +40,9 @@ from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.worker import Worker
 from pigeon.logs import REDACTED, JsonFormatter, Redactor, TextFormatter, dict_config, summary
 from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
-from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.sync.engine import SyncEngine

@@ -31,7 +31,7 @@ import pytest
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
-from pigeon.server.faultproxy import FaultPlan, FaultProxy
+from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.storage.server import open_server_db
 
 HERE = Path(__file__).parent

@@ -1,5 +1,10 @@
 """The public API is exactly what we mean to export, and every name in it resolves."""
 
+import subprocess
+import sys
+
+import pytest
+
 import pigeon
 
 EXPECTED = {
@@ -101,11 +106,31 @@ def test_server_api() -> None:
         "IntakeContext",
         "ValidationError",
         "create_app",
-        "create_notes_app",
-        "read_ledger",
     }
     for name in pigeon.server.__all__:
         assert getattr(pigeon.server, name) is not None
+
+
+def test_the_reference_app_moved_and_its_old_names_still_work_with_a_warning() -> None:
+    import pigeon.reference
+    import pigeon.server
+
+    assert set(pigeon.reference.__all__) == {"create_notes_app", "read_ledger"}
+    for name in pigeon.reference.__all__:
+        with pytest.warns(DeprecationWarning, match="pigeon.reference"):
+            assert getattr(pigeon.server, name) is getattr(pigeon.reference, name)
+
+
+def test_importing_the_server_imports_neither_the_reference_app_nor_pycrdt() -> None:
+    code = (
+        "import sys, pigeon.server\n"
+        "print(sorted(m for m in sys.modules"
+        " if m.split('.')[0] == 'pycrdt' or m.startswith('pigeon.reference')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
 
 
 def test_jobs_api_resolves() -> None:

@@ -262,7 +262,7 @@ def test_worker_refuses_a_queue_the_app_does_not_have(tmp_path: Path) -> None:
         code,
         output,
         "--queue",
-        "pigeon.jobs.demo:app has no queue 'nope' (its queues: grading, notify)",
+        "pigeon.reference.jobs:app has no queue 'nope' (its queues: grading, notify)",
     )
     # the README's command, with an app that declares grading only
     (tmp_path / "myapp.py").write_text(MYAPP)

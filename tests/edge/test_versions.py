@@ -10,7 +10,7 @@ import pytest
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor

@@ -14,12 +14,12 @@ import pytest
 from pigeon.exceptions import AccessRevoked, ConfigurationError, PayloadInvalid, PermanentError
 from pigeon.jobs import access, records
 from pigeon.jobs.app import App
-from pigeon.jobs.demo import app as demo_app
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import JobManager, enqueue
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.worker import Worker
+from pigeon.reference.jobs import app as demo_app
 from pigeon.storage.base import Database, Tx
 
 from .conftest import FakeClock

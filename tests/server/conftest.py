@@ -12,9 +12,9 @@ import pytest
 from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
+from pigeon.reference.notes import create_note
 from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
-from pigeon.server.notes import create_note
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.server import open_server_db, server_queries
 

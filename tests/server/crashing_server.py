@@ -12,7 +12,7 @@ import sys
 import uvicorn
 
 from pigeon.cli.serve_cmd import listen_socket
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 
 

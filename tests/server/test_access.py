@@ -25,13 +25,13 @@ from starlette.routing import Mount, Route
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import access
 from pigeon.server.access import AccessPolicy, OperatorToken, Rule, route_rules
 from pigeon.server.app import create_app
 from pigeon.server.auth import BearerAuth
 from pigeon.server.intake import Intake
 from pigeon.server.middleware import IdempotencyMiddleware
-from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import OPERATOR, OPERATOR_TOKEN, TestClient, operator_token

@@ -14,15 +14,15 @@ import httpx
 import pytest
 
 from pigeon.jobs import outbox, records
-from pigeon.jobs.demo import app as demo_app
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.worker import Worker
-from pigeon.server.answers import ANSWERS_PATH, accept_answer, current_answer
+from pigeon.reference.answers import ANSWERS_PATH, accept_answer, current_answer
+from pigeon.reference.jobs import app as demo_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.intake import ClaimMode, Intake, IntakeContext
-from pigeon.server.notes import create_notes_app
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Tx
 from tests.server.conftest import live_server
@@ -248,7 +248,7 @@ def test_answer_jobs_are_checked_against_the_job_app_and_take_its_retry_policy(
     # answer must carry it, and a task the app does not know is refused before anything
     # is accepted (not found out later by a worker, with the answer already "received").
     from pigeon.jobs.app import App
-    from pigeon.server.answers import add_answers
+    from pigeon.reference.answers import add_answers
 
     jobs_app = App()
     jobs_app.queue("grading")

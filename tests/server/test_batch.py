@@ -14,9 +14,9 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.reference.notes import create_note, delete_note, read_ledger, replace_note
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
-from pigeon.server.notes import create_note, delete_note, read_ledger, replace_note
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database, Row, Tx
 

@@ -21,10 +21,10 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
-from pigeon.server.notes import create_note, create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.classify import OutcomeKind, classify
 from pigeon.sync.connectivity import ManualMonitor

@@ -15,8 +15,8 @@ from pycrdt import Doc, Text
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import InvalidOperation
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.server.crdt import decode, encode, merge
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.crdt import decode, encode, merge
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pigeon.clock import HLCTimestamp
-from pigeon.server.conflicts import BoundedClock, Stamped, corrected, read_outcomes
-from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.reference.conflicts import BoundedClock, Stamped, corrected, read_outcomes
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import FakeClock, TestClient

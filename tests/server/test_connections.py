@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import uvicorn
 
+from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.identifiers import loggable
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
-from pigeon.server.notes import create_notes_app
 from pigeon.server.timeouts import Timeouts, timed_protocol
 from pigeon.storage.server import open_server_db
 

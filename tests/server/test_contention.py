@@ -16,9 +16,9 @@ import httpx
 import psycopg
 
 from pigeon.exceptions import StoreUnavailable
+from pigeon.reference.notes import create_note, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
-from pigeon.server.notes import create_note, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.errors import contended, store_down
 

@@ -11,10 +11,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from pigeon.exceptions import PermanentError
-from pigeon.jobs.demo import app as demo_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.jobs import app as demo_jobs
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from tests.server.conftest import OPERATOR, live_server, operator_token
 

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.server.faultproxy import EXCLUSIVE_KINDS, FAULT_KINDS, FaultPlan, FaultProxy
+from pigeon.reference.faultproxy import EXCLUSIVE_KINDS, FAULT_KINDS, FaultPlan, FaultProxy
 
 
 def _echo_app(seen: list[bytes]) -> Starlette:

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
-from pigeon.server.notes import create_note, create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import CountingDatabase, FakeClock

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.reference.notes import create_note, read_ledger
 from pigeon.server.inflight import Holder, InFlight
 from pigeon.server.intake import ClaimMode, Intake, OperationRequest
-from pigeon.server.notes import create_note, read_ledger
 from pigeon.server.results import OpResult
 from pigeon.server.testhooks import BadTestHook, TestHooks
 from pigeon.storage.base import Database

@@ -17,11 +17,11 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import access
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext
 from pigeon.server.middleware import IdempotencyMiddleware
-from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import OPERATOR, TestClient, operator_token

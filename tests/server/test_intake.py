@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import Handler, Intake
-from pigeon.server.notes import create_note, create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from pigeon.demo.processes import ServerProcess
-from pigeon.server.notes import read_ledger
+from pigeon.reference.notes import read_ledger
 from pigeon.server.testhooks import DELAY, FAIL, SET_COOKIE
 from pigeon.storage.server import open_server_db
 

@@ -17,9 +17,9 @@ from starlette.applications import Starlette
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import jwt_auth
 from pigeon.server.jwt_auth import JwtAuth
-from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import OPERATOR, TestClient, operator_token

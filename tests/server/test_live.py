@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server.intake import ClaimMode
-from pigeon.server.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 

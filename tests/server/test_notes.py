@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.reference.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.server.auth import BearerAuth
-from pigeon.server.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.storage.base import Database
 
 from .conftest import OPERATOR, TestClient, operator_token

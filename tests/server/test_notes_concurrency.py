@@ -15,8 +15,8 @@ import pytest
 from pycrdt import Doc, Text
 
 from pigeon.clock import HLCTimestamp
-from pigeon.server.crdt import decode, encode
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.crdt import decode, encode
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 

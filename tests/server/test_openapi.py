@@ -6,10 +6,10 @@ from typing import Any
 
 from openapi_spec_validator import validate
 
+from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import Intake
-from pigeon.server.notes import create_notes_app
 from pigeon.storage.base import Database
 
 from .conftest import TestClient, failing_handler

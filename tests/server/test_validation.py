@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pigeon.exceptions import ConfigurationError, ValidationError
+from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import ClaimMode, Intake, IntakeContext, OperationRequest
-from pigeon.server.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.openapi import build_openapi
 from pigeon.server.validation import RequestCheck
 from pigeon.storage.base import Database

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 
-from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import server_queries
 from tests.conftest import PG_ADMIN_DSN

@@ -20,8 +20,8 @@ from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.server.conflicts import read_outcomes
-from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.reference.conflicts import read_outcomes
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

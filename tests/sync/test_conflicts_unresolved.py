@@ -20,7 +20,7 @@ from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

@@ -1,4 +1,4 @@
-"""The engine against the reference server (pigeon.server.notes): real intake, real SQLite."""
+"""The engine against the reference server (pigeon.reference.notes): real intake, real SQLite."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.server.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

@@ -14,7 +14,7 @@ import pytest
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

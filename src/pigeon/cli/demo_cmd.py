@@ -13,7 +13,7 @@ from rich.table import Table
 from pigeon.demo.run import DemoReport, run_demo
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
-from pigeon.server.faultproxy import FaultPlan
+from pigeon.reference.faultproxy import FaultPlan
 
 # The plan takes up to 1/3 per kind (the three exclusive kinds then fault every request),
 # but the demo must also finish clean: at 0.3 (9 requests in 10 faulted) an operation now

@@ -21,7 +21,7 @@ from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.supervisor import add_app_dir
 from pigeon.ops.queries import OBLIGATION_STATES, WINDOWS, overview
 
-DEMO_APP = "pigeon.jobs.demo:app"
+DEMO_APP = "pigeon.reference.jobs:app"
 
 app = typer.Typer(help="Inspect and repair server jobs.", no_args_is_help=True)
 console = make_console()

@@ -29,11 +29,11 @@ from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
+from pigeon.reference.notes import create_notes_app
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
-from pigeon.server.notes import create_notes_app
 from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, Timeouts
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db

@@ -21,7 +21,7 @@ from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.supervisor import Supervisor, add_app_dir
 
-DEMO_APP = "pigeon.jobs.demo:app"
+DEMO_APP = "pigeon.reference.jobs:app"
 
 
 def _budget(value: str, spec: str) -> int | Budget:

@@ -26,7 +26,7 @@ from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

@@ -28,8 +28,8 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
-from pigeon.server.faultproxy import FaultPlan, FaultProxy
-from pigeon.server.notes import LEDGER_PATH
+from pigeon.reference.faultproxy import FaultPlan, FaultProxy
+from pigeon.reference.notes import LEDGER_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 

@@ -31,7 +31,7 @@ takes those over once there is a resolver.
 
 ``resolver.headers`` gives the transport the device's clock stamp on every request, so the
 server can measure this device's clock offset and correct its operations' stamps
-(`pigeon.server.conflicts`): a phone whose clock is hours off neither wins nor loses by it.
+(`pigeon.reference.conflicts`): a phone whose clock is hours off neither wins nor loses by it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from pigeon.sync.classify import Outcome
 
 log = logging.getLogger("pigeon.sync")
 
-DEVICE_CLOCK = "X-Pigeon-Device-Clock"  # the same name as pigeon.server.conflicts.DEVICE_CLOCK
+DEVICE_CLOCK = "X-Pigeon-Device-Clock"  # the same name as pigeon.reference.conflicts.DEVICE_CLOCK
 
 
 class Strategy(enum.StrEnum):

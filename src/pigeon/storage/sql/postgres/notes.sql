@@ -1,4 +1,4 @@
--- The reference notes application (pigeon.server.notes) and its effect ledger: the same
+-- The reference notes application (pigeon.reference.notes) and its effect ledger: the same
 -- names and meaning as sqlite/notes.sql.
 
 -- name: note_get

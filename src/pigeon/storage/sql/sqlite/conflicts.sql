@@ -1,4 +1,4 @@
--- Server-resolved resources (pigeon.server.lww, pigeon.server.crdt) and write outcomes.
+-- Server-resolved resources (pigeon.reference.lww, pigeon.reference.crdt) and write outcomes.
 
 -- name: resource_get
 -- FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the only write lock.

@@ -1,4 +1,4 @@
--- The reference notes application (pigeon.server.notes) and its effect ledger.
+-- The reference notes application (pigeon.reference.notes) and its effect ledger.
 
 -- name: note_get
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at

@@ -1,4 +1,4 @@
--- Conflict resolution on the server (pigeon.server.lww, pigeon.server.crdt): resources
+-- Conflict resolution on the server (pigeon.reference.lww, pigeon.reference.crdt): resources
 -- whose conflicts the server settles itself, and the record of every settled write.
 
 -- One row per resource of a server-resolved collection ('lww-notes': last write wins by

@@ -1,0 +1,421 @@
+"""The reference application: versioned notes behind the idempotent intake.
+
+Every write appends one row to the effect ledger inside the intake's transaction, so the
+ledger holds exactly the effects that committed: a duplicate there is a double effect.
+Notes are scoped by principal, like the keys that write them. Versions are integers sent
+as ETags (``"3"``); ``If-Match`` with another version gets 412 and the current note, its
+version and the clock of the write that made it: the client resolves the conflict.
+
+Beside ``/notes`` the app can serve collections whose conflicts the server settles itself,
+one strategy per entity type, e.g. ``/lww-notes`` (last write wins by hybrid logical clock,
+`pigeon.reference.lww`) and ``/docs`` (CRDT documents, `pigeon.reference.crdt`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from pigeon.edge.merge import merge_patch
+from pigeon.exceptions import ValidationError
+from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.reference.answers import add_answers
+from pigeon.reference.conflicts import (
+    DEFAULT_MAX_SKEW,
+    OUTCOMES_PATH,
+    BoundedClock,
+    DeviceClockMiddleware,
+    read_outcomes,
+    read_resource,
+    resource_json,
+)
+from pigeon.reference.crdt import CrdtCollection
+from pigeon.reference.jobs import app as demo_jobs
+from pigeon.reference.lww import LwwCollection
+from pigeon.server import access
+from pigeon.server.access import OperatorCheck
+from pigeon.server.app import create_app
+from pigeon.server.auth import Authenticator
+from pigeon.server.dashboard import dashboard_routes
+from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.identifiers import id_problem, path_segment, resource_id
+from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
+from pigeon.server.problems import problem, problem_response
+from pigeon.server.records import records_routes
+from pigeon.server.replay import ReplayInfo
+from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.sealed import NOTE_DATA
+
+LEDGER_PATH = "/pigeon/v1/ledger"
+
+
+# A note is any JSON object; "id", if given, names it (a string or a number, as the path).
+NOTE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": ["string", "integer"]}},
+    "additionalProperties": True,
+}
+
+
+# notes.data is sealed when a keyring is configured, bound to the note's (principal, id).
+NOTE_AD = NOTE_DATA.ad
+
+
+def _note(tx: Tx, name: str, params: dict[str, Any]) -> Row | None:
+    """One note row from the named statement, its data opened."""
+    row = tx.fetchone(name, params)
+    if row is not None:
+        row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
+    return row
+
+
+def note_json(row: Row) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "version": int(row["version"]),
+        "data": json.loads(row["data"]),
+        "clock": row["clock"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def _not_found(note_id: str) -> HandlerResult:
+    body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
+    return 404, body, {"content-type": PROBLEM_JSON}
+
+
+def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
+    """What ``NOTE_SCHEMA`` cannot say, checked with it before the claim: the body's id
+    and the path's must agree, and an id must fit the store."""
+    if not isinstance(body, dict):
+        raise ValidationError("a note is a JSON object", slug="bad-note")
+    body_id, path_id = body.get("id"), path_params.get("id")
+    # Each id from the documented alphabet (pigeon.server.identifiers): never stringified.
+    for note_id, what in ((body_id, "body.id"), (path_id, "id")):
+        refused = None if note_id in (None, "") else id_problem(note_id, what)
+        if refused is not None:
+            raise ValidationError(refused, slug="bad-note")
+    if path_id is not None and body_id is not None and resource_id(body_id) != str(path_id):
+        raise ValidationError(
+            f"the body names note {body_id!r} but the path names {path_id!r}", slug="bad-note"
+        )
+
+
+def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
+    # Declared checks ran before the claim; run again here for a handler registered
+    # without them (a ValidationError from a handler still frees the key).
+    validate_note(ctx.body, {} if note_id is None else {"id": note_id})
+    assert isinstance(ctx.body, dict)
+    return {k: v for k, v in ctx.body.items() if k != "id"}
+
+
+def _current(ctx: IntakeContext, note_id: str) -> Row | None:
+    # Locked (note_lock): the check (If-Match) and the write it allows are one step for
+    # other writers of the note, or two of them could both pass it against one version.
+    row = _note(ctx.tx, "note_lock", {"principal": ctx.principal, "id": note_id})
+    return row if row is not None and not row["deleted"] else None
+
+
+def _precondition_failed(ctx: IntakeContext, row: Row) -> HandlerResult | None:
+    if ctx.if_match is None or ctx.if_match in ("*", str(row["version"])):
+        return None
+    return 412, note_json(row), {ETAG: quote_etag(str(row["version"]))}
+
+
+def _params(
+    ctx: IntakeContext, note_id: str, data: dict[str, Any], deleted: bool
+) -> dict[str, Any]:
+    return {
+        "principal": ctx.principal,
+        "id": note_id,
+        "data": ctx.tx.cipher.seal(json.dumps(data), *NOTE_AD, ctx.principal, note_id),
+        "deleted": int(deleted),
+        "clock": ctx.clock,
+        "now": ctx.now,
+    }
+
+
+def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
+    """A new version of an existing note (the statement returns the written row)."""
+    row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
+    assert row is not None
+    return row
+
+
+def _ledger(ctx: IntakeContext, note_id: str, status: int, version: int) -> None:
+    ctx.tx.execute(
+        "ledger_append",
+        {
+            "idempotency_key": ctx.idempotency_key,
+            "principal": ctx.principal,
+            "operation_id": ctx.operation_id,
+            "entity": ctx.entity or f"note:{note_id}",
+            "method": ctx.method,
+            "status": status,
+            "version": version,
+            "clock": ctx.clock,
+            "now": ctx.now,
+        },
+    )
+
+
+def _applied(ctx: IntakeContext, row: Row, status: int) -> HandlerResult:
+    _ledger(ctx, row["id"], status, int(row["version"]))
+    # The id as one path segment: '€uro' is /notes/%E2%82%ACuro, 'a?b' is /notes/a%3Fb.
+    location = "/notes/" + path_segment(row["id"])
+    headers = {ETAG: quote_etag(str(row["version"])), "Location": location}
+    return status, note_json(row), headers
+
+
+def create_note(ctx: IntakeContext) -> HandlerResult:
+    data = _data(ctx, None)
+    raw_id = ctx.body.get("id")
+    note_id = resource_id(raw_id) if raw_id not in (None, "") else uuid.uuid4().hex
+    created = _note(ctx.tx, "note_create", _params(ctx, note_id, data, False))
+    if created is not None:
+        return _applied(ctx, created, 201)
+    existing = _current(ctx, note_id)
+    body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
+    current = {} if existing is None else {"current": note_json(existing)}
+    return 409, body | current, {"content-type": PROBLEM_JSON}
+
+
+def replace_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    data = _data(ctx, note_id)
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    return _precondition_failed(ctx, row) or _applied(ctx, _write(ctx, note_id, data), 200)
+
+
+def patch_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    patch = _data(ctx, note_id)
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    failed = _precondition_failed(ctx, row)
+    if failed is not None:
+        return failed
+    merged = merge_patch(json.loads(row["data"]), patch)
+    return _applied(ctx, _write(ctx, note_id, merged), 200)
+
+
+def delete_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    row = _current(ctx, note_id)
+    if row is None:
+        return _not_found(note_id)
+    failed = _precondition_failed(ctx, row)
+    if failed is not None:
+        return failed
+    row = _write(ctx, note_id, json.loads(row["data"]), deleted=True)
+    _ledger(ctx, note_id, 200, int(row["version"]))
+    return 200, {"id": note_id, "deleted": True, "version": int(row["version"])}
+
+
+def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
+    """Replay hook of the notes' writes: a conflict (412, 409) answered "already applied"
+    once its stored body is purged carries the note as it is now, which the client's
+    resolver merges against (see ``pigeon.server.replay``). A replay of a stored answer
+    stays verbatim: its body and ETag agree. A write that took effect gets nothing: the
+    note's current state is not what this client wrote, and must not become the base of
+    its next merge."""
+    if info.response_kept or info.status not in (409, 412):
+        return None
+    note_id = info.path_params.get("id")
+    if note_id is None and isinstance(info.body, dict):
+        note_id = info.body.get("id")
+    if note_id in (None, ""):
+        return None
+    row = _note(tx, "note_get", {"principal": info.principal, "id": str(note_id)})
+    return None if row is None or row["deleted"] else note_json(row)
+
+
+def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
+    """Every applied operation, in the order it committed (for tests and the demo)."""
+    with db.transaction() as tx:
+        return tx.fetchall("ledger_all", {"after": after, "limit": limit})
+
+
+# Bounds of the integer query parameters: a sequence number and a row count are 64-bit
+# integers in both stores (beyond, PostgreSQL refused the query with a 500). A page of the
+# ledger is 100,000 rows unless a larger one is asked for (the demo asks for all).
+MAX_SEQ = 2**63 - 1
+LEDGER_PAGE = 100_000
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def _number(
+    request: Request, name: str, default: int, low: int = 0, high: int = MAX_SEQ
+) -> int | Response:
+    """An integer query parameter within [low, high], or the 400 problem naming it."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    value: int | None = None
+    if _INTEGER.fullmatch(text):  # ASCII digits only: int() also takes '١' and '1_0'
+        value = int(text)
+    if value is None or not low <= value <= high:
+        detail = (
+            f"query parameter {name!r} must be an integer from {low} to {high}, not {text[:40]!r}"
+        )
+        return problem_response(problem(400, "bad-query", "Bad request", detail))
+    return value
+
+
+def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
+    with db.transaction() as tx:
+        return fn(tx)
+
+
+def create_notes_app(
+    db: Database,
+    *,
+    policy: IdempotencyPolicy | None = None,
+    now: Callable[[], float] = time.time,
+    claim_mode: ClaimMode = "inline",
+    authenticate: Authenticator | None = None,
+    operator: OperatorCheck | None = None,
+    allow_anonymous: bool | None = None,
+    after_commit: Callable[[list[str]], None] | None = None,
+    purge_interval: float | None = 3600.0,
+    lww_collections: Sequence[str] = (),
+    crdt_collections: Sequence[str] = (),
+    max_skew: float = DEFAULT_MAX_SKEW,
+    max_body: int = DEFAULT_MAX_BODY,
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
+    in_progress_wait: float = 0.0,
+    test_hooks: bool = False,
+) -> Starlette:
+    """The notes app. ``lww_collections`` / ``crdt_collections`` name collections the
+    server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
+    ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
+    ahead of the server's clock before it is no longer believed (`pigeon.reference.conflicts`);
+    ``authenticate`` / ``operator`` / ``allow_anonymous`` / ``max_body`` /
+    ``max_batch_body``: see `create_app`; ``in_progress_wait`` and ``test_hooks``: see
+    `Intake`. Notes, resources and conflict outcomes are the caller's own (``user``
+    routes); a record its creator's or an operator's; the ledger, the dashboard and
+    ``/metrics`` the operator's alone (`pigeon.server.access`)."""
+    max_skew_ms = int(max_skew * 1000)
+    intake = Intake(
+        db,
+        policy=policy or IdempotencyPolicy(),
+        now=now,
+        claim_mode=claim_mode,
+        after_commit=after_commit,
+        clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
+        in_progress_wait=in_progress_wait,
+        test_hooks=test_hooks,
+    )
+    for method, path, handler in (
+        ("POST", "/notes", create_note),
+        ("PUT", "/notes/{id}", replace_note),
+        ("PATCH", "/notes/{id}", patch_note),
+    ):
+        intake.add_operation(
+            method,
+            path,
+            handler,
+            on_replay=current_note,
+            request_schema=NOTE_SCHEMA,
+            validate=validate_note,
+        )
+    intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
+    for name in lww_collections:
+        LwwCollection(name, max_skew=max_skew).register(intake)
+    for name in crdt_collections:
+        CrdtCollection(name, max_skew=max_skew).register(intake)
+    # The accountable resource: records, obligations, jobs (202), checked against the
+    # tasks of the app `pigeon worker` runs by default and with their retry policies.
+    add_answers(intake, demo_jobs)
+
+    async def list_notes(request: Request) -> Response:
+        principal = access.principal(request)
+        rows = await run_in_threadpool(
+            _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
+        )
+        for r in rows:
+            r["data"] = db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])
+        return JSONResponse({"notes": [note_json(r) for r in rows]})
+
+    async def get_note(request: Request) -> Response:
+        principal = access.principal(request)
+        note_id = request.path_params["id"]
+        row = await run_in_threadpool(
+            _read, db, lambda tx: _note(tx, "note_get", {"principal": principal, "id": note_id})
+        )
+        if row is None or row["deleted"]:
+            body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
+            return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
+        return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
+
+    async def ledger(request: Request) -> Response:
+        after = _number(request, "after", 0)
+        if isinstance(after, Response):
+            return after
+        limit = _number(request, "limit", LEDGER_PAGE, 1)
+        if isinstance(limit, Response):
+            return limit
+        rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)
+        return JSONResponse({"entries": rows})
+
+    def get_resource(collection: str) -> Callable[[Request], Awaitable[Response]]:
+        async def get(request: Request) -> Response:
+            principal = access.principal(request)
+            found = request.path_params["id"]
+            row = await run_in_threadpool(read_resource, db, principal, collection, found)
+            if row is None or row["deleted"]:
+                body = problem(404, "no-such-resource", "Not found", f"no {collection} {found!r}")
+                return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
+            etag = {ETAG: quote_etag(str(row["version"]))}
+            return JSONResponse(resource_json(row), headers=etag)
+
+        return get
+
+    async def outcomes(request: Request) -> Response:
+        principal = access.principal(request)
+        after = _number(request, "after", 0)
+        if isinstance(after, Response):
+            return after
+        rows = await run_in_threadpool(read_outcomes, db, principal, after=after)
+        return JSONResponse({"outcomes": rows})
+
+    routes = [
+        access.user(Route("/notes", list_notes, methods=["GET"])),
+        access.user(Route("/notes/{id}", get_note, methods=["GET"])),
+        access.operator(Route(LEDGER_PATH, ledger, methods=["GET"])),
+        *records_routes(db),
+        *dashboard_routes(db, demo_jobs),  # the 9 a.m. question and /metrics
+        access.user(Route(OUTCOMES_PATH, outcomes, methods=["GET"])),
+        *(
+            access.user(Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"]))
+            for name in (*lww_collections, *crdt_collections)
+        ),
+    ]
+    app = create_app(
+        intake,
+        routes=routes,
+        authenticate=authenticate,
+        operator=operator,
+        allow_anonymous=allow_anonymous,
+        purge_interval=purge_interval,
+        title="pigeon notes",
+        max_body=max_body,
+        max_batch_body=max_batch_body,
+    )
+    app.state.db = db
+    app.add_middleware(DeviceClockMiddleware)
+    return app
