@@ -112,10 +112,10 @@ def test_group_commit_can_be_switched(db: Database) -> None:
 
 
 def test_a_group_size_below_one_is_refused(db: Database) -> None:
-    from pigeon.server.grouping import GroupCommit
+    from pigeon.server.grouping import RequestGroups
 
     with pytest.raises(ValueError, match="max_group"):
-        GroupCommit(Intake(db), max_group=0)
+        RequestGroups(Intake(db), max_group=0)
 
 
 _SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sender", default=None)
@@ -173,7 +173,7 @@ def test_a_started_group_is_answered_when_its_task_is_cancelled(db: Database) ->
     # Shutdown cancels the draining task while a group is in the writer thread: the group
     # still commits, and its requests get what committed (not an error for a done effect);
     # the cancellation is raised after that, and the writer thread is one of its own.
-    from pigeon.server.grouping import GroupCommit
+    from pigeon.server.grouping import RequestGroups
 
     started, release = threading.Event(), threading.Event()
     seen: list[str] = []
@@ -186,7 +186,7 @@ def test_a_started_group_is_answered_when_its_task_is_cancelled(db: Database) ->
 
     intake = Intake(db)
     intake.add_operation("POST", "/slow", slow)
-    grouped = GroupCommit(intake)
+    grouped = RequestGroups(intake)
 
     async def scenario() -> tuple[Any, bool]:
         op = OperationRequest("POST", "/slow", {}, "k-slow", "k-slow")

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.idempotency import (
     DAY,
+    ClaimOutcome,
     IdempotencyPolicy,
-    Outcome,
     SqlIdempotencyStore,
     StoredResponse,
-    decide,
+    decide_claim,
 )
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
@@ -39,8 +39,8 @@ def _row(**overrides: Any) -> dict[str, Any]:
 
 @given(times)
 def test_a_live_claim_with_another_fingerprint_is_a_mismatch(now: float) -> None:
-    outcome = decide(_row(claim_expires_at=now + 1), "other", now)
-    assert outcome is Outcome.MISMATCH
+    outcome = decide_claim(_row(claim_expires_at=now + 1), "other", now)
+    assert outcome is ClaimOutcome.MISMATCH
 
 
 @given(times, times)
@@ -48,21 +48,21 @@ def test_completed_claims_replay_until_the_response_expires_then_say_already_app
     now: float, response_expires_at: float
 ) -> None:
     row = _row(response_expires_at=response_expires_at, claim_expires_at=max(now, 0) + 1)
-    expected = Outcome.REPLAY if response_expires_at > now else Outcome.ALREADY_APPLIED
-    assert decide(row, "f", now) is expected
+    expected = ClaimOutcome.REPLAY if response_expires_at > now else ClaimOutcome.ALREADY_APPLIED
+    assert decide_claim(row, "f", now) is expected
 
 
 @given(times, times)
 def test_in_progress_is_honoured_until_the_lock_expires(now: float, locked_until: float) -> None:
     row = _row(state="in_progress", locked_until=locked_until, claim_expires_at=now + 1)
-    expected = Outcome.IN_PROGRESS if locked_until > now else Outcome.TAKE_OVER
-    assert decide(row, "f", now) is expected
+    expected = ClaimOutcome.IN_PROGRESS if locked_until > now else ClaimOutcome.TAKE_OVER
+    assert decide_claim(row, "f", now) is expected
 
 
 @given(times, st.sampled_from(["f", "other"]), st.sampled_from(["in_progress", "completed"]))
 def test_an_expired_claim_never_blocks_and_never_replays(now: float, fp: str, state: str) -> None:
     row = _row(state=state, locked_until=now + 50, claim_expires_at=now)
-    assert decide(row, fp, now) is Outcome.TAKE_OVER
+    assert decide_claim(row, fp, now) is ClaimOutcome.TAKE_OVER
 
 
 def test_policy_values_must_be_in_order() -> None:
@@ -83,19 +83,19 @@ def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
     store = SqlIdempotencyStore(policy, now=clock)
     first = _claim(store, db)
-    assert first.outcome is Outcome.FRESH and first.claim is not None
-    assert _claim(store, db).outcome is Outcome.IN_PROGRESS  # committed claim, lock held
+    assert first.outcome is ClaimOutcome.FRESH and first.claim is not None
+    assert _claim(store, db).outcome is ClaimOutcome.IN_PROGRESS  # committed claim, lock held
     with db.transaction() as tx:
         assert store.complete(tx, first.claim, StoredResponse(201, '{"a":1}'))
     replay = _claim(store, db)
-    assert replay.outcome is Outcome.REPLAY
+    assert replay.outcome is ClaimOutcome.REPLAY
     assert replay.response == StoredResponse(201, '{"a":1}')
-    assert _claim(store, db, fp="other").outcome is Outcome.MISMATCH
+    assert _claim(store, db, fp="other").outcome is ClaimOutcome.MISMATCH
 
     clock.advance(DAY + 1)  # response expired: decided by time, before any purge ran
     gone = _claim(store, db)
     assert (gone.outcome, gone.operation_id, gone.original_status) == (
-        Outcome.ALREADY_APPLIED,
+        ClaimOutcome.ALREADY_APPLIED,
         "op",
         201,
     )
@@ -107,7 +107,7 @@ def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -
     clock.advance(6 * DAY)  # the claim itself expired: the key is free again
     with db.transaction() as tx:
         assert store.purge(tx) == (0, 1)
-    assert _claim(store, db).outcome is Outcome.FRESH
+    assert _claim(store, db).outcome is ClaimOutcome.FRESH
 
 
 def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
@@ -116,10 +116,10 @@ def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
     store = SqlIdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
     orphan = _claim(store, db).claim
     clock.advance(29)
-    assert _claim(store, db).outcome is Outcome.IN_PROGRESS
+    assert _claim(store, db).outcome is ClaimOutcome.IN_PROGRESS
     clock.advance(2)
     taker = _claim(store, db)
-    assert taker.outcome is Outcome.TAKE_OVER
+    assert taker.outcome is ClaimOutcome.TAKE_OVER
     with db.transaction() as tx:
         # The first holder woke up: its token no longer matches, it may not complete.
         assert not store.fence(tx, orphan)
@@ -134,7 +134,7 @@ def test_release_frees_the_key_for_a_retry(db: Database, clock: FakeClock) -> No
     with db.transaction() as tx:
         assert store.release(tx, first.claim)
         assert store.stats(tx)["claims"] == 0
-    assert _claim(store, db).outcome is Outcome.FRESH
+    assert _claim(store, db).outcome is ClaimOutcome.FRESH
 
 
 def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
@@ -146,7 +146,7 @@ def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
         b = store.claim(
             tx, principal="b", key="k", fingerprint="2", method="POST", path="/", operation_id="y"
         )
-    assert a.outcome is Outcome.FRESH and b.outcome is Outcome.FRESH
+    assert a.outcome is ClaimOutcome.FRESH and b.outcome is ClaimOutcome.FRESH
 
 
 def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: FakeClock) -> None:
@@ -172,7 +172,7 @@ def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: 
     # The oldest five went first; a purged row leaves the expiry range (no rescans).
     assert [r is not None and r["response_body"] is None for r in rows] == [True] * 5 + [False] * 7
     assert all(r is not None and r["response_expires_at"] is None for r in rows[:5])
-    assert _claim(store, db, key="k0").outcome is Outcome.ALREADY_APPLIED
+    assert _claim(store, db, key="k0").outcome is ClaimOutcome.ALREADY_APPLIED
 
     counted = CountingDatabase(db)
     intake = Intake(counted, policy=policy, now=clock)

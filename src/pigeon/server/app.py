@@ -39,7 +39,7 @@ from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator, BearerAuth
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
-from pigeon.server.grouping import GroupCommit
+from pigeon.server.grouping import RequestGroups
 from pigeon.server.identifiers import (
     MAX_ENTITY_LENGTH,
     MAX_ETAG_LENGTH,
@@ -371,7 +371,7 @@ def create_app(
     )
     if group_commit is None:
         group_commit = intake.store.single_writer
-    grouped = GroupCommit(intake) if group_commit else None
+    grouped = RequestGroups(intake) if group_commit else None
 
     async def operation(request: Request) -> Response:
         principal = access.principal(request)

@@ -36,7 +36,7 @@ MAX_GROUP = 32
 _Waiting = tuple[str, OperationRequest, contextvars.Context, "asyncio.Future[OpResult]"]
 
 
-class GroupCommit:
+class RequestGroups:
     """``await execute(principal, op)``: ``intake.execute`` with group commit."""
 
     def __init__(self, intake: Intake, *, max_group: int = MAX_GROUP) -> None:

@@ -104,7 +104,7 @@ class IdempotencyPolicy:
             )
 
 
-class Outcome(enum.StrEnum):
+class ClaimOutcome(enum.StrEnum):
     FRESH = "fresh"  # no live claim: this request runs
     TAKE_OVER = "take_over"  # a dead claim (expired lock or retention): this request runs
     REPLAY = "replay"  # completed, response still stored
@@ -113,20 +113,20 @@ class Outcome(enum.StrEnum):
     MISMATCH = "mismatch"  # same key, different request
 
 
-def decide(row: Row | None, fingerprint: str, now: float) -> Outcome:
+def decide_claim(row: Row | None, fingerprint: str, now: float) -> ClaimOutcome:
     """What an incoming request with this fingerprint meets in the claim ``row``. Pure."""
     if row is None:
-        return Outcome.FRESH
+        return ClaimOutcome.FRESH
     if row["claim_expires_at"] <= now:
-        return Outcome.TAKE_OVER
+        return ClaimOutcome.TAKE_OVER
     if row["fingerprint"] != fingerprint:
-        return Outcome.MISMATCH
+        return ClaimOutcome.MISMATCH
     if row["state"] == "in_progress":
         locked_until = row["locked_until"]
-        return Outcome.IN_PROGRESS if locked_until > now else Outcome.TAKE_OVER
+        return ClaimOutcome.IN_PROGRESS if locked_until > now else ClaimOutcome.TAKE_OVER
     if row["response_body"] is not None and row["response_expires_at"] > now:
-        return Outcome.REPLAY
-    return Outcome.ALREADY_APPLIED
+        return ClaimOutcome.REPLAY
+    return ClaimOutcome.ALREADY_APPLIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +148,8 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    outcome: Outcome
+class ClaimDecision:
+    outcome: ClaimOutcome
     claim: Claim | None = None
     response: StoredResponse | None = None
     operation_id: str | None = None
@@ -220,7 +220,7 @@ class IdempotencyStore(Protocol):
         method: str,
         path: str,
         operation_id: str,
-    ) -> Decision: ...
+    ) -> ClaimDecision: ...
 
     def fence(self, tx: Tx, claim: Claim) -> bool: ...
 
@@ -286,7 +286,7 @@ class SqlIdempotencyStore:
         method: str,
         path: str,
         operation_id: str,
-    ) -> Decision:
+    ) -> ClaimDecision:
         """Take the key for this request, or say why it must not run."""
         now = self.now()
         params: dict[str, Any] = {
@@ -307,14 +307,16 @@ class SqlIdempotencyStore:
         # read, which then sees the winner's row.
         for _ in range(3):
             if self._took(tx, "claim_insert", params):
-                return Decision(Outcome.FRESH, claim=claim, operation_id=operation_id)
+                return ClaimDecision(ClaimOutcome.FRESH, claim=claim, operation_id=operation_id)
             row = tx.fetchone("claim_get", params)
-            outcome = decide(row, fingerprint, now)
-            if outcome is Outcome.FRESH:
+            outcome = decide_claim(row, fingerprint, now)
+            if outcome is ClaimOutcome.FRESH:
                 continue  # the row vanished (purged or released) between the two statements
-            if outcome is Outcome.TAKE_OVER:
+            if outcome is ClaimOutcome.TAKE_OVER:
                 if self._took(tx, "claim_take_over", params):
-                    return Decision(Outcome.TAKE_OVER, claim=claim, operation_id=operation_id)
+                    return ClaimDecision(
+                        ClaimOutcome.TAKE_OVER, claim=claim, operation_id=operation_id
+                    )
                 continue
             assert row is not None
             return self._refusal(outcome, row, now, tx.cipher)
@@ -332,15 +334,17 @@ class SqlIdempotencyStore:
             raise
         return row is not None and row["idem_key"] is not None
 
-    def _refusal(self, outcome: Outcome, row: Row, now: float, cipher: Cipher = PLAIN) -> Decision:
-        if outcome is Outcome.IN_PROGRESS:
+    def _refusal(
+        self, outcome: ClaimOutcome, row: Row, now: float, cipher: Cipher = PLAIN
+    ) -> ClaimDecision:
+        if outcome is ClaimOutcome.IN_PROGRESS:
             wait = max(1, math.ceil(row["locked_until"] - now))
-            return Decision(outcome, operation_id=row["operation_id"], retry_after=wait)
-        if outcome is Outcome.MISMATCH:
-            return Decision(outcome, operation_id=row["operation_id"])
-        return Decision(
+            return ClaimDecision(outcome, operation_id=row["operation_id"], retry_after=wait)
+        if outcome is ClaimOutcome.MISMATCH:
+            return ClaimDecision(outcome, operation_id=row["operation_id"])
+        return ClaimDecision(
             outcome,
-            response=_response(row, cipher) if outcome is Outcome.REPLAY else None,
+            response=_response(row, cipher) if outcome is ClaimOutcome.REPLAY else None,
             operation_id=row["operation_id"],
             original_status=row["status"],
             completed_at=row["completed_at"],

@@ -3,7 +3,7 @@
 ``MemoryDatabase`` keeps tables of rows in dicts, with transactions whose writes are
 undone when they (or a savepoint of theirs) fail, one transaction at a time (as SQLite's
 one writer). ``MemoryIdempotencyStore`` keeps the claims there with the rules of the SQL
-stores (``pigeon.server.idempotency.decide`` reads the same rows), so the unit tier runs
+stores (``pigeon.server.idempotency.decide_claim`` reads the same rows), so the unit tier runs
 the intake's claim, replay, in-progress, validation and batch rules in milliseconds. A
 handler's ``ctx.tx`` runs no SQL here: it is for policy, not for applications.
 """
@@ -23,12 +23,12 @@ from pigeon.server.idempotency import (
     CLAIM_WAIT,
     PURGE_BATCH,
     Claim,
-    Decision,
+    ClaimDecision,
+    ClaimOutcome,
     IdempotencyPolicy,
-    Outcome,
     StoredResponse,
     check_claim_wait,
-    decide,
+    decide_claim,
     new_token,
     stored_response,
 )
@@ -153,12 +153,12 @@ class MemoryIdempotencyStore:
         method: str,
         path: str,
         operation_id: str,
-    ) -> Decision:
+    ) -> ClaimDecision:
         mtx, now = _memory(tx), self.now()
         claim = Claim(principal, key, new_token(), operation_id)
         row = mtx.get(CLAIMS, (principal, key))
-        outcome = decide(row, fingerprint, now)
-        if outcome is Outcome.FRESH or outcome is Outcome.TAKE_OVER:
+        outcome = decide_claim(row, fingerprint, now)
+        if outcome is ClaimOutcome.FRESH or outcome is ClaimOutcome.TAKE_OVER:
             mtx.put(
                 CLAIMS,
                 (principal, key),
@@ -182,16 +182,16 @@ class MemoryIdempotencyStore:
                     "claim_expires_at": now + self.policy.claim_retention,
                 },
             )
-            return Decision(outcome, claim=claim, operation_id=operation_id)
+            return ClaimDecision(outcome, claim=claim, operation_id=operation_id)
         assert row is not None
-        if outcome is Outcome.IN_PROGRESS:
+        if outcome is ClaimOutcome.IN_PROGRESS:
             wait = max(1, math.ceil(row["locked_until"] - now))
-            return Decision(outcome, operation_id=row["operation_id"], retry_after=wait)
-        if outcome is Outcome.MISMATCH:
-            return Decision(outcome, operation_id=row["operation_id"])
-        return Decision(
+            return ClaimDecision(outcome, operation_id=row["operation_id"], retry_after=wait)
+        if outcome is ClaimOutcome.MISMATCH:
+            return ClaimDecision(outcome, operation_id=row["operation_id"])
+        return ClaimDecision(
             outcome,
-            response=stored_response(row) if outcome is Outcome.REPLAY else None,
+            response=stored_response(row) if outcome is ClaimOutcome.REPLAY else None,
             operation_id=row["operation_id"],
             original_status=row["status"],
             completed_at=row["completed_at"],

@@ -48,7 +48,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextvars import Context, copy_context
+from contextvars import Context
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -56,22 +56,23 @@ from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.exceptions import ConfigurationError, InvalidOperation, ValidationError
 from pigeon.logs import failure
 from pigeon.protocol.wire import canonical_json
-from pigeon.server import testhooks
+from pigeon.server import intake_batch, testhooks
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     PURGE_BATCH,
     Claim,
-    Decision,
+    ClaimDecision,
+    ClaimOutcome,
     IdempotencyPolicy,
     IdempotencyStore,
     KeyBusy,
-    Outcome,
     StoredResponse,
 )
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import loggable
 from pigeon.server.inflight import InFlight
+from pigeon.server.intake_batch import busy_refusal
 from pigeon.server.operations import (
     WRITE_METHODS,
     Failed,
@@ -230,8 +231,8 @@ class Intake:
         if holder is None:
             return None
         retry_after = holder.retry_after(self.inflight.now())
-        decision = Decision(
-            Outcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
+        decision = ClaimDecision(
+            ClaimOutcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
         )
         return refusal(decision, op.key)
 
@@ -296,7 +297,7 @@ class Intake:
         except Failed as failed:
             return failed.result
         except KeyBusy as busy:  # the savepoint took the aborted claim back
-            return _busy(busy, op)
+            return busy_refusal(busy, op)
         if result.refresh is None:
             return result
         try:  # a replay hook's read, in a savepoint: its failure leaves the caller's tx usable
@@ -312,14 +313,14 @@ class Intake:
             if self.claim_mode == "separate":
                 result = self._execute_separate(principal, op)
             else:
-                result = self._transact(lambda tx: self._apply(tx, principal, op))
+                result = self.transact(lambda tx: self._apply(tx, principal, op))
         except Failed as failed:
             return failed.result
         except KeyBusy as busy:  # another process holds the key: nothing committed here
-            return _busy(busy, op)
+            return busy_refusal(busy, op)
         except STORE_DOWN as exc:
             return store_unavailable(exc)
-        self._notify([result])
+        self.notify([result])
         return refresh_all(self.store, [result])[0]
 
     def execute_group(
@@ -328,41 +329,19 @@ class Intake:
         contexts: Sequence[Context] | None = None,
     ) -> list[OpResult]:
         """Apply independent single-operation requests that arrived together, in ONE
-        transaction (group commit: one fsync for all of them); the caller answers them
-        only after this returns, so no answer ever precedes its commit.
+        transaction (group commit), each answered as ``execute`` alone would have been
+        (``pigeon.server.intake_batch.execute_group``)."""
+        return intake_batch.execute_group(self, items, contexts)
 
-        ``contexts``: each request's own context variables (what its middleware set, such
-        as the sending device's clock), in which its operation is applied; without them
-        every request of the group would see those of the thread running the group.
+    def execute_batch(
+        self, principal: str, ops: list[OperationRequest | OpResult]
+    ) -> list[OpResult]:
+        """Apply ops in order, each under its own key and savepoint, in ONE transaction
+        (in transactions of ``batch_chunk`` operations when it is set); the batch stops
+        after the first transient result (``pigeon.server.intake_batch.execute_batch``)."""
+        return intake_batch.execute_batch(self, principal, ops)
 
-        Unlike a batch, nothing here stops at a transient failure: each operation's
-        savepoint and claim are already undone when its result says "retry", so every
-        result is what ``execute`` alone would have answered. A deadlock victim runs the
-        whole group again (``_transact``); should the transaction fail for another reason
-        (a bug), the requests are applied again one by one, so the failure stays with its
-        own request."""
-        if contexts is not None and len(contexts) != len(items):
-            raise ValueError(f"{len(items)} requests but {len(contexts)} contexts")
-        # Without them, each runs in a copy of this thread's: the same variables.
-        runs = [*contexts] if contexts is not None else [copy_context() for _ in items]
-        pairs = list(zip(runs, items, strict=True))
-        if self.claim_mode == "separate" or len(items) == 1:
-            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
-        try:
-            results = self._transact(
-                lambda tx: [ctx.run(self._apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
-            )
-        except STORE_DOWN as exc:
-            return [store_unavailable(exc)] * len(items)  # nothing committed
-        except KeyBusy:  # one key held by another process aborted the group: each alone
-            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
-        except Exception:
-            log.warning("a group of %d requests failed, applying them one by one", len(items))
-            return [ctx.run(self._execute_alone, p, op) for ctx, (p, op) in pairs]
-        self._notify(results)
-        return refresh_all(self.store, results)
-
-    def _execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
+    def execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
         try:
             return self._execute(principal, op)
         except Exception as exc:
@@ -371,83 +350,11 @@ class Intake:
                 500, "intake-failed", "Internal error", f"{type(exc).__name__}: {exc}"
             )
 
-    def _apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
+    def apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
         try:
             return self._apply(tx, principal, op)
         except Failed as failed:
             return failed.result
-
-    def execute_batch(
-        self, principal: str, ops: list[OperationRequest | OpResult]
-    ) -> list[OpResult]:
-        """Apply ops in order, each under its own key and savepoint, in ONE transaction
-        (in transactions of ``batch_chunk`` operations when it is set).
-
-        An ``OpResult`` in ``ops`` is an entry refused before parsing (bad key, bad
-        JSON): it is reported in place and the batch goes on, as for any permanent
-        failure. The batch stops after the first transient result, such as the 409 of
-        an operation whose key another request holds right now.
-        """
-        owner = object()
-        admitted: list[OperationRequest] = []
-        for i, op in enumerate(ops):
-            if isinstance(op, OpResult):
-                continue
-            refused = self.admit(principal, op, owner)
-            if refused is not None:
-                ops = [*ops[:i], refused]  # transient: the batch stops there
-                break
-            admitted.append(op)
-        try:
-            return self._execute_batch(principal, ops)
-        finally:
-            for op in admitted:
-                self.release(principal, op, owner)
-
-    def _execute_batch(
-        self, principal: str, ops: list[OperationRequest | OpResult]
-    ) -> list[OpResult]:
-        results: list[OpResult] = []
-        chunk = self.batch_chunk or len(ops) or 1
-        # STORE_DOWN propagates: the caller answers 503 for what did not commit. The
-        # chunks before it committed, and a retry of the batch replays them.
-        # Even an empty batch opens its transaction: a dead store answers 503, not 200.
-        for start in range(0, len(ops), chunk) or [0]:
-            done = self._chunk(principal, ops[start : start + chunk])
-            self._notify(done)
-            results.extend(done)
-            if done and done[-1].transient:
-                break
-        return refresh_all(self.store, results)
-
-    def _chunk(self, principal: str, ops: list[OperationRequest | OpResult]) -> list[OpResult]:
-        busy_at: list[int] = []
-
-        def apply(tx: Tx) -> list[OpResult]:
-            results: list[OpResult] = []
-            for i, op in enumerate(ops):
-                busy_at[:] = [i]
-                result = (
-                    op if isinstance(op, OpResult) else self._apply_or_refuse(tx, principal, op)
-                )
-                results.append(result)
-                if result.transient:
-                    break
-            return results
-
-        try:
-            return self._transact(apply)
-        except KeyBusy as busy:
-            # Another process holds the key of ops[i] and the database aborted the whole
-            # transaction: the ops before it run again without it, and it answers 409
-            # (transient: the batch stops there, nothing after it overtakes it).
-            i = busy_at[0]
-            done = self._chunk(principal, ops[:i]) if i else []
-            if done and done[-1].transient:
-                return done
-            op = ops[i]
-            assert isinstance(op, OperationRequest)
-            return [*done, _busy(busy, op)]
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""
@@ -469,7 +376,7 @@ class Intake:
         with self.store.transaction() as tx:
             yield tx
 
-    def _transact(self, work: Callable[[Tx], T]) -> T:
+    def transact(self, work: Callable[[Tx], T]) -> T:
         """``work`` in a transaction of its own, run again from the start when the database
         aborts it as a deadlock victim (``results.retried``): nothing of it committed."""
 
@@ -491,7 +398,7 @@ class Intake:
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         route, params = self._route(op)
         self._check(route, params, op)
-        decision = self._transact(lambda tx: self._claim(tx, principal, op))
+        decision = self.transact(lambda tx: self._claim(tx, principal, op))
         if decision.claim is None:
             return self._refused(decision, route, params, principal, op)
         claim = decision.claim
@@ -502,7 +409,7 @@ class Intake:
             return self._run(tx, claim, route, params, principal, op)
 
         try:
-            return self._transact(work)  # a deadlock victim runs again under the same claim
+            return self.transact(work)  # a deadlock victim runs again under the same claim
         except BaseException:
             with contextlib.suppress(*STORE_DOWN), self._transaction() as tx:
                 self.store.release(tx, claim)
@@ -526,7 +433,7 @@ class Intake:
             if refused is not None:
                 raise Failed(refused)
 
-    def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> Decision:
+    def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> ClaimDecision:
         return self.store.claim(
             tx,
             principal=principal,
@@ -629,7 +536,7 @@ class Intake:
 
     def _refused(
         self,
-        decision: Decision,
+        decision: ClaimDecision,
         route: OperationRoute,
         params: dict[str, Any],
         principal: str,
@@ -650,13 +557,7 @@ class Intake:
         )
         return hooked_refusal(decision, op.key, route.on_replay, info)
 
-    def _notify(self, results: list[OpResult]) -> None:
+    def notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.after_commit is not None:
             self.after_commit(keys)
-
-
-def _busy(busy: KeyBusy, op: OperationRequest) -> OpResult:
-    """409 for an operation whose key another process holds (its claim's wait ran out)."""
-    decision = Decision(Outcome.IN_PROGRESS, operation_id=op.operation_id, retry_after=1)
-    return refusal(decision, busy.key)

@@ -48,10 +48,10 @@ from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
     Claim,
-    Decision,
+    ClaimDecision,
+    ClaimOutcome,
     IdempotencyPolicy,
     IdempotencyStore,
-    Outcome,
     StoredResponse,
 )
 from pigeon.server.idempotency_stores import idempotency_store
@@ -157,7 +157,7 @@ class IdempotencyMiddleware:
             return
         await self._run(decision.claim, raw, scope, send)
 
-    def _claim(self, principal: str, key: str, scope: Scope, body: Any) -> Decision:
+    def _claim(self, principal: str, key: str, scope: Scope, body: Any) -> ClaimDecision:
         # The query is part of the request the wrapped app sees (unlike the intake's
         # handlers, which get only the path): the same key with another query is another
         # request, 422, not a replay of the first one's answer.
@@ -248,9 +248,9 @@ class IdempotencyMiddleware:
             self.store.complete(tx, claim, stored)
 
     async def _refuse(
-        self, decision: Decision, key: str, scope: Scope, receive: Receive, send: Send
+        self, decision: ClaimDecision, key: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        if decision.outcome is Outcome.REPLAY and decision.response is not None:
+        if decision.outcome is ClaimOutcome.REPLAY and decision.response is not None:
             kept = decision.response
             body = (
                 base64.b64decode(kept.body)

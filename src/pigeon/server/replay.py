@@ -35,7 +35,7 @@ from typing import Any
 
 from pigeon.logs import failure
 from pigeon.protocol.wire import REPLAYED, canonical_json
-from pigeon.server.idempotency import Decision, IdempotencyStore, Outcome
+from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore
 from pigeon.server.results import OpResult, problem_result
 from pigeon.storage.base import Tx
 
@@ -63,15 +63,15 @@ class ReplayInfo:
 ReplayHook = Callable[[Tx, Any, ReplayInfo], Any]
 
 
-def refusal(decision: Decision, key: str) -> OpResult:
+def refusal(decision: ClaimDecision, key: str) -> OpResult:
     """The answer to a request that must not run (``hooked_refusal`` adds a route's hook)."""
     replayed = ((REPLAYED.lower(), "true"),)
-    if decision.outcome is Outcome.REPLAY:
+    if decision.outcome is ClaimOutcome.REPLAY:
         assert decision.response is not None
         response = decision.response
         headers = response.headers + replayed
         return OpResult(response.status, response.body, headers, replayed=True)
-    if decision.outcome is Outcome.ALREADY_APPLIED:
+    if decision.outcome is ClaimOutcome.ALREADY_APPLIED:
         body = {
             "status": "already_applied",
             "operation_id": decision.operation_id,
@@ -84,7 +84,7 @@ def refusal(decision: Decision, key: str) -> OpResult:
         original = decision.original_status or 200
         status = original if original >= 400 else 200
         return OpResult(status, canonical_json(body), replayed, replayed=True)
-    if decision.outcome is Outcome.IN_PROGRESS:
+    if decision.outcome is ClaimOutcome.IN_PROGRESS:
         result = problem_result(
             409,
             "key-in-progress",
@@ -108,17 +108,19 @@ def refusal(decision: Decision, key: str) -> OpResult:
     )
 
 
-def hooked_refusal(decision: Decision, key: str, hook: ReplayHook, info: ReplayInfo) -> OpResult:
+def hooked_refusal(
+    decision: ClaimDecision, key: str, hook: ReplayHook, info: ReplayInfo
+) -> OpResult:
     """``refusal`` for a route with a replay hook: a replay's body is the hook's, and an
     "already applied" carries what the hook returns, called with no stored body, under
     ``current`` (nothing when it returns None)."""
     result = refusal(decision, key)
-    if decision.outcome is Outcome.REPLAY:
+    if decision.outcome is ClaimOutcome.REPLAY:
         assert decision.response is not None
         kept = decision.response
         body = json.loads(kept.body) if kept.body and kept.body_format == "json" else None
         return dataclasses.replace(result, refresh=lambda tx: hook(tx, body, info))
-    if decision.outcome is Outcome.ALREADY_APPLIED:
+    if decision.outcome is ClaimOutcome.ALREADY_APPLIED:
         answer = result.body
 
         purged = dataclasses.replace(info, response_kept=False)
