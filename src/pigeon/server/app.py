@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -372,19 +373,62 @@ def create_app(
     if group_commit is None:
         group_commit = intake.store.single_writer
     grouped = RequestGroups(intake) if group_commit else None
+    spec = build_openapi(
+        intake,
+        title=title,
+        extra_routes=routes,
+        max_body=max_body,
+        max_batch_body=max_batch_body,
+    )
+    endpoints = _Endpoints(intake, grouped, spec, max_body, max_batch_body)
+    all_routes = [*_intake_routes(intake, endpoints), *routes]
+    # The one place that decides: every route, mounted ones included, bound to the policy;
+    # a route without a declared rule is refused here (ConfigurationError).
+    access.bind(all_routes, policy)
+    app = Starlette(
+        routes=all_routes,
+        lifespan=_lifespan(intake, purge_interval),
+        exception_handlers={HTTPException: _route_problem},
+    )
+    # "/metrics/" must not redirect to "/metrics": the redirect would confirm to anyone
+    # that a route exists before its rule is asked (see pigeon.server.access).
+    app.router.redirect_slashes = False
+    app.state.access = policy
+    app.state.intake = intake
+    app.state.group_commit = grouped
+    return app
 
-    async def operation(request: Request) -> Response:
+
+class _Endpoints:
+    """The intake's routes: one operation, a batch, the health probe, the OpenAPI document."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        grouped: RequestGroups | None,
+        spec: dict[str, Any],
+        max_body: int,
+        max_batch_body: int,
+    ) -> None:
+        self.intake = intake
+        self.grouped = grouped
+        self.spec = spec
+        self.max_body = max_body
+        self.max_batch_body = max_batch_body
+
+    async def operation(self, request: Request) -> Response:
         principal = access.principal(request)
-        parsed = await parse_request(request, max_body=max_body, test_hooks=intake.test_hooks)
+        intake = self.intake
+        parsed = await parse_request(request, max_body=self.max_body, test_hooks=intake.test_hooks)
         if isinstance(parsed, OpResult):
             return render(parsed)
-        if grouped is not None:
-            return render(await grouped.execute(principal, parsed))
+        if self.grouped is not None:
+            return render(await self.grouped.execute(principal, parsed))
         return render(await run_in_threadpool(intake.execute, principal, parsed))
 
-    async def batch(request: Request) -> Response:
+    async def batch(self, request: Request) -> Response:
         principal = access.principal(request)
-        raw = await read_buffer(request, max_batch_body, "a batch request")
+        raw = await read_buffer(request, self.max_batch_body, "a batch request")
         if isinstance(raw, OpResult):
             return render(raw)
         # Up to 16 MiB: the only reference is handed over (the holder is emptied in the
@@ -410,15 +454,15 @@ def create_app(
         del payload
         # Checking the entries, applying them and writing the answer (up to 16 MiB of it)
         # all in the worker thread: none of it may hold up the event loop.
-        return await run_in_threadpool(answer_batch, principal, held, size)
+        return await run_in_threadpool(self.answer_batch, principal, held, size)
 
-    def answer_batch(principal: str, held: list[Any], size: int) -> Response:
+    def answer_batch(self, principal: str, held: list[Any], size: int) -> Response:
         entries: list[Any] = held.pop()["operations"]
         ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
         ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
         del entries
         try:
-            results = intake.execute_batch(principal, ops)
+            results = self.intake.execute_batch(principal, ops)
         except STORE_DOWN as exc:
             memory.give_back(size)
             return render(store_unavailable(exc))
@@ -427,34 +471,35 @@ def create_app(
         memory.give_back(size)
         return answer
 
-    async def health(request: Request) -> Response:
+    async def health(self, request: Request) -> Response:
         # Deliberately touches no database: connectivity monitors probe it often.
         return JSONResponse({"status": "ok"})
 
-    spec = build_openapi(
-        intake,
-        title=title,
-        extra_routes=routes,
-        max_body=max_body,
-        max_batch_body=max_batch_body,
-    )
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(self.spec)
 
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(spec)
 
+def _intake_routes(intake: Intake, endpoints: _Endpoints) -> list[BaseRoute]:
+    """The batch, the probe, the document (each with its access rule) and one route per
+    path of the intake's operations."""
     by_path: dict[str, list[str]] = {}
     for route in intake.routes:
         by_path.setdefault(route.template, []).append(route.method)
-    all_routes: list[BaseRoute] = [
-        access.user(Route(BATCH_PATH, batch, methods=["POST"])),
-        access.public(Route(HEALTH_PATH, health, methods=["GET"])),
-        access.public(Route(OPENAPI_PATH, openapi, methods=["GET"])),
-        *(access.user(Route(p, operation, methods=methods)) for p, methods in by_path.items()),
-        *routes,
+    return [
+        access.user(Route(BATCH_PATH, endpoints.batch, methods=["POST"])),
+        access.public(Route(HEALTH_PATH, endpoints.health, methods=["GET"])),
+        access.public(Route(OPENAPI_PATH, endpoints.openapi, methods=["GET"])),
+        *(
+            access.user(Route(p, endpoints.operation, methods=methods))
+            for p, methods in by_path.items()
+        ),
     ]
-    # The one place that decides: every route, mounted ones included, bound to the policy;
-    # a route without a declared rule is refused here (ConfigurationError).
-    access.bind(all_routes, policy)
+
+
+def _lifespan(
+    intake: Intake, purge_interval: float | None
+) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """Purges expired claims every ``purge_interval`` seconds while the app runs."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -469,16 +514,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    app = Starlette(
-        routes=all_routes, lifespan=lifespan, exception_handlers={HTTPException: _route_problem}
-    )
-    # "/metrics/" must not redirect to "/metrics": the redirect would confirm to anyone
-    # that a route exists before its rule is asked (see pigeon.server.access).
-    app.router.redirect_slashes = False
-    app.state.access = policy
-    app.state.intake = intake
-    app.state.group_commit = grouped
-    return app
+    return lifespan
 
 
 async def _purge_forever(intake: Intake, interval: float) -> None:
