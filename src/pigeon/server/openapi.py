@@ -187,13 +187,31 @@ def build_openapi(
     max_body: int = DEFAULT_MAX_BODY,
     max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> dict[str, Any]:
-    policy = intake.policy
     paths: dict[str, dict[str, Any]] = {}
     for route in intake.routes:
         path = _PARAM.sub(r"{\1}", route.template)
         paths.setdefault(path, {})[route.method.lower()] = _write_operation(
             route.method, path, max_body, route.request_schema
         )
+    _add_read_routes(paths, extra_routes)
+    paths[BATCH_PATH] = _batch_operation(intake, max_batch_body)
+    paths[HEALTH_PATH] = _health()
+    return {
+        "openapi": "3.1.0",
+        "info": _info(intake, title, max_body, max_batch_body),
+        "paths": paths,
+        "components": _components(),
+        "x-pigeon-idempotency": _idempotency(intake),
+        "x-pigeon-limits": {
+            "max_body_bytes": max_body,
+            "max_batch_body_bytes": max_batch_body,
+            "max_batch_operations": MAX_BATCH,
+        },
+    }
+
+
+def _add_read_routes(paths: dict[str, dict[str, Any]], extra_routes: Sequence[BaseRoute]) -> None:
+    """The application's own routes (reads: no key needed), with what each may answer."""
     for extra in extra_routes:
         rule = extra.rule if isinstance(extra, Guarded) else None
         read = extra.route if isinstance(extra, Guarded) else extra
@@ -213,13 +231,16 @@ def build_openapi(
                     **_access_responses(rule),
                 },
             }
+
+
+def _batch_operation(intake: Intake, max_batch_body: int) -> dict[str, Any]:
     unavailable = "Idempotency store unavailable; nothing was executed"
     if intake.batch_chunk is not None:  # the chunks before the failure have committed
         unavailable += (
             f" after the chunks (of {intake.batch_chunk} operations) already committed, "
             "which the batch sent again replays"
         )
-    paths[BATCH_PATH] = {
+    return {
         "post": {
             "operationId": "pigeon_batch",
             "summary": "Apply operations in order, one transaction, one savepoint and key each",
@@ -256,55 +277,56 @@ def build_openapi(
             },
         }
     }
-    paths[HEALTH_PATH] = {
+
+
+def _health() -> dict[str, Any]:
+    return {
         "get": {
             "operationId": "pigeon_health",
             "summary": "Cheap liveness probe for connectivity monitors",
             "responses": {"200": {"description": "The server is reachable"}},
         }
     }
+
+
+def _info(intake: Intake, title: str, max_body: int, max_batch_body: int) -> dict[str, Any]:
+    policy = intake.policy
     return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": title,
-            "version": "1",
-            "description": _DESCRIPTION.format(
-                key=IDEMPOTENCY_KEY,
-                max_len=MAX_KEY_LENGTH,
-                replayed=REPLAYED,
-                retry=RETRY_AFTER,
-                resp=int(policy.response_retention),
-                claim=int(policy.claim_retention),
-                lock=int(policy.lock_timeout),
-                wait_rule=(
-                    f"after waiting up to {intake.in_progress_wait} s for the original, whose "
-                    "stored response it gets if it finishes by then"
-                    if intake.in_progress_wait
-                    else f"at once (across server processes on PostgreSQL within {CLAIM_WAIT} s)"
-                ),
-                max_body=max_body,
-                max_batch_body=max_batch_body,
-                depth=MAX_JSON_DEPTH,
+        "title": title,
+        "version": "1",
+        "description": _DESCRIPTION.format(
+            key=IDEMPOTENCY_KEY,
+            max_len=MAX_KEY_LENGTH,
+            replayed=REPLAYED,
+            retry=RETRY_AFTER,
+            resp=int(policy.response_retention),
+            claim=int(policy.claim_retention),
+            lock=int(policy.lock_timeout),
+            wait_rule=(
+                f"after waiting up to {intake.in_progress_wait} s for the original, whose "
+                "stored response it gets if it finishes by then"
+                if intake.in_progress_wait
+                else f"at once (across server processes on PostgreSQL within {CLAIM_WAIT} s)"
             ),
-        },
-        "paths": paths,
-        "components": _components(),
-        "x-pigeon-idempotency": {
-            "header": IDEMPOTENCY_KEY,
-            "key_max_length": MAX_KEY_LENGTH,
-            "key_scope": "principal",
-            "fingerprint": "method, path, canonical JSON body (sorted keys, no whitespace)",
-            "replay_header": REPLAYED,
-            "response_retention_seconds": policy.response_retention,
-            "claim_retention_seconds": policy.claim_retention,
-            "lock_timeout_seconds": policy.lock_timeout,
-            "claim_mode": intake.claim_mode,
-        },
-        "x-pigeon-limits": {
-            "max_body_bytes": max_body,
-            "max_batch_body_bytes": max_batch_body,
-            "max_batch_operations": MAX_BATCH,
-        },
+            max_body=max_body,
+            max_batch_body=max_batch_body,
+            depth=MAX_JSON_DEPTH,
+        ),
+    }
+
+
+def _idempotency(intake: Intake) -> dict[str, Any]:
+    policy = intake.policy
+    return {
+        "header": IDEMPOTENCY_KEY,
+        "key_max_length": MAX_KEY_LENGTH,
+        "key_scope": "principal",
+        "fingerprint": "method, path, canonical JSON body (sorted keys, no whitespace)",
+        "replay_header": REPLAYED,
+        "response_retention_seconds": policy.response_retention,
+        "claim_retention_seconds": policy.claim_retention,
+        "lock_timeout_seconds": policy.lock_timeout,
+        "claim_mode": intake.claim_mode,
     }
 
 
