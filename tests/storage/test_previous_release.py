@@ -1,9 +1,9 @@
 """A server database made by the previous release opens in this one with every row.
 
 The database is built with the migrations of that release (``server`` up to
-``PREVIOUS``), rows are written to the tables this release renames, and then
-``open_server_db`` migrates it: each row is found under the new names, on SQLite and
-PostgreSQL."""
+``PREVIOUS``, the one before the rename), rows are written to the tables this release
+renames, and then ``open_server_db`` migrates it: each row is found under the new names,
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -19,7 +19,19 @@ from pigeon.storage.queries import migrations
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db
 from pigeon.storage.sqlite import _split_statements
 
-PREVIOUS = 7  # the last server migration of the release before the pigeon_ prefix
+
+def _before(marker: str) -> int:
+    """The last server migration before the one that says ``marker`` (the same on both
+    backends): the schema of the release before it, whatever its number becomes."""
+    found = {
+        backend: [n for n, script in migrations(backend, "server") if marker in script]
+        for backend in ("sqlite", "postgres")
+    }
+    assert found["sqlite"] == found["postgres"] and len(found["sqlite"]) == 1, found
+    return found["sqlite"][0] - 1
+
+
+PREVIOUS = _before("RENAME TO pigeon_idempotency_claims")
 
 CLAIM = (
     "INSERT INTO idempotency_claims (principal, idem_key, fingerprint, method, path,"
