@@ -185,7 +185,7 @@ def test_serve_with_two_worker_processes_on_postgres(pg_url: str) -> None:
     assert len({r.content for r in created}) == 1
     assert sum(r.headers.get("idempotent-replayed") != "true" for r in created) == 1
     with psycopg.connect(pg_url) as conn:
-        keys = [k for (k,) in conn.execute("SELECT idempotency_key FROM effect_ledger")]
+        keys = [k for (k,) in conn.execute("SELECT idempotency_key FROM ref_effect_ledger")]
     assert sorted(keys) == sorted({"same"} | {f"k{i}" for i in range(60) if i % 3})
 
 
@@ -211,10 +211,10 @@ def _check(url: str, tmp_path: Path, jobs: dict[str, int]) -> None:
     answers = [op for op in ops if op.entity.startswith("answer:")]
 
     with psycopg.connect(url) as conn:
-        ledger = conn.execute("SELECT idempotency_key, entity FROM effect_ledger ORDER BY seq")
+        ledger = conn.execute("SELECT idempotency_key, entity FROM ref_effect_ledger ORDER BY seq")
         ledger_rows = ledger.fetchall()
         records = [json.loads(d) for (d,) in conn.execute("SELECT data FROM pigeon_records")]
-        final = dict(conn.execute("SELECT id, data FROM notes"))
+        final = dict(conn.execute("SELECT id, data FROM ref_notes"))
         marks = Counter(topic for (topic,) in conn.execute("SELECT topic FROM pigeon_outbox"))
         succeeded = conn.execute(
             "SELECT task, payload, record_id FROM pigeon_jobs WHERE status = 'succeeded'"

@@ -124,7 +124,7 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
     def bad_sql(ctx: Any) -> Any:
         ctx.tx.fetchone("note_get", {"principal": ctx.principal, "id": "x"})
         if ctx.tx.backend == "sqlite":
-            ctx.tx.conn.execute("SELECT no_such_column FROM notes")
+            ctx.tx.conn.execute("SELECT no_such_column FROM ref_notes")
         raise RuntimeError("stand-in for the same bug on PostgreSQL")
 
     intake.add_operation("POST", "/bad-sql", bad_sql)

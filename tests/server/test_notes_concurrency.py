@@ -34,7 +34,7 @@ def _both_blocked_then_release(pg_url: str, send: Any, requests: list[Any]) -> l
     """Hold the note's row lock from outside, let every request read the note and queue
     on it, then let go: the requests' reads all happen before any of their writes."""
     with psycopg.connect(pg_url) as holder:
-        holder.execute("SELECT 1 FROM notes WHERE id = '1' FOR UPDATE")
+        holder.execute("SELECT 1 FROM ref_notes WHERE id = '1' FOR UPDATE")
         with ThreadPoolExecutor(len(requests)) as pool:
             futures = [pool.submit(send, *r) for r in requests]
             deadline = time.monotonic() + 10
@@ -123,7 +123,7 @@ def test_two_first_writes_of_a_new_resource_are_both_settled(
         with psycopg.connect(pg_url) as holder:
             # An uncommitted row with the same key: both requests' inserts queue behind it.
             holder.execute(
-                "INSERT INTO resources (principal, collection, id, version, data, deleted, "
+                "INSERT INTO ref_resources (principal, collection, id, version, data, deleted, "
                 "clock, raw_clock, created_at, updated_at) "
                 "VALUES ('anonymous', %s, 'r', 1, '{}', 0, 'c', 'c', 0, 0)",
                 (collection,),

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.postgres
 
 ROWS = 10_000
 NOW = 1_700_000_000.0
-BIG_TABLES = {"pigeon_idempotency_claims", "notes", "effect_ledger"}
+BIG_TABLES = {"pigeon_idempotency_claims", "ref_notes", "ref_effect_ledger"}
 
 KEY = {"principal": "user-7", "idem_key": "key-77"}
 CLAIM = KEY | {
@@ -75,11 +75,11 @@ SELECT 'user-' || mod(i, 100), 'key-' || i, 'f', 'POST', '/notes', 'op-' || i, '
        CASE WHEN mod(i, 100) = 0 THEN %(now)s - 1 ELSE %(now)s + 86400 + i END
 FROM generate_series(1, %(rows)s) AS i;
 
-INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 SELECT 'user-' || mod(i, 100), 'note-' || i, 1, '{}', 0, 'c', %(now)s, %(now)s
 FROM generate_series(1, %(rows)s) AS i;
 
-INSERT INTO effect_ledger (idempotency_key, principal, operation_id, entity, method,
+INSERT INTO ref_effect_ledger (idempotency_key, principal, operation_id, entity, method,
                            status, version, clock, applied_at)
 SELECT 'key-' || i, 'user-' || mod(i, 100), 'op-' || i, 'note:' || i, 'POST', 201, 1, 'c',
        %(now)s

@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pigeon.reference.notes import read_ledger
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.storage.queries import migrations
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db
@@ -42,6 +43,27 @@ CLAIM = (
     " 4e12, 4e12)"
 )
 ROWS = 3
+# The reference app's tables, unprefixed before (server migration 9 adds ref_).
+REFERENCE = (
+    "INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)"
+    " VALUES ('alice', 'n{n}', 1, '{{}}', 0, 'c', 1.0, 1.0)",
+    "INSERT INTO effect_ledger (idempotency_key, principal, operation_id, entity, method,"
+    " status, version, clock, applied_at) VALUES ('k{n}', 'alice', 'op{n}', 'note:n{n}',"
+    " 'POST', 201, 1, 'c', 1.0)",
+    "INSERT INTO resources (principal, collection, id, version, data, deleted, clock,"
+    " raw_clock, created_at, updated_at) VALUES ('alice', 'docs', 'd{n}', 1, '{{}}', 0, 'c',"
+    " 'c', 1.0, 1.0)",
+    "INSERT INTO write_outcomes (principal, collection, id, idempotency_key, operation_id,"
+    " outcome, clock, raw_clock, other_clock, version, payload, recorded_at) VALUES"
+    " ('alice', 'docs', 'd{n}', 'k{n}', 'op{n}', 'won', 'c', 'c', NULL, 1, '{{}}', 1.0)",
+)
+RENAMED = {
+    "idempotency_claims": "pigeon_idempotency_claims",
+    "notes": "ref_notes",
+    "effect_ledger": "ref_effect_ledger",
+    "resources": "ref_resources",
+    "write_outcomes": "ref_write_outcomes",
+}
 
 
 def _previous_sqlite(path: Path) -> None:
@@ -55,7 +77,8 @@ def _previous_sqlite(path: Path) -> None:
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute(f"PRAGMA application_id = {SERVER_APPLICATION_ID}")
         for n in range(ROWS):
-            conn.execute(CLAIM.format(n=n))
+            for statement in (CLAIM, *REFERENCE):
+                conn.execute(statement.format(n=n))
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -71,7 +94,8 @@ def _previous_postgres(url: str) -> None:
             conn.execute(script.encode())
         conn.execute("INSERT INTO pigeon_schema VALUES ('server', %s)", (PREVIOUS,))
         for n in range(ROWS):
-            conn.execute(CLAIM.format(n=n).encode())
+            for statement in (CLAIM, *REFERENCE):
+                conn.execute(statement.format(n=n).encode())
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -100,6 +124,13 @@ def test_a_previous_release_database_keeps_every_row(
                     else "SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public'"
                 ).fetchall()
             }
-        assert "idempotency_claims" not in names and "pigeon_idempotency_claims" in names
+            counts = {
+                new: tx.sql(f"SELECT count(*) AS n FROM {new}").fetchone()["n"]
+                for new in RENAMED.values()
+            }
+        assert not names & RENAMED.keys() and names >= set(RENAMED.values())
+        assert counts == dict.fromkeys(RENAMED.values(), ROWS)
+        ledger = read_ledger(db)  # the reference app reads its rows under the new names
+        assert [e["idempotency_key"] for e in ledger] == [f"k{n}" for n in range(ROWS)]
     finally:
         db.close()

@@ -45,7 +45,9 @@ RESPONSE_BODY = SealedColumn(
     ("principal", "idem_key"),
     sealed_as="idempotency_claims",
 )
-NOTE_DATA = SealedColumn("notes", "data", ("principal", "id"), ("principal", "id"))
+NOTE_DATA = SealedColumn(
+    "ref_notes", "data", ("principal", "id"), ("principal", "id"), sealed_as="notes"
+)
 RECORD_DATA = SealedColumn("pigeon_records", "data", ("id",), ("id",))
 EVENT_DETAIL = SealedColumn("pigeon_record_events", "detail", ("id",), ("record_id",))
 JOB_PAYLOAD = SealedColumn("pigeon_jobs", "payload", ("id",), ("task",))

@@ -3,7 +3,7 @@
 
 -- name: note_get
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = %(principal)s AND id = %(id)s
 
 -- name: note_lock
@@ -12,13 +12,13 @@ WHERE principal = %(principal)s AND id = %(id)s
 -- after this one's version is in: its If-Match is checked, and its merge patch applied,
 -- against the latest version, never against the one both read first (a lost update).
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = %(principal)s AND id = %(id)s
 FOR UPDATE
 
 -- name: note_list
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = %(principal)s AND deleted = 0
 ORDER BY id
 
@@ -27,23 +27,23 @@ ORDER BY id
 -- comes back when a live note already has the id, and the handler answers 409. One
 -- statement: two creates of one new id racing meet at the primary key, and the second
 -- (after the first commits, on PostgreSQL) returns nothing, so it is answered 409 too.
-INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (%(principal)s, %(id)s, 1, %(data)s, 0, %(clock)s, %(now)s, %(now)s)
 ON CONFLICT (principal, id) DO UPDATE
-SET version = notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
     updated_at = excluded.updated_at
-WHERE notes.deleted = 1
+WHERE ref_notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
-UPDATE notes
+UPDATE ref_notes
 SET version = version + 1, data = %(data)s, deleted = %(deleted)s, clock = %(clock)s,
     updated_at = %(now)s
 WHERE principal = %(principal)s AND id = %(id)s
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: ledger_append
-INSERT INTO effect_ledger (
+INSERT INTO ref_effect_ledger (
     idempotency_key, principal, operation_id, entity, method, status, version, clock,
     applied_at
 ) VALUES (
@@ -54,7 +54,7 @@ INSERT INTO effect_ledger (
 -- name: ledger_all
 SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
        clock, applied_at
-FROM effect_ledger
+FROM ref_effect_ledger
 WHERE seq > %(after)s
 ORDER BY seq
 LIMIT %(limit)s

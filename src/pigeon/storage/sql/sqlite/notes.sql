@@ -2,19 +2,19 @@
 
 -- name: note_get
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = :principal AND id = :id
 
 -- name: note_lock
 -- note_get for a write handler (PostgreSQL locks the row here); SQLite's one writer, taken
 -- by BEGIN IMMEDIATE, already keeps every other write out until the commit.
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = :principal AND id = :id
 
 -- name: note_list
 SELECT principal, id, version, data, deleted, clock, created_at, updated_at
-FROM notes
+FROM ref_notes
 WHERE principal = :principal AND deleted = 0
 ORDER BY id
 
@@ -23,23 +23,23 @@ ORDER BY id
 -- comes back when a live note already has the id, and the handler answers 409. One
 -- statement: two creates of one new id racing meet at the primary key, and the second
 -- (after the first commits, on PostgreSQL) returns nothing, so it is answered 409 too.
-INSERT INTO notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
 VALUES (:principal, :id, 1, :data, 0, :clock, :now, :now)
 ON CONFLICT (principal, id) DO UPDATE
-SET version = notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
     updated_at = excluded.updated_at
-WHERE notes.deleted = 1
+WHERE ref_notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
-UPDATE notes
+UPDATE ref_notes
 SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
     updated_at = :now
 WHERE principal = :principal AND id = :id
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: ledger_append
-INSERT INTO effect_ledger (
+INSERT INTO ref_effect_ledger (
     idempotency_key, principal, operation_id, entity, method, status, version, clock,
     applied_at
 ) VALUES (
@@ -50,7 +50,7 @@ INSERT INTO effect_ledger (
 -- name: ledger_all
 SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
        clock, applied_at
-FROM effect_ledger
+FROM ref_effect_ledger
 WHERE seq > :after
 ORDER BY seq
 LIMIT :limit
