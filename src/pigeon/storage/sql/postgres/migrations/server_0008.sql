@@ -1,4 +1,4 @@
--- The library's tables carry the pigeon_ prefix (twin of sqlite/migrations/server_0007.sql):
+-- The library's tables carry the pigeon_ prefix (twin of sqlite/migrations/server_0008.sql):
 -- idempotency_claims becomes pigeon_idempotency_claims, its rows, key and indexes with it.
 
 ALTER TABLE idempotency_claims RENAME TO pigeon_idempotency_claims;

@@ -1,5 +1,5 @@
 -- The reference application's tables carry its own prefix, ref_ (twin of
--- sqlite/migrations/server_0008.sql): rows, keys, indexes and identities move with them.
+-- sqlite/migrations/server_0009.sql): rows, keys, indexes and identities move with them.
 
 ALTER TABLE notes RENAME TO ref_notes;
 
