@@ -26,8 +26,8 @@ from pathlib import Path
 from bench._report import Row, rate, row
 from bench._writers import PAYLOAD
 from pigeon.edge.queue import OfflineQueue
+from pigeon.reference.notes import create_note
 from pigeon.server.intake import Intake, OperationRequest
-from pigeon.server.notes import create_note
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring, generate_key
 from pigeon.storage.server import open_server_db

@@ -22,7 +22,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.stats import failed_by_owner
-from pigeon.server.notes import create_notes_app
+from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import SEALED, KeyMissing, Keyring, generate_key, kid_of
 from pigeon.storage.server import open_server_db
