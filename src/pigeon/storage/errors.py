@@ -16,6 +16,7 @@ for its driver, and it fails the same way on every run, whatever the store's hea
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import sqlite3
@@ -30,7 +31,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _psycopg_errors() -> tuple[type[BaseException], ...]:
+@functools.cache
+def _psycopg_down() -> tuple[type[BaseException], ...]:
+    """psycopg's OperationalError, imported when first asked for: a process that only
+    ever opens SQLite (an edge app, a SQLite worker) never loads the driver."""
     try:
         import psycopg
     except ImportError:  # the postgres extra is not installed
@@ -38,15 +42,19 @@ def _psycopg_errors() -> tuple[type[BaseException], ...]:
     return (psycopg.OperationalError,)
 
 
-_PSYCOPG_DOWN = _psycopg_errors()
+def store_down_errors() -> tuple[type[BaseException], ...]:
+    """The errors that may mean "the store cannot be used right now": the intake fails
+    closed (503). ``store_down`` tells a statement's own fault among the drivers' ones."""
+    return (StoreUnavailable, sqlite3.OperationalError, *_psycopg_down())
 
-# Errors that may mean "the store cannot be used right now": the intake fails closed
-# (503). ``store_down`` tells a statement's own fault among the drivers' ones.
-STORE_DOWN: tuple[type[BaseException], ...] = (
-    StoreUnavailable,
-    sqlite3.OperationalError,
-    *_PSYCOPG_DOWN,
-)
+
+def __getattr__(name: str) -> tuple[type[BaseException], ...]:
+    # STORE_DOWN is a module attribute made on first use (``from ... import STORE_DOWN``
+    # by the server's modules), so that importing this module loads no driver.
+    if name == "STORE_DOWN":
+        return store_down_errors()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # SQLite's primary result codes that mean the file cannot be used now, as opposed to
 # SQLITE_ERROR (1), which is a statement's own fault (a handler's bad SQL, a missing
@@ -104,7 +112,7 @@ def store_down(exc: BaseException) -> bool:
     if state is not None:
         # No SQLSTATE at all (the server never answered) stays "down".
         return state[:2] in _PG_UNAVAILABLE_CLASSES or state in _PG_UNAVAILABLE_STATES
-    return isinstance(exc, STORE_DOWN)
+    return isinstance(exc, store_down_errors())
 
 
 def contended(exc: BaseException) -> bool:
@@ -137,7 +145,7 @@ def from_postgres(exc: BaseException, what: str = "PostgreSQL unavailable") -> B
         return Contention(f"{what}: {exc}")
     if state == LOCK_NOT_AVAILABLE:
         return LockTimeout(f"{what}: {exc}")
-    if isinstance(exc, _PSYCOPG_DOWN):
+    if isinstance(exc, _psycopg_down()):
         return StoreUnavailable(f"{what}: {exc}")
     return exc
 
@@ -151,7 +159,7 @@ def retried(run: Callable[[], T], *, retries: int = CONTENTION_RETRIES) -> T:
     while True:
         try:
             return run()
-        except STORE_DOWN as exc:
+        except store_down_errors() as exc:
             if attempt >= retries or not contended(exc):
                 raise
             attempt += 1
@@ -162,7 +170,6 @@ def retried(run: Callable[[], T], *, retries: int = CONTENTION_RETRIES) -> T:
 
 __all__ = [
     "CONTENTION_RETRIES",
-    "STORE_DOWN",
     "Contention",
     "LockTimeout",
     "contended",
@@ -171,4 +178,5 @@ __all__ = [
     "lock_timed_out",
     "retried",
     "store_down",
+    "store_down_errors",
 ]
