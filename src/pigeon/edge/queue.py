@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
@@ -35,18 +35,21 @@ from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState
 from pigeon.storage.crypto import Keyring, cipher_for
 from pigeon.storage.sqlite import SQLiteTx
 
+if TYPE_CHECKING:
+    from pigeon.edge.conflicts import ConflictStore
+
 FailureKind = Literal["transient", "permanent", "conflict"]
 
 log = logging.getLogger("pigeon.edge")
 
 
-class _NotSent(enum.Enum):
+class Unsent(enum.Enum):
     """``release()`` without ``retry_after``: the operation never reached the server."""
 
     NOT_SENT = "not sent"
 
 
-NOT_SENT = _NotSent.NOT_SENT
+NOT_SENT = Unsent.NOT_SENT
 
 
 class OfflineQueue:
@@ -127,6 +130,7 @@ class OfflineQueue:
         self._group: GroupCommit[st.NewOp, st.Built] = GroupCommit(self._commit)
         self._subscribers = Subscribers()
         self._local = threading.local()  # enqueues inside batch(), told once it commits
+        self._conflicts: ConflictStore | None = None
 
     # -- enqueue -------------------------------------------------------------------------
 
@@ -345,7 +349,7 @@ class OfflineQueue:
                 next_attempt_at=now + delay,
             )
 
-    def release(self, op_id: str, *, retry_after: float | _NotSent | None = NOT_SENT) -> Operation:
+    def release(self, op_id: str, *, retry_after: float | Unsent | None = NOT_SENT) -> Operation:
         """IN_FLIGHT back to PENDING without spending an attempt.
 
         Without ``retry_after``: it was not sent (offline, never attempted), so it is due
@@ -369,8 +373,8 @@ class OfflineQueue:
                 tx.cipher,
             )
 
-    def _release_delay(self, retry_after: float | _NotSent | None) -> float:
-        if isinstance(retry_after, _NotSent):
+    def _release_delay(self, retry_after: float | Unsent | None) -> float:
+        if isinstance(retry_after, Unsent):
             return 0.0
         if retry_after is None:
             return self.retry_policy.backoff(1)
@@ -466,6 +470,16 @@ class OfflineQueue:
                 tx.execute("clear_base_version", {"entity": entity})
             else:
                 tx.execute("set_base_version", {"entity": entity, "version": version})
+
+    @property
+    def conflicts(self) -> ConflictStore:
+        """This queue's conflict records and base snapshots (`pigeon.edge.conflicts`)."""
+        store = self._conflicts
+        if store is None:
+            from pigeon.edge.conflicts import ConflictStore  # it builds on this module
+
+            store = self._conflicts = ConflictStore(self)
+        return store
 
     def transaction(self) -> contextlib.AbstractContextManager[SQLiteTx]:
         """A write transaction on the queue file (a savepoint of it inside ``batch()``), for

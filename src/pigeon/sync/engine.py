@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pigeon.edge.operation import Operation
+from pigeon.edge.operation import Operation, OpType
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
@@ -106,8 +106,7 @@ class SyncEngine:
             on_delivered = chain(resolver.on_delivered, on_delivered, self._error)
         # Without one, a conflict is held for the user, with a record (`pigeon conflicts`).
         self._sweeper = Sweep.of(queue, resolver)
-        if self._sweeper is not None:
-            on_conflict = chain(self._sweeper.conflicts.on_conflict, on_conflict, self._error)
+        on_conflict = chain(self._sweeper.conflicts.on_conflict, on_conflict, self._error)
         self.resolver = resolver
         self.callbacks = Callbacks(
             on_delivered, on_failed, on_dead, on_conflict, on_paused, on_error
@@ -136,9 +135,20 @@ class SyncEngine:
 
     # -- what the application calls ---------------------------------------------------
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Operation:
+    def enqueue(
+        self,
+        type: str | OpType,
+        entity: str,
+        payload: Any,
+        *,
+        endpoint: str | None = None,
+        method: str | None = None,
+        base_version: str | None = None,
+    ) -> Operation:
         """``queue.enqueue(...)`` (same arguments), then wake the engine."""
-        op: Operation = self.queue.enqueue(*args, **kwargs)  # type: ignore[attr-defined]
+        op = self.queue.enqueue(
+            type, entity, payload, endpoint=endpoint, method=method, base_version=base_version
+        )
         self.notify()
         return op
 
@@ -291,27 +301,19 @@ class SyncEngine:
 
     def _attach(self) -> None:
         """Be told of enqueues (if the queue offers ``subscribe``) and connectivity."""
-        if self._sweeper is not None:  # start, run: the first step looks for conflicts
-            self._sweeper.due = True
+        self._sweeper.due = True  # start, run: the first step looks for conflicts
         if self._attached:
             return
         self._attached = True
         self.connectivity.subscribe(self._connectivity_changed)
-        subscribe = getattr(self.queue, "subscribe", None)
-        if callable(subscribe):
-            subscribe(self.notify)
+        self.queue.subscribe(self.notify)
 
     def _detach(self) -> None:
         if not self._attached:
             return
         self._attached = False
-        for source, callback in (
-            (self.queue, self.notify),
-            (self.connectivity, self._connectivity_changed),
-        ):
-            unsubscribe = getattr(source, "unsubscribe", None)
-            if callable(unsubscribe):  # optional in both protocols
-                unsubscribe(callback)
+        self.queue.unsubscribe(self.notify)
+        self.connectivity.unsubscribe(self._connectivity_changed)
 
     def __enter__(self) -> SyncEngine:
         self.start()
@@ -408,7 +410,7 @@ class SyncEngine:
 
     def _sweep(self) -> None:
         """Conflict-held operations no callback settled or recorded: see `Sweep`."""
-        if self._sweeper is not None and not self._cycles.in_lane:
+        if not self._cycles.in_lane:
             try:
                 if self._sweeper(self._turns, self.pipeline):
                     self.notify()
@@ -483,7 +485,7 @@ class SyncEngine:
 
     def _account(self, report: CycleReport) -> None:
         self.totals.add(report)
-        if report.conflicts and self._sweeper is not None:
+        if report.conflicts:
             self._sweeper.due = True
         self._holds.after(report)
         # Only a failed connection says the server is unreachable: a probe would find it

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pigeon.edge.operation import Operation
 from pigeon.logs import failure
@@ -26,6 +26,7 @@ log = logging.getLogger("pigeon.sync")
 OperationCallback = Callable[[Operation, Outcome], Any]
 PausedCallback = Callable[[str], Any]
 ErrorCallback = Callable[[BaseException], Any]
+EventName = Literal["on_delivered", "on_failed", "on_dead", "on_conflict", "on_paused", "on_error"]
 
 
 @dataclass(slots=True)
@@ -47,8 +48,15 @@ class Callbacks:
     on_paused: PausedCallback | None = None
     on_error: ErrorCallback | None = None
 
-    def emit(self, name: str, *args: Any) -> None:
-        callback = getattr(self, name)
+    def emit(self, name: EventName, *args: Any) -> None:
+        callback: Callable[..., Any] | None = {
+            "on_delivered": self.on_delivered,
+            "on_failed": self.on_failed,
+            "on_dead": self.on_dead,
+            "on_conflict": self.on_conflict,
+            "on_paused": self.on_paused,
+            "on_error": self.on_error,
+        }[name]
         if callback is None:
             return
         try:
@@ -107,8 +115,10 @@ class CycleReport:
 
     def add(self, other: CycleReport) -> None:
         """Sum the counters of ``other`` into this report (the flags are not summed)."""
-        for name in _COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-_COUNTERS = ("taken", "delivered", "failed", "dead", "conflicts", "released", "replayed")
+        self.taken += other.taken
+        self.delivered += other.delivered
+        self.failed += other.failed
+        self.dead += other.dead
+        self.conflicts += other.conflicts
+        self.released += other.released
+        self.replayed += other.replayed

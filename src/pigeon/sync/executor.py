@@ -15,29 +15,64 @@ and a failure holds back only its own entity's tail.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
+from pigeon.clock import HLCTimestamp
+from pigeon.edge.conflicts import ConflictStore
 from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.queue import Unsent
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
-from pigeon.sync.events import Callbacks, CycleReport
+from pigeon.sync.events import Callbacks, CycleReport, EventName
 
 Clock = Callable[[], float]
 _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's If-Match
 
 
+Delivery = tuple[str, Any, str | None]  # (op_id, response, etag) for mark_delivered_many
+
+
 class SyncQueue(Protocol):
-    """The part of `pigeon.edge.queue.OfflineQueue` the engine uses."""
+    """Everything `SyncEngine`, its `Executor` and its conflict handling call on a queue:
+    `pigeon.edge.queue.OfflineQueue` is the one implementation (a test's subclass of it
+    may override any of these)."""
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """Turns a server's Retry-After into a wait (`RetryPolicy.honour`)."""
+        ...
+
+    @property
+    def paused(self) -> str | None: ...
+
+    @property
+    def conflicts(self) -> ConflictStore:
+        """The queue's conflict records and base snapshots."""
+        ...
+
+    def enqueue(
+        self,
+        type: str | OpType,
+        entity: str,
+        payload: Any,
+        *,
+        endpoint: str | None = None,
+        method: str | None = None,
+        base_version: str | None = None,
+    ) -> Operation: ...
+
+    def get(self, op_id: str) -> Operation: ...
 
     def next_batch(self, n: int = 100) -> list[Operation]: ...
 
-    def mark_delivered(self, op_id: str, *, response: Any = None) -> Any: ...
+    def mark_delivered(self, op_id: str, *, response: Any = None) -> None: ...
+
+    def mark_delivered_many(self, items: Sequence[Delivery]) -> None: ...
 
     def mark_failed(
         self,
@@ -48,25 +83,38 @@ class SyncQueue(Protocol):
         retry_after: float | None = None,
     ) -> Operation: ...
 
-    def release(self, op_id: str) -> Any: ...
+    def release(self, op_id: str, *, retry_after: float | Unsent | None = ...) -> Operation:
+        """Without ``retry_after``: never sent, due at once. With it (None: the policy's
+        first backoff): sent, the server holds the key, due again after the wait."""
+        ...
 
     def next_due_at(self) -> float | None: ...
 
-    def pause(self, reason: str) -> Any: ...
+    def pause(self, reason: str) -> None: ...
 
-    def resume(self) -> Any: ...
+    def resume(self) -> None: ...
 
-    @property
-    def paused(self) -> str | None: ...
+    def base_version(self, entity: str) -> str | None: ...
 
-    def set_base_version(self, entity: str, version: str) -> Any: ...
+    def set_base_version(self, entity: str, version: str | None) -> None: ...
+
+    def resolve_conflict(self, op_id: str) -> None: ...
+
+    def batch(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def stamp(self) -> HLCTimestamp:
+        """A stamp of the queue's clock (a request's device clock header)."""
+        ...
+
+    def subscribe(self, callback: Callable[[], object]) -> None: ...
+
+    def unsubscribe(self, callback: Callable[[], object]) -> None: ...
 
 
-def _accepts(function: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
+class _Pass(threading.local):
+    """This thread's pass: its events, held until its settling commits (None outside)."""
+
+    deferred: list[tuple[EventName, tuple[Any, ...]]] | None = None
 
 
 class Executor:
@@ -82,19 +130,9 @@ class Executor:
         self.transport = transport
         self.callbacks = callbacks or Callbacks()
         self.clock = clock
-        # "Key in progress" is the server still working, not a failed attempt; a queue
-        # whose release() takes a delay lets us wait without spending one.
-        self._release_with_delay = _accepts(queue.release, "retry_after")
-        # The queue's policy turns a server's Retry-After into a wait (RetryPolicy.honour);
-        # a queue without one gets the server's value as it came.
-        policy = getattr(queue, "retry_policy", None)
-        self._policy = policy if isinstance(policy, RetryPolicy) else None
         # Events of the pass in progress, held until its commit. Per thread: an engine
         # with a pipeline runs several passes at once.
-        self._local = threading.local()
-        self._deliver_many: Callable[[list[tuple[str, Any, str | None]]], Any] | None = getattr(
-            queue, "mark_delivered_many", None
-        )
+        self._local = _Pass()
 
     def run_once(self, limit: int) -> CycleReport:
         ops = self.queue.next_batch(limit)
@@ -127,12 +165,12 @@ class Executor:
             # Callbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
             self._local.deferred = []
-            with self._together():
+            with self.queue.batch():
                 for op, reply in exchange.replies:
                     outcome = classify(
                         reply.status, reply.headers, reply.body, reply.error, now=now
                     )
-                    if outcome.kind is OutcomeKind.DELIVERED and self._deliver_many:
+                    if outcome.kind is OutcomeKind.DELIVERED:
                         delivered.append((op, reply, outcome))
                     else:
                         self._deliver(delivered, report)
@@ -141,7 +179,7 @@ class Executor:
                 self._deliver(delivered, report)
             settled |= done
             maybe_sent = False
-            events, self._local.deferred = self._local.deferred, None
+            events, self._local.deferred = self._local.deferred or [], None
             for name, args in events:
                 self.callbacks.emit(name, *args)
         finally:
@@ -149,8 +187,8 @@ class Executor:
             self._release(ops, settled, report, sent=maybe_sent, transmitted=transmitted)
         return report
 
-    def _emit(self, name: str, *args: Any) -> None:
-        deferred: list[tuple[str, tuple[Any, ...]]] | None = getattr(self._local, "deferred", None)
+    def _emit(self, name: EventName, *args: Any) -> None:
+        deferred = self._local.deferred
         if deferred is not None:
             deferred.append((name, args))
         else:
@@ -164,16 +202,9 @@ class Executor:
         comment on a note, a "like") does not replace the entity, so a version check it
         did not ask for would fail it with 412 whenever anyone else touched the entity.
         One made with an explicit base version keeps it: the app asked for the check."""
-        known = getattr(self.queue, "base_version", None)
-        if not callable(known):
-            return
         for op in ops:
             if op.base_version is None and op.type in _VERSIONED:
-                op.base_version = known(op.entity)
-
-    def _together(self) -> contextlib.AbstractContextManager[None]:
-        batch = getattr(self.queue, "batch", None)
-        return batch() if callable(batch) else contextlib.nullcontext()
+                op.base_version = self.queue.base_version(op.entity)
 
     def _keep_going(self, reply: Reply) -> bool:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
@@ -203,9 +234,9 @@ class Executor:
 
     def _deliver(self, run: list[tuple[Operation, Reply, Outcome]], report: CycleReport) -> None:
         """Settle a run of DELIVERED outcomes with one ``mark_delivered_many``."""
-        if not run or self._deliver_many is None:
+        if not run:
             return
-        self._deliver_many(
+        self.queue.mark_delivered_many(
             [
                 (op.id, {"status": o.status, "body": o.body, "etag": o.etag}, o.etag)
                 for op, _, o in run
@@ -220,15 +251,12 @@ class Executor:
     def _honour(self, attempts: int, retry_after: float | None) -> float | None:
         """A server's Retry-After as the wait, except 0, which leaves it to the policy's
         backoff (see `RetryPolicy.honour`). None: the queue's policy decides alone."""
-        if retry_after is None or self._policy is None:
-            return retry_after
-        return self._policy.honour(attempts, retry_after)
+        if retry_after is None:
+            return None
+        return self.queue.retry_policy.honour(attempts, retry_after)
 
     def _release_sent(self, op_id: str) -> None:
-        if self._release_with_delay:
-            self.queue.release(op_id, retry_after=0.0)  # type: ignore[call-arg]
-        else:
-            self.queue.release(op_id)
+        self.queue.release(op_id, retry_after=0.0)
 
     def _settle(
         self,
@@ -275,12 +303,12 @@ class Executor:
             else:
                 report.unreachable = True
             return
-        if kind is OutcomeKind.KEY_IN_PROGRESS and self._release_with_delay:
+        if kind is OutcomeKind.KEY_IN_PROGRESS:
             # No attempt is spent here, so "Retry-After: 0" taken literally would resend
             # at once, again and again, while the server works: 0 is the first backoff's
             # draw instead.
             wait = self._honour(1, outcome.retry_after)
-            self.queue.release(op.id, retry_after=wait)  # type: ignore[call-arg]
+            self.queue.release(op.id, retry_after=wait)
             report.failed += 1
             self._emit("on_failed", op, outcome)
             return

@@ -43,13 +43,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pigeon.edge.conflicts import DELETED, NO_RESOLVER, ConflictStore
+from pigeon.edge.conflicts import DELETED, NO_RESOLVER
 from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
 from pigeon.edge.operation import Operation, OpStatus
-from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
 from pigeon.sync.classify import Outcome
+from pigeon.sync.executor import SyncQueue
 
 log = logging.getLogger("pigeon.sync")
 
@@ -138,14 +138,14 @@ class ConflictResolver:
 
     def __init__(
         self,
-        queue: OfflineQueue,
+        queue: SyncQueue,
         policies: Mapping[str, Strategy | Policy] | None = None,
         *,
         default: Strategy | Policy = Strategy.USER,
         on_resolved: Callable[[Operation, Decision], Any] | None = None,
     ) -> None:
         self.queue = queue
-        self.store = ConflictStore(queue)
+        self.store = queue.conflicts
         self.policies = {name: _policy(p) for name, p in (policies or {}).items()}
         self.default = _policy(default)
         self.on_resolved = on_resolved
@@ -269,9 +269,9 @@ class ConflictHolder:
     ``pigeon conflicts resolve ID --keep local|remote|both`` settles it. An engine given a
     `ConflictResolver` later hands these to it (`ConflictResolver.sweep`)."""
 
-    def __init__(self, queue: OfflineQueue) -> None:
+    def __init__(self, queue: SyncQueue) -> None:
         self.queue = queue
-        self.store = ConflictStore(queue)
+        self.store = queue.conflicts
 
     def on_conflict(self, op: Operation, outcome: Outcome) -> None:
         found = _current(outcome.body)
@@ -307,12 +307,9 @@ class Sweep:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, queue: object, resolver: ConflictResolver | None) -> Sweep | None:
-        """The resolver's, or a `ConflictHolder`'s for an `OfflineQueue` (None for a
-        custom queue without a resolver: it has no conflicts table)."""
-        if resolver is not None:
-            return cls(resolver)
-        return cls(ConflictHolder(queue)) if isinstance(queue, OfflineQueue) else None
+    def of(cls, queue: SyncQueue, resolver: ConflictResolver | None) -> Sweep:
+        """The resolver's, or a `ConflictHolder`'s (the engine has no resolver)."""
+        return cls(resolver if resolver is not None else ConflictHolder(queue))
 
     def __call__(self, turns: threading.Semaphore, count: int) -> bool:
         """Sweep if due, holding all ``count`` of the engine's turns, so that no cycle is

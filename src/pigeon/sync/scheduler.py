@@ -154,6 +154,14 @@ class Notices:
             )
 
 
+class _Mine(threading.local):
+    """Per thread: the cycles it runs, the lanes it is in (class defaults: 0 in a new
+    thread, without a lookup that raises and catches inside)."""
+
+    running = 0
+    lanes = 0
+
+
 class Cycles:
     """The sync cycles of one engine in progress, in any thread, for flush and drain to
     wait for; and whether the current thread is doing the engine's work (a lane).
@@ -167,12 +175,12 @@ class Cycles:
         self._notices = notices
         self._lock = threading.Lock()
         self._running = 0
-        self._mine = threading.local()  # .running: cycles, .lanes: lanes of this thread
+        self._mine = _Mine()
 
     def begin(self) -> None:
         with self._lock:
             self._running += 1
-        self._mine.running = getattr(self._mine, "running", 0) + 1
+        self._mine.running += 1
 
     def end(self, took: bool) -> None:
         self._mine.running -= 1
@@ -186,7 +194,7 @@ class Cycles:
     def busy(self) -> bool:
         """Whether another thread has a cycle on the way. One int read, no lock: it is
         also read under the notices' lock, in `wait`."""
-        return self._running - getattr(self._mine, "running", 0) > 0
+        return self._running - self._mine.running > 0
 
     def wait(self, seen: int, timeout: float | None, *, busy: bool) -> None:
         """Until a notice past ``seen``, ``timeout``, or (``busy``: a cycle of another
@@ -196,7 +204,7 @@ class Cycles:
 
     @contextlib.contextmanager
     def lane(self) -> Iterator[None]:
-        self._mine.lanes = getattr(self._mine, "lanes", 0) + 1
+        self._mine.lanes += 1
         try:
             yield
         finally:
@@ -204,7 +212,7 @@ class Cycles:
 
     @property
     def in_lane(self) -> bool:
-        return getattr(self._mine, "lanes", 0) > 0
+        return self._mine.lanes > 0
 
 
 def within(timeout: float, work: Callable[[], T], *, name: str) -> tuple[bool, T | None]:
@@ -217,31 +225,32 @@ def within(timeout: float, work: Callable[[], T], *, name: str) -> tuple[bool, T
     """
     lock = threading.Lock()
     done = threading.Event()
-    box: list[tuple[bool, object]] = []
+    results: list[T] = []
+    errors: list[BaseException] = []
     abandoned = False
 
     def run() -> None:
+        error: BaseException | None = None
         try:
-            outcome: tuple[bool, object] = (True, work())
+            result = work()
         except BaseException as exc:
-            outcome = (False, exc)
+            error = exc
         with lock:
-            box.append(outcome)
+            if error is None:
+                results.append(result)
+            else:
+                errors.append(error)
             late = abandoned
         done.set()
-        if late and not outcome[0]:
-            error = outcome[1]
-            assert isinstance(error, BaseException)
+        if late and error is not None:
             failure(log, "pigeon sync: %s failed after its caller's timeout", name, exc=error)
 
     threading.Thread(target=run, name=name, daemon=True).start()
     done.wait(timeout)
     with lock:
-        if not box:
+        if not results and not errors:
             abandoned = True
             return False, None
-    ok, value = box[0]
-    if not ok:
-        assert isinstance(value, BaseException)
-        raise value
-    return True, value  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return True, results[0]
