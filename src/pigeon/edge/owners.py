@@ -49,6 +49,7 @@ import re
 import time
 from collections.abc import Callable
 
+from pigeon.checks import is_number
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.sqlite import SQLiteTx
 
@@ -75,12 +76,7 @@ _CLAIM_TRIES = 5
 
 def check_every(seconds: float) -> float:
     """A valid check interval (``math.inf``: never while running), or ConfigurationError."""
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or math.isnan(seconds)
-        or seconds < 0
-    ):
+    if not is_number(seconds) or math.isnan(seconds) or seconds < 0:
         raise ConfigurationError(f"recover_every must be seconds >= 0, not {seconds!r}")
     return float(seconds)
 

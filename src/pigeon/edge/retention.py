@@ -14,6 +14,7 @@ import math
 import threading
 from typing import TYPE_CHECKING
 
+from pigeon.checks import is_finite
 from pigeon.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def check_keep(keep: float | None, name: str = "keep_delivered") -> float | None
     """``keep`` seconds (``None``: keep until ``purge_delivered``); a clear error if bad."""
     if keep is None:
         return None
-    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not math.isfinite(keep):
+    if not is_finite(keep):
         raise ConfigurationError(f"{name} must be a number of seconds, not {keep!r}")
     if keep < 0:
         raise ConfigurationError(f"{name} must be >= 0 seconds, not {keep!r}")

@@ -13,13 +13,14 @@ import math
 import random
 from dataclasses import dataclass
 
+from pigeon.checks import is_finite, is_int_in
 from pigeon.exceptions import ConfigurationError
 
 _DEFAULT_RNG = random.Random()
 
 
 def _finite(name: str, value: float) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if not is_finite(value):
         raise ConfigurationError(f"RetryPolicy.{name} must be a finite number, not {value!r}")
 
 
@@ -45,11 +46,7 @@ class RetryPolicy:
             raise ConfigurationError(
                 f"RetryPolicy.cap ({self.cap!r}) must be >= base ({self.base!r})"
             )
-        if (
-            not isinstance(self.max_attempts, int)
-            or isinstance(self.max_attempts, bool)
-            or self.max_attempts < 1
-        ):
+        if not is_int_in(self.max_attempts, 1):
             raise ConfigurationError(
                 f"RetryPolicy.max_attempts must be an integer >= 1, not {self.max_attempts!r}"
             )

@@ -7,12 +7,12 @@ bad operation fails alone, with a typed error naming the problem, and nothing is
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote
 
+from pigeon.checks import is_finite, is_int_in
 from pigeon.edge.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
@@ -91,14 +91,14 @@ def version(value: object, field: str = "base_version") -> str:
 
 def seconds(value: object, field: str) -> float:
     """A finite number of seconds (not a bool, which is an int to Python)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_finite(value):
         raise InvalidOperation(f"{field} must be a finite number of seconds, not {value!r}")
     return float(value)
 
 
 def count(value: object, field: str) -> int:
     """How many rows to take: an integer >= 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int_in(value, 0):
         raise InvalidOperation(f"{field} must be an integer >= 0, not {value!r}")
     return value
 

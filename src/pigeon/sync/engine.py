@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pigeon.checks import is_int_in
 from pigeon.edge.operation import Operation, OpType
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
@@ -92,9 +93,9 @@ class SyncEngine:
         resolver: ConflictResolver | None = None,
         pipeline: int = 1,
     ) -> None:
-        if not isinstance(pipeline, int) or isinstance(pipeline, bool) or not 1 <= pipeline <= 16:
+        if not is_int_in(pipeline, 1, 16):
             raise ConfigurationError(f"pipeline must be an integer from 1 to 16, not {pipeline!r}")
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        if not is_int_in(batch_size, 1):
             raise ConfigurationError(f"batch_size must be an integer >= 1, not {batch_size!r}")
         if idle_recheck <= 0:
             raise ConfigurationError(f"idle_recheck must be > 0 seconds, not {idle_recheck!r}")
