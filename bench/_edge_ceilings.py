@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bench._writers import PAYLOAD, Writers, raw_table
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.storage.queries import load_queries
 
@@ -40,7 +41,8 @@ class EnqueueSQL:
     """The SQL of one enqueue of a fresh entity, by hand, with the store's own queries."""
 
     def __init__(self, path: Path) -> None:
-        OfflineQueue(path, durability="full").close()  # the real schema, pragmas, page size
+        # The real schema, pragmas, page size.
+        OfflineQueue(path, QueueOptions(durability="full")).close()
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA synchronous = FULL")
         queries = load_queries("sqlite", "edge")
@@ -116,7 +118,7 @@ class EnqueueGrouped:
     """One thread, ``group`` enqueues per ``queue.batch()``: one transaction, one fsync."""
 
     def __init__(self, path: Path, group: int) -> None:
-        self.queue = OfflineQueue(path, durability="full")
+        self.queue = OfflineQueue(path, QueueOptions(durability="full"))
         self.group = group
         self.i = 0
 

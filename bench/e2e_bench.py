@@ -5,7 +5,7 @@ the sync engine into a `pigeon serve` process (SQLite, durability full) — one 
 per request (one at a time, the default, and 16 on the wire: ``HttpTransport(concurrency=16)``,
 which the server's group commit answers with one fsync for those that arrive together),
 and batches of 10 and 100 (one batch at a time, the default, and 2 on the way:
-``SyncEngine(pipeline=2)``). Rate = operations delivered per second of drain.
+``SyncOptions(pipeline=2)``). Rate = operations delivered per second of drain.
 
 Two ceilings, measured in the same run: the same `pigeon serve` driven by a client that
 does nothing but send requests built before the clock starts (new keys each, no queue,
@@ -37,11 +37,13 @@ import httpx
 from bench._report import Row, rate, row
 from bench._servers import process, timed_clients, uvicorn_app
 from pigeon.demo.processes import ServerProcess
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.wire import HEALTH_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 
 BODY = {"title": "shopping list", "body": "milk, eggs, bread, coffee"}
 
@@ -115,14 +117,17 @@ def _pigeon(
 ) -> float:
     name = f"{batch}-{concurrency}-{pipeline}"
     with ServerProcess(tmp / f"server-{name}.db", allow_anonymous=True) as server:
-        queue = OfflineQueue(tmp / f"edge-{name}.db", durability="full")
+        queue = OfflineQueue(tmp / f"edge-{name}.db", QueueOptions(durability="full"))
         with queue.batch():
             for i in range(n):
                 queue.enqueue("create", f"note:b{i}", {"id": f"b{i}", **BODY})
         transport = HttpTransport(server.url, batch=batch, timeout=30.0, concurrency=concurrency)
         size = 100 if batch is False else int(batch)
         engine = SyncEngine(
-            queue, transport, connectivity=ManualMonitor(True), batch_size=size, pipeline=pipeline
+            queue,
+            transport,
+            SyncOptions(batch_size=size, pipeline=pipeline),
+            connectivity=ManualMonitor(True),
         )
         started = time.perf_counter()
         drained = engine.drain(timeout=600)

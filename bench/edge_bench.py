@@ -28,6 +28,7 @@ from pathlib import Path
 from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
 from bench._writers import PAYLOAD, Writers, raw_table
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.store import EdgeStore
 
@@ -76,7 +77,7 @@ class _PersistPut:
 
 class _EnqueueOne:
     def __init__(self, path: Path) -> None:
-        self.queue = OfflineQueue(path, durability="full")
+        self.queue = OfflineQueue(path, QueueOptions(durability="full"))
         self.i = 0
 
     def step(self, k: int) -> float:
@@ -95,7 +96,7 @@ class _EnqueueThreads(Writers):
 
     def __init__(self, path: Path, threads: int) -> None:
         super().__init__(threads)
-        self.queue = OfflineQueue(path, durability="full")
+        self.queue = OfflineQueue(path, QueueOptions(durability="full"))
         self.begin()
 
     def write(self, t: int, i: int) -> None:
@@ -125,7 +126,7 @@ def _persist_cycle(path: Path, n: int) -> float:
 
 def bulk_fill(path: Path, n: int, *, chunk: int = 50_000) -> None:
     """Fill a queue file with ``n`` pending operations on distinct entities, fast."""
-    OfflineQueue(path, durability="normal").close()
+    OfflineQueue(path, QueueOptions(durability="normal")).close()
     store = EdgeStore(path, durability="normal", create=False, recover=False, now=time.time())
     text = json.dumps(PAYLOAD)
     now = time.time()
@@ -154,7 +155,7 @@ def bulk_fill(path: Path, n: int, *, chunk: int = 50_000) -> None:
 
 def _delivery_cycle(path: Path, n: int) -> float:
     bulk_fill(path, n)
-    with OfflineQueue(path, durability="full") as queue:
+    with OfflineQueue(path, QueueOptions(durability="full")) as queue:
         done = 0
         started = time.perf_counter()
         while True:
@@ -171,7 +172,7 @@ def _delivery_cycle(path: Path, n: int) -> float:
 def _depth_costs(path: Path, depth: int, samples: int) -> tuple[float, float]:
     """Median seconds per enqueue and per next_batch(100) on a queue ``depth`` deep."""
     bulk_fill(path, depth)
-    with OfflineQueue(path, durability="normal") as queue:
+    with OfflineQueue(path, QueueOptions(durability="normal")) as queue:
         enq, nb = [], []
         for i in range(samples):
             t0 = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.edge.merge import field_merge, notes_merge
 from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue, QueueStats
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import (
@@ -45,6 +46,8 @@ from pigeon.protocol.transport import Transport
 from pigeon.storage.crypto import Keyring
 from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
+from pigeon.sync.options import SyncOptions
 from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
 
 __version__ = "0.1.0"
@@ -86,6 +89,7 @@ __all__ = [
     "PigeonError",
     "Policy",
     "ProbeMonitor",
+    "QueueOptions",
     "QueueStats",
     "RetryPolicy",
     "RetryableError",
@@ -95,7 +99,9 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Strategy",
+    "SyncCallbacks",
     "SyncEngine",
+    "SyncOptions",
     "Transport",
     "UnknownOperationType",
     "UnknownOutcome",

@@ -17,6 +17,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
@@ -224,7 +225,7 @@ def test_a_limit_that_is_not_a_positive_number_of_bytes_is_refused(
 
 
 def test_the_defaults_leave_room_above_the_edge_payload_limit() -> None:
-    edge_limit = OfflineQueue.__init__.__kwdefaults__["max_payload_bytes"]
+    edge_limit = QueueOptions().max_payload_bytes
     assert 2 * edge_limit <= DEFAULT_MAX_BODY
     assert DEFAULT_MAX_BATCH_BODY >= 8 * DEFAULT_MAX_BODY
 

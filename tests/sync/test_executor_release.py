@@ -101,7 +101,7 @@ def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Pa
     import sqlite3
     from collections.abc import Iterator
 
-    from pigeon.sync.events import Callbacks
+    from pigeon.sync.events import SyncCallbacks
 
     class FailsToCommitOnce(OfflineQueue):
         failed = False
@@ -121,7 +121,7 @@ def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Pa
     try:
         op = queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "b"})
         executor = Executor(
-            queue, transport, Callbacks(on_delivered=lambda o, _: delivered.append(o.id))
+            queue, transport, SyncCallbacks(on_delivered=lambda o, _: delivered.append(o.id))
         )
         with pytest.raises(sqlite3.OperationalError):
             executor.run_once(10)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from pigeon.cli._format import console, duration, error, shown
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.stats import QueueStats
 from pigeon.exceptions import PigeonError
@@ -50,7 +51,7 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
     the ``with`` body, is a clear message and exit status 1."""
     try:
         keys = Keyring.from_env()  # PIGEON_KEYS / PIGEON_KEYS_FILE: a sealed queue's keys
-        with OfflineQueue(path, create=False, recover=False, upgrade=False, keys=keys) as queue:
+        with OfflineQueue(path, QueueOptions.inspecting(), keys=keys) as queue:
             yield queue
     except PigeonError as exc:
         error(exc)

@@ -23,6 +23,7 @@ from pycrdt import Doc, Text
 
 from pigeon.demo.processes import serve_in_thread
 from pigeon.edge.merge import SEPARATOR, notes_merge
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
@@ -79,7 +80,7 @@ def _server(db_path: Path) -> Iterator[str]:
 
 
 def _device(name: str, path: Path, url: str, now: Callable[[], float]) -> Device:
-    queue = OfflineQueue(path, retry_policy=FAST_RETRY, now=now)
+    queue = OfflineQueue(path, QueueOptions(retry_policy=FAST_RETRY), now=now)
     resolver = ConflictResolver(queue, POLICIES)
     transport = HttpTransport(url, token=f"demo.{name}", batch=True, headers=resolver.headers)
     engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), resolver=resolver)

@@ -24,6 +24,7 @@ import httpx
 from pigeon.demo.processes import ServerProcess
 from pigeon.demo.session import Edit, expected_state, offline_session
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
@@ -32,6 +33,7 @@ from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.reference.notes import LEDGER_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 
 # Fast retries: the demo's faults are frequent and the network is loopback.
 DEMO_RETRY = RetryPolicy(base=0.02, factor=2.0, cap=0.5, max_attempts=60)
@@ -110,7 +112,7 @@ def run_demo(
         base = workdir or Path(tmp)
         with ServerProcess(base / "server.db") as server:
             with FaultProxy(server.url, plan) as proxy:
-                queue = OfflineQueue(base / "edge.db", retry_policy=DEMO_RETRY)
+                queue = OfflineQueue(base / "edge.db", QueueOptions(retry_policy=DEMO_RETRY))
                 transport = HttpTransport(
                     proxy.url,
                     batch=batch or False,
@@ -119,7 +121,10 @@ def run_demo(
                     token=DEMO_TOKEN,
                 )
                 engine = SyncEngine(
-                    queue, transport, connectivity=ManualMonitor(False), pipeline=pipeline
+                    queue,
+                    transport,
+                    SyncOptions(pipeline=pipeline),
+                    connectivity=ManualMonitor(False),
                 )
                 try:
                     edits = offline_session(operations, notes, seed=seed)

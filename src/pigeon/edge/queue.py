@@ -15,9 +15,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
@@ -26,12 +26,14 @@ from pigeon.edge import validate as v
 from pigeon.edge.commit import GroupCommit, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
+from pigeon.edge.options import LegacyQueueArguments, QueueOptions
 from pigeon.edge.retry import RetryPolicy
 from pigeon.edge.stamps import FileClock
 from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
 from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
+from pigeon.options import with_legacy
 from pigeon.storage.crypto import Keyring, cipher_for
 from pigeon.storage.sqlite import SQLiteTx
 
@@ -64,58 +66,40 @@ class OfflineQueue:
     def __init__(
         self,
         path: str | os.PathLike[str],
+        options: QueueOptions | None = None,
         *,
-        retry_policy: RetryPolicy | None = None,
-        durability: Literal["full", "normal"] = "full",
-        max_payload_bytes: int = 1 << 20,
-        allowed_types: Collection[str] | None = None,
-        coalesce: bool = True,
         node_id: str | None = None,
         now: Callable[[], float] = time.time,
-        create: bool = True,
-        recover: bool = True,
         rng: random.Random | None = None,
-        keep_delivered: float | None = retention.DEFAULT_KEEP_DELIVERED,
-        upgrade: bool = True,
-        recover_every: float = st.RECOVER_EVERY,
         keys: Keyring | None = None,
+        **legacy: Unpack[LegacyQueueArguments],
     ) -> None:
-        """``keep_delivered``: seconds a delivered operation stays in the file before the
-        queue purges it by itself (`pigeon.edge.retention`); None keeps them until
-        ``purge_delivered``. ``upgrade=False`` refuses a file of an older schema
-        (SchemaTooOld) instead of migrating it, as tools that only look should.
-        ``keys``: seal payloads and responses in the file (`pigeon.storage.crypto`)."""
-        if durability not in ("full", "normal"):
-            raise ConfigurationError(f"durability must be 'full' or 'normal', not {durability!r}")
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise ConfigurationError(
-                f"max_payload_bytes must be a positive integer, not {max_payload_bytes!r}"
-            )
-        if allowed_types is not None:
-            allowed_types = frozenset(
-                t.value if isinstance(t, OpType) else t for t in allowed_types
-            )
-            if not allowed_types or not all(isinstance(t, str) and t for t in allowed_types):
-                raise ConfigurationError(
-                    f"allowed_types must be non-empty strings, not {sorted(allowed_types)!r}"
-                )
-        self.keep_delivered = retention.check_keep(keep_delivered)
+        """``options``: how the file is kept (`QueueOptions`, checked when made). ``node_id``
+        names this device in its operations' clock stamps (default: the file's own).
+        ``now`` and ``rng``: the clock and the jitter's randomness (tests set them).
+        ``keys``: seal payloads and responses in the file (`pigeon.storage.crypto`). The
+        settings as keyword arguments (``durability="normal"``, ...) are deprecated."""
+        if legacy.get("retry_policy", RetryPolicy()) is None:
+            del legacy["retry_policy"]  # None meant the default policy
+        options = with_legacy(options or QueueOptions(), legacy, owner="OfflineQueue")
+        self.options = options
+        self.keep_delivered = options.keep_delivered
         self._purges = retention.PurgeSchedule()
-        self.retry_policy = retry_policy or RetryPolicy()
-        self.durability = durability
-        self.max_payload_bytes = max_payload_bytes
-        self.allowed_types = allowed_types
-        self.coalesce = coalesce
+        self.retry_policy = options.retry_policy
+        self.durability = options.durability
+        self.max_payload_bytes = options.max_payload_bytes
+        self.allowed_types = options.types
+        self.coalesce = options.coalesce
         self._now = now
         self._rng = rng or random.Random()
         self._store = st.EdgeStore(
             path,
-            durability=durability,
-            create=create,
-            recover=recover,
+            durability=options.durability,
+            create=options.create,
+            recover=options.recover,
             now=now(),
-            upgrade=upgrade,
-            recover_every=recover_every,
+            upgrade=options.upgrade,
+            recover_every=options.recover_every,
             cipher=cipher_for(keys),
         )
         self.path = self._store.path

@@ -1,6 +1,7 @@
 """`SyncEngine`: the edge's scheduler and executor, in a background thread or asyncio task.
 
-    engine = SyncEngine(queue, HttpTransport("https://api.example"), on_dead=alert)
+    engine = SyncEngine(queue, HttpTransport("https://api.example"), SyncOptions(pipeline=2),
+                        callbacks=SyncCallbacks(on_dead=alert))
     engine.start()                        # or: task = asyncio.create_task(engine.run())
     engine.enqueue("update", "note:42", {"text": "hi"}, endpoint="/notes/42")
     engine.flush(timeout=5)               # "sync now" and wait for it
@@ -26,29 +27,26 @@ step. Operations of a cycle that raised are released by the executor, never stra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Unpack
 
-from pigeon.checks import is_int_in
 from pigeon.edge.operation import Operation, OpType
-from pigeon.edge.retry import RetryPolicy
-from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
+from pigeon.options import with_legacy
 from pigeon.protocol.transport import Transport
-from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF, ConnectivityMonitor, ProbeMonitor
+from pigeon.sync.connectivity import ConnectivityMonitor, ProbeMonitor
 from pigeon.sync.events import (
-    Callbacks,
     CycleReport,
-    ErrorCallback,
-    OperationCallback,
-    PausedCallback,
+    SyncCallbacks,
     chain,
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.holds import Holds
+from pigeon.sync.options import LegacySyncArguments, SyncOptions
 from pigeon.sync.resolver import ConflictResolver, Sweep
 from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
 
@@ -58,79 +56,72 @@ log = logging.getLogger("pigeon.sync")
 class SyncEngine:
     """Deliver a queue's operations through a transport, in order, whenever possible.
 
-    ``connectivity`` defaults to a `ProbeMonitor` over ``transport.probe``. ``batch_size``
-    is how many operations one cycle takes from the queue (at most one per entity).
-    ``reconnect`` is the backoff between connection attempts while the server is
-    unreachable, while a request cannot be made (the token callable raises), and after a
-    step of the background loop raised. ``idle_recheck`` bounds the sleep when an
-    operation is due but held behind its entity's earlier operation; ``batch_window`` is
-    how late a backoff timer fires on purpose, so operations due within it leave in one
-    batch. ``pipeline`` is how many batches may be on the way at once (default 1: one
-    batch at a time): with 2, the next batch is taken and sent while the server works on
-    the previous one, so neither side waits for the other. Each batch holds other
-    entities (the queue never hands out an entity's next operation while one is in
-    flight), so per-entity order holds; the order in which different entities reach the
-    server is what is given up.
+    ``options``: batch size, pipeline, backoffs (`SyncOptions`, checked when made).
+    ``callbacks``: what the application is told of each transition (`SyncCallbacks`).
+    ``connectivity`` defaults to a `ProbeMonitor` over ``transport.probe``. ``resolver``
+    settles version conflicts (without one they are held for the user). ``clock``: the
+    time, as the queue's (tests set it). The settings and callbacks as keyword arguments
+    (``pipeline=2``, ``on_dead=...``) are deprecated.
     """
 
     def __init__(
         self,
         queue: SyncQueue,
         transport: Transport,
+        options: SyncOptions | None = None,
         *,
+        callbacks: SyncCallbacks | None = None,
         connectivity: ConnectivityMonitor | None = None,
-        batch_size: int = 100,
-        on_delivered: OperationCallback | None = None,
-        on_failed: OperationCallback | None = None,
-        on_dead: OperationCallback | None = None,
-        on_conflict: OperationCallback | None = None,
-        on_paused: PausedCallback | None = None,
-        on_error: ErrorCallback | None = None,
-        reconnect: RetryPolicy = DEFAULT_PROBE_BACKOFF,
-        idle_recheck: float = 1.0,
-        batch_window: float = 0.02,
-        clock: Clock = time.time,
         resolver: ConflictResolver | None = None,
-        pipeline: int = 1,
+        clock: Clock = time.time,
+        **legacy: Unpack[LegacySyncArguments],
     ) -> None:
-        if not is_int_in(pipeline, 1, 16):
-            raise ConfigurationError(f"pipeline must be an integer from 1 to 16, not {pipeline!r}")
-        if not is_int_in(batch_size, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, not {batch_size!r}")
-        if idle_recheck <= 0:
-            raise ConfigurationError(f"idle_recheck must be > 0 seconds, not {idle_recheck!r}")
+        given = callbacks or SyncCallbacks()
+        callbacks = with_legacy(
+            given,
+            {k: v for k, v in legacy.items() if k.startswith("on_")},
+            owner="SyncEngine",
+            param="callbacks",
+        )
+        options = with_legacy(
+            options or SyncOptions(),
+            {k: v for k, v in legacy.items() if not k.startswith("on_")},
+            owner="SyncEngine",
+        )
+        self.options = options
         self.queue = queue
         self.transport = transport
-        self.batch_size = batch_size
-        self.pipeline = pipeline
+        self.batch_size = options.batch_size
+        self.pipeline = options.pipeline
+        on_delivered, on_conflict = callbacks.on_delivered, callbacks.on_conflict
         if resolver is not None:  # it sees every delivery and conflict before the app does
             on_delivered = chain(resolver.on_delivered, on_delivered, self._error)
         # Without one, a conflict is held for the user, with a record (`pigeon conflicts`).
         self._sweeper = Sweep.of(queue, resolver)
         on_conflict = chain(self._sweeper.conflicts.on_conflict, on_conflict, self._error)
         self.resolver = resolver
-        self.callbacks = Callbacks(
-            on_delivered, on_failed, on_dead, on_conflict, on_paused, on_error
+        self.callbacks = dataclasses.replace(
+            callbacks, on_delivered=on_delivered, on_conflict=on_conflict
         )
         self.executor = Executor(queue, transport, self.callbacks, clock=clock)
         self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
         self.totals = CycleReport()  # everything done so far (counters only)
-        # The latest exception the engine survived (see `Callbacks.on_error`); None until
+        # The latest exception the engine survived (see `SyncCallbacks.on_error`); None until
         # one happens. Never cleared: compare identities to notice a new one.
         self.last_error: BaseException | None = None
         self._error_streak = 0  # steps of the loop that raised in a row
-        self._reconnect = reconnect  # also after a step of the loop raised
-        self._idle_recheck = idle_recheck
-        self._batch_window = batch_window
+        self._reconnect = options.reconnect  # also after a step of the loop raised
+        self._idle_recheck = options.idle_recheck
+        self._batch_window = options.batch_window
         self._clock = clock
         self._waker = Waker()  # the background loop's wake-up flag
         self._notices = Notices()  # the same wake-ups, for drain (which must not clear it)
         self._cycles = Cycles(self._notices)  # on the way, for flush and drain to wait for
-        self._turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
+        self._turns = threading.BoundedSemaphore(options.pipeline)  # cycles running at once
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._holds = Holds(reconnect, clock)  # an unreachable server's, a 429's
+        self._holds = Holds(options.reconnect, clock)  # an unreachable server's, a 429's
         self._attached = False
         self._attach()
 

@@ -1,6 +1,6 @@
 """What the engine tells the application: callbacks per operation, and cycle reports.
 
-Callbacks run right after the queue recorded the transition, so an operation is already
+SyncCallbacks run right after the queue recorded the transition, so an operation is already
 durably delivered / held / dead when its callback sees it. They run on whichever thread
 ran the cycle: the background loop's, the asyncio mode's worker thread, a flush's (its
 worker thread when given a timeout), or a lane's. With ``pipeline=1`` cycles take turns,
@@ -30,7 +30,7 @@ EventName = Literal["on_delivered", "on_failed", "on_dead", "on_conflict", "on_p
 
 
 @dataclass(slots=True)
-class Callbacks:
+class SyncCallbacks:
     """``on_delivered``: 2xx (the server's body and ETag are on the outcome).
     ``on_failed``: a failed attempt that will be retried (transient, key in progress).
     ``on_dead``: dead-lettered (permanent, or attempts/age exhausted).

@@ -28,7 +28,7 @@ from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import Outcome, OutcomeKind, classify
-from pigeon.sync.events import Callbacks, CycleReport, EventName
+from pigeon.sync.events import CycleReport, EventName, SyncCallbacks
 
 Clock = Callable[[], float]
 _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's If-Match
@@ -122,13 +122,13 @@ class Executor:
         self,
         queue: SyncQueue,
         transport: Transport,
-        callbacks: Callbacks | None = None,
+        callbacks: SyncCallbacks | None = None,
         *,
         clock: Clock = time.time,
     ) -> None:
         self.queue = queue
         self.transport = transport
-        self.callbacks = callbacks or Callbacks()
+        self.callbacks = callbacks or SyncCallbacks()
         self.clock = clock
         # Events of the pass in progress, held until its commit. Per thread: an engine
         # with a pipeline runs several passes at once.
@@ -162,7 +162,7 @@ class Executor:
             # three per operation); a run is flushed before any other outcome is settled,
             # so writes and callbacks keep the reply's order.
             delivered: list[tuple[Operation, Reply, Outcome]] = []
-            # Callbacks wait for the commit: an application told "delivered" must never
+            # SyncCallbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
             self._local.deferred = []
             with self.queue.batch():
