@@ -31,7 +31,6 @@ import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Unpack
 
 from pigeon.edge.operation import Operation, OpType
@@ -40,12 +39,12 @@ from pigeon.options import with_legacy
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import ConnectivityMonitor, ProbeMonitor
 from pigeon.sync.events import (
-    CycleReport,
     SyncCallbacks,
     chain,
 )
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.holds import Holds
+from pigeon.sync.lanes import Lanes
 from pigeon.sync.options import LegacySyncArguments, SyncOptions
 from pigeon.sync.resolver import ConflictResolver, Sweep
 from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
@@ -105,7 +104,6 @@ class SyncEngine:
         )
         self.executor = Executor(queue, transport, self.callbacks, clock=clock)
         self.connectivity: ConnectivityMonitor = connectivity or ProbeMonitor(transport.probe)
-        self.totals = CycleReport()  # everything done so far (counters only)
         # The latest exception the engine survived (see `SyncCallbacks.on_error`); None until
         # one happens. Never cleared: compare identities to notice a new one.
         self.last_error: BaseException | None = None
@@ -117,11 +115,23 @@ class SyncEngine:
         self._waker = Waker()  # the background loop's wake-up flag
         self._notices = Notices()  # the same wake-ups, for drain (which must not clear it)
         self._cycles = Cycles(self._notices)  # on the way, for flush and drain to wait for
-        self._turns = threading.BoundedSemaphore(options.pipeline)  # cycles running at once
-        self._state_lock = threading.Lock()  # totals and the reconnect backoff
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._holds = Holds(options.reconnect, clock)  # an unreachable server's, a 429's
+        self._lanes = Lanes(
+            queue,
+            self.executor,
+            batch_size=options.batch_size,
+            pipeline=options.pipeline,
+            connectivity=self.connectivity,
+            holds=self._holds,
+            cycles=self._cycles,
+            sweeper=self._sweeper,
+            stopping=self._stopping,
+            clock=clock,
+            on_error=self._error,
+        )
+        self.totals = self._lanes.totals  # everything done so far (counters only)
         self._attached = False
         self._attach()
 
@@ -198,7 +208,7 @@ class SyncEngine:
         self._sweep()
         while True:
             seen = self._notices.count
-            if not self._lanes(deadline, honour_stop=False):
+            if not self._lanes.run(deadline, honour_stop=False):
                 return False
             if self._notices.count == seen and not self._cycles.busy():
                 return True  # nothing due, nothing on the way, nothing new meanwhile
@@ -386,7 +396,7 @@ class SyncEngine:
         online = self.connectivity.online
         now = self._clock()
         if not paused and online and now >= self._holds.until:
-            self._lanes(None, honour_stop=True)  # until nothing is due, or it must stop
+            self._lanes.run(None, honour_stop=True)  # until nothing is due, or it must stop
             paused = self.queue.paused is not None
             online = self.connectivity.online
             now = self._clock()
@@ -404,88 +414,10 @@ class SyncEngine:
         """Conflict-held operations no callback settled or recorded: see `Sweep`."""
         if not self._cycles.in_lane:
             try:
-                if self._sweeper(self._turns, self.pipeline):
+                if self._sweeper(self._lanes.turns, self.pipeline):
                     self.notify()
             except Exception as exc:  # a full disk: reported, and tried again next time
                 self._error(exc)
-
-    def _lanes(self, deadline: float | None, *, honour_stop: bool) -> bool:
-        """Run ``pipeline`` lanes of cycles side by side until each finds nothing due
-        (True), or until one must stop (False): see `_lane`."""
-        if self.pipeline == 1:
-            return self._lane(deadline, honour_stop)
-        with ThreadPoolExecutor(self.pipeline - 1, thread_name_prefix="pigeon-lane") as pool:
-            others = [
-                pool.submit(self._lane, deadline, honour_stop) for _ in range(self.pipeline - 1)
-            ]
-            mine = self._lane(deadline, honour_stop)
-            return all([mine, *(lane.result() for lane in others)])
-
-    def _lane(self, deadline: float | None, honour_stop: bool) -> bool:
-        """Cycles, one after another, until one takes nothing (True); False when the
-        queue is paused, the server unreachable or holding us off (429), time is up, and
-        (``honour_stop``, the background loop) when the engine is stopping or the monitor
-        says offline. An explicit flush tries whatever the monitor says."""
-        with self._cycles.lane():  # see stop()
-            return self._lane_cycles(deadline, honour_stop)
-
-    def _lane_cycles(self, deadline: float | None, honour_stop: bool) -> bool:
-        while True:
-            if self.queue.paused is not None:
-                return False
-            now = self._clock()
-            if now < self._holds.throttled_until:
-                # Held off by a 429: True if nothing due was held back. One "now" for
-                # both looks, or a hold ending in between reads as holding something back.
-                due = self.queue.next_due_at()
-                return due is None or due > now
-            if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
-                return False
-            report = self._cycle(deadline)
-            if report is None or report.unreachable or report.paused is not None:
-                return False
-            if report.error is not None:  # no request could be made: back off
-                return False
-            if report.taken == 0:  # (after a 429: the hold is looked at above)
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-
-    def _cycle(self, deadline: float | None) -> CycleReport | None:
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not self._turns.acquire(timeout=timeout):
-            return None
-        report: CycleReport | None = None
-        self._cycles.begin()  # before next_batch: see drain
-        try:
-            report = self.executor.run_once(self.batch_size)
-        finally:
-            self._turns.release()
-            # A flush or drain in another thread may wait for these operations.
-            self._cycles.end(took=report is None or report.taken > 0)
-        with self._state_lock:
-            self._account(report)
-        if report.error is not None:  # outside the lock: on_error is application code
-            failure(
-                log,
-                "pigeon sync: a request could not be made",
-                exc=report.error,
-                level=logging.WARNING,
-            )
-            self._error(report.error)
-        return report
-
-    def _account(self, report: CycleReport) -> None:
-        self.totals.add(report)
-        if report.conflicts:
-            self._sweeper.due = True
-        self._holds.after(report)
-        # Only a failed connection says the server is unreachable: a probe would find it
-        # up and wake us at once, when it is the token that is failing.
-        if report.unreachable:
-            self.connectivity.report_unreachable()
-        elif report.sent and report.error is None:
-            self.connectivity.report_reachable()
 
     def _connectivity_changed(self, online: bool) -> None:
         if online:

@@ -1,0 +1,130 @@
+"""The cycles of one `SyncEngine`: ``pipeline`` lanes side by side, each taking a batch,
+sending it and settling it (`Executor.run_once`) until nothing is due, and what each
+cycle did, summed into the engine's totals and told to its holds (an unreachable server,
+a 429) and its connectivity monitor.
+
+One sync, read top to bottom: `Lanes.run` starts the lanes, `Lanes.lane` runs cycles one
+after another (the cycle itself inline: a turn, the executor's pass, the accounting),
+`Executor.run_once` is one pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from pigeon.logs import failure
+from pigeon.sync.connectivity import ConnectivityMonitor
+from pigeon.sync.events import CycleReport, ErrorCallback
+from pigeon.sync.executor import Clock, Executor, SyncQueue
+from pigeon.sync.holds import Holds
+from pigeon.sync.resolver import Sweep
+from pigeon.sync.scheduler import Cycles
+
+log = logging.getLogger("pigeon.sync")
+
+
+class Lanes:
+    def __init__(
+        self,
+        queue: SyncQueue,
+        executor: Executor,
+        *,
+        batch_size: int,
+        pipeline: int,
+        connectivity: ConnectivityMonitor,
+        holds: Holds,
+        cycles: Cycles,
+        sweeper: Sweep,
+        stopping: threading.Event,
+        clock: Clock,
+        on_error: ErrorCallback,
+    ) -> None:
+        self.queue = queue
+        self.executor = executor
+        self.batch_size = batch_size
+        self.pipeline = pipeline
+        self.connectivity = connectivity
+        self.totals = CycleReport()  # everything done so far (counters only)
+        self.turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
+        self._holds = holds
+        self._cycles = cycles
+        self._sweeper = sweeper
+        self._stopping = stopping
+        self._clock = clock
+        self._on_error = on_error
+        self._state_lock = threading.Lock()  # totals and the reconnect backoff
+
+    def run(self, deadline: float | None, *, honour_stop: bool) -> bool:
+        """Run ``pipeline`` lanes side by side until each finds nothing due (True), or
+        until one must stop (False): see `lane`."""
+        if self.pipeline == 1:
+            return self.lane(deadline, honour_stop)
+        with ThreadPoolExecutor(self.pipeline - 1, thread_name_prefix="pigeon-lane") as pool:
+            others = [
+                pool.submit(self.lane, deadline, honour_stop) for _ in range(self.pipeline - 1)
+            ]
+            mine = self.lane(deadline, honour_stop)
+            return all([mine, *(lane.result() for lane in others)])
+
+    def lane(self, deadline: float | None, honour_stop: bool) -> bool:
+        """Cycles, one after another, until one takes nothing (True); False when the
+        queue is paused, the server unreachable or holding us off (429), time is up, and
+        (``honour_stop``, the background loop) when the engine is stopping or the monitor
+        says offline. An explicit flush tries whatever the monitor says."""
+        with self._cycles.lane():  # see SyncEngine.stop
+            while True:
+                if self.queue.paused is not None:
+                    return False
+                now = self._clock()
+                if now < self._holds.throttled_until:
+                    # Held off by a 429: True if nothing due was held back. One "now" for
+                    # both looks, or a hold ending in between reads as holding something.
+                    due = self.queue.next_due_at()
+                    return due is None or due > now
+                if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
+                    return False
+                # The cycle: a turn (at most ``pipeline`` at once), one executor pass.
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not self.turns.acquire(timeout=timeout):
+                    return False
+                report: CycleReport | None = None
+                self._cycles.begin()  # before next_batch: see SyncEngine.drain
+                try:
+                    report = self.executor.run_once(self.batch_size)
+                finally:
+                    self.turns.release()
+                    # A flush or drain in another thread may wait for these operations.
+                    self._cycles.end(took=report is None or report.taken > 0)
+                self._account(report)
+                if report.unreachable or report.paused is not None:
+                    return False
+                if report.error is not None:  # no request could be made: back off
+                    return False
+                if report.taken == 0:  # (after a 429: the hold is looked at above)
+                    return True
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+
+    def _account(self, report: CycleReport) -> None:
+        with self._state_lock:
+            self.totals.add(report)
+            if report.conflicts:
+                self._sweeper.due = True
+            self._holds.after(report)
+            # Only a failed connection says the server is unreachable: a probe would find
+            # it up and wake us at once, when it is the token that is failing.
+            if report.unreachable:
+                self.connectivity.report_unreachable()
+            elif report.sent and report.error is None:
+                self.connectivity.report_reachable()
+        if report.error is not None:  # outside the lock: on_error is application code
+            failure(
+                log,
+                "pigeon sync: a request could not be made",
+                exc=report.error,
+                level=logging.WARNING,
+            )
+            self._on_error(report.error)
