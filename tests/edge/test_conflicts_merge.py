@@ -12,7 +12,7 @@ from pigeon.edge.conflicts import DELETED, local_state
 from pigeon.edge.merge import SEPARATOR, field_merge, notes_merge
 from pigeon.edge.operation import Operation
 from pigeon.exceptions import ConfigurationError, InvalidOperation
-from pigeon.sync.resolver import Decision, Policy, Strategy, decide
+from pigeon.sync.resolver import Policy, Resolution, Strategy, resolution_for
 
 names = st.sampled_from(["title", "body", "tags", "done", "colour"])
 values = st.one_of(st.integers(0, 3), st.text("ab", max_size=2), st.booleans())
@@ -110,8 +110,8 @@ policies = st.sampled_from(
 def test_every_conflict_ends_in_exactly_one_outcome(
     policy: Policy, base: Any, local: Any, remote: Any
 ) -> None:
-    decision = decide(policy, base, local, remote)
-    assert isinstance(decision, Decision)
+    decision = resolution_for(policy, base, local, remote)
+    assert isinstance(decision, Resolution)
     assert decision.kind in ("merged", "won", "lost", "held")
     if decision.kind == "held":
         assert policy.strategy in (Strategy.USER, Strategy.LWW, Strategy.CRDT) or remote is None

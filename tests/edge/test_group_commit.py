@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.commit import GroupCommit, More
+from pigeon.edge.commit import CommitBatcher, More
 from pigeon.edge.queue import OfflineQueue
 
 
@@ -53,7 +53,7 @@ def test_one_item_failing_inside_the_transaction_fails_alone() -> None:
         committed.append([*items, *more()])
         return [ValueError(f"bad {i}") if i == 3 else i * 10 for i in committed[-1]]
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     outcomes: dict[int, object] = {}
     gate = threading.Barrier(6)
 
@@ -83,7 +83,7 @@ def test_a_failing_transaction_fails_its_whole_batch_and_the_next_one_runs() -> 
             raise OSError("disk full")
         return list(items)
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     with pytest.raises(OSError, match="disk full"):
         group.submit(lambda: 1)
     assert group.submit(lambda: 2) == 2
@@ -108,7 +108,7 @@ def test_an_interrupted_waiter_settles_its_item_and_hands_on_before_raising() ->
         committed.extend(items)  # no more(): the waiting caller is chosen to lead next
         return list(items)
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     threading.Thread(target=lambda: group.submit(lambda: 0), daemon=True).start()
     assert writing.wait(10)
 
@@ -137,7 +137,7 @@ def test_an_interrupted_waiter_settles_its_item_and_hands_on_before_raising() ->
 
 
 def test_late_joiners_enter_the_transaction_before_it_commits() -> None:
-    group: GroupCommit[int, int] = GroupCommit(lambda items, more: [])
+    group: CommitBatcher[int, int] = CommitBatcher(lambda items, more: [])
     writing, go = threading.Event(), threading.Event()
     batches: list[list[int]] = []
 
@@ -276,7 +276,7 @@ def test_a_lone_caller_commits_in_hand_without_a_ticket(monkeypatch: pytest.Monk
         seen.append([*items, *more()])
         return [i * 10 for i in seen[-1]]
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     assert [group.submit(lambda i=i: i) for i in range(3)] == [0, 10, 20]
     assert seen == [[0], [1], [2]]
     assert (group.transactions, group.items) == (3, 3)
@@ -287,7 +287,7 @@ def test_a_lone_leaders_error_is_its_own_and_the_next_caller_leads() -> None:
     def commit(items: Sequence[int], more: More[int]) -> list[int | BaseException]:
         return [ValueError("odd") if i % 2 else i for i in items]
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     with pytest.raises(ValueError, match="odd"):
         group.submit(lambda: 1)
     assert not group._leading
@@ -306,7 +306,7 @@ def test_a_follower_arriving_during_a_lone_commit_is_committed_before_it_returns
         batches.append(taken)  # no more(): the follower must wait for the next leader
         return [i * 10 for i in taken]
 
-    group: GroupCommit[int, int] = GroupCommit(commit)
+    group: CommitBatcher[int, int] = CommitBatcher(commit)
     results: dict[int, int] = {}
     lone = threading.Thread(target=lambda: results.update({0: group.submit(lambda: 0)}))
     lone.start()

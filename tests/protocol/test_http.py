@@ -190,7 +190,7 @@ def test_a_refused_batch_request_is_batch_refused_not_a_verdict_on_each_op(
     """A 404 from a server without the batch route says nothing about the operations
     inside: none was applied, and the queue must pause, not run them into dead letters."""
     from pigeon.exceptions import BatchRefused
-    from pigeon.sync.classify import OutcomeKind, classify
+    from pigeon.sync.classify import ReplyKind, classify
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, json={"title": "refused"})
@@ -202,7 +202,7 @@ def test_a_refused_batch_request_is_batch_refused_not_a_verdict_on_each_op(
     for _, reply in replies:
         assert isinstance(reply.error, BatchRefused) and reply.shared
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=time.time())
-        assert outcome.kind is OutcomeKind.REFUSED and outcome.status == status
+        assert outcome.kind is ReplyKind.REFUSED and outcome.status == status
         assert f"HTTP {status}" in outcome.reason
 
 
@@ -232,7 +232,7 @@ def test_a_batch_refused_as_too_large_is_split_until_it_passes() -> None:
 
 
 def test_an_operation_too_large_alone_is_permanent_and_the_split_stops_there() -> None:
-    from pigeon.sync.classify import OutcomeKind, classify
+    from pigeon.sync.classify import ReplyKind, classify
 
     sizes: list[int] = []
     ops = [op(f"e{i}") for i in range(3)]
@@ -242,7 +242,7 @@ def test_an_operation_too_large_alone_is_permanent_and_the_split_stops_there() -
     assert sizes == [3, 1] and [o.id for o, _ in replies] == [ops[0].id]
     reply = replies[0][1]
     assert isinstance(reply.error, PermanentError) and not reply.shared
-    assert classify(None, error=reply.error, now=time.time()).kind is OutcomeKind.PERMANENT
+    assert classify(None, error=reply.error, now=time.time()).kind is ReplyKind.PERMANENT
 
 
 def test_batches_never_exceed_the_servers_limit() -> None:
@@ -318,7 +318,7 @@ def test_a_token_callable_that_raises_is_not_sent_never_an_exception(
     """The token callable is application code: whatever it raises, nothing went out, and
     the exception must not escape into the engine's loop."""
     from pigeon.exceptions import NotSent
-    from pigeon.sync.classify import OutcomeKind, classify
+    from pigeon.sync.classify import ReplyKind, classify
 
     def token() -> str:
         raise KeyError("no session")
@@ -330,7 +330,7 @@ def test_a_token_callable_that_raises_is_not_sent_never_an_exception(
     assert replies and all(isinstance(r.error, NotSent) for _, r in replies)
     assert isinstance(replies[0][1].error.__cause__, KeyError)
     outcome = classify(None, error=replies[0][1].error, now=time.time())
-    assert outcome.kind is OutcomeKind.TRANSIENT and not outcome.sent
+    assert outcome.kind is ReplyKind.TRANSIENT and not outcome.sent
 
 
 @pytest.mark.parametrize("batch", [False, True, 10])

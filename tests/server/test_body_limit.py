@@ -27,7 +27,7 @@ from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.storage.base import Database
-from pigeon.sync.classify import OutcomeKind, classify
+from pigeon.sync.classify import ReplyKind, classify
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.sync.conftest import FAST
@@ -206,7 +206,7 @@ def test_a_batch_limit_below_the_single_operation_limit_is_refused(db: Database)
 def test_a_single_operations_413_is_a_permanent_failure_for_the_client(url: str) -> None:
     refused = post(url, "/notes", note_body(MAX_BODY + 1))
     outcome = classify(refused.status_code, refused.headers, refused.json(), now=time.time())
-    assert outcome.kind is OutcomeKind.PERMANENT and "at most 4000 bytes" in outcome.reason
+    assert outcome.kind is ReplyKind.PERMANENT and "at most 4000 bytes" in outcome.reason
 
 
 @pytest.mark.parametrize("value", [0, -1, True, 1.5, "2MiB", None])

@@ -9,7 +9,7 @@ import httpx
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
-from pigeon.sync.classify import OutcomeKind, classify
+from pigeon.sync.classify import ReplyKind, classify
 from tests.protocol.wire_app import LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -21,10 +21,10 @@ def test_url_errors_pause_and_spend_nothing() -> None:
         httpx.InvalidURL("Invalid non-printable ASCII character in URL"),
     ):
         outcome = classify(None, error=error, now=0.0)
-        assert outcome.kind is OutcomeKind.REFUSED and not outcome.sent
+        assert outcome.kind is ReplyKind.REFUSED and not outcome.sent
         assert "base URL" in outcome.reason and type(error).__name__ in outcome.reason
     malformed = httpx.LocalProtocolError("bad header", request=request)
-    assert classify(None, error=malformed, now=0.0).kind is OutcomeKind.PERMANENT
+    assert classify(None, error=malformed, now=0.0).kind is ReplyKind.PERMANENT
 
 
 def test_a_client_without_a_base_url_pauses_the_queue_until_fixed(

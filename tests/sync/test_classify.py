@@ -19,7 +19,7 @@ from pigeon.exceptions import (
     UnknownOutcome,
 )
 from pigeon.protocol import wire
-from pigeon.sync.classify import OutcomeKind, classify, parse_retry_after
+from pigeon.sync.classify import ReplyKind, classify, parse_retry_after
 
 NOW = 1_700_000_000.0
 statuses = st.integers(min_value=100, max_value=599)
@@ -28,29 +28,29 @@ statuses = st.integers(min_value=100, max_value=599)
 @pytest.mark.parametrize(
     ("status", "kind"),
     [
-        (200, OutcomeKind.DELIVERED),
-        (201, OutcomeKind.DELIVERED),
-        (202, OutcomeKind.DELIVERED),
-        (204, OutcomeKind.DELIVERED),
-        (408, OutcomeKind.TRANSIENT),
-        (425, OutcomeKind.TRANSIENT),
-        (429, OutcomeKind.TRANSIENT),
-        (500, OutcomeKind.TRANSIENT),
-        (502, OutcomeKind.TRANSIENT),
-        (503, OutcomeKind.TRANSIENT),
-        (401, OutcomeKind.AUTH),
-        (403, OutcomeKind.AUTH),
-        (412, OutcomeKind.CONFLICT),
-        (400, OutcomeKind.PERMANENT),
-        (404, OutcomeKind.PERMANENT),
-        (410, OutcomeKind.PERMANENT),
-        (422, OutcomeKind.PERMANENT),
-        (301, OutcomeKind.REFUSED),
-        (302, OutcomeKind.REFUSED),
-        (308, OutcomeKind.REFUSED),
+        (200, ReplyKind.DELIVERED),
+        (201, ReplyKind.DELIVERED),
+        (202, ReplyKind.DELIVERED),
+        (204, ReplyKind.DELIVERED),
+        (408, ReplyKind.TRANSIENT),
+        (425, ReplyKind.TRANSIENT),
+        (429, ReplyKind.TRANSIENT),
+        (500, ReplyKind.TRANSIENT),
+        (502, ReplyKind.TRANSIENT),
+        (503, ReplyKind.TRANSIENT),
+        (401, ReplyKind.AUTH),
+        (403, ReplyKind.AUTH),
+        (412, ReplyKind.CONFLICT),
+        (400, ReplyKind.PERMANENT),
+        (404, ReplyKind.PERMANENT),
+        (410, ReplyKind.PERMANENT),
+        (422, ReplyKind.PERMANENT),
+        (301, ReplyKind.REFUSED),
+        (302, ReplyKind.REFUSED),
+        (308, ReplyKind.REFUSED),
     ],
 )
-def test_status_table(status: int, kind: OutcomeKind) -> None:
+def test_status_table(status: int, kind: ReplyKind) -> None:
     assert classify(status, {}, None, now=NOW).kind is kind
 
 
@@ -61,31 +61,31 @@ def test_409_told_apart_by_problem_type() -> None:
         {"type": wire.PROBLEM_KEY_IN_PROGRESS},
         now=NOW,
     )
-    assert in_progress.kind is OutcomeKind.KEY_IN_PROGRESS
+    assert in_progress.kind is ReplyKind.KEY_IN_PROGRESS
     assert in_progress.retry_after == 2.0
     assert in_progress.failure_kind == "transient"
     conflict = classify(409, {"Retry-After": "2"}, {"type": wire.PROBLEM_VERSION_CONFLICT}, now=NOW)
-    assert conflict.kind is OutcomeKind.CONFLICT
+    assert conflict.kind is ReplyKind.CONFLICT
     assert conflict.failure_kind == "conflict"
 
 
 def test_untyped_409_uses_retry_after_as_the_tie_breaker() -> None:
-    assert classify(409, {"retry-after": "1"}, None, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
-    assert classify(409, {}, {"detail": "x"}, now=NOW).kind is OutcomeKind.CONFLICT
+    assert classify(409, {"retry-after": "1"}, None, now=NOW).kind is ReplyKind.KEY_IN_PROGRESS
+    assert classify(409, {}, {"detail": "x"}, now=NOW).kind is ReplyKind.CONFLICT
     blank = {"type": "about:blank", "title": "Conflict"}  # RFC 9457's "no type"
-    assert classify(409, {"Retry-After": "1"}, blank, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
-    assert classify(409, {}, blank, now=NOW).kind is OutcomeKind.CONFLICT
+    assert classify(409, {"Retry-After": "1"}, blank, now=NOW).kind is ReplyKind.KEY_IN_PROGRESS
+    assert classify(409, {}, blank, now=NOW).kind is ReplyKind.CONFLICT
 
 
 def test_an_apps_own_typed_409_is_a_conflict_even_with_retry_after() -> None:
     """Only the key-in-progress type, or no type at all, means "still running this key"."""
     body = {"type": "urn:example:problem:duplicate-title", "title": "conflict"}
     outcome = classify(409, {"Retry-After": "5"}, body, now=NOW)
-    assert outcome.kind is OutcomeKind.CONFLICT and outcome.failure_kind == "conflict"
+    assert outcome.kind is ReplyKind.CONFLICT and outcome.failure_kind == "conflict"
     assert "duplicate-title" in outcome.reason
-    assert classify(409, {}, body, now=NOW).kind is OutcomeKind.CONFLICT
+    assert classify(409, {}, body, now=NOW).kind is ReplyKind.CONFLICT
     in_progress = {"type": wire.PROBLEM_KEY_IN_PROGRESS}  # typed: no Retry-After needed
-    assert classify(409, {}, in_progress, now=NOW).kind is OutcomeKind.KEY_IN_PROGRESS
+    assert classify(409, {}, in_progress, now=NOW).kind is ReplyKind.KEY_IN_PROGRESS
 
 
 def test_delivered_carries_unquoted_etag_whatever_the_header_case() -> None:
@@ -109,7 +109,7 @@ def test_permanent_reason_names_the_problem_detail() -> None:
     outcome = classify(
         422, {}, {"type": wire.PROBLEM_KEY_MISMATCH, "detail": "key reused"}, now=NOW
     )
-    assert outcome.kind is OutcomeKind.PERMANENT
+    assert outcome.kind is ReplyKind.PERMANENT
     assert "key reused" in outcome.reason
     assert outcome.failure_kind == "permanent"
 
@@ -117,24 +117,24 @@ def test_permanent_reason_names_the_problem_detail() -> None:
 def test_exceptions() -> None:
     request = httpx.Request("POST", "http://x/notes")
     not_sent = classify(None, error=httpx.ConnectError("refused", request=request), now=NOW)
-    assert not_sent.kind is OutcomeKind.TRANSIENT and not not_sent.sent
+    assert not_sent.kind is ReplyKind.TRANSIENT and not not_sent.sent
     timeout = classify(None, error=httpx.ReadTimeout("slow", request=request), now=NOW)
-    assert timeout.kind is OutcomeKind.TRANSIENT and timeout.sent
+    assert timeout.kind is ReplyKind.TRANSIENT and timeout.sent
     dropped = classify(None, error=httpx.RemoteProtocolError("eof", request=request), now=NOW)
-    assert dropped.kind is OutcomeKind.TRANSIENT and dropped.sent
+    assert dropped.kind is ReplyKind.TRANSIENT and dropped.sent
     bad = classify(None, error=httpx.UnsupportedProtocol("ftp", request=request), now=NOW)
-    assert bad.kind is OutcomeKind.REFUSED and not bad.sent  # the base URL: pause the queue
+    assert bad.kind is ReplyKind.REFUSED and not bad.sent  # the base URL: pause the queue
     malformed = classify(None, error=httpx.LocalProtocolError("header", request=request), now=NOW)
-    assert malformed.kind is OutcomeKind.PERMANENT
-    assert classify(None, error=OSError("reset"), now=NOW).kind is OutcomeKind.TRANSIENT
-    assert classify(None, error=UnknownOutcome("?"), now=NOW).kind is OutcomeKind.TRANSIENT
+    assert malformed.kind is ReplyKind.PERMANENT
+    assert classify(None, error=OSError("reset"), now=NOW).kind is ReplyKind.TRANSIENT
+    assert classify(None, error=UnknownOutcome("?"), now=NOW).kind is ReplyKind.TRANSIENT
     assert classify(None, error=PermanentError("no endpoint"), now=NOW).kind is (
-        OutcomeKind.PERMANENT
+        ReplyKind.PERMANENT
     )
     held = classify(None, error=KeyInProgress("busy", retry_after=3.0), now=NOW)
-    assert held.kind is OutcomeKind.KEY_IN_PROGRESS and held.retry_after == 3.0
+    assert held.kind is ReplyKind.KEY_IN_PROGRESS and held.retry_after == 3.0
     refused = classify(None, error=BatchRefused("no batch route", status=404), now=NOW)
-    assert refused.kind is OutcomeKind.REFUSED and refused.status == 404 and refused.sent
+    assert refused.kind is ReplyKind.REFUSED and refused.status == 404 and refused.sent
     with pytest.raises(ValueError, match="not a failure"):
         _ = refused.failure_kind  # never mark_failed: it pauses the queue instead
 
@@ -153,12 +153,12 @@ def test_outcome_error_is_the_typed_exception() -> None:
 @given(statuses, st.dictionaries(st.sampled_from(["Retry-After", "ETag", "X"]), st.text()))
 def test_every_status_has_exactly_one_reading(status: int, headers: dict[str, str]) -> None:
     outcome = classify(status, headers, None, now=NOW)
-    assert (outcome.kind is OutcomeKind.DELIVERED) == (200 <= status < 300)
-    assert (outcome.kind is OutcomeKind.AUTH) == (status in (401, 403))
-    if outcome.kind is OutcomeKind.TRANSIENT:
+    assert (outcome.kind is ReplyKind.DELIVERED) == (200 <= status < 300)
+    assert (outcome.kind is ReplyKind.AUTH) == (status in (401, 403))
+    if outcome.kind is ReplyKind.TRANSIENT:
         assert status in (408, 425, 429) or status >= 500
     if status >= 500:
-        assert outcome.kind is OutcomeKind.TRANSIENT
+        assert outcome.kind is ReplyKind.TRANSIENT
     if outcome.retry_after is not None:
         assert outcome.retry_after >= 0
     assert outcome.status == status

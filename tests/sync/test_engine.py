@@ -17,7 +17,7 @@ from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol import wire
 from pigeon.protocol.http import HttpTransport
-from pigeon.sync.classify import Outcome, OutcomeKind
+from pigeon.sync.classify import ReplyKind, ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import Fault, LiveServer, WireState
@@ -44,7 +44,7 @@ def test_per_entity_order_and_etag_recorded(
 def test_failing_entity_holds_back_only_itself_and_retries_with_the_same_key(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:
-    failed: list[Outcome] = []
+    failed: list[ReplyOutcome] = []
     engine = make_engine(on_failed=lambda op, outcome: failed.append(outcome))
     # Retry-After pins the first backoff, so flush() surely returns before a's retry.
     state.faults["a"] += [Fault(503, retry_after="0.5"), Fault(500, after_effect=True)]
@@ -117,14 +117,14 @@ def test_401_pauses_without_spending_attempts_until_resumed(
 def test_permanent_failure_goes_to_the_dead_letters_and_others_continue(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:
-    dead: list[tuple[Operation, Outcome]] = []
+    dead: list[tuple[Operation, ReplyOutcome]] = []
     engine = make_engine(on_dead=lambda op, outcome: dead.append((op, outcome)))
     state.faults["a"].append(Fault(400))
     bad = engine.enqueue("update", "thing:a", {"x": 1})
     engine.enqueue("update", "thing:b", {"x": 1})
     assert engine.flush(timeout=5)
     assert [op.id for op, _ in dead] == [bad.id]
-    assert dead[0][1].kind is OutcomeKind.PERMANENT and dead[0][0].status is OpStatus.DEAD
+    assert dead[0][1].kind is ReplyKind.PERMANENT and dead[0][0].status is OpStatus.DEAD
     assert [op.id for op in queue.dead_letters()] == [bad.id]
     assert len(state.effects("b")) == 1
 
@@ -154,7 +154,7 @@ def test_transient_failures_exhaust_into_a_dead_letter(
 def test_conflict_is_held_with_the_servers_answer_and_blocks_its_entity(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:
-    conflicts: list[tuple[Operation, Outcome]] = []
+    conflicts: list[tuple[Operation, ReplyOutcome]] = []
     engine = make_engine(on_conflict=lambda op, outcome: conflicts.append((op, outcome)))
     stale = engine.enqueue("update", "thing:a", {"x": 1}, base_version="7")
     later = engine.enqueue("update", "thing:a", {"x": 2})
@@ -211,7 +211,7 @@ def test_a_batch_whose_reply_was_lost_retries_together_and_is_replayed(
 def test_callback_errors_do_not_strand_operations(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState
 ) -> None:
-    def explode(op: Operation, outcome: Outcome) -> None:
+    def explode(op: Operation, outcome: ReplyOutcome) -> None:
         raise RuntimeError("app bug")
 
     engine = make_engine(on_delivered=explode)

@@ -16,7 +16,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.sync.classify import Outcome
+from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import LiveServer, WireState
@@ -37,7 +37,7 @@ def test_close_from_a_callback_stops_the_engine_without_raising(
     returned = threading.Event()
     engine: SyncEngine | None = None
 
-    def on_delivered(op: Operation, outcome: Outcome) -> None:
+    def on_delivered(op: Operation, outcome: ReplyOutcome) -> None:
         assert engine is not None
         try:
             engine.close(timeout=5)

@@ -9,7 +9,7 @@ import time
 
 from pigeon.edge.operation import Operation
 from pigeon.edge.queue import OfflineQueue
-from pigeon.sync.classify import Outcome
+from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine, wait_until
@@ -37,7 +37,7 @@ def test_asyncio_mode(make_engine: MakeEngine, queue: OfflineQueue, state: WireS
         done = asyncio.Event()
         seen: list[str] = []
 
-        def delivered(op: Operation, outcome: Outcome) -> None:
+        def delivered(op: Operation, outcome: ReplyOutcome) -> None:
             seen.append(op.entity)
             if len(seen) == 3:
                 loop.call_soon_threadsafe(done.set)

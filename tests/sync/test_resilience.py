@@ -19,7 +19,7 @@ from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.sync.classify import Outcome
+from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests.protocol.wire_app import Fault, LiveServer, WireState
@@ -37,7 +37,7 @@ class Recorder:
         self.errors: list[BaseException] = []
         self.delivery = threading.Semaphore(0)
 
-    def on_delivered(self, op: Operation, outcome: Outcome) -> None:
+    def on_delivered(self, op: Operation, outcome: ReplyOutcome) -> None:
         self.delivered.append(op.entity)
         self.delivery.release()
 

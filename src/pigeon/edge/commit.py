@@ -52,7 +52,7 @@ class _Ticket(Generic[T]):
 More = Callable[[], Sequence[T]]
 
 
-class GroupCommit(Generic[T, R]):
+class CommitBatcher(Generic[T, R]):
     """``commit(items, more)`` writes a batch in one transaction and returns, per item
     (those given, then those ``more()`` returned, in that order), its result or the
     exception that item alone raised; if ``commit`` itself raises, every item of the batch

@@ -31,7 +31,7 @@ from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Row, SQLiteTx
 
-Outcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
+RecordOutcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
 Keep = Literal["local", "remote", "both", "merged"]
 KEEPS: tuple[str, ...] = ("local", "remote", "both", "merged")
 # The strategy of a conflict held because no resolver was there to decide it (an engine
@@ -180,7 +180,7 @@ class ConflictStore:
     def record(
         self,
         op: Operation,
-        outcome: Outcome,
+        outcome: RecordOutcome,
         *,
         strategy: str,
         base: Any = None,

@@ -23,7 +23,7 @@ from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
 from pigeon.edge import store as st
 from pigeon.edge import validate as v
-from pigeon.edge.commit import GroupCommit, More
+from pigeon.edge.commit import CommitBatcher, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.options import LegacyQueueArguments, QueueOptions
@@ -111,7 +111,7 @@ class OfflineQueue:
         # No restore: every transaction that stamps starts from the file's clock.
         self._clock = FileClock(self.node_id, wall=lambda: int(self._now() * 1000))
         self._lent = False  # stamp() handed out stamps no transaction recorded
-        self._group: GroupCommit[st.NewOp, st.Built] = GroupCommit(self._commit)
+        self._group: CommitBatcher[st.NewOp, st.Built] = CommitBatcher(self._commit)
         self._subscribers = Subscribers()
         self._local = threading.local()  # enqueues inside batch(), told once it commits
         self._conflicts: ConflictStore | None = None

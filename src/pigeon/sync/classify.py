@@ -1,7 +1,7 @@
 """What one reply means for the operation that was sent (DESIGN.md, "Classification").
 
 Pure code: a reply (status, headers, body) or the exception that stood in for one goes in,
-an `Outcome` comes out. The executor turns outcomes into queue transitions; nothing here
+an `ReplyOutcome` comes out. The executor turns outcomes into queue transitions; nothing here
 touches the network, the queue or the clock (``now`` is passed in for HTTP dates).
 """
 
@@ -32,7 +32,7 @@ from pigeon.protocol import wire
 FailureKind = Literal["transient", "permanent", "conflict"]
 
 
-class OutcomeKind(enum.StrEnum):
+class ReplyKind(enum.StrEnum):
     DELIVERED = "delivered"  # 2xx: done, never send again
     TRANSIENT = "transient"  # may succeed later with the SAME key; spends an attempt
     KEY_IN_PROGRESS = "key_in_progress"  # 409: the server is still running this key
@@ -72,8 +72,8 @@ _UNTYPED = "about:blank"
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    kind: OutcomeKind
+class ReplyOutcome:
+    kind: ReplyKind
     reason: str
     status: int | None = None
     retry_after: float | None = None  # seconds the server asked us to wait, if any
@@ -84,22 +84,22 @@ class Outcome:
     @property
     def failure_kind(self) -> FailureKind:
         """The `kind` argument of ``OfflineQueue.mark_failed`` for this outcome."""
-        if self.kind in (OutcomeKind.TRANSIENT, OutcomeKind.KEY_IN_PROGRESS):
+        if self.kind in (ReplyKind.TRANSIENT, ReplyKind.KEY_IN_PROGRESS):
             return "transient"
-        if self.kind is OutcomeKind.CONFLICT:
+        if self.kind is ReplyKind.CONFLICT:
             return "conflict"
-        if self.kind is OutcomeKind.PERMANENT:
+        if self.kind is ReplyKind.PERMANENT:
             return "permanent"
         raise ValueError(f"outcome {self.kind} is not a failure")
 
     def error(self) -> DeliveryError:
         """The typed exception of pigeon.exceptions that names this outcome."""
         cls: type[DeliveryError] = {
-            OutcomeKind.TRANSIENT: RetryableError,
-            OutcomeKind.KEY_IN_PROGRESS: KeyInProgress,
-            OutcomeKind.CONFLICT: ConflictError,
-            OutcomeKind.AUTH: AuthorizationRequired,
-            OutcomeKind.PERMANENT: PermanentError,
+            ReplyKind.TRANSIENT: RetryableError,
+            ReplyKind.KEY_IN_PROGRESS: KeyInProgress,
+            ReplyKind.CONFLICT: ConflictError,
+            ReplyKind.AUTH: AuthorizationRequired,
+            ReplyKind.PERMANENT: PermanentError,
         }.get(self.kind, DeliveryError)
         return cls(self.reason, status=self.status, retry_after=self.retry_after, body=self.body)
 
@@ -158,18 +158,18 @@ def classify(
     error: BaseException | None = None,
     *,
     now: float,
-) -> Outcome:
+) -> ReplyOutcome:
     """Classify one reply, or the exception raised instead of one."""
     if error is not None:
         return _classify_error(error)
     if status is None:
-        return Outcome(OutcomeKind.TRANSIENT, "no reply and no error", sent=True)
+        return ReplyOutcome(ReplyKind.TRANSIENT, "no reply and no error", sent=True)
     headers = headers or {}
     retry_after = parse_retry_after(header(headers, wire.RETRY_AFTER), now=now)
     if 200 <= status < 300:
         etag = header(headers, wire.ETAG)
-        return Outcome(
-            OutcomeKind.DELIVERED,
+        return ReplyOutcome(
+            ReplyKind.DELIVERED,
             f"HTTP {status}",
             status=status,
             # ETag: "" is valid HTTP but names no version: no If-Match can be built on it.
@@ -177,16 +177,16 @@ def classify(
             body=body,
         )
     if status in wire.TRANSIENT_4XX or 500 <= status < 600:
-        return Outcome(
-            OutcomeKind.TRANSIENT,
+        return ReplyOutcome(
+            ReplyKind.TRANSIENT,
             f"HTTP {status}",
             status=status,
             retry_after=retry_after,
             body=body,
         )
     if status in wire.AUTH_STATUSES:
-        return Outcome(
-            OutcomeKind.AUTH, f"HTTP {status}: authorisation needed", status=status, body=body
+        return ReplyOutcome(
+            ReplyKind.AUTH, f"HTTP {status}: authorisation needed", status=status, body=body
         )
     if status == 409:
         kind = problem_type(body)
@@ -196,8 +196,8 @@ def classify(
         untyped = kind is None or kind == _UNTYPED
         in_progress = kind == wire.PROBLEM_KEY_IN_PROGRESS or (untyped and retry_after is not None)
         if in_progress:
-            return Outcome(
-                OutcomeKind.KEY_IN_PROGRESS,
+            return ReplyOutcome(
+                ReplyKind.KEY_IN_PROGRESS,
                 "HTTP 409: the server is still processing this key",
                 status=status,
                 retry_after=retry_after,
@@ -205,10 +205,10 @@ def classify(
             )
         named = None if untyped or kind == wire.PROBLEM_VERSION_CONFLICT else kind
         reason = f"HTTP 409: {named or 'version conflict'}"
-        return Outcome(OutcomeKind.CONFLICT, reason, status=status, body=body)
+        return ReplyOutcome(ReplyKind.CONFLICT, reason, status=status, body=body)
     if status == 412:
-        return Outcome(
-            OutcomeKind.CONFLICT, "HTTP 412: base version is stale", status=status, body=body
+        return ReplyOutcome(
+            ReplyKind.CONFLICT, "HTTP 412: base version is stale", status=status, body=body
         )
     if 300 <= status < 400:
         # A redirect answers the endpoint, not the operation: a base URL on http behind
@@ -222,12 +222,12 @@ def classify(
             f" to {location}" if location else ""
         )
         reason += "; check the transport's base URL and endpoints, then resume"
-        return Outcome(OutcomeKind.REFUSED, reason, status=status, body=body)
+        return ReplyOutcome(ReplyKind.REFUSED, reason, status=status, body=body)
     # 4xx not handled above, and anything outside 2xx-5xx: sending the same request
     # again cannot change the answer.
     detail = _problem_detail(body)
     reason = f"HTTP {status}" + (f": {detail}" if detail else "")
-    return Outcome(OutcomeKind.PERMANENT, reason, status=status, body=body)
+    return ReplyOutcome(ReplyKind.PERMANENT, reason, status=status, body=body)
 
 
 def _problem_detail(body: Any) -> str | None:
@@ -239,35 +239,35 @@ def _problem_detail(body: Any) -> str | None:
     return None
 
 
-def _classify_error(error: BaseException) -> Outcome:
+def _classify_error(error: BaseException) -> ReplyOutcome:
     name = f"{type(error).__name__}: {error}"
     if isinstance(error, NotSent):  # before DeliveryError: it is a RetryableError too
-        return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
+        return ReplyOutcome(ReplyKind.TRANSIENT, name, sent=False)
     if isinstance(error, DeliveryError):
         if isinstance(error, BatchRefused):
-            kind = OutcomeKind.REFUSED
+            kind = ReplyKind.REFUSED
         elif isinstance(error, KeyInProgress):
-            kind = OutcomeKind.KEY_IN_PROGRESS
+            kind = ReplyKind.KEY_IN_PROGRESS
         elif isinstance(error, RetryableError):
-            kind = OutcomeKind.TRANSIENT
+            kind = ReplyKind.TRANSIENT
         elif isinstance(error, ConflictError):
-            kind = OutcomeKind.CONFLICT
+            kind = ReplyKind.CONFLICT
         elif isinstance(error, AuthorizationRequired):
-            kind = OutcomeKind.AUTH
+            kind = ReplyKind.AUTH
         elif isinstance(error, PermanentError):
-            kind = OutcomeKind.PERMANENT
+            kind = ReplyKind.PERMANENT
         else:  # UnknownOutcome and the bare base: it may have happened; same key again
-            kind = OutcomeKind.TRANSIENT
-        return Outcome(
+            kind = ReplyKind.TRANSIENT
+        return ReplyOutcome(
             kind, name, status=error.status, retry_after=error.retry_after, body=error.body
         )
     if isinstance(error, _NOT_SENT):
-        return Outcome(OutcomeKind.TRANSIENT, name, sent=False)
+        return ReplyOutcome(ReplyKind.TRANSIENT, name, sent=False)
     if isinstance(error, _BAD_URL):
         reason = f"{name}; check the transport's base URL (http:// or https://), then resume"
-        return Outcome(OutcomeKind.REFUSED, reason, sent=False)
+        return ReplyOutcome(ReplyKind.REFUSED, reason, sent=False)
     if isinstance(error, _MALFORMED):
-        return Outcome(OutcomeKind.PERMANENT, name)
+        return ReplyOutcome(ReplyKind.PERMANENT, name)
     # Read/write errors, timeouts after the request went out, OSError: the server may or
     # may not have the request. The same key makes sending it again safe.
-    return Outcome(OutcomeKind.TRANSIENT, name)
+    return ReplyOutcome(ReplyKind.TRANSIENT, name)

@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from pigeon.edge.operation import Operation
 from pigeon.logs import failure
-from pigeon.sync.classify import Outcome
+from pigeon.sync.classify import ReplyOutcome
 
 log = logging.getLogger("pigeon.sync")
 
-OperationCallback = Callable[[Operation, Outcome], Any]
+OperationCallback = Callable[[Operation, ReplyOutcome], Any]
 PausedCallback = Callable[[str], Any]
 ErrorCallback = Callable[[BaseException], Any]
 EventName = Literal["on_delivered", "on_failed", "on_dead", "on_conflict", "on_paused", "on_error"]
@@ -76,7 +76,7 @@ def chain(
     ``on_error``): a resolver that fails is the engine failing, not an app callback to
     log and forget. ``then`` runs either way, so the app still hears of the operation."""
 
-    def both(op: Operation, outcome: Outcome) -> None:
+    def both(op: Operation, outcome: ReplyOutcome) -> None:
         try:
             first(op, outcome)
         except Exception as exc:

@@ -27,7 +27,7 @@ from pigeon.edge.queue import Unsent
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.transport import Reply, Transport
-from pigeon.sync.classify import Outcome, OutcomeKind, classify
+from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify
 from pigeon.sync.events import CycleReport, EventName, SyncCallbacks
 
 Clock = Callable[[], float]
@@ -161,7 +161,7 @@ class Executor:
             # Deliveries are written in runs (one statement per table for a run, not two or
             # three per operation); a run is flushed before any other outcome is settled,
             # so writes and callbacks keep the reply's order.
-            delivered: list[tuple[Operation, Reply, Outcome]] = []
+            delivered: list[tuple[Operation, Reply, ReplyOutcome]] = []
             # SyncCallbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
             self._local.deferred = []
@@ -170,7 +170,7 @@ class Executor:
                     outcome = classify(
                         reply.status, reply.headers, reply.body, reply.error, now=now
                     )
-                    if outcome.kind is OutcomeKind.DELIVERED:
+                    if outcome.kind is ReplyKind.DELIVERED:
                         delivered.append((op, reply, outcome))
                     else:
                         self._deliver(delivered, report)
@@ -210,7 +210,7 @@ class Executor:
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
         if outcome.status == 429:
             return False  # "too many requests": sending the rest now only earns more 429s
-        return outcome.sent and outcome.kind not in (OutcomeKind.AUTH, OutcomeKind.REFUSED)
+        return outcome.sent and outcome.kind not in (ReplyKind.AUTH, ReplyKind.REFUSED)
 
     def _release(
         self,
@@ -232,7 +232,9 @@ class Executor:
                     self.queue.release(op.id)
                 report.released += 1
 
-    def _deliver(self, run: list[tuple[Operation, Reply, Outcome]], report: CycleReport) -> None:
+    def _deliver(
+        self, run: list[tuple[Operation, Reply, ReplyOutcome]], report: CycleReport
+    ) -> None:
         """Settle a run of DELIVERED outcomes with one ``mark_delivered_many``."""
         if not run:
             return
@@ -262,13 +264,13 @@ class Executor:
         self,
         op: Operation,
         reply: Reply,
-        outcome: Outcome,
+        outcome: ReplyOutcome,
         report: CycleReport,
         shared_retry_at: dict[int, float],
         now: float,
     ) -> None:
         kind = outcome.kind
-        if kind is OutcomeKind.DELIVERED:
+        if kind is ReplyKind.DELIVERED:
             # Version first: a crash in between resends (and replays) rather than leaving
             # the entity's next operation with a stale If-Match.
             if outcome.etag is not None:
@@ -279,8 +281,8 @@ class Executor:
             report.replayed += reply.replayed
             self._emit("on_delivered", op, outcome)
             return
-        if kind is OutcomeKind.AUTH or kind is OutcomeKind.REFUSED:
-            if kind is OutcomeKind.AUTH or (outcome.status is not None and outcome.status < 400):
+        if kind is ReplyKind.AUTH or kind is ReplyKind.REFUSED:
+            if kind is ReplyKind.AUTH or (outcome.status is not None and outcome.status < 400):
                 # The request reached the server (which may store a 403 under the key, or
                 # have applied it before its redirect, as a 303 after a POST says): keep
                 # it marked sent, so no later edit folds into it.
@@ -303,7 +305,7 @@ class Executor:
             else:
                 report.unreachable = True
             return
-        if kind is OutcomeKind.KEY_IN_PROGRESS:
+        if kind is ReplyKind.KEY_IN_PROGRESS:
             # No attempt is spent here, so "Retry-After: 0" taken literally would resend
             # at once, again and again, while the server works: 0 is the first backoff's
             # draw instead.

@@ -17,7 +17,7 @@ server's 412 carries its current state; the base is the state this device last s
 strategies (LWW, CRDT) never see a 412: the server settles, the resolver records what it
 said (an LWW write that lost is recorded with the value that beat it).
 
-`decide` is the pure heart: every conflict ends in exactly one of ``merged`` (a new value
+`resolution_for` is the pure heart: every conflict ends in exactly one of ``merged`` (a new value
 built from both sides is sent), ``won`` (this device's value is sent against the current
 version), ``lost`` (the server's value stays; this device's edit is recorded) or ``held``
 (a conflicted copy waits for the user: ``pigeon conflicts``). A merge function that
@@ -48,7 +48,7 @@ from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
-from pigeon.sync.classify import Outcome
+from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.executor import SyncQueue
 
 log = logging.getLogger("pigeon.sync")
@@ -89,32 +89,32 @@ Kind = Literal["merged", "won", "lost", "held"]
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Resolution:
     kind: Kind
     value: Any = None  # what to send (merged / won); the server's value when lost
 
 
-def decide(policy: Policy, base: Any, local: Any, remote: Any) -> Decision:
+def resolution_for(policy: Policy, base: Any, local: Any, remote: Any) -> Resolution:
     """What to do about one version conflict (pure). ``local`` may be `DELETED`; ``remote``
-    None means the server's state is unknown (only the user can decide then)."""
+    None means the server's state is unknown (only the user can resolution_for then)."""
     if policy.strategy is Strategy.USER or policy.strategy in SERVER_SIDE or remote is None:
-        return Decision("held")
+        return Resolution("held")
     if local is DELETED:
         # A delete against a concurrent edit: the tie-break of the type decides.
         keep_local = policy.tie == "local"
-        return Decision("won", DELETED) if keep_local else Decision("lost", remote)
+        return Resolution("won", DELETED) if keep_local else Resolution("lost", remote)
     if policy.strategy is Strategy.CUSTOM:
         assert policy.merge is not None
         merged = policy.merge(base, local, remote)
     else:
         if not isinstance(local, Mapping) or not isinstance(remote, Mapping):
-            return Decision("held")  # not objects: no fields to merge
+            return Resolution("held")  # not objects: no fields to merge
         merged = field_merge(base, local, remote, policy.tie)
     if merged == remote:
-        return Decision("lost", remote)
+        return Resolution("lost", remote)
     if merged == local:
-        return Decision("won", local)
-    return Decision("merged", merged)
+        return Resolution("won", local)
+    return Resolution("merged", merged)
 
 
 def entity_type(entity: str) -> str:
@@ -142,7 +142,7 @@ class ConflictResolver:
         policies: Mapping[str, Strategy | Policy] | None = None,
         *,
         default: Strategy | Policy = Strategy.USER,
-        on_resolved: Callable[[Operation, Decision], Any] | None = None,
+        on_resolved: Callable[[Operation, Resolution], Any] | None = None,
     ) -> None:
         self.queue = queue
         self.store = queue.conflicts
@@ -160,7 +160,7 @@ class ConflictResolver:
 
     # -- engine callbacks ----------------------------------------------------------------
 
-    def on_delivered(self, op: Operation, outcome: Outcome) -> None:
+    def on_delivered(self, op: Operation, outcome: ReplyOutcome) -> None:
         found = _current(outcome.body)
         if found is None:
             return
@@ -179,9 +179,9 @@ class ConflictResolver:
                 result=data,
                 detail="the server kept a write with a greater clock",
             )
-            self._tell(op, Decision("lost", data))
+            self._tell(op, Resolution("lost", data))
 
-    def on_conflict(self, op: Operation, outcome: Outcome) -> None:
+    def on_conflict(self, op: Operation, outcome: ReplyOutcome) -> None:
         policy = self.policy_for(op.entity)
         found = _current(outcome.body)
         remote, version = found if found is not None else (None, None)
@@ -189,13 +189,13 @@ class ConflictResolver:
         with self.queue.batch():
             base, local = self.store.base_and_local(op.entity)
             try:
-                decision = decide(policy, base, local, remote)
+                decision = resolution_for(policy, base, local, remote)
             except Exception as exc:
                 # The merge (application code: a custom function, a tie-break) failed on
                 # this data. Hold the conflict for the user with the error: without a
                 # "held" row the operation sat in CONFLICT where no one could see or
                 # settle it, blocking its entity for good.
-                failure, decision = exc, Decision("held")
+                failure, decision = exc, Resolution("held")
             common = {
                 "strategy": policy.strategy.value,
                 "base": base,
@@ -253,7 +253,7 @@ class ConflictResolver:
                 self.store.close(record.id, "resolver")
         return released
 
-    def _tell(self, op: Operation, decision: Decision) -> None:
+    def _tell(self, op: Operation, decision: Resolution) -> None:
         if self.on_resolved is None:
             return
         try:
@@ -273,7 +273,7 @@ class ConflictHolder:
         self.queue = queue
         self.store = queue.conflicts
 
-    def on_conflict(self, op: Operation, outcome: Outcome) -> None:
+    def on_conflict(self, op: Operation, outcome: ReplyOutcome) -> None:
         found = _current(outcome.body)
         remote, version = found if found is not None else (None, None)
         with self.queue.batch():
