@@ -12,6 +12,7 @@ import random
 import sys
 import threading
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 
@@ -20,7 +21,7 @@ def main() -> None:
     path, start, seed, coalesce = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rng = random.Random(seed)
     policy = RetryPolicy(base=0.001, cap=0.005, max_attempts=1_000_000)
-    queue = OfflineQueue(path, retry_policy=policy, coalesce=coalesce == "1")
+    queue = OfflineQueue(path, QueueOptions(retry_policy=policy, coalesce=coalesce == "1"))
     lock = threading.Lock()
     counter = iter(range(start, start + 10_000_000))
 

@@ -64,10 +64,9 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
 def _op_id(queue: OfflineQueue, ref: str) -> str:
     """The id an argument names: an id, or the seq the list shows (a short handle)."""
     if ref.isdigit() and int(ref) < 2**63:  # a larger number is no seq (SQLite's int64)
-        with queue.transaction() as tx:
-            row = tx.fetchone("op_id_by_seq", {"seq": int(ref)})
-        if row is not None:
-            return str(row["id"])
+        found = queue.store.op_id_by_seq(int(ref))
+        if found is not None:
+            return found
     return ref  # an id, or nothing: queue.get says "no operation ..." by name
 
 

@@ -26,10 +26,8 @@ from typing import Any, Literal
 from pigeon.edge.merge import merge_patch
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.store import to_operation
+from pigeon.edge.queue_store import Record
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
-from pigeon.storage.queries import load_queries
-from pigeon.storage.sqlite import Row, SQLiteTx
 
 RecordOutcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
 Keep = Literal["local", "remote", "both", "merged"]
@@ -87,7 +85,7 @@ def _dump(value: Any) -> str | None:
     return json.dumps("<deleted>" if value is DELETED else value, ensure_ascii=False)
 
 
-def _record(row: Row) -> ConflictRecord:
+def _record(row: Record) -> ConflictRecord:
     return ConflictRecord(
         id=row["id"],
         entity=row["entity"],
@@ -142,40 +140,31 @@ class ConflictStore:
 
     def __init__(self, queue: OfflineQueue, *, now: Callable[[], float] = time.time) -> None:
         self.queue = queue
+        self._store = queue.store  # where the records are kept, in the queue's file
         self._now = now
-        self._queries = load_queries("sqlite", "edge_conflicts")
-
-    def _tx(self, tx: SQLiteTx) -> SQLiteTx:
-        return SQLiteTx(tx.conn, self._queries, tx.cipher)
 
     # -- snapshots -----------------------------------------------------------------------
 
     def snapshot(self, entity: str) -> Snapshot | None:
-        with self.queue.transaction() as outer:
-            row = self._tx(outer).fetchone("snapshot_get", {"entity": entity})
+        row = self._store.snapshot(entity)
         if row is None:
             return None
         return Snapshot(entity, row["version"], json.loads(row["data"]))
 
     def remember(self, entity: str, version: str | None, data: Any) -> None:
         """The server holds ``data`` at ``version``: the base of the next merge."""
-        with self.queue.transaction() as outer:
-            params = {"entity": entity, "version": version, "data": json.dumps(data)}
-            self._tx(outer).execute("snapshot_put", params | {"now": self._now()})
+        self._store.put_snapshot(entity, version, json.dumps(data), self._now())
 
     # -- records -------------------------------------------------------------------------
 
     def get(self, conflict_id: int) -> ConflictRecord:
-        with self.queue.transaction() as outer:
-            row = self._tx(outer).fetchone("conflict_get", {"id": conflict_id})
+        row = self._store.conflict(conflict_id)
         if row is None:
             raise NotFound(f"no conflict {conflict_id} in {self.queue.path}")
         return _record(row)
 
     def records(self, outcome: str | None = None, limit: int = 1000) -> list[ConflictRecord]:
-        with self.queue.transaction() as outer:
-            rows = self._tx(outer).fetchall("conflict_list", {"outcome": outcome, "n": limit})
-        return [_record(r) for r in rows]
+        return [_record(r) for r in self._store.conflicts(outcome, limit)]
 
     def record(
         self,
@@ -209,10 +198,7 @@ class ConflictStore:
             "detail": detail,
             "now": self._now(),
         }
-        with self.queue.transaction() as outer:
-            cursor = self._tx(outer).execute("conflict_insert", params)
-        assert cursor.lastrowid is not None
-        return int(cursor.lastrowid)
+        return self._store.add_conflict(params)
 
     def hold(
         self,
@@ -230,9 +216,7 @@ class ConflictStore:
         server's state and this one does (a `reconcile` that ran before the engine recorded
         the reply): then it is closed (resolution ``replaced``) and this one recorded."""
         with self.queue.batch():
-            with self.queue.transaction() as outer:
-                rows = self._tx(outer).fetchall("conflict_held_for", {"entity": op.entity})
-            for row in rows:
+            for row in self._store.held_conflicts(op.entity):
                 if row["op_id"] != op.id:
                     continue
                 if row["remote"] is not None or remote is None:
@@ -253,8 +237,7 @@ class ConflictStore:
         """End a held record without settling anything (its operation is dealt with
         elsewhere): outcome ``resolved``, with ``resolution`` saying how."""
         params = {"id": conflict_id, "resolution": resolution, "result": None, "new_op_id": None}
-        with self.queue.transaction() as outer:
-            self._tx(outer).execute("conflict_resolve", params | {"now": self._now()})
+        self._store.settle_conflict(params | {"now": self._now()})
 
     def reconcile(self) -> int:
         """Make the held records match the queue: a conflict-held operation without one
@@ -298,9 +281,7 @@ class ConflictStore:
 
     def tail(self, entity: str) -> list[Operation]:
         """The entity's live operations, oldest first."""
-        with self.queue.transaction() as outer:
-            rows = self._tx(outer).fetchall("entity_tail", {"entity": entity})
-        return [to_operation(r, outer.cipher) for r in rows]
+        return self._store.entity_tail(entity)
 
     def settle(
         self,
@@ -382,17 +363,15 @@ class ConflictStore:
             )
             if keep == "both" and local is not DELETED:
                 new = self._copy(held, local, conflict_id)
-            with self.queue.transaction() as outer:
-                self._tx(outer).execute(
-                    "conflict_resolve",
-                    {
-                        "id": conflict_id,
-                        "resolution": keep,
-                        "result": _dump(result),
-                        "new_op_id": None if new is None else new.id,
-                        "now": self._now(),
-                    },
-                )
+            self._store.settle_conflict(
+                {
+                    "id": conflict_id,
+                    "resolution": keep,
+                    "result": _dump(result),
+                    "new_op_id": None if new is None else new.id,
+                    "now": self._now(),
+                }
+            )
         return new
 
     def _copy(self, held: Operation, local: Any, conflict_id: int) -> Operation:

@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Unpack
@@ -27,6 +28,7 @@ from pigeon.edge.commit import CommitBatcher, More
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.options import LegacyQueueArguments, QueueOptions
+from pigeon.edge.queue_store import QueueStore
 from pigeon.edge.retry import RetryPolicy
 from pigeon.edge.stamps import FileClock
 from pigeon.edge.stats import QueueStats as QueueStats
@@ -465,9 +467,21 @@ class OfflineQueue:
             store = self._conflicts = ConflictStore(self)
         return store
 
+    @property
+    def store(self) -> QueueStore:
+        """Where the queue keeps its operations and conflict records (`QueueStore`)."""
+        return self._store
+
     def transaction(self) -> contextlib.AbstractContextManager[SQLiteTx]:
-        """A write transaction on the queue file (a savepoint of it inside ``batch()``), for
-        parts that keep their own tables in it (pigeon.edge.conflicts)."""
+        """Deprecated: a raw write transaction on the queue file (a savepoint of it inside
+        ``batch()``). Conflict records are reached through ``queue.conflicts`` (or
+        ``queue.store``); ``batch()`` groups several calls into one transaction."""
+        warnings.warn(
+            "OfflineQueue.transaction() is deprecated and will be removed in the next "
+            "release: use queue.conflicts / queue.store, and queue.batch() to group calls",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._store.write()
 
     def stamp(self) -> HLCTimestamp:

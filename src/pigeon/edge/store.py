@@ -94,7 +94,8 @@ class EdgeStore:
             path,
             application_id=APPLICATION_ID,
             components=("edge",),
-            queries=load_queries("sqlite", "edge"),
+            # The queue's own and its conflict records' (pigeon.edge.conflicts): one set.
+            queries=load_queries("sqlite", "edge") | load_queries("sqlite", "edge_conflicts"),
             durability=durability,
             create=create,
             # Savepoints (group commit, batch()) journal the pages they touch; in memory,
@@ -371,3 +372,51 @@ class EdgeStore:
         alone = tx.fetchone("live_tail", {"entity": row["entity"]}) is None
         tx.execute("resurrect", {"seq": row["seq"], "now": now, "head": int(alone)})
         return to_operation(self.row(tx, row["id"]), tx.cipher)
+
+    # -- conflict records and base snapshots (pigeon.edge.conflicts) ---------------------
+    # Each in a write transaction of its own, or a savepoint of this thread's batch().
+
+    def snapshot(self, entity: str) -> Row | None:
+        """The entity's last state seen from the server: ``version`` and ``data`` (JSON)."""
+        with self.write() as tx:
+            return tx.fetchone("snapshot_get", {"entity": entity})
+
+    def put_snapshot(self, entity: str, version: str | None, data: str, now: float) -> None:
+        with self.write() as tx:
+            params = {"entity": entity, "version": version, "data": data, "now": now}
+            tx.execute("snapshot_put", params)
+
+    def conflict(self, conflict_id: int) -> Row | None:
+        with self.write() as tx:
+            return tx.fetchone("conflict_get", {"id": conflict_id})
+
+    def conflicts(self, outcome: str | None, limit: int) -> list[Row]:
+        with self.write() as tx:
+            return tx.fetchall("conflict_list", {"outcome": outcome, "n": limit})
+
+    def held_conflicts(self, entity: str) -> list[Row]:
+        with self.write() as tx:
+            return tx.fetchall("conflict_held_for", {"entity": entity})
+
+    def add_conflict(self, record: Mapping[str, Any]) -> int:
+        """Insert a conflict record (the columns of ``conflict_insert``); its id."""
+        with self.write() as tx:
+            cursor = tx.execute("conflict_insert", record)
+        assert cursor.lastrowid is not None
+        return int(cursor.lastrowid)
+
+    def settle_conflict(self, settled: Mapping[str, Any]) -> None:
+        """End a held record: ``id``, ``resolution``, ``result``, ``new_op_id``, ``now``."""
+        with self.write() as tx:
+            tx.execute("conflict_resolve", settled)
+
+    def entity_tail(self, entity: str) -> list[Operation]:
+        """The entity's live operations, oldest first."""
+        with self.write() as tx:
+            rows = tx.fetchall("entity_tail", {"entity": entity})
+            return [to_operation(r, tx.cipher) for r in rows]
+
+    def op_id_by_seq(self, seq: int) -> str | None:
+        """The id of the operation with this seq (the short handle `pigeon queue` shows)."""
+        row = self.read().fetchone("op_id_by_seq", {"seq": seq})
+        return None if row is None else str(row["id"])
