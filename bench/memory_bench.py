@@ -124,6 +124,7 @@ def serve(folder: Path) -> Iterator[tuple[str, int]]:
             str(port),
             "--durability",
             "normal",
+            "--allow-anonymous",  # the benchmark's requests carry no token
         ],
         stdout=subprocess.DEVNULL,
     )
