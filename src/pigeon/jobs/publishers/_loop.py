@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +24,23 @@ class LoopThread:
         except TimeoutError:
             future.cancel()
             raise
+
+    def run_batch(
+        self, coro: Coroutine[Any, Any, T], timeout: float, drop: Callable[[], None]
+    ) -> T:
+        """``run`` one publish of a batch: on any failure the connection is dropped first
+        (the next batch connects anew), and a failure that does not say how much the
+        broker confirmed becomes a ``PartialPublish`` that confirmed nothing."""
+        from pigeon.jobs.relay import PartialPublish  # the relay imports the publishers
+
+        try:
+            return self.run(coro, timeout)
+        except PartialPublish:
+            drop()
+            raise
+        except Exception as exc:
+            drop()
+            raise PartialPublish(0, exc) from exc
 
     def close(self) -> None:
         if self.loop.is_closed():

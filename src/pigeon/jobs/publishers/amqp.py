@@ -58,16 +58,7 @@ class AmqpPublisher:
         self.publish_many([message])
 
     def publish_many(self, messages: Sequence[Message]) -> int:
-        from pigeon.jobs.relay import PartialPublish
-
-        try:
-            self._loop.run(self._publish_many(messages), self.timeout * 2 + 5)
-        except PartialPublish:
-            self._drop()
-            raise
-        except Exception as exc:
-            self._drop()
-            raise PartialPublish(0, exc) from exc
+        self._loop.run_batch(self._publish_many(messages), self.timeout * 2 + 5, self._drop)
         return 0  # no broker-side dedup: a repeat is delivered again
 
     async def _connect(self) -> Any:

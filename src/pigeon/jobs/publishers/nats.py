@@ -55,16 +55,7 @@ class NatsJetStreamPublisher:
         self.publish_many([message])
 
     def publish_many(self, messages: Sequence[Message]) -> int:
-        from pigeon.jobs.relay import PartialPublish
-
-        try:
-            return self._loop.run(self._publish_many(messages), self.timeout * 2 + 5)
-        except PartialPublish:
-            self._drop()
-            raise
-        except Exception as exc:
-            self._drop()
-            raise PartialPublish(0, exc) from exc
+        return self._loop.run_batch(self._publish_many(messages), self.timeout * 2 + 5, self._drop)
 
     async def _connect(self) -> Any:
         if self._js is not None and self._nc is not None and self._nc.is_connected:
