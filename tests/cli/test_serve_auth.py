@@ -18,6 +18,8 @@ import pytest
 from pigeon.cli.serve_auth import AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError
 
+from .test_serve_cmd import start
+
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 OPERATOR_TOKEN = "operator-token-of-the-serve-auth-tests"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
@@ -43,28 +45,6 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
     return " ".join(re.sub("[│╭╮╰╯─]", " ", result.stderr).split())
 
 
-def serving(db: Path, *extra: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=os.environ | env,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "serving on http://" in line, line
-    url = line.split()[3]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("pigeon serve did not answer")
-
-
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -87,7 +67,7 @@ def test_the_demo_stand_in_refuses_a_non_loopback_address(tmp_path: Path, host: 
 
 
 def test_insecure_lets_the_stand_in_listen_anywhere(tmp_path: Path) -> None:
-    proc, url = serving(tmp_path / "s.db", "--host", "0.0.0.0", "--insecure", env={})
+    proc, url = start(tmp_path / "s.db", "--host", "0.0.0.0", "--insecure", env={})
     try:
         assert httpx.get(url.replace("0.0.0.0", "127.0.0.1") + "/pigeon/v1/health").is_success
     finally:
@@ -123,7 +103,7 @@ def test_options_that_cannot_serve_safely_are_refused_without_echoing_secrets(
 
 def test_serve_defaults_refuse_anonymous_and_keep_the_operator_routes(tmp_path: Path) -> None:
     env = {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN}
-    proc, url = serving(tmp_path / "s.db", env=env)
+    proc, url = start(tmp_path / "s.db", env=env)
     user = {"Authorization": "Bearer ada.1"}
     try:
         anonymous = write(url, {})
@@ -142,7 +122,7 @@ def test_serve_defaults_refuse_anonymous_and_keep_the_operator_routes(tmp_path: 
 
 
 def test_allow_anonymous_makes_every_caller_without_a_token_one_user(tmp_path: Path) -> None:
-    proc, url = serving(tmp_path / "s.db", "--allow-anonymous", env={})
+    proc, url = start(tmp_path / "s.db", "--allow-anonymous", env={})
     try:
         assert write(url, {}).status_code == 201
         notes = httpx.get(url + "/notes").json()["notes"]
@@ -158,7 +138,7 @@ def test_allow_anonymous_makes_every_caller_without_a_token_one_user(tmp_path: P
 def test_serve_with_jwt_verifies_tokens_in_every_worker(tmp_path: Path, workers: str) -> None:
     env = {"PIGEON_JWT_SECRET": SECRET, "PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN}
     extra = ["--auth", "jwt", "--jwt-audience", "pigeon", "--jwt-issuer", "https://id.test"]
-    proc, url = serving(tmp_path / "s.db", *extra, "--workers", workers, env=env)
+    proc, url = start(tmp_path / "s.db", *extra, "--workers", workers, env=env)
     now = int(time.time())
     good = {"sub": "Ada", "aud": "pigeon", "iss": "https://id.test", "exp": now + 60}
     try:

@@ -20,12 +20,16 @@ OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 USER = {"Authorization": "Bearer ada.1"}
 
 
-def start(db: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+def start(
+    db: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``pigeon serve`` on a free port, once it answers its health probe; ``env`` (by
+    default the operator token of these tests) is added to this process's environment."""
     proc = subprocess.Popen(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
         stdout=subprocess.PIPE,
         text=True,
-        env=os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN},
+        env=os.environ | ({"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN} if env is None else env),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
