@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import socket
@@ -24,6 +23,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from pigeon import logs
+from pigeon.checks import is_finite
 from pigeon.cli._format import LogFormatOption, LogRedactOption
 from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
@@ -126,7 +126,7 @@ def checked_policy(
         # The policy passes an infinite lifetime (inf <= inf), which would reach stored
         # expiry times and Retry-After arithmetic; nan is caught here too, so that the
         # message names the option it came from.
-        if not math.isfinite(value):
+        if not is_finite(value):
             raise typer.BadParameter(
                 f"{value} is not a finite number of seconds", param_hint=f"'{option}'"
             )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterable
 from typing import Annotated
@@ -11,6 +10,7 @@ from typing import Annotated
 import typer
 
 from pigeon import logs
+from pigeon.checks import is_finite
 from pigeon.cli._db import check_db
 from pigeon.cli._format import LogFormatOption, LogRedactOption
 from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
@@ -128,7 +128,7 @@ def worker(
     for option, count in counts.items():
         if count is not None and count < 1:
             raise typer.BadParameter(f"must be at least 1, got {count}", param_hint=option)
-    if recycle_mib is not None and not (math.isfinite(recycle_mib) and recycle_mib > 0):
+    if recycle_mib is not None and not (is_finite(recycle_mib) and recycle_mib > 0):
         raise typer.BadParameter(
             f"must be a positive number of MiB, got {recycle_mib}", param_hint="--recycle-mib"
         )

@@ -19,11 +19,6 @@ from pigeon.exceptions import ConfigurationError
 _DEFAULT_RNG = random.Random()
 
 
-def _finite(name: str, value: float) -> None:
-    if not is_finite(value):
-        raise ConfigurationError(f"RetryPolicy.{name} must be a finite number, not {value!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Backoff ``base``, ``base*factor``, ... seconds up to ``cap``; give up after
@@ -36,8 +31,16 @@ class RetryPolicy:
     max_age: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("base", "factor", "cap"):
-            _finite(name, getattr(self, name))
+        # max_age may be None (no age limit); every number given must be finite: NaN
+        # compares false with everything and would pass every bound below.
+        numbers = {"base": self.base, "factor": self.factor, "cap": self.cap}
+        if self.max_age is not None:
+            numbers["max_age"] = self.max_age
+        for name, value in numbers.items():
+            if not is_finite(value):
+                raise ConfigurationError(
+                    f"RetryPolicy.{name} must be a finite number, not {value!r}"
+                )
         if self.base <= 0:
             raise ConfigurationError(f"RetryPolicy.base must be > 0 seconds, not {self.base!r}")
         if self.factor < 1:
@@ -50,12 +53,10 @@ class RetryPolicy:
             raise ConfigurationError(
                 f"RetryPolicy.max_attempts must be an integer >= 1, not {self.max_attempts!r}"
             )
-        if self.max_age is not None:
-            _finite("max_age", self.max_age)
-            if self.max_age <= 0:
-                raise ConfigurationError(
-                    f"RetryPolicy.max_age must be > 0 seconds or None, not {self.max_age!r}"
-                )
+        if self.max_age is not None and self.max_age <= 0:
+            raise ConfigurationError(
+                f"RetryPolicy.max_age must be > 0 seconds or None, not {self.max_age!r}"
+            )
 
     def backoff(self, attempts: int) -> float:
         """The un-jittered ceiling after ``attempts`` failures (0 failures: no wait)."""
@@ -79,7 +80,7 @@ class RetryPolicy:
         negative; a moment chosen on purpose, e.g. the one a whole failed batch retries
         at; a server's header goes through `honour` first), otherwise full jitter in
         ``[0, backoff]``."""
-        if retry_after is not None and math.isfinite(retry_after):
+        if retry_after is not None and is_finite(retry_after):
             return max(float(retry_after), 0.0)
         return (rng or _DEFAULT_RNG).uniform(0.0, self.backoff(attempts))
 
@@ -97,7 +98,7 @@ class RetryPolicy:
         milliseconds, and a 409 "key in progress" (no attempt spent) resent in a tight
         loop; a crowd of clients told 0 came back all at once. So 0 is read as no
         header: the usual full-jitter schedule."""
-        if math.isfinite(retry_after) and retry_after > 0:
+        if is_finite(retry_after) and retry_after > 0:
             return float(retry_after)
         return self.delay(attempts, rng=rng)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
+from pigeon.checks import is_finite, is_int_in
 from pigeon.exceptions import InvalidOperation, PayloadNotSerializable
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.sealed import JOB_PAYLOAD
@@ -104,15 +104,15 @@ class JobSpec:
         return dump_payload(self.payload, f"{self.queue}/{self.task}")
 
 
-def positive_int(value: object) -> bool:
+def positive_int(value: object) -> TypeGuard[int]:
     # bool is an int subclass, but True attempts is a mistake, not a policy
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return is_int_in(value, 1)
 
 
-def finite(value: object) -> bool:
+def finite(value: object) -> TypeGuard[int | float]:
     """A real number of seconds: NaN compares false with everything (a NaN delay or
     max_age would silently mean "never" or "always"), inf would never come due."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_finite(value)
 
 
 def dump_payload(payload: Any, what: str) -> str:

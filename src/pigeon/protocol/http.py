@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from pigeon.checks import is_int_in
 from pigeon.edge.operation import Operation, OpType
 from pigeon.exceptions import (
     BatchRefused,
@@ -93,15 +94,11 @@ class HttpTransport:
         client: httpx.Client | None = None,
         concurrency: int = 1,
     ) -> None:
-        if (
-            not isinstance(concurrency, int)
-            or isinstance(concurrency, bool)
-            or not 1 <= concurrency <= MAX_CONCURRENCY
-        ):
+        if not is_int_in(concurrency, 1, MAX_CONCURRENCY):
             raise ConfigurationError(
                 f"concurrency must be an integer from 1 to {MAX_CONCURRENCY}, not {concurrency!r}"
             )
-        if batch is not True and batch is not False and (not isinstance(batch, int) or batch < 1):
+        if batch is not True and batch is not False and not is_int_in(batch, 1):
             raise ConfigurationError(f"batch must be True, False or a size >= 1, not {batch!r}")
         if client is None and not base_url:
             raise ConfigurationError("HttpTransport needs a base_url (or a client)")

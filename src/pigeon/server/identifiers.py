@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from pigeon.checks import is_int
+
 MAX_ID_LENGTH = 255  # a resource id: part of a primary key (PostgreSQL: 2704 bytes an entry)
 MAX_OPERATION_ID_LENGTH = 255  # X-Pigeon-Operation-Id, a batch entry's "id"
 MAX_ENTITY_LENGTH = 512  # "<type>:<id>", the id itself at most MAX_ID_LENGTH
@@ -39,7 +41,7 @@ class InvalidIdentifier(ValueError):
 
 def resource_id(value: object, what: str = "id") -> str:
     """``value`` as a resource id, or ``InvalidIdentifier`` naming what is wrong."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         value = str(value)
     if not isinstance(value, str):
         raise InvalidIdentifier(f"the {what} must be a string or an integer, not {_kind(value)}")

@@ -14,6 +14,7 @@ import logging
 
 from starlette.requests import ClientDisconnect, Request
 
+from pigeon.checks import is_int_in
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.results import OpResult, problem_result
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def checked_limit(name: str, value: object) -> int:
     """``value`` as a body limit in bytes, or a ConfigurationError naming ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    if not is_int_in(value, 1):
         raise ConfigurationError(f"{name} must be a positive number of bytes, not {value!r}")
     return value
 

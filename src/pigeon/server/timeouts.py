@@ -34,6 +34,8 @@ from typing import Any, Literal
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from pigeon.checks import is_number
+
 ENV_PREFIX = "PIGEON_SERVE_TIMEOUT_"
 Phase = Literal["idle", "headers", "body", "busy"]
 _REQUEST_TIMEOUT = (
@@ -56,7 +58,7 @@ class Timeouts:
     def __post_init__(self) -> None:
         for name in ("idle", "headers", "body"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 < value < 86400):
+            if not (is_number(value) and 0 < value < 86400):
                 raise ValueError(f"the {name} timeout must be 0 < seconds < 86400, not {value!r}")
 
     def environ(self) -> dict[str, str]:
