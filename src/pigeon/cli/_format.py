@@ -11,28 +11,10 @@ visible text.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.markup import escape
-
-from pigeon.logs import REDACT_ENV, LogFormat
-
-# The logging options of the long-running commands (serve, worker): see pigeon.logs.
-LogFormatOption = Annotated[
-    LogFormat,
-    typer.Option("--log-format", help="text, or json: one object a line (structured logs)."),
-]
-LogRedactOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--log-redact",
-        help="A field name to redact from the logs besides the built-in list "
-        f"(authorization, token, password, secret, payload, body, ...); repeatable; "
-        f"${REDACT_ENV} takes a comma-separated list.",
-    ),
-]
 
 # C0 controls (ESC among them), DEL, C1 controls (0x9b is a one-byte CSI on some
 # terminals), the Unicode line/paragraph separators and the bidirectional overrides and

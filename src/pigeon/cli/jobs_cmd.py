@@ -13,6 +13,7 @@ from rich.table import Table
 from pigeon.cli._db import open_db
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import duration, error, shown
+from pigeon.cli.options import DbOption
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
@@ -31,9 +32,6 @@ console = make_console()
 MAX_ID = 2**63 - 1
 JobIdArg = Annotated[int, typer.Argument(metavar="ID", min=1, max=MAX_ID)]
 Limit = Annotated[int, typer.Option(min=0, help="At most this many rows.")]
-DbOption = Annotated[
-    str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
-]
 
 
 def _age(ts: float | None) -> str:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pigeon.cli._db import open_db
+from pigeon.cli.options import DbOption, KeysFileOption
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.crypto import Keyring, generate_key, key_entry, new_kid
 from pigeon.storage.files import write_private
@@ -23,18 +24,6 @@ from pigeon.storage.rotate import CLEAR, DEFAULT_BATCH, ColumnReport, rotate, st
 
 app = typer.Typer(help="Encryption keys: generate, status, rotate.", no_args_is_help=True)
 console = Console()
-
-DbOption = Annotated[
-    str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
-]
-KeysFileOption = Annotated[
-    str | None,
-    typer.Option(
-        "--keys-file",
-        help="Key file (mode 0600; kid:base64key per line, newest first). Without it: "
-        "PIGEON_KEYS or PIGEON_KEYS_FILE.",
-    ),
-]
 
 
 def load_keyring(keys_file: str | None, param_hint: str = "--keys-file") -> Keyring | None:

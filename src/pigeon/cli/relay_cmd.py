@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from pigeon.cli._db import open_db
-from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
+from pigeon.cli.keys_cmd import load_keyring
+from pigeon.cli.options import KeysFileOption
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers import broker_kind, check_broker_url

@@ -24,8 +24,14 @@ from starlette.applications import Starlette
 
 from pigeon import logs
 from pigeon.checks import is_finite
-from pigeon.cli._format import LogFormatOption, LogRedactOption
-from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
+from pigeon.cli.keys_cmd import load_keyring
+from pigeon.cli.options import (
+    DbOption,
+    KeysFileOption,
+    LogFormatOption,
+    LogRedactOption,
+    RelayToOption,
+)
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
@@ -138,9 +144,7 @@ def checked_policy(
 
 
 def serve(
-    db: Annotated[
-        str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
-    ],
+    db: DbOption,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one (printed).")
@@ -274,15 +278,7 @@ def serve(
     ] = DEFAULT_BODY,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
-    relay_to: Annotated[
-        str | None,
-        typer.Option(
-            "--relay-to",
-            help="Publish the outbox (e.g. /answers' announcements) to this broker "
-            "(redis://, nats:// or amqp://) from a relay thread beside the server, "
-            "stopped with it; as `pigeon relay --to` does.",
-        ),
-    ] = None,
+    relay_to: RelayToOption = None,
     keys_file: KeysFileOption = None,
 ) -> None:
     """Run the reference notes server with the idempotent intake.

@@ -12,8 +12,14 @@ import typer
 from pigeon import logs
 from pigeon.checks import is_finite
 from pigeon.cli._db import check_db
-from pigeon.cli._format import LogFormatOption, LogRedactOption
-from pigeon.cli.keys_cmd import KeysFileOption, load_keyring
+from pigeon.cli.keys_cmd import load_keyring
+from pigeon.cli.options import (
+    DbOption,
+    KeysFileOption,
+    LogFormatOption,
+    LogRedactOption,
+    RelayToOption,
+)
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
@@ -71,14 +77,7 @@ def check_app_queues(app_ref: str, queues: Iterable[str]) -> None:
 
 
 def worker(
-    db: Annotated[
-        str,
-        typer.Option(
-            "--db",
-            help="Server database: an existing SQLite file or postgresql://...; "
-            "checked once before any worker starts.",
-        ),
-    ],
+    db: DbOption,
     queue: Annotated[
         list[str],
         typer.Option(
@@ -111,17 +110,14 @@ def worker(
     ] = None,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
-    relay_to: Annotated[
-        str | None,
-        typer.Option(
-            "--relay-to",
-            help="Also publish the outbox to this broker (redis://, nats:// or amqp://), "
-            "from the supervisor process, as `pigeon relay --to` does.",
-        ),
-    ] = None,
+    relay_to: RelayToOption = None,
     keys_file: KeysFileOption = None,
 ) -> None:
-    """Run jobs until SIGTERM (stop claiming; finish or release within the lease)."""
+    """Run jobs until SIGTERM (stop claiming; finish or release within the lease).
+
+    The --db must exist already (pigeon serve or a migration makes it); it is opened
+    once here, before any worker process starts.
+    """
     # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
     # the option out means never); a batch of 0 would claim nothing.
     counts = {"--processes": processes, "--recycle-jobs": recycle_jobs, "--batch": batch}
