@@ -21,16 +21,16 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.identifiers import loggable
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
-from pigeon.server.timeouts import Timeouts, timed_protocol
+from pigeon.server.timeouts import ConnectionTimeouts, timed_protocol
 from pigeon.storage.server import open_server_db
 
 from .conftest import TestClient
 
-SHORT = Timeouts(idle=0.6, headers=0.6, body=0.6)
+SHORT = ConnectionTimeouts(idle=0.6, headers=0.6, body=0.6)
 
 
 @contextlib.contextmanager
-def timed_server(app: Any, timeouts: Timeouts = SHORT) -> Iterator[int]:
+def timed_server(app: Any, timeouts: ConnectionTimeouts = SHORT) -> Iterator[int]:
     """uvicorn on a free loopback port in a thread, with pigeon's timed protocol."""
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="info", http=timed_protocol(timeouts)
@@ -169,7 +169,7 @@ def test_a_prompt_client_keeps_its_connection_across_requests(tmp_path: Path) ->
     # the machine, and together well over it.
     db = open_server_db(str(tmp_path / "server.db"))
     request = b"GET /pigeon/v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
-    timeouts = Timeouts(idle=1.5, headers=1.5, body=1.5)
+    timeouts = ConnectionTimeouts(idle=1.5, headers=1.5, body=1.5)
     app = create_notes_app(db, purge_interval=None)
     with timed_server(app, timeouts) as port, connect(port) as conn:
         for _ in range(4):

@@ -40,7 +40,7 @@ from pigeon.server import memory
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
-from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, Timeouts
+from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, ConnectionTimeouts
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
@@ -326,7 +326,7 @@ def serve(
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     try:
-        timeouts = Timeouts(timeout_idle, timeout_headers, timeout_body)
+        timeouts = ConnectionTimeouts(timeout_idle, timeout_headers, timeout_body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--timeout-*'") from exc
     os.environ.update(timeouts.environ())  # read by each worker's connections

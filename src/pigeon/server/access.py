@@ -42,6 +42,7 @@ from starlette.websockets import WebSocketClose
 
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.protocol.wire import PROBLEM_JSON, canonical_json
+from pigeon.renames import renamed
 from pigeon.server.auth import ANONYMOUS, Authenticator, bearer_token, principal_of
 from pigeon.server.problems import problem
 
@@ -118,30 +119,32 @@ class AccessPolicy:
         try:
             is_operator = self.operator is not None and self.operator(conn)
         except AuthorizationRequired as exc:  # a hook that refuses what it was shown
-            return refusal(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
+            return auth_refusal(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
         if is_operator and rule in (Rule.OPERATOR, Rule.OWNER):
             return OPERATOR_CALLER
         if is_operator:
-            return refusal(
+            return auth_refusal(
                 403, "operator-not-a-user", "Forbidden", "the operator credential acts for no user"
             )
         try:
             principal = principal_of(self.authenticate, conn, allow_anonymous=False)
         except AuthorizationRequired as exc:
-            return refusal(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
+            return auth_refusal(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
         if rule is Rule.OPERATOR:
             if principal is None:
-                return refusal(401, "unauthorized", "Unauthorized", "operator credentials required")
+                return auth_refusal(
+                    401, "unauthorized", "Unauthorized", "operator credentials required"
+                )
             return no_such_route(conn)
         if principal is None:
             if not self.allow_anonymous:
                 detail = "credentials are required (Authorization: Bearer <token>)"
-                return refusal(401, "unauthorized", "Unauthorized", detail)
+                return auth_refusal(401, "unauthorized", "Unauthorized", detail)
             principal = ANONYMOUS
         return Caller(principal)
 
 
-def refusal(status: int, slug: str, title: str, detail: str) -> Response:
+def auth_refusal(status: int, slug: str, title: str, detail: str) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = problem(status, slug, title, detail)
     return _problem_response(body, headers)
@@ -191,7 +194,7 @@ def _from_cookie(scope: Scope, browser: BrowserLogin) -> Scope | Response:
     if not value:
         return scope
     if scope.get("method", "GET") not in _SAFE_METHODS and not same_origin(conn):
-        return refusal(403, "cross-site", "Forbidden", "a cross-site request was refused")
+        return auth_refusal(403, "cross-site", "Forbidden", "a cross-site request was refused")
     headers = [*scope.get("headers", []), (b"authorization", b"Bearer " + value.encode("latin-1"))]
     return {**scope, "headers": headers, _COOKIE_FLAG: True}
 
@@ -220,7 +223,7 @@ class Guarded(BaseRoute):
 
     def __init__(self, route: BaseRoute, rule: Rule, browser: BrowserLogin | None = None) -> None:
         if isinstance(route, Guarded):
-            raise ConfigurationError(f"{describe(route.route)} declares two access rules")
+            raise ConfigurationError(f"{describe_route(route.route)} declares two access rules")
         if browser is not None and rule is not Rule.OPERATOR:
             raise ConfigurationError("a browser login is for operator routes only")
         self.route: BaseRoute = route
@@ -236,7 +239,9 @@ class Guarded(BaseRoute):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.policy is None:  # create_app binds every route: reaching this is a bug
-            raise ConfigurationError(f"{describe(self.route)} is not bound to an access policy")
+            raise ConfigurationError(
+                f"{describe_route(self.route)} is not bound to an access policy"
+            )
         if self.browser is not None and scope["type"] == "http":
             found = _from_cookie(scope, self.browser)
             if isinstance(found, Response):
@@ -255,7 +260,7 @@ class Guarded(BaseRoute):
             if self.browser.login is not None and "text/html" in conn.headers.get("accept", ""):
                 decided = self.browser.login(conn)
             else:
-                decided = refusal(401, "unauthorized", "Unauthorized", "sign in again")
+                decided = auth_refusal(401, "unauthorized", "Unauthorized", "sign in again")
         if isinstance(decided, Response):
             if scope["type"] == "websocket":
                 await WebSocketClose(code=1008)(scope, receive, send)  # policy violation
@@ -297,7 +302,7 @@ class RouteRule:
     route: BaseRoute
 
 
-def describe(route: BaseRoute, prefix: str = "") -> str:
+def describe_route(route: BaseRoute, prefix: str = "") -> str:
     path = prefix + str(getattr(route, "path", "?"))
     methods = sorted(getattr(route, "methods", None) or ())
     return f"route {' '.join(methods) or '*'} {path or '/'}".replace("  ", " ")
@@ -328,7 +333,7 @@ def bind(routes: Iterable[BaseRoute], policy: AccessPolicy, prefix: str = "") ->
         if isinstance(route, Guarded):
             if route.policy is not None and route.policy is not policy:
                 raise ConfigurationError(
-                    f"{describe(route.route, prefix)} is already served by another app: "
+                    f"{describe_route(route.route, prefix)} is already served by another app: "
                     "build its routes again for each app"
                 )
             route.policy = policy
@@ -338,7 +343,7 @@ def bind(routes: Iterable[BaseRoute], policy: AccessPolicy, prefix: str = "") ->
             _bind_mount(inner, covered=covered, policy=policy, prefix=prefix)
         elif not isinstance(route, Guarded):
             raise ConfigurationError(
-                f"{describe(route, prefix)} declares no access rule: wrap it in "
+                f"{describe_route(route, prefix)} declares no access rule: wrap it in "
                 "pigeon.server.access.public / user / owner / operator"
             )
 
@@ -347,7 +352,7 @@ def _bind_mount(mount: Mount, *, covered: bool, policy: AccessPolicy, prefix: st
     children = mount.routes
     if not children and not covered:
         raise ConfigurationError(
-            f"{describe(mount, prefix)} mounts an app with no routes to check: wrap the "
+            f"{describe_route(mount, prefix)} mounts an app with no routes to check: wrap the "
             "Mount itself in pigeon.server.access.public / user / owner / operator"
         )
     below = prefix + mount.path
@@ -396,3 +401,9 @@ __all__ = [
     "route_rules",
     "user",
 ]
+
+
+# Old names (deprecated, for one release): one name, one meaning across pigeon.
+__getattr__ = renamed(
+    __name__, {"refusal": "auth_refusal", "describe": "describe_route"}, globals()
+)

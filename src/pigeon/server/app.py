@@ -36,6 +36,7 @@ from pigeon.protocol.wire import (
     MAX_BATCH,
     unquote_etag,
 )
+from pigeon.renames import renamed
 from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator, BearerAuth
@@ -99,7 +100,7 @@ async def decode_body(raw: bytes, what: str) -> Any:
     return bad_json(what, value) if isinstance(value, JsonRefused) else value
 
 
-def render(result: OpResult) -> Response:
+def render_result(result: OpResult) -> Response:
     # Encoded again here, not only when stored: a response stored before header values
     # were encoded must still replay, not answer 500 on every retry.
     headers = {name: header_value(value) for name, value in result.headers}
@@ -331,7 +332,7 @@ async def _route_problem(request: Request, exc: Exception) -> Response:
     else:
         detail = f"{method} {path}: {exc.detail}"
         result = problem_result(exc.status_code, "http-error", str(exc.detail), detail)
-    response = render(result)
+    response = render_result(result)
     response.headers.update(exc.headers or {})
     return response
 
@@ -421,16 +422,16 @@ class _Endpoints:
         intake = self.intake
         parsed = await parse_request(request, max_body=self.max_body, test_hooks=intake.test_hooks)
         if isinstance(parsed, OpResult):
-            return render(parsed)
+            return render_result(parsed)
         if self.grouped is not None:
-            return render(await self.grouped.execute(principal, parsed))
-        return render(await run_in_threadpool(intake.execute, principal, parsed))
+            return render_result(await self.grouped.execute(principal, parsed))
+        return render_result(await run_in_threadpool(intake.execute, principal, parsed))
 
     async def batch(self, request: Request) -> Response:
         principal = access.principal(request)
         raw = await read_buffer(request, self.max_batch_body, "a batch request")
         if isinstance(raw, OpResult):
-            return render(raw)
+            return render_result(raw)
         # Up to 16 MiB: the only reference is handed over (the holder is emptied in the
         # worker thread), so the bytes go as soon as they are text, and the decoded
         # operations as soon as they are applied, instead of living as long as this frame.
@@ -446,11 +447,11 @@ class _Endpoints:
             await run_in_threadpool(memory.give_back, size)
             if isinstance(refused, TooManyItems):
                 detail = f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
-                return render(_bad_request("batch-too-large", detail))
-            return render(bad_json("the batch body", refused))
+                return render_result(_bad_request("batch-too-large", detail))
+            return render_result(bad_json("the batch body", refused))
         payload = held[0]
         if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
-            return render(_bad_request("bad-batch", 'a batch is {"operations": [...]}'))
+            return render_result(_bad_request("bad-batch", 'a batch is {"operations": [...]}'))
         del payload
         # Checking the entries, applying them and writing the answer (up to 16 MiB of it)
         # all in the worker thread: none of it may hold up the event loop.
@@ -465,7 +466,7 @@ class _Endpoints:
             results = self.intake.execute_batch(principal, ops)
         except STORE_DOWN as exc:
             memory.give_back(size)
-            return render(store_unavailable(exc))
+            return render_result(store_unavailable(exc))
         del ops
         answer = _sent_in_slices(results_json(ids, results))
         memory.give_back(size)
@@ -529,3 +530,7 @@ async def _purge_forever(intake: Intake, interval: float) -> None:
             # Any other failure of one round: logged, and the next round runs. Leaving the
             # loop ended purging until a restart, and the claims table grew without bound.
             log.exception("purge round failed; the next one runs in %s s", interval)
+
+
+# Old names (deprecated, for one release): one name, one meaning across pigeon.
+__getattr__ = renamed(__name__, {"render": "render_result"}, globals())

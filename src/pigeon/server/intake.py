@@ -86,10 +86,10 @@ from pigeon.server.operations import (
 from pigeon.server.replay import (
     ReplayHook,
     ReplayInfo,
+    claim_refusal,
     hooked_refusal,
     refresh_all,
     refresh_in,
-    refusal,
 )
 from pigeon.server.results import (
     OpResult,
@@ -234,7 +234,7 @@ class Intake:
         decision = ClaimDecision(
             ClaimOutcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
         )
-        return refusal(decision, op.key)
+        return claim_refusal(decision, op.key)
 
     async def admit_async(
         self, principal: str, op: OperationRequest, owner: object
@@ -543,7 +543,7 @@ class Intake:
         op: OperationRequest,
     ) -> OpResult:
         if route.on_replay is None:
-            return refusal(decision, op.key)
+            return claim_refusal(decision, op.key)
         info = ReplayInfo(
             principal=principal,
             idempotency_key=op.key,

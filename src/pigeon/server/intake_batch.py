@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, KeyBusy
 from pigeon.server.operations import OperationRequest
-from pigeon.server.replay import refresh_all, refusal
+from pigeon.server.replay import claim_refusal, refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import STORE_DOWN
@@ -142,4 +142,4 @@ def _chunk(
 def busy_refusal(busy: KeyBusy, op: OperationRequest) -> OpResult:
     """409 for an operation whose key another process holds (its claim's wait ran out)."""
     decision = ClaimDecision(ClaimOutcome.IN_PROGRESS, operation_id=op.operation_id, retry_after=1)
-    return refusal(decision, busy.key)
+    return claim_refusal(decision, busy.key)

@@ -43,7 +43,7 @@ from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol import strictjson
 from pigeon.protocol.strictjson import JsonRefused
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
-from pigeon.server.app import bad_json, render
+from pigeon.server.app import bad_json, render_result
 from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
@@ -58,7 +58,7 @@ from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import MAX_PATH_LENGTH
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
-from pigeon.server.replay import refusal
+from pigeon.server.replay import claim_refusal
 from pigeon.server.results import (
     OpResult,
     problem_result,
@@ -124,19 +124,19 @@ class IdempotencyMiddleware:
             key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
         except AuthorizationRequired as exc:
             result = problem_result(exc.status or 401, "unauthorized", "Unauthorized", str(exc))
-            await render(result)(scope, receive, send)
+            await render_result(result)(scope, receive, send)
             return
         except InvalidIdempotencyKey as exc:
             result = problem_result(400, "bad-idempotency-key", "Bad request", str(exc))
-            await render(result)(scope, receive, send)
+            await render_result(result)(scope, receive, send)
             return
         raw = await read_body(request, self.max_body, "a request")
         if isinstance(raw, OpResult):  # 413: nothing claimed, the app never sees it
-            await render(raw)(scope, receive, send)
+            await render_result(raw)(scope, receive, send)
             return
         refused = _refused_target(scope)
         if refused is not None:
-            await render(refused)(scope, receive, send)
+            await render_result(refused)(scope, receive, send)
             return
         body = await run_in_threadpool(_fingerprinted_body, raw)
         if isinstance(body, JsonRefused):
@@ -144,13 +144,13 @@ class IdempotencyMiddleware:
                 # Declared JSON that the strict decoder refuses: the wrapped app's own
                 # decoder may read it otherwise (the last of two equal keys, NaN), so it
                 # is refused here, before the claim, as the intake refuses it.
-                await render(bad_json("the request body", body))(scope, receive, send)
+                await render_result(bad_json("the request body", body))(scope, receive, send)
                 return
             body = {"raw": base64.b64encode(raw).decode("ascii")}  # not JSON: its bytes
         try:
             decision = await run_in_threadpool(self._claim, principal, key, scope, body)
         except STORE_DOWN as exc:
-            await render(store_unavailable(exc))(scope, receive, send)
+            await render_result(store_unavailable(exc))(scope, receive, send)
             return
         if decision.claim is None:
             await self._refuse(decision, key, scope, receive, send)
@@ -267,7 +267,7 @@ class IdempotencyMiddleware:
             return
         # "Already applied", "in progress" and "reused" are answered as the intake answers
         # them (a refused operation stays refused after its response is purged).
-        await render(refusal(decision, key))(scope, receive, send)
+        await render_result(claim_refusal(decision, key))(scope, receive, send)
 
 
 # The request target (path and query) is stored with the claim: bounded, and text.

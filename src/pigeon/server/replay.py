@@ -35,6 +35,7 @@ from typing import Any
 
 from pigeon.logs import failure
 from pigeon.protocol.wire import REPLAYED, canonical_json
+from pigeon.renames import renamed
 from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore
 from pigeon.server.results import OpResult, problem_result
 from pigeon.storage.base import Tx
@@ -63,7 +64,7 @@ class ReplayInfo:
 ReplayHook = Callable[[Tx, Any, ReplayInfo], Any]
 
 
-def refusal(decision: ClaimDecision, key: str) -> OpResult:
+def claim_refusal(decision: ClaimDecision, key: str) -> OpResult:
     """The answer to a request that must not run (``hooked_refusal`` adds a route's hook)."""
     replayed = ((REPLAYED.lower(), "true"),)
     if decision.outcome is ClaimOutcome.REPLAY:
@@ -114,7 +115,7 @@ def hooked_refusal(
     """``refusal`` for a route with a replay hook: a replay's body is the hook's, and an
     "already applied" carries what the hook returns, called with no stored body, under
     ``current`` (nothing when it returns None)."""
-    result = refusal(decision, key)
+    result = claim_refusal(decision, key)
     if decision.outcome is ClaimOutcome.REPLAY:
         assert decision.response is not None
         kept = decision.response
@@ -169,3 +170,7 @@ def _refreshed(tx: Tx, result: OpResult, strict: bool = False) -> OpResult:
         return dataclasses.replace(result, refresh=None)
     text = result.body_text if body is None else canonical_json(body)
     return dataclasses.replace(result, body_text=text, refresh=None)
+
+
+# Old names (deprecated, for one release): one name, one meaning across pigeon.
+__getattr__ = renamed(__name__, {"refusal": "claim_refusal"}, globals())

@@ -35,6 +35,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pigeon.checks import is_number
+from pigeon.renames import renamed
 
 ENV_PREFIX = "PIGEON_SERVE_TIMEOUT_"
 Phase = Literal["idle", "headers", "body", "busy"]
@@ -50,7 +51,10 @@ DEFAULT_BODY = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class Timeouts:
+class ConnectionTimeouts:
+    """Seconds a connection may idle, take for its request head, take for its body (not
+    ``pigeon.jobs.Timeouts``, a job's deadlines; this was ``Timeouts`` too until renamed)."""
+
     idle: float = DEFAULT_IDLE
     headers: float = DEFAULT_HEADERS
     body: float = DEFAULT_BODY
@@ -65,7 +69,7 @@ class Timeouts:
         return {ENV_PREFIX + name.upper(): str(getattr(self, name)) for name in self.__slots__}
 
     @classmethod
-    def from_environ(cls, env: Any = os.environ) -> Timeouts:
+    def from_environ(cls, env: Any = os.environ) -> ConnectionTimeouts:
         defaults = cls()
         return cls(
             *(
@@ -79,11 +83,11 @@ class TimedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the idle, header and body deadlines above
     (``uvicorn.Config(http="pigeon.server.timeouts:TimedH11Protocol")``)."""
 
-    timeouts: Timeouts | None = None  # None: read from the environment once per process
+    timeouts: ConnectionTimeouts | None = None  # None: read from the environment once per process
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if self.timeouts is None:
-            type(self).timeouts = Timeouts.from_environ()
+            type(self).timeouts = ConnectionTimeouts.from_environ()
         self._phase: Phase = "busy"
         self._deadline: asyncio.TimerHandle | None = None
         super().connection_made(transport)
@@ -141,7 +145,11 @@ class TimedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def timed_protocol(timeouts: Timeouts) -> type[TimedH11Protocol]:
+def timed_protocol(timeouts: ConnectionTimeouts) -> type[TimedH11Protocol]:
     """A ``TimedH11Protocol`` with these timeouts, for ``uvicorn.Config(http=...)`` in
     this process (``pigeon serve`` passes its own through the environment instead)."""
     return type("TimedH11Protocol", (TimedH11Protocol,), {"timeouts": timeouts})
+
+
+# Old names (deprecated, for one release): one name, one meaning across pigeon.
+__getattr__ = renamed(__name__, {"Timeouts": "ConnectionTimeouts"}, globals())
