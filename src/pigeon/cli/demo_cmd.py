@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,19 +38,34 @@ def _fault_rate(rate: float) -> float:
     return rate
 
 
+FaultRateOption = Annotated[
+    float,
+    typer.Option(
+        callback=_fault_rate,
+        help="Share of requests EACH fault kind hits, at most 0.25: a request is "
+        "dropped, answered 503 or has its answer dropped, never two of these, so 0.25 "
+        "faults 3 requests in 4.",
+    ),
+]
+WorkdirOption = Annotated[
+    Path | None,
+    typer.Option(
+        file_okay=False,
+        help="With --conflicts: keep the devices' queue files and the server's database "
+        "here (a new or empty folder), for `pigeon conflicts list -f DIR/phone.db`.",
+    ),
+]
+# The options of the sync demo: given with --conflicts (a fixed scenario), each is refused.
+_SYNC_OPTIONS = (
+    "operations", "notes", "fault_rate", "batch", "seed", "timeout", "concurrency", "pipeline"
+)  # fmt: skip
+
+
 def demo(
     ctx: typer.Context,
     operations: Annotated[int, typer.Option(min=1, help="Edits the user makes.")] = 400,
     notes: Annotated[int, typer.Option(min=1, help="Notes the session may create.")] = 120,
-    fault_rate: Annotated[
-        float,
-        typer.Option(
-            callback=_fault_rate,
-            help="Share of requests EACH fault kind hits, at most 0.25: a request is "
-            "dropped, answered 503 or has its answer dropped, never two of these, so 0.25 "
-            "faults 3 requests in 4.",
-        ),
-    ] = 0.1,
+    fault_rate: FaultRateOption = 0.1,
     batch: Annotated[int, typer.Option(min=0, help="Batch size; 0 sends one by one.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,
     timeout: Annotated[
@@ -64,45 +79,63 @@ def demo(
         bool,
         typer.Option("--conflicts", help="Two offline devices edit the same notes instead."),
     ] = False,
-    workdir: Annotated[
-        Path | None,
-        typer.Option(
-            file_okay=False,
-            help="With --conflicts: keep the devices' queue files and the server's database "
-            "here (a new or empty folder), for `pigeon conflicts list -f DIR/phone.db`.",
-        ),
-    ] = None,
+    workdir: WorkdirOption = None,
 ) -> None:
     """Edit notes offline, sync through a faulty network, prove every edit landed once."""
-    given = ctx.get_parameter_source
     if conflicts:
-        # Its scenario is fixed: an option of the sync demo given with it would be ignored.
-        ignored = [
-            f"--{name.replace('_', '-')}"
-            for name in ("operations", "notes", "fault_rate", "batch", "seed", "timeout",
-                         "concurrency", "pipeline")
-            if getattr(given(name), "name", "DEFAULT") != "DEFAULT"
-        ]  # fmt: skip
-        if ignored:
-            raise typer.BadParameter(
-                f"{', '.join(ignored)} do not apply to --conflicts (a fixed scenario)",
-                param_hint="--conflicts",
-            )
-        from pigeon.cli.demo_conflicts import show_conflicts_demo
-
-        show_conflicts_demo(workdir)
+        _conflicts_demo(ctx, workdir)
         return
     if workdir is not None:
         raise typer.BadParameter(
             "only the --conflicts demo keeps its files", param_hint="--workdir"
         )
     console = Console()
+    report = _sync_demo(
+        console,
+        operations=operations,
+        notes=notes,
+        fault_rate=fault_rate,
+        batch=batch,
+        seed=seed,
+        timeout=timeout,
+        concurrency=concurrency,
+        pipeline=pipeline,
+    )
+    console.print(_faults_table(report))
+    console.print(_reconciliation_table(report))
+    console.print(verdict(report, timeout))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _conflicts_demo(ctx: typer.Context, workdir: Path | None) -> None:
+    """``--conflicts``: its scenario is fixed, so an option of the sync demo given with it
+    (it would be ignored) is refused."""
+    ignored = [
+        f"--{name.replace('_', '-')}"
+        for name in _SYNC_OPTIONS
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if ignored:
+        raise typer.BadParameter(
+            f"{', '.join(ignored)} do not apply to --conflicts (a fixed scenario)",
+            param_hint="--conflicts",
+        )
+    from pigeon.cli.demo_conflicts import show_conflicts_demo
+
+    show_conflicts_demo(workdir)
+
+
+def _sync_demo(console: Console, **settings: Any) -> DemoReport:
+    """The offline session with a progress bar, after saying what it is about to do;
+    ``settings`` are `run_demo`'s."""
     console.rule("[bold]pigeon demo")
     console.print(
-        f"A phone makes {operations} edits on up to {notes} notes: a quarter on the platform, "
-        f"half in a tunnel, the rest after it. The network misbehaves throughout: dropped "
-        f"requests, responses dropped after the server committed, 503s, delays and "
-        f"duplicated requests, each on {fault_rate:.0%} of requests."
+        f"A phone makes {settings['operations']} edits on up to {settings['notes']} notes: a "
+        f"quarter on the platform, half in a tunnel, the rest after it. The network "
+        f"misbehaves throughout: dropped requests, responses dropped after the server "
+        f"committed, 503s, delays and duplicated requests, each on "
+        f"{settings['fault_rate']:.0%} of requests."
     )
 
     def offline(queue: OfflineQueue) -> None:
@@ -126,23 +159,7 @@ def demo(
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        report = run_demo(
-            operations=operations,
-            notes=notes,
-            fault_rate=fault_rate,
-            batch=batch,
-            seed=seed,
-            timeout=timeout,
-            concurrency=concurrency,
-            pipeline=pipeline,
-            on_offline=offline,
-            progress=progress,
-        )
-    console.print(_faults_table(report))
-    console.print(_reconciliation_table(report))
-    console.print(verdict(report, timeout))
-    if not report.ok:
-        raise typer.Exit(1)
+        return run_demo(**settings, on_offline=offline, progress=progress)
 
 
 def verdict(report: DemoReport, timeout: float) -> str:

@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
@@ -309,17 +309,40 @@ def create_notes_app(
     `Intake`. Notes, resources and conflict outcomes are the caller's own (``user``
     routes); a record its creator's or an operator's; the ledger, the dashboard and
     ``/metrics`` the operator's alone (`pigeon.server.access`)."""
-    max_skew_ms = int(max_skew * 1000)
     intake = Intake(
         db,
         policy=policy or IdempotencyPolicy(),
         now=now,
         claim_mode=claim_mode,
         after_commit=after_commit,
-        clock=BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=max_skew_ms),
+        clock=BoundedClock(
+            "server", wall=lambda: int(now() * 1000), max_skew_ms=int(max_skew * 1000)
+        ),
         in_progress_wait=in_progress_wait,
         test_hooks=test_hooks,
     )
+    collections = (*lww_collections, *crdt_collections)
+    add_note_writes(intake)
+    add_settled_collections(intake, lww_collections, crdt_collections, max_skew)
+    app = create_app(
+        intake,
+        routes=NotesReads(db).routes(collections),
+        authenticate=authenticate,
+        operator=operator,
+        allow_anonymous=allow_anonymous,
+        purge_interval=purge_interval,
+        title="pigeon notes",
+        max_body=max_body,
+        max_batch_body=max_batch_body,
+    )
+    app.state.db = db
+    app.add_middleware(DeviceClockMiddleware)
+    return app
+
+
+def add_note_writes(intake: Intake) -> None:
+    """The writes of ``/notes``: create, replace, patch (each schema-checked before the
+    claim) and delete, each answering a purged conflict's replay with the note now."""
     for method, path, handler in (
         ("POST", "/notes", create_note),
         ("PUT", "/notes/{id}", replace_note),
@@ -334,49 +357,81 @@ def create_notes_app(
             validate=validate_note,
         )
     intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
-    for name in lww_collections:
+
+
+def add_settled_collections(
+    intake: Intake, lww: Sequence[str], crdt: Sequence[str], max_skew: float
+) -> None:
+    """The collections whose conflicts the server settles (last write wins, CRDT), and
+    the accountable resource /answers: records, obligations, jobs (202), checked against
+    the tasks of the app `pigeon worker` runs by default and with their retry policies."""
+    for name in lww:
         LwwCollection(name, max_skew=max_skew).register(intake)
-    for name in crdt_collections:
+    for name in crdt:
         CrdtCollection(name, max_skew=max_skew).register(intake)
-    # The accountable resource: records, obligations, jobs (202), checked against the
-    # tasks of the app `pigeon worker` runs by default and with their retry policies.
     add_answers(intake, demo_jobs)
 
-    async def list_notes(request: Request) -> Response:
+
+class NotesReads:
+    """The notes app's read routes over ``db``: the caller's notes, resources and conflict
+    outcomes; the ledger (operator only); records, the dashboard and /metrics. Each read
+    runs in the thread pool, off the event loop."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def routes(self, collections: Sequence[str]) -> list[BaseRoute]:
+        """The GET routes, ``/<name>/{id}`` for each settled collection among them."""
+        return [
+            access.user(Route("/notes", self.list_notes, methods=["GET"])),
+            access.user(Route("/notes/{id}", self.get_note, methods=["GET"])),
+            access.operator(Route(LEDGER_PATH, self.ledger, methods=["GET"])),
+            *records_routes(self.db),
+            *dashboard_routes(self.db, demo_jobs),  # the 9 a.m. question and /metrics
+            access.user(Route(OUTCOMES_PATH, self.outcomes, methods=["GET"])),
+            *(
+                access.user(Route(f"/{name}/{{id}}", self.get_resource(name), methods=["GET"]))
+                for name in collections
+            ),
+        ]
+
+    async def list_notes(self, request: Request) -> Response:
         principal = access.principal(request)
         rows = await run_in_threadpool(
-            _read, db, lambda tx: tx.fetchall("note_list", {"principal": principal})
+            _read, self.db, lambda tx: tx.fetchall("note_list", {"principal": principal})
         )
         for r in rows:
-            r["data"] = db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])
+            r["data"] = self.db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])
         return JSONResponse({"notes": [note_json(r) for r in rows]})
 
-    async def get_note(request: Request) -> Response:
+    async def get_note(self, request: Request) -> Response:
         principal = access.principal(request)
         note_id = request.path_params["id"]
         row = await run_in_threadpool(
-            _read, db, lambda tx: _note(tx, "note_get", {"principal": principal, "id": note_id})
+            _read,
+            self.db,
+            lambda tx: _note(tx, "note_get", {"principal": principal, "id": note_id}),
         )
         if row is None or row["deleted"]:
             body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
             return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
         return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
 
-    async def ledger(request: Request) -> Response:
+    async def ledger(self, request: Request) -> Response:
         after = _number(request, "after", 0)
         if isinstance(after, Response):
             return after
         limit = _number(request, "limit", LEDGER_PAGE, 1)
         if isinstance(limit, Response):
             return limit
-        rows = await run_in_threadpool(read_ledger, db, after=after, limit=limit)
+        rows = await run_in_threadpool(read_ledger, self.db, after=after, limit=limit)
         return JSONResponse({"entries": rows})
 
-    def get_resource(collection: str) -> Callable[[Request], Awaitable[Response]]:
+    def get_resource(self, collection: str) -> Callable[[Request], Awaitable[Response]]:
         async def get(request: Request) -> Response:
             principal = access.principal(request)
             found = request.path_params["id"]
-            row = await run_in_threadpool(read_resource, db, principal, collection, found)
+            row = await run_in_threadpool(read_resource, self.db, principal, collection, found)
             if row is None or row["deleted"]:
                 body = problem(404, "no-such-resource", "Not found", f"no {collection} {found!r}")
                 return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
@@ -385,37 +440,10 @@ def create_notes_app(
 
         return get
 
-    async def outcomes(request: Request) -> Response:
+    async def outcomes(self, request: Request) -> Response:
         principal = access.principal(request)
         after = _number(request, "after", 0)
         if isinstance(after, Response):
             return after
-        rows = await run_in_threadpool(read_outcomes, db, principal, after=after)
+        rows = await run_in_threadpool(read_outcomes, self.db, principal, after=after)
         return JSONResponse({"outcomes": rows})
-
-    routes = [
-        access.user(Route("/notes", list_notes, methods=["GET"])),
-        access.user(Route("/notes/{id}", get_note, methods=["GET"])),
-        access.operator(Route(LEDGER_PATH, ledger, methods=["GET"])),
-        *records_routes(db),
-        *dashboard_routes(db, demo_jobs),  # the 9 a.m. question and /metrics
-        access.user(Route(OUTCOMES_PATH, outcomes, methods=["GET"])),
-        *(
-            access.user(Route(f"/{name}/{{id}}", get_resource(name), methods=["GET"]))
-            for name in (*lww_collections, *crdt_collections)
-        ),
-    ]
-    app = create_app(
-        intake,
-        routes=routes,
-        authenticate=authenticate,
-        operator=operator,
-        allow_anonymous=allow_anonymous,
-        purge_interval=purge_interval,
-        title="pigeon notes",
-        max_body=max_body,
-        max_batch_body=max_batch_body,
-    )
-    app.state.db = db
-    app.add_middleware(DeviceClockMiddleware)
-    return app

@@ -131,51 +131,55 @@ def _write_operation(
             "description": f"At most {max_body} bytes",
             "content": {"application/json": {"schema": dict(schema or {})}},
         },
-        "responses": {
-            "2XX": {
-                "description": f"Applied now, or replayed when {REPLAYED} is set",
-                "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
-                "content": {"application/json": {"schema": {}}},
-            },
-            "400": _problem(
-                "Missing or malformed Idempotency-Key, a body that is not strict JSON "
-                "(`json_error` names the problem), an identifier, header or path outside "
-                "its limits, or a body the operation's declared validation refuses (its "
-                "request schema): checked before the key is claimed, so nothing is stored "
-                "and the corrected request runs under the same key"
-            ),
-            "401": _problem("Authentication required"),
-            "409": _problem(
-                f"The same key is still in progress (type {PROBLEM_KEY_IN_PROGRESS}, with "
-                f"{RETRY_AFTER}: send it again later); any other 409 is the operation's own "
-                "conflict, stored and replayed like any refusal",
-                RETRY_AFTER,
-            ),
-            "413": _too_large(max_body, "one operation"),
-            "422": _problem(
-                "The key was used for a different request (type key-reused), or the "
-                "operation's own validation refused the body (not stored, as for 400)"
-            ),
-            # The operation's own answers: which ones depends on the application, so only
-            # their classes are promised, with both media types a handler may answer in.
-            "4XX": {
-                "description": (
-                    "The operation's own refusal (e.g. 404, 409, a stale If-Match's 412 "
-                    "with the current state), stored under the key and replayed; 401, "
-                    "403, 408, 425 and 429 are not stored: send the same key again"
-                ),
-                "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
-                "content": {
-                    "application/json": {"schema": {}},
-                    PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}},
-                },
-            },
-            "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
-            "5XX": _problem(
-                "The operation failed; nothing of it was kept, the same key runs it again"
-            ),
-        },
+        "responses": _write_responses(max_body),
         "x-pigeon-idempotent": True,
+    }
+
+
+def _write_responses(max_body: int) -> dict[str, Any]:
+    """What an idempotent write may answer: the intake's own statuses, and the classes
+    of the operation's own answers."""
+    return {
+        "2XX": {
+            "description": f"Applied now, or replayed when {REPLAYED} is set",
+            "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
+            "content": {"application/json": {"schema": {}}},
+        },
+        "400": _problem(
+            "Missing or malformed Idempotency-Key, a body that is not strict JSON "
+            "(`json_error` names the problem), an identifier, header or path outside "
+            "its limits, or a body the operation's declared validation refuses (its "
+            "request schema): checked before the key is claimed, so nothing is stored "
+            "and the corrected request runs under the same key"
+        ),
+        "401": _problem("Authentication required"),
+        "409": _problem(
+            f"The same key is still in progress (type {PROBLEM_KEY_IN_PROGRESS}, with "
+            f"{RETRY_AFTER}: send it again later); any other 409 is the operation's own "
+            "conflict, stored and replayed like any refusal",
+            RETRY_AFTER,
+        ),
+        "413": _too_large(max_body, "one operation"),
+        "422": _problem(
+            "The key was used for a different request (type key-reused), or the "
+            "operation's own validation refused the body (not stored, as for 400)"
+        ),
+        # The operation's own answers: which ones depends on the application, so only
+        # their classes are promised, with both media types a handler may answer in.
+        "4XX": {
+            "description": (
+                "The operation's own refusal (e.g. 404, 409, a stale If-Match's 412 "
+                "with the current state), stored under the key and replayed; 401, "
+                "403, 408, 425 and 429 are not stored: send the same key again"
+            ),
+            "headers": {REPLAYED: {"$ref": f"#/components/headers/{REPLAYED}"}},
+            "content": {
+                "application/json": {"schema": {}},
+                PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}},
+            },
+        },
+        "503": _problem("Idempotency store unavailable; nothing was executed", RETRY_AFTER),
+        "5XX": _problem("The operation failed; nothing of it was kept, the same key runs it again"),
     }
 
 
@@ -330,96 +334,107 @@ def _idempotency(intake: Intake) -> dict[str, Any]:
     }
 
 
+_TEXT = {"type": "string"}
+
+
 def _components() -> dict[str, Any]:
-    text = {"type": "string"}
+    """The parameters, headers and schemas the operations refer to by ``$ref``."""
+    return {"parameters": _parameters(), "headers": _headers(), "schemas": _schemas()}
+
+
+def _parameters() -> dict[str, Any]:
     return {
-        "parameters": {
-            "IdempotencyKey": {
-                "name": IDEMPOTENCY_KEY,
-                "in": "header",
-                "required": True,
-                "description": "Made once per operation by the client, resent unchanged on retries",
-                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
-            },
-            "IfMatch": {
-                "name": IF_MATCH,
-                "in": "header",
-                "required": False,
-                "description": 'The base version the change was made against: "<n>"',
-                "schema": text,
-            },
-            "Clock": {
-                "name": CLOCK,
-                "in": "header",
-                "required": False,
-                "description": "The operation's hybrid logical clock stamp",
-                "schema": text,
+        "IdempotencyKey": {
+            "name": IDEMPOTENCY_KEY,
+            "in": "header",
+            "required": True,
+            "description": "Made once per operation by the client, resent unchanged on retries",
+            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+        },
+        "IfMatch": {
+            "name": IF_MATCH,
+            "in": "header",
+            "required": False,
+            "description": 'The base version the change was made against: "<n>"',
+            "schema": _TEXT,
+        },
+        "Clock": {
+            "name": CLOCK,
+            "in": "header",
+            "required": False,
+            "description": "The operation's hybrid logical clock stamp",
+            "schema": _TEXT,
+        },
+    }
+
+
+def _headers() -> dict[str, Any]:
+    return {
+        REPLAYED: {
+            "description": "true when the answer is a stored one, not a new execution",
+            "schema": {"type": "string", "enum": ["true"]},
+        },
+        RETRY_AFTER: {"description": "Seconds to wait before retrying", "schema": _TEXT},
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    return {
+        "Problem": {
+            "type": "object",
+            "required": ["type", "title", "status"],
+            "properties": {
+                "type": _TEXT,
+                "title": _TEXT,
+                "status": {"type": "integer"},
+                "detail": _TEXT,
             },
         },
-        "headers": {
-            REPLAYED: {
-                "description": "true when the answer is a stored one, not a new execution",
-                "schema": {"type": "string", "enum": ["true"]},
+        "BatchOperation": {
+            "type": "object",
+            "required": ["idempotency_key", "method", "path"],
+            "properties": {
+                "id": _TEXT,
+                "idempotency_key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_KEY_LENGTH,
+                },
+                "type": _TEXT,
+                "entity": _TEXT,
+                "method": _TEXT,
+                "path": _TEXT,
+                "body": {},
+                "clock": _TEXT,
+                "if_match": _TEXT,
             },
-            RETRY_AFTER: {"description": "Seconds to wait before retrying", "schema": text},
         },
-        "schemas": {
-            "Problem": {
-                "type": "object",
-                "required": ["type", "title", "status"],
-                "properties": {
-                    "type": text,
-                    "title": text,
-                    "status": {"type": "integer"},
-                    "detail": text,
-                },
+        "Batch": {
+            "type": "object",
+            "required": ["operations"],
+            "properties": {
+                "operations": {
+                    "type": "array",
+                    "items": {"$ref": "#/components/schemas/BatchOperation"},
+                }
             },
-            "BatchOperation": {
-                "type": "object",
-                "required": ["idempotency_key", "method", "path"],
-                "properties": {
-                    "id": text,
-                    "idempotency_key": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": MAX_KEY_LENGTH,
-                    },
-                    "type": text,
-                    "entity": text,
-                    "method": text,
-                    "path": text,
-                    "body": {},
-                    "clock": text,
-                    "if_match": text,
-                },
-            },
-            "Batch": {
-                "type": "object",
-                "required": ["operations"],
-                "properties": {
-                    "operations": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/BatchOperation"},
-                    }
-                },
-            },
-            "BatchResults": {
-                "type": "object",
-                "properties": {
-                    "results": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "id": {"type": ["string", "null"]},
-                                "status": {"type": "integer"},
-                                "body": {},
-                                "replayed": {"type": "boolean"},
-                                "headers": {"type": "object"},
-                            },
+        },
+        "BatchResults": {
+            "type": "object",
+            "properties": {
+                "results": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": ["string", "null"]},
+                            "status": {"type": "integer"},
+                            "body": {},
+                            "replayed": {"type": "boolean"},
+                            "headers": {"type": "object"},
                         },
-                    }
-                },
+                    },
+                }
             },
         },
     }
