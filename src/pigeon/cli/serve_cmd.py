@@ -329,7 +329,6 @@ def serve(
         timeouts = ConnectionTimeouts(timeout_idle, timeout_headers, timeout_body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--timeout-*'") from exc
-    os.environ.update(timeouts.environ())  # read by each worker's connections
     load_keyring(keys_file)  # a key file or variable the workers could not use: refused now
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
@@ -347,18 +346,11 @@ def serve(
         "SUPERVISOR": str(os.getpid()),
         "KEYS_FILE": os.path.abspath(keys_file) if keys_file else "",
     }
+    # The workers build their app from the environment (`app_from_env`).
+    os.environ.update(timeouts.environ())  # read by each worker's connections
     os.environ.update({_ENV + k: v for k, v in settings.items()})
     os.environ.update(access.to_env())
-    # Bind first: a refused address or port must not leave a new database file behind.
-    sock = listen_socket(host, port)
-    # Open (and migrate) once here: a bad file fails now, with its message, not per worker.
-    durable: Durability = "full" if durability == "full" else "normal"
-    try:
-        open_server_db(settings["DB"], durability=durable).close()
-    except StoreError as exc:
-        sock.close()
-        typer.echo(f"pigeon serve: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    sock = _bind_and_open(host, port, settings["DB"], durability)
     config = uvicorn.Config(
         "pigeon.cli.serve_cmd:app_from_env",
         factory=True,
@@ -375,6 +367,53 @@ def serve(
         http=TIMED_PROTOCOL,
         timeout_keep_alive=max(1, round(timeouts.idle)),
     )
+    _announce(sock, test_hooks)
+    relay = (settings["DB"], relay_to, keys_file) if relay_to else None
+    _run(config, sock, relay)
+
+
+def _run(
+    config: uvicorn.Config, sock: socket.socket, relay: tuple[str, str, str | None] | None
+) -> None:
+    """uvicorn on ``sock`` until it stops, in this process or under its supervisor of
+    ``config.workers`` processes; with ``relay`` (db, broker, keys file) a relay beside it.
+
+    The relay runs in this process (uvicorn's workers are spawned, not forked), on its
+    own connection, and stops after the server did."""
+    runner = None
+    if relay is not None:
+        db, broker, keys_file = relay
+        runner = make_runner(db, broker, "serve", keys_file=keys_file).start()
+        stop_before_exit_signals(runner)
+    try:
+        if config.workers > 1:
+            uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
+        else:
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        if runner is not None:
+            runner.stop()
+
+
+def _bind_and_open(host: str, port: int, db: str, durability: str) -> socket.socket:
+    """The listening socket, then the database opened (and migrated) once and closed.
+
+    Bound first: a refused address or port must not leave a new database file behind.
+    Opened here: a bad file fails now, with its message, not in every worker."""
+    sock = listen_socket(host, port)
+    durable: Durability = "full" if durability == "full" else "normal"
+    try:
+        open_server_db(db, durability=durable).close()
+    except StoreError as exc:
+        sock.close()
+        typer.echo(f"pigeon serve: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    return sock
+
+
+def _announce(sock: socket.socket, test_hooks: bool) -> None:
+    """The "serving on" line (what scripts and tests wait for), after a loud warning when
+    the test hooks are on."""
     bound_host, bound_port = sock.getsockname()[:2]
     if test_hooks:
         typer.secho(
@@ -386,20 +425,3 @@ def serve(
         )
     typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
     sys.stdout.flush()
-    # The relay runs in this process (uvicorn's workers are spawned, not forked), on its
-    # own connection, and stops after the server did.
-    runner = (
-        make_runner(settings["DB"], relay_to, "serve", keys_file=keys_file).start()
-        if relay_to
-        else None
-    )
-    if runner is not None:
-        stop_before_exit_signals(runner)
-    try:
-        if workers > 1:
-            uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
-        else:
-            uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        if runner is not None:
-            runner.stop()
