@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from pigeon.cli import app
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 
 runner = CliRunner()
@@ -143,7 +144,7 @@ def test_stats_shows_an_authorisation_pause(queue_file: tuple[Path, dict[str, st
 def test_purge_forgets_only_old_deliveries(queue_file: tuple[Path, dict[str, str]]) -> None:
     path, ids = queue_file
     two_days_ago = time.time() - 2 * 86400
-    with OfflineQueue(path, now=lambda: two_days_ago, keep_delivered=None) as queue:
+    with OfflineQueue(path, QueueOptions(keep_delivered=None), now=lambda: two_days_ago) as queue:
         old = queue.enqueue("create", "note:3", {"title": "old"}).id
         [op] = [o for o in queue.next_batch() if o.id == old]
         queue.mark_delivered(op.id)

@@ -261,7 +261,9 @@ def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered
     statuses: list[int] = []
     with (
         live_server(app) as base,
-        OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False) as queue,
+        OfflineQueue(
+            tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)
+        ) as queue,
         httpx.Client(
             base_url=base, event_hooks={"response": [lambda r: statuses.append(r.status_code)]}
         ) as client,
