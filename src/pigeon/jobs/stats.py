@@ -16,13 +16,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pigeon.jobs._db import reading
 from pigeon.jobs.app import App, QueueConfig
 from pigeon.jobs.store import JobStore
 from pigeon.jobs.stores import store_for
 from pigeon.logs import failure
 from pigeon.storage.base import Database
-from pigeon.storage.sealed import JOB_ERROR
 
 log = logging.getLogger("pigeon.jobs.stats")
 
@@ -78,14 +76,14 @@ def ready_age(oldest_ready_at: float | None, now: float) -> float | None:
 
 
 def queue_stats(
-    db: Database, app: App | None = None, *, now: float | None = None
+    db: Database | JobStore, app: App | None = None, *, now: float | None = None
 ) -> list[JobQueueStats]:
     """One row per queue that has jobs or is declared in ``app``, sorted by name."""
     app = app or App()
     now = time.time() if now is None else now
-    with reading(db) as tx:
-        rows = {r["queue"]: r for r in tx.fetchall("job_queue_stats", {"now": now})}
-        owners_rows = tx.fetchall("job_failed_by_owner", {})
+    with store_for(db).reading() as session:
+        rows = {r["queue"]: r for r in session.queue_counts(now)}
+        owners_rows = session.failed_counts()
     owners: dict[str, dict[str, int]] = {}
     for row in owners_rows:
         owners.setdefault(row["queue"], {})[row["owner"] or "-"] = int(row["n"])
@@ -122,16 +120,14 @@ class RelayLag:
         return {"pending": self.pending, "oldest_age": self.oldest_age}
 
 
-def relay_lag(db: Database, *, now: float | None = None) -> RelayLag:
+def relay_lag(db: Database | JobStore, *, now: float | None = None) -> RelayLag:
     """The relay's lag, for ``/metrics``, the page and alerts: one indexed read of the
     unpublished outbox rows (a relay that is down, or a broker that refuses, shows as a
     growing age)."""
     now = time.time() if now is None else now
-    with reading(db) as tx:
-        row = tx.fetchone("outbox_lag", {})
-    pending = int(row["pending"] or 0) if row is not None else 0
-    oldest = row["oldest"] if row is not None else None
-    return RelayLag(pending, ready_age(oldest, now))
+    with store_for(db).reading() as session:
+        row = session.outbox_lag()
+    return RelayLag(int(row["pending"] or 0), ready_age(row["oldest"], now))
 
 
 def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) -> dict[str, float]:
@@ -144,18 +140,17 @@ def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) 
     return {f"p{p}": float(ordered[max(0, math.ceil(p * n / 100) - 1)]) for p in points}
 
 
-def service_times(db: Database, queue: str, *, limit: int = 1000) -> list[float]:
+def service_times(db: Database | JobStore, queue: str, *, limit: int = 1000) -> list[float]:
     """Occupied time of the latest successful attempts of ``queue``, in seconds."""
-    with reading(db) as tx:
-        rows = tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
-    return [float(r["seconds"]) for r in rows]
+    with store_for(db).reading() as session:
+        return session.service_times(queue, limit)
 
 
-def failed_by_owner(db: Database, *, recent: int = 5) -> dict[str, dict[str, Any]]:
+def failed_by_owner(db: Database | JobStore, *, recent: int = 5) -> dict[str, dict[str, Any]]:
     """Failed jobs awaiting review, by owner: how many per queue and the latest errors."""
-    with reading(db) as tx:
-        counts = tx.fetchall("job_failed_by_owner", {})
-        latest = tx.fetchall("job_failed_recent", {"limit": 200})
+    with store_for(db).reading() as session:
+        counts = session.failed_counts()
+        latest = session.failed_recent(200)
     owners: dict[str, dict[str, Any]] = {}
     for row in counts:
         entry = owners.setdefault(row["owner"] or "-", {"failed": 0, "queues": {}, "recent": []})
@@ -170,7 +165,7 @@ def failed_by_owner(db: Database, *, recent: int = 5) -> dict[str, dict[str, Any
                     "queue": row["queue"],
                     "task": row["task"],
                     "attempts": row["attempts"],
-                    "error": db.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"])),
+                    "error": row["last_error"],  # opened by the store
                     "failed_at": row["finished_at"],
                     "record_id": row["record_id"],
                 }
@@ -239,6 +234,7 @@ class FreshnessMonitor:
         return fired
 
 
-def open_breaches(db: Database) -> list[dict[str, Any]]:
-    with reading(db) as tx:
-        return tx.fetchall("breach_list", {})
+def open_breaches(db: Database | JobStore) -> list[dict[str, Any]]:
+    """The breach episodes open now (queue, since, age, objective), by queue."""
+    with store_for(db).reading() as session:
+        return session.breaches()

@@ -116,6 +116,36 @@ class JobSession(Protocol):
 
     def close_breach(self, queue: str) -> None: ...
 
+    def breaches(self) -> list[Row]:
+        """The open breach episodes (queue, since, age, objective), by queue."""
+        ...
+
+    # -- reads: stats, the dashboard, the planner ------------------------------------
+    def queue_counts(self, now: float) -> list[Row]:
+        """One row per queue that has jobs, by queue: ready, delayed, reserved, stuck,
+        succeeded, failed, cancelled, and ``oldest_ready_at`` (None: nothing ready)."""
+        ...
+
+    def failed_counts(self) -> list[Row]:
+        """Failed jobs awaiting review per (owner, queue): ``n`` and the ``latest``
+        finish, ordered by owner then queue."""
+        ...
+
+    def failed_recent(self, limit: int) -> list[Row]:
+        """The latest failed jobs (id, queue, task, owner, attempts, last_error in clear,
+        finished_at, record_id), newest first."""
+        ...
+
+    def service_times(self, queue: str, limit: int) -> list[float]:
+        """Occupied seconds of the latest ``limit`` successful attempts of ``queue``,
+        newest first."""
+        ...
+
+    def outbox_lag(self) -> Row:
+        """Outbox rows not yet published (``pending``) and the oldest one's creation
+        time (``oldest``, None when none waits)."""
+        ...
+
 
 class JobStore(Protocol):
     """Where jobs live. Every method of the policy code goes through one of these."""

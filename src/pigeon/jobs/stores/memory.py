@@ -29,6 +29,13 @@ _JOB_COLUMNS = (
 )  # fmt: skip
 
 
+def _empty_counts(queue: str) -> Row:
+    """A queue's row of ``job_queue_stats`` before any job is counted."""
+    row: Row = dict.fromkeys(("ready", "delayed", "reserved", "stuck"), 0)
+    row.update(succeeded=0, failed=0, cancelled=0, oldest_ready_at=None)
+    return {"queue": queue, **row}
+
+
 @dataclass
 class _Tables:
     jobs: dict[int, Row] = field(default_factory=dict)
@@ -39,6 +46,7 @@ class _Tables:
     records: dict[str, Row] = field(default_factory=dict)
     obligations: dict[tuple[str, str], Row] = field(default_factory=dict)
     events: list[Row] = field(default_factory=list)
+    outbox: dict[int, Row] = field(default_factory=dict)
     next_id: int = 1
 
 
@@ -302,11 +310,86 @@ class MemoryJobSession:
     def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool:
         if queue in self._t.breaches:
             return False
-        self._t.breaches[queue] = {"queue": queue, "opened_at": now, "age": age}
+        self._t.breaches[queue] = {"queue": queue, "since": now, "age": age, "objective": objective}
         return True
 
     def close_breach(self, queue: str) -> None:
         self._t.breaches.pop(queue, None)
+
+    def breaches(self) -> list[Row]:
+        return [dict(self._t.breaches[q]) for q in sorted(self._t.breaches)]
+
+    # -- reads: stats, the dashboard, the planner (the SQL blocks' semantics) ------------
+
+    def queue_counts(self, now: float) -> list[Row]:
+        counts: dict[str, Row] = {}
+        for r in self._t.jobs.values():
+            row = counts.setdefault(r["queue"], _empty_counts(r["queue"]))
+            status = r["status"]
+            if status == "queued":
+                ready = r["scheduled_at"] <= now
+                row["ready" if ready else "delayed"] += 1
+                if ready and (
+                    row["oldest_ready_at"] is None or r["scheduled_at"] < row["oldest_ready_at"]
+                ):
+                    row["oldest_ready_at"] = r["scheduled_at"]
+            elif status == "reserved":
+                row["reserved" if r["reserved_until"] >= now else "stuck"] += 1
+            elif status in ("succeeded", "failed", "cancelled"):
+                row[status] += 1
+        return [counts[q] for q in sorted(counts)]
+
+    def failed_counts(self) -> list[Row]:
+        groups: dict[tuple[str, str], Row] = {}
+        for r in self._t.jobs.values():
+            if r["status"] != "failed":
+                continue
+            row = groups.setdefault(
+                (r["owner"], r["queue"]),
+                {"owner": r["owner"], "queue": r["queue"], "n": 0, "latest": None},
+            )
+            row["n"] += 1
+            if row["latest"] is None or r["finished_at"] > row["latest"]:
+                row["latest"] = r["finished_at"]
+        # NULL owners sort first, as SQLite orders them (never NULL in practice: a failure
+        # always records its owner).
+        return [
+            groups[k] for k in sorted(groups, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
+        ]
+
+    def failed_recent(self, limit: int) -> list[Row]:
+        failed = [r for r in self._t.jobs.values() if r["status"] == "failed"]
+        failed.sort(key=lambda r: (r["finished_at"], r["id"]), reverse=True)
+        columns = (
+            "id",
+            "queue",
+            "task",
+            "owner",
+            "attempts",
+            "last_error",
+            "finished_at",
+            "record_id",
+        )
+        return [{c: r[c] for c in columns} for r in failed[:limit]]
+
+    def service_times(self, queue: str, limit: int) -> list[float]:
+        done = [
+            a
+            for (job_id, _), a in self._t.attempts.items()
+            if a["outcome"] == "succeeded"
+            and a["finished_at"] is not None
+            and job_id in self._t.jobs
+            and self._t.jobs[job_id]["queue"] == queue
+        ]
+        done.sort(key=lambda a: a["finished_at"], reverse=True)
+        return [float(a["finished_at"] - a["started_at"]) for a in done[:limit]]
+
+    def outbox_lag(self) -> Row:
+        pending = [m for m in self._t.outbox.values() if m["published_at"] is None]
+        return {
+            "pending": len(pending),
+            "oldest": min((m["created_at"] for m in pending), default=None),
+        }
 
 
 class MemoryJobStore:

@@ -196,6 +196,31 @@ class SqlJobSession:
     def close_breach(self, queue: str) -> None:
         self._tx.execute("breach_close", {"queue": queue})
 
+    def breaches(self) -> list[Row]:
+        return self._tx.fetchall("breach_list", {})
+
+    def queue_counts(self, now: float) -> list[Row]:
+        return self._tx.fetchall("job_queue_stats", {"now": now})
+
+    def failed_counts(self) -> list[Row]:
+        return self._tx.fetchall("job_failed_by_owner", {})
+
+    def failed_recent(self, limit: int) -> list[Row]:
+        rows = self._tx.fetchall("job_failed_recent", {"limit": limit})
+        for row in rows:
+            row["last_error"] = self._tx.cipher.open(
+                row["last_error"], *JOB_ERROR.ad, str(row["id"])
+            )
+        return rows
+
+    def service_times(self, queue: str, limit: int) -> list[float]:
+        rows = self._tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
+        return [float(row["seconds"]) for row in rows]
+
+    def outbox_lag(self) -> Row:
+        row = self._tx.fetchone("outbox_lag", {})
+        return row if row is not None else {"pending": 0, "oldest": None}
+
 
 class SqliteJobStore:
     def __init__(self, db: Database) -> None:
