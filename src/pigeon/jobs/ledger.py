@@ -2,16 +2,23 @@
 
 Written by the job manager (attempts, obligation ends), the provider helper (provider
 results) and ``records.accept``; read by ``records.get`` and the records route.
+
+These functions write in the caller's transaction, by design: the ledger's entries belong
+to the same fact as the writes around them (an intake, a provider's settlement). They take
+that transaction (a storage ``Tx``) or a jobs session and write through the jobs store's
+session on it (``JobSession.ledger_event`` and friends), which holds the statements.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pigeon.jobs._db import dumps, rowcount
-from pigeon.storage.base import Tx
-from pigeon.storage.sealed import EVENT_DETAIL
+from pigeon.exceptions import InvalidOperation
+
+if TYPE_CHECKING:
+    from pigeon.jobs.store import JobSession
+    from pigeon.storage.base import Tx
 
 # Record states (pigeon_record_events.state), in the order they usually happen.
 ACCEPTED = "accepted"
@@ -23,9 +30,24 @@ OBLIGATION_RETRIED = "obligation_retried"
 OBLIGATION_CANCELLED = "obligation_cancelled"
 COMPLETED = "completed"
 
+# The ledger state recorded when an obligation moves to a status.
+SETTLED_STATE = {
+    "completed": OBLIGATION_COMPLETED,
+    "failed": OBLIGATION_FAILED,
+    "pending": OBLIGATION_RETRIED,
+    "cancelled": OBLIGATION_CANCELLED,
+}
+
+
+def _session(tx: Tx | JobSession) -> JobSession:
+    # Imported here: the stores import this module's states.
+    from pigeon.jobs.stores import session_for
+
+    return session_for(tx)
+
 
 def event(
-    tx: Tx,
+    tx: Tx | JobSession,
     record_id: str,
     obligation: str | None,
     state: str,
@@ -33,42 +55,29 @@ def event(
     *,
     now: float | None = None,
 ) -> None:
-    tx.execute(
-        "rec_event_insert",
-        {
-            "record_id": record_id,
-            "obligation": obligation,
-            "state": state,
-            "detail": None
-            if detail is None
-            else tx.cipher.seal(dumps(detail), *EVENT_DETAIL.ad, record_id),
-            "now": time.time() if now is None else now,
-        },
-    )
+    now = time.time() if now is None else now
+    _session(tx).ledger_event(record_id, obligation, state, detail, now)
 
 
 def settle_obligation(
-    tx: Tx, record_id: str, obligation: str, status: str, detail: Any = None, *, now: float
+    tx: Tx | JobSession,
+    record_id: str,
+    obligation: str,
+    status: str,
+    detail: Any = None,
+    *,
+    now: float,
 ) -> None:
     """Move one obligation to ``status``; the record completes when none is left open."""
-    tx.execute("rec_lock", {"record_id": record_id})
-    tx.execute(
-        "obl_set_status", {"record_id": record_id, "name": obligation, "status": status, "now": now}
-    )
-    state = {
-        "completed": OBLIGATION_COMPLETED,
-        "failed": OBLIGATION_FAILED,
-        "pending": OBLIGATION_RETRIED,
-        "cancelled": OBLIGATION_CANCELLED,
-    }[status]
-    event(tx, record_id, obligation, state, detail, now=now)
-    if status == "completed":
-        row = tx.fetchone("obl_open_count", {"record_id": record_id})
-        if row is not None and int(row["n"]) == 0:
-            complete(tx, record_id, now=now)
+    if status not in SETTLED_STATE:
+        raise InvalidOperation(
+            f"obligation status must be one of {sorted(SETTLED_STATE)}, got {status!r}"
+        )
+    _session(tx).settle_obligation(record_id, obligation, status, detail, now)
 
 
-def complete(tx: Tx, record_id: str, *, now: float) -> None:
-    cursor = tx.execute("rec_complete", {"id": record_id, "now": now})
-    if rowcount(cursor):
-        event(tx, record_id, None, COMPLETED, None, now=now)
+def complete(tx: Tx | JobSession, record_id: str, *, now: float) -> None:
+    """Mark the record completed (once: the ledger says so only the first time)."""
+    session = _session(tx)
+    if session.complete_record(record_id, now):
+        session.ledger_event(record_id, None, COMPLETED, None, now)

@@ -3,6 +3,10 @@ transaction as the record it speaks of, and a relay publishes it afterwards.
 
 The message id is minted here, once, so every re-publication after a crash carries the
 same id and the broker side can drop the duplicate.
+
+``add`` runs inside the application's own transaction by design (the message and the
+record it speaks of are one fact); it writes through the jobs store's session on that
+transaction, which seals the payload and holds the statement.
 """
 
 from __future__ import annotations
@@ -12,24 +16,26 @@ import uuid
 from typing import Any
 
 from pigeon.jobs.job import dump_payload
+from pigeon.jobs.store import JobSession
+from pigeon.jobs.stores import session_for
 from pigeon.storage.base import Tx
-from pigeon.storage.sealed import OUTBOX_PAYLOAD
 
 
 def add(
-    tx: Tx, topic: str, payload: Any, *, message_id: str | None = None, now: float | None = None
+    tx: Tx | JobSession,
+    topic: str,
+    payload: Any,
+    *,
+    message_id: str | None = None,
+    now: float | None = None,
 ) -> str:
-    """Queue ``payload`` for ``topic`` in the caller's transaction; returns the message id."""
+    """Queue ``payload`` for ``topic`` in the caller's transaction (a storage ``Tx``, or a
+    jobs session); returns the message id."""
     mid = message_id or str(uuid.uuid4())
-    tx.execute(
-        "outbox_insert",
-        {
-            "message_id": mid,
-            "topic": topic,
-            "payload": tx.cipher.seal(
-                dump_payload(payload, f"outbox message for {topic!r}"), *OUTBOX_PAYLOAD.ad, mid
-            ),
-            "now": time.time() if now is None else now,
-        },
+    session_for(tx).add_outbox(
+        message_id=mid,
+        topic=topic,
+        payload=dump_payload(payload, f"outbox message for {topic!r}"),
+        now=time.time() if now is None else now,
     )
     return mid

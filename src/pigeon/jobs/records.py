@@ -14,19 +14,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from pigeon.exceptions import InvalidOperation, NotFound
-from pigeon.jobs._db import loads, reading
+from pigeon.jobs._db import loads
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec, dump_payload
-from pigeon.jobs.ledger import ACCEPTED, complete, event
+from pigeon.jobs.ledger import ACCEPTED, complete
 from pigeon.jobs.manager import enqueue
+from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.stores import session_for, store_for
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.sealed import EVENT_DETAIL, RECORD_DATA
 
 RecordId = str
 
 
 def accept(
-    tx: Tx,
+    tx: Tx | JobSession,
     *,
     kind: str,
     data: Any,
@@ -52,35 +53,23 @@ def accept(
     promises its own follow-up work."""
     if not kind:
         raise InvalidOperation("a record needs a kind")
+    session = session_for(tx)
     obligations = dict(obligations or {})
-    _check_unique_keys(tx, obligations)
+    _check_unique_keys(session, obligations)
     now = time.time() if now is None else now
     rid = record_id or str(uuid.uuid4())
-    data_json = tx.cipher.seal(dump_payload(data, f"record {kind}"), *RECORD_DATA.ad, rid)
-    tx.execute(
-        "rec_insert",
-        {
-            "id": rid,
-            "kind": kind,
-            "data": data_json,
-            "status": "received",
-            "now": now,
-            "principal": principal,
-        },
-    )
-    event(tx, rid, None, ACCEPTED, {"pending": sorted(obligations)}, now=now)
+    data_json = dump_payload(data, f"record {kind}")
+    session.insert_record(record_id=rid, kind=kind, data=data_json, principal=principal, now=now)
+    session.ledger_event(rid, None, ACCEPTED, {"pending": sorted(obligations)}, now)
     for name, spec in sorted(obligations.items()):
-        job_id = enqueue(tx, spec, record_id=rid, obligation=name, now=now, app=app)
-        tx.execute(
-            "obl_insert",
-            {"record_id": rid, "name": name, "job_id": job_id, "status": "pending", "now": now},
-        )
+        job_id = enqueue(session, spec, record_id=rid, obligation=name, now=now, app=app)
+        session.insert_obligation(rid, name, job_id, now)
     if not obligations:
-        complete(tx, rid, now=now)
+        complete(session, rid, now=now)
     return rid
 
 
-def _check_unique_keys(tx: Tx, obligations: Mapping[str, JobSpec]) -> None:
+def _check_unique_keys(session: JobSession, obligations: Mapping[str, JobSpec]) -> None:
     seen: dict[str, str] = {}
     for name, spec in sorted(obligations.items()):
         key = spec.unique_key
@@ -91,35 +80,35 @@ def _check_unique_keys(tx: Tx, obligations: Mapping[str, JobSpec]) -> None:
                 f"obligations {seen[key]!r} and {name!r} share unique_key {key!r}"
             )
         seen[key] = name
-        held = tx.fetchone("job_by_unique_key", {"unique_key": key})
+        held = session.job_by_unique_key(key)
         if held is not None:
             raise InvalidOperation(
                 f"obligation {name!r}: unique_key {key!r} is already held by job "
-                f"{held['id']}; a record's obligation needs a job of its own"
+                f"{held}; a record's obligation needs a job of its own"
             )
 
 
-def get(db: Database, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
+def get(db: Database | JobStore, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
     """The record as the world may see it: data, status, obligations and every state.
 
     ``principal``: the record must be this principal's, else NotFound, the very error of
     a record that does not exist (a user must not learn that another's exists)."""
-    with reading(db) as tx:
-        return view(tx, record_id, principal=principal)
+    with store_for(db).reading() as session:
+        return view(session, record_id, principal=principal)
 
 
-def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
+def view(tx: Tx | JobSession, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
     """``get`` inside a transaction the caller already holds (e.g. the intake's replay)."""
-    row = tx.fetchone("rec_get", {"id": record_id})
+    session = session_for(tx)
+    row = session.get_record(record_id)
     if row is None or (principal is not None and row["principal"] != principal):
         raise NotFound(f"no record {record_id!r}")
-    obligations = tx.fetchall("obl_list", {"record_id": record_id})
-    events = tx.fetchall("rec_events", {"record_id": record_id})
-    opened = tx.cipher.open
+    obligations = session.obligations_of(record_id)
+    events = session.events_of(record_id)
     return {
         "id": row["id"],
         "kind": row["kind"],
-        "data": loads(opened(row["data"], *RECORD_DATA.ad, record_id)),
+        "data": loads(row["data"]),
         "status": row["status"],
         "created_at": row["created_at"],
         "completed_at": row["completed_at"],
@@ -132,7 +121,7 @@ def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, A
             {
                 "state": e["state"],
                 "obligation": e["obligation"],
-                "detail": loads(opened(e["detail"], *EVENT_DETAIL.ad, record_id)),
+                "detail": loads(e["detail"]),
                 "at": e["at"],
             }
             for e in events

@@ -28,14 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from pigeon.jobs._db import rowcount
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring
-from pigeon.storage.sealed import OUTBOX_PAYLOAD
 
 log = logging.getLogger("pigeon.jobs.relay")
 
@@ -112,7 +112,7 @@ class RelayCounts:
 
 @dataclass
 class Relay:
-    db: Database
+    db: Database | JobStore  # the outbox's rows are read and marked through its jobs store
     publisher: Publisher
     batch: int = 100
     retention: float = 86400.0
@@ -125,14 +125,15 @@ class Relay:
         self._die_after = int(die_after) if die_after else None
         self._confirmed_total = 0
         self.last_error: Exception | None = None
+        self.store = store_for(self.db)
 
     def run_once(self) -> int:
         """Publish one batch of pending rows in order; stops at the first message the
         broker does not confirm, so order is kept. Returns how many were published;
         ``last_error`` is that failure (None after a pass with none)."""
         self.last_error = None
-        with self.db.transaction() as tx:
-            rows = tx.fetchall("outbox_pending", {"limit": self.batch})
+        with self.store.transaction() as session:
+            rows = session.outbox_pending(self.batch)
         if not rows:
             return 0
         messages = [self._message(r) for r in rows]
@@ -156,8 +157,8 @@ class Relay:
             self.counts.failures += 1
             self.last_error = error
             failed = rows[confirmed]
-            with self.db.transaction() as tx:
-                tx.execute("outbox_mark_error", {"id": failed["id"], "error": describe(error)})
+            with self.store.transaction() as session:
+                session.mark_outbox_error(failed["id"], describe(error))
             log.warning(
                 "publishing outbox message %s (row %s) failed: %s",
                 failed["message_id"],
@@ -167,10 +168,10 @@ class Relay:
         return published
 
     def _message(self, row: Any) -> Message:
-        """The message of an outbox row: its payload read back as ``outbox.add`` wrote it."""
-        mid = row["message_id"]
-        payload = json.loads(self.db.cipher.open(row["payload"], *OUTBOX_PAYLOAD.ad, mid))
-        return Message(mid, row["topic"], payload, row["created_at"], row["id"])
+        """The message of an outbox row: its payload read back as ``outbox.add`` wrote it
+        (the store has opened it)."""
+        payload = json.loads(row["payload"])
+        return Message(row["message_id"], row["topic"], payload, row["created_at"], row["id"])
 
     def _publish_batch(
         self, publisher: BatchPublisher, messages: list[Message]
@@ -196,8 +197,8 @@ class Relay:
         if not rows:
             return 0
         now = self.clock()
-        with self.db.transaction() as tx:
-            tx.executemany("outbox_mark_published", [{"id": row["id"], "now": now} for row in rows])
+        with self.store.transaction() as session:
+            session.mark_published([row["id"] for row in rows], now)
         self.counts.published += len(rows)
         return len(rows)
 
@@ -208,8 +209,8 @@ class Relay:
         before = self.clock() - self.retention
         total = 0
         while True:
-            with self.db.transaction() as tx:
-                deleted = rowcount(tx.execute("outbox_purge", {"before": before, "limit": batch}))
+            with self.store.transaction() as session:
+                deleted = session.purge_published(before=before, limit=batch)
             total += deleted
             if deleted < batch:
                 return total

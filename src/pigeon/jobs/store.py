@@ -74,16 +74,48 @@ class JobSession(Protocol):
 
     def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
 
-    # -- the ledger ------------------------------------------------------------------
+    # -- records and the ledger ------------------------------------------------------
+    def insert_record(
+        self, *, record_id: str, kind: str, data: str, principal: str | None, now: float
+    ) -> None:
+        """A record, ``received``; ``data`` its JSON text (the store seals it)."""
+        ...
+
+    def insert_obligation(self, record_id: str, name: str, job_id: JobId, now: float) -> None:
+        """A pending obligation of the record, settled by its job."""
+        ...
+
+    def complete_record(self, record_id: str, now: float) -> bool:
+        """Mark the record completed; False if it already was."""
+        ...
+
+    def job_by_unique_key(self, unique_key: str) -> JobId | None: ...
+
     def ledger_event(
-        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None: ...  # fmt: skip
+        self, record_id: str, obligation: str | None, kind: str, detail: Any, now: float
+    ) -> None:
+        """A recorded state of the record; ``detail`` JSON-able, or None."""
+        ...
 
     def settle_obligation(
-        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None: ...  # fmt: skip
+        self, record_id: str, obligation: str, status: str, detail: Any, now: float
+    ) -> None:
+        """Move one obligation to ``status``, with its ledger event; the record completes
+        (and says so in the ledger) when no obligation is left open."""
+        ...
+
+    def get_record(self, record_id: str) -> Row | None:
+        """id, kind, data (JSON text, in clear), status, created_at, completed_at,
+        principal."""
+        ...
+
+    def obligations_of(self, record_id: str) -> list[Row]:
+        """name, job_id, status, updated_at of each obligation, by name."""
+        ...
+
+    def events_of(self, record_id: str) -> list[Row]:
+        """obligation, state, detail (JSON text in clear, or None), at; oldest first."""
+        ...
 
     # -- the failed store ------------------------------------------------------------
     def get_job(self, job_id: JobId) -> Row | None: ...
@@ -118,6 +150,27 @@ class JobSession(Protocol):
 
     def breaches(self) -> list[Row]:
         """The open breach episodes (queue, since, age, objective), by queue."""
+        ...
+
+    # -- the outbox and its relay -----------------------------------------------------
+    def add_outbox(self, *, message_id: str, topic: str, payload: str, now: float) -> None:
+        """An outbox message; ``payload`` its JSON text (the store seals it)."""
+        ...
+
+    def outbox_pending(self, limit: int) -> list[Row]:
+        """Up to ``limit`` unpublished rows in outbox order (id, message_id, topic,
+        payload as JSON text in clear, created_at, attempts)."""
+        ...
+
+    def mark_published(self, row_ids: Sequence[int], now: float) -> None:
+        """Mark these rows published, each by its id."""
+        ...
+
+    def mark_outbox_error(self, row_id: int, error: str) -> None: ...
+
+    def purge_published(self, *, before: float, limit: int) -> int:
+        """Delete rows published before ``before`` (at most ``limit`` where the backend
+        bounds the batch); how many went."""
         ...
 
     # -- reads: stats, the dashboard, the planner ------------------------------------

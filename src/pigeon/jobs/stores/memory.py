@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pigeon.exceptions import InvalidOperation
+from pigeon.jobs._db import dumps
 from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
 from pigeon.jobs.store import Row
 from pigeon.jobs.wakeup import Wakeup
 
@@ -48,6 +51,7 @@ class _Tables:
     events: list[Row] = field(default_factory=list)
     outbox: dict[int, Row] = field(default_factory=dict)
     next_id: int = 1
+    next_outbox_id: int = 1
 
 
 class MemoryJobSession:
@@ -190,40 +194,78 @@ class MemoryJobSession:
             "oldest_ready_at": oldest,
         }
 
-    # -- the ledger (as far as jobs need it) ---------------------------------------------
+    # -- records and the ledger ------------------------------------------------------
+
+    def insert_record(
+        self, *, record_id: str, kind: str, data: str, principal: str | None, now: float
+    ) -> None:
+        if record_id in self._t.records:  # the primary key
+            raise InvalidOperation(f"record {record_id!r} exists already")
+        self._t.records[record_id] = {
+            "id": record_id, "kind": kind, "data": data, "status": "received",
+            "created_at": now, "completed_at": None, "principal": principal,
+        }  # fmt: skip
+
+    def insert_obligation(self, record_id: str, name: str, job_id: JobId, now: float) -> None:
+        self._t.obligations[record_id, name] = {
+            "record_id": record_id, "name": name, "job_id": job_id, "status": "pending",
+            "updated_at": now,
+        }  # fmt: skip
+
+    def complete_record(self, record_id: str, now: float) -> bool:
+        record = self._t.records.get(record_id)
+        if record is None or record["status"] == "completed":
+            return False
+        record.update(status="completed", completed_at=now)
+        return True
+
+    def job_by_unique_key(self, unique_key: str) -> JobId | None:
+        for row in self._t.jobs.values():
+            if row["unique_key"] == unique_key:
+                return int(row["id"])
+        return None
 
     def ledger_event(
-        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None:  # fmt: skip
+        self, record_id: str, obligation: str | None, kind: str, detail: Any, now: float
+    ) -> None:
+        # Kept as the JSON text the SQL stores seal, so a detail they could not store
+        # fails here too, and a later change to the caller's dict does not show.
+        text = None if detail is None else dumps(detail)
         self._t.events.append(
-            {"record_id": record_id, "obligation": obligation, "state": kind,
-             "detail": dict(detail), "at": now}
+            {"id": len(self._t.events) + 1, "record_id": record_id, "obligation": obligation,
+             "state": kind, "detail": text, "at": now}
         )  # fmt: skip
 
     def settle_obligation(
-        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None:  # fmt: skip
-        self._t.obligations[record_id, obligation] = {"status": status, "updated_at": now}
-        state = {
-            "completed": "obligation_completed",
-            "failed": "obligation_failed",
-            "pending": "obligation_retried",
-            "cancelled": "obligation_cancelled",
-        }[status]
-        self.ledger_event(record_id, obligation, state, detail, now)
-        record = self._t.records.get(record_id)
-        if status != "completed" or record is None or record["status"] == "completed":
+        self, record_id: str, obligation: str, status: str, detail: Any, now: float
+    ) -> None:
+        row = self._t.obligations.get((record_id, obligation))
+        if row is not None:
+            row.update(status=status, updated_at=now)
+        self.ledger_event(record_id, obligation, SETTLED_STATE[status], detail, now)
+        if status != "completed":
             return
         still_open = [
             o
             for (rid, _), o in self._t.obligations.items()
-            if rid == record_id and o["status"] not in ("completed", "cancelled")
+            if rid == record_id and o["status"] != "completed"
         ]
-        if not still_open:
-            record.update(status="completed", completed_at=now)
-            self.ledger_event(record_id, None, "completed", {}, now)
+        if not still_open and self.complete_record(record_id, now):
+            self.ledger_event(record_id, None, COMPLETED, None, now)
+
+    def get_record(self, record_id: str) -> Row | None:
+        row = self._t.records.get(record_id)
+        return None if row is None else dict(row)
+
+    def obligations_of(self, record_id: str) -> list[Row]:
+        return [dict(o) for (rid, _), o in sorted(self._t.obligations.items()) if rid == record_id]
+
+    def events_of(self, record_id: str) -> list[Row]:
+        return [
+            {k: e[k] for k in ("id", "obligation", "state", "detail", "at")}
+            for e in self._t.events
+            if e["record_id"] == record_id
+        ]
 
     # -- the failed store ------------------------------------------------------------
 
@@ -384,6 +426,42 @@ class MemoryJobSession:
         done.sort(key=lambda a: a["finished_at"], reverse=True)
         return [float(a["finished_at"] - a["started_at"]) for a in done[:limit]]
 
+    def add_outbox(self, *, message_id: str, topic: str, payload: str, now: float) -> None:
+        if any(m["message_id"] == message_id for m in self._t.outbox.values()):
+            raise InvalidOperation(f"outbox message {message_id!r} exists already")  # unique
+        row_id = self._t.next_outbox_id
+        self._t.next_outbox_id += 1
+        self._t.outbox[row_id] = {
+            "id": row_id, "message_id": message_id, "topic": topic, "payload": payload,
+            "created_at": now, "published_at": None, "attempts": 0, "last_error": None,
+        }  # fmt: skip
+
+    def outbox_pending(self, limit: int) -> list[Row]:
+        pending = [m for _, m in sorted(self._t.outbox.items()) if m["published_at"] is None]
+        columns = ("id", "message_id", "topic", "payload", "created_at", "attempts")
+        return [{c: m[c] for c in columns} for m in pending[:limit]]
+
+    def mark_published(self, row_ids: Sequence[int], now: float) -> None:
+        for row_id in row_ids:
+            row = self._t.outbox.get(row_id)
+            if row is not None and row["published_at"] is None:
+                row.update(published_at=now, attempts=row["attempts"] + 1)
+
+    def mark_outbox_error(self, row_id: int, error: str) -> None:
+        row = self._t.outbox.get(row_id)
+        if row is not None:
+            row.update(attempts=row["attempts"] + 1, last_error=error)
+
+    def purge_published(self, *, before: float, limit: int) -> int:
+        doomed = sorted(
+            (m for m in self._t.outbox.values()
+             if m["published_at"] is not None and m["published_at"] < before),
+            key=lambda m: (m["published_at"], m["id"]),
+        )[:limit]  # fmt: skip
+        for row in doomed:
+            del self._t.outbox[row["id"]]
+        return len(doomed)
+
     def outbox_lag(self) -> Row:
         pending = [m for m in self._t.outbox.values() if m["published_at"] is None]
         return {
@@ -423,11 +501,14 @@ class MemoryJobStore:
     # -- for tests ---------------------------------------------------------------------
 
     def add_record(self, record_id: str, obligations: Iterable[str] = ()) -> None:
-        """A record whose obligations the jobs settle (``records.accept`` on SQL stores)."""
-        with self._lock:
-            self.tables.records[record_id] = {"status": "received", "completed_at": None}
+        """A record whose obligations the jobs settle, without jobs of its own (on any
+        store ``records.accept`` writes the record, its obligations and their jobs)."""
+        with self.transaction() as session:
+            session.insert_record(
+                record_id=record_id, kind="test", data="null", principal=None, now=0
+            )
             for name in obligations:
-                self.tables.obligations[record_id, name] = {"status": "pending", "updated_at": 0}
+                session.insert_obligation(record_id, name, 0, 0)
 
     def job(self, job_id: JobId) -> Row:
         with self._lock:

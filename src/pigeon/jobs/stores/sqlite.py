@@ -12,13 +12,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pigeon.jobs import ledger
-from pigeon.jobs._db import rowcount
+from pigeon.jobs._db import dumps, rowcount
 from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
 from pigeon.jobs.store import Row
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR, JOB_PAYLOAD
+from pigeon.storage.sealed import (
+    ATTEMPT_ERROR,
+    EVENT_DETAIL,
+    JOB_ERROR,
+    JOB_PAYLOAD,
+    OUTBOX_PAYLOAD,
+    RECORD_DATA,
+)
 from pigeon.storage.sqlite import SQLiteDatabase
 
 
@@ -124,17 +131,74 @@ class SqlJobSession:
     def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
         return self._tx.fetchone("job_queue_pressure", {"queue": queue, "now": now, "cap": cap})
 
+    def insert_record(
+        self, *, record_id: str, kind: str, data: str, principal: str | None, now: float
+    ) -> None:
+        sealed = self._tx.cipher.seal(data, *RECORD_DATA.ad, record_id)
+        self._tx.execute(
+            "rec_insert",
+            {"id": record_id, "kind": kind, "data": sealed, "status": "received", "now": now,
+             "principal": principal},
+        )  # fmt: skip
+
+    def insert_obligation(self, record_id: str, name: str, job_id: JobId, now: float) -> None:
+        self._tx.execute(
+            "obl_insert",
+            {"record_id": record_id, "name": name, "job_id": job_id, "status": "pending",
+             "now": now},
+        )  # fmt: skip
+
+    def complete_record(self, record_id: str, now: float) -> bool:
+        return bool(rowcount(self._tx.execute("rec_complete", {"id": record_id, "now": now})))
+
+    def job_by_unique_key(self, unique_key: str) -> JobId | None:
+        row = self._tx.fetchone("job_by_unique_key", {"unique_key": unique_key})
+        return None if row is None else int(row["id"])
+
     def ledger_event(
-        self, record_id: str, obligation: str | None, kind: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None:  # fmt: skip
-        ledger.event(self._tx, record_id, obligation, kind, detail, now=now)
+        self, record_id: str, obligation: str | None, kind: str, detail: Any, now: float
+    ) -> None:
+        sealed = (
+            None
+            if detail is None
+            else self._tx.cipher.seal(dumps(detail), *EVENT_DETAIL.ad, record_id)
+        )
+        self._tx.execute(
+            "rec_event_insert",
+            {"record_id": record_id, "obligation": obligation, "state": kind, "detail": sealed,
+             "now": now},
+        )  # fmt: skip
 
     def settle_obligation(
-        self, record_id: str, obligation: str, status: str, detail: Mapping[str, Any],
-        now: float,
-    ) -> None:  # fmt: skip
-        ledger.settle_obligation(self._tx, record_id, obligation, status, detail, now=now)
+        self, record_id: str, obligation: str, status: str, detail: Any, now: float
+    ) -> None:
+        # The record's lock first: two obligations settling at once must not each see the
+        # other still pending (READ COMMITTED), or the record never completes.
+        self._tx.execute("rec_lock", {"record_id": record_id})
+        self._tx.execute(
+            "obl_set_status",
+            {"record_id": record_id, "name": obligation, "status": status, "now": now},
+        )
+        self.ledger_event(record_id, obligation, SETTLED_STATE[status], detail, now)
+        if status == "completed":
+            row = self._tx.fetchone("obl_open_count", {"record_id": record_id})
+            if row is not None and int(row["n"]) == 0 and self.complete_record(record_id, now):
+                self.ledger_event(record_id, None, COMPLETED, None, now)
+
+    def get_record(self, record_id: str) -> Row | None:
+        row = self._tx.fetchone("rec_get", {"id": record_id})
+        if row is not None:
+            row["data"] = self._tx.cipher.open(row["data"], *RECORD_DATA.ad, record_id)
+        return row
+
+    def obligations_of(self, record_id: str) -> list[Row]:
+        return self._tx.fetchall("obl_list", {"record_id": record_id})
+
+    def events_of(self, record_id: str) -> list[Row]:
+        rows = self._tx.fetchall("rec_events", {"record_id": record_id})
+        for row in rows:
+            row["detail"] = self._tx.cipher.open(row["detail"], *EVENT_DETAIL.ad, record_id)
+        return rows
 
     def get_job(self, job_id: JobId) -> Row | None:
         row = self._tx.fetchone("job_get", {"id": job_id})
@@ -216,6 +280,28 @@ class SqlJobSession:
     def service_times(self, queue: str, limit: int) -> list[float]:
         rows = self._tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
         return [float(row["seconds"]) for row in rows]
+
+    def add_outbox(self, *, message_id: str, topic: str, payload: str, now: float) -> None:
+        sealed = self._tx.cipher.seal(payload, *OUTBOX_PAYLOAD.ad, message_id)
+        params = {"message_id": message_id, "topic": topic, "payload": sealed, "now": now}
+        self._tx.execute("outbox_insert", params)
+
+    def outbox_pending(self, limit: int) -> list[Row]:
+        rows = self._tx.fetchall("outbox_pending", {"limit": limit})
+        for row in rows:
+            ad = (*OUTBOX_PAYLOAD.ad, row["message_id"])
+            row["payload"] = self._tx.cipher.open(row["payload"], *ad)
+        return rows
+
+    def mark_published(self, row_ids: Sequence[int], now: float) -> None:
+        if row_ids:
+            self._tx.executemany("outbox_mark_published", [{"id": i, "now": now} for i in row_ids])
+
+    def mark_outbox_error(self, row_id: int, error: str) -> None:
+        self._tx.execute("outbox_mark_error", {"id": row_id, "error": error})
+
+    def purge_published(self, *, before: float, limit: int) -> int:
+        return rowcount(self._tx.execute("outbox_purge", {"before": before, "limit": limit}))
 
     def outbox_lag(self) -> Row:
         row = self._tx.fetchone("outbox_lag", {})
