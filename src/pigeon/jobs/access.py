@@ -12,6 +12,10 @@ failed store with its owner, never retried (``AccessRevoked``).
     access.restore(tx, "alice")
 
 Revocation is by exact principal, compared as the authenticator gives it (no case folding).
+
+These run in the caller's transaction by design (a revocation is written with the
+application's own change of the account; the re-check reads in the worker's): a storage
+``Tx`` or a jobs session, written and read through the jobs store's session on it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import time
 
 from pigeon.exceptions import InvalidOperation
+from pigeon.jobs.store import JobSession
+from pigeon.jobs.stores import session_for
 from pigeon.storage.base import Tx
 
 
@@ -28,27 +34,20 @@ def _principal(value: object) -> str:
     return value
 
 
-def revoke(tx: Tx, principal: str, *, reason: str, now: float | None = None) -> None:
+def revoke(tx: Tx | JobSession, principal: str, *, reason: str, now: float | None = None) -> None:
     """Record that ``principal`` lost access (again: the latest reason and time win)."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidOperation("revoking a principal needs a reason")
-    tx.execute(
-        "principal_revoke",
-        {
-            "principal": _principal(principal),
-            "reason": reason,
-            "now": time.time() if now is None else now,
-        },
-    )
+    now = time.time() if now is None else now
+    session_for(tx).revoke_principal(_principal(principal), reason, now)
 
 
-def restore(tx: Tx, principal: str) -> None:
+def restore(tx: Tx | JobSession, principal: str) -> None:
     """Give ``principal`` its access back (jobs already failed stay in the failed store,
     where a reviewed retry runs them)."""
-    tx.execute("principal_restore", {"principal": _principal(principal)})
+    session_for(tx).restore_principal(_principal(principal))
 
 
-def revoked(tx: Tx, principal: str) -> str | None:
+def revoked(tx: Tx | JobSession, principal: str) -> str | None:
     """Why ``principal`` lost access, or None while it has it."""
-    row = tx.fetchone("principal_revoked", {"principal": principal})
-    return None if row is None else str(row["reason"])
+    return session_for(tx).principal_revoked(principal)

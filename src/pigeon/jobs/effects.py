@@ -7,6 +7,10 @@ the mutation again. The claim is written before the mutation runs: on SQLite the
 transaction holds the write lock from its first statement; on PostgreSQL a concurrent
 twin's claim waits on the key's primary key until the first transaction ends and then
 finds it taken, so the mutation (and any Python side effect in it) runs once.
+
+The mutation writes the application's own rows, so it runs in the transaction of the
+claim and receives it: a storage ``Tx`` (``effect_in`` joins one the caller holds). The
+claim and its result are the jobs store's statements, reached through its session.
 """
 
 from __future__ import annotations
@@ -17,14 +21,15 @@ from typing import TypeVar
 
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs._db import dumps, loads
+from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.stores import session_for, store_for
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.sealed import EFFECT_RESULT
 
 T = TypeVar("T")
 
 
 def effect(
-    db: Database,
+    db: Database | JobStore,
     scope: str,
     key: str,
     mutation: Callable[[Tx], T],
@@ -33,8 +38,8 @@ def effect(
 ) -> T:
     """Run ``mutation`` once per (scope, key); its JSON result is stored and returned."""
     _check(scope, key)
-    with db.transaction() as tx:
-        return _claim_and_run(tx, scope, key, mutation, clock())
+    with store_for(db).transaction() as session:
+        return _claim_and_run(session, scope, key, mutation, clock())
 
 
 def effect_in(tx: Tx, scope: str, key: str, mutation: Callable[[Tx], T], *, now: float) -> T:
@@ -42,7 +47,7 @@ def effect_in(tx: Tx, scope: str, key: str, mutation: Callable[[Tx], T], *, now:
     takes its claim with it (a savepoint), even if the caller goes on and commits."""
     _check(scope, key)
     with tx.savepoint():
-        return _claim_and_run(tx, scope, key, mutation, now)
+        return _claim_and_run(session_for(tx), scope, key, mutation, now)
 
 
 def _check(scope: str, key: str) -> None:
@@ -50,19 +55,19 @@ def _check(scope: str, key: str) -> None:
         raise InvalidOperation(f"an effect needs a scope and a key, got {scope!r}/{key!r}")
 
 
-def _claim_and_run(tx: Tx, scope: str, key: str, mutation: Callable[[Tx], T], now: float) -> T:
-    ids = {"scope": scope, "key": key}
-    if tx.fetchone("effect_claim", {**ids, "now": now}) is None:
-        row = tx.fetchone("effect_get", ids)
-        assert row is not None  # the claim conflicted with a committed one
-        found: T = loads(tx.cipher.open(row["result"], *EFFECT_RESULT.ad, scope, key))
+def _claim_and_run(
+    session: JobSession, scope: str, key: str, mutation: Callable[[Tx], T], now: float
+) -> T:
+    if not session.claim_effect(scope, key, now):
+        stored = session.effect_result(scope, key)
+        assert stored is not None  # the claim conflicted with a committed one
+        found: T = loads(stored)
         return found
-    result = mutation(tx)
-    sealed = tx.cipher.seal(dumps(result), *EFFECT_RESULT.ad, scope, key)
-    tx.execute("effect_set_result", {**ids, "result": sealed})
+    result = mutation(session.tx)
+    session.set_effect_result(scope, key, dumps(result))
     return result
 
 
-def applied(db: Database, scope: str, key: str) -> bool:
-    with db.transaction() as tx:
-        return tx.fetchone("effect_get", {"scope": scope, "key": key}) is not None
+def applied(db: Database | JobStore, scope: str, key: str) -> bool:
+    with store_for(db).transaction() as session:
+        return session.effect_result(scope, key) is not None

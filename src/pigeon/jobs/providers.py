@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from pigeon.exceptions import PermanentError, RetryableError, UnknownOutcome
 from pigeon.jobs import ledger
 from pigeon.jobs._db import dumps, loads
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
-from pigeon.storage.sealed import PROVIDER_REQUEST, PROVIDER_RESULT
 
 # What counts as "it may or may not have happened".
 UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (UnknownOutcome, TimeoutError, ConnectionError)
@@ -35,7 +36,7 @@ class Provider(Protocol):
 
 
 def call_provider(
-    db: Database,
+    db: Database | JobStore,
     provider: Provider,
     reference: str,
     request: Any,
@@ -48,34 +49,32 @@ def call_provider(
 
     Raises RetryableError when the outcome is still unknown after a lookup (run the job
     again later: it will reuse the key), PermanentError when the provider refused."""
-    with db.transaction() as tx:
-        row = tx.fetchone("provider_get", {"reference": reference})
+    store = store_for(db)
+    with store.transaction() as session:
+        row = session.provider_call(reference)
         if row is None:
             key = str(uuid.uuid4())
-            tx.execute(
-                "provider_insert",
-                {
-                    "reference": reference,
-                    "provider": provider.name,
-                    "idempotency_key": key,
-                    "request": tx.cipher.seal(dumps(request), *PROVIDER_REQUEST.ad, reference),
-                    "now": clock(),
-                },
+            session.insert_provider_call(
+                reference=reference,
+                provider=provider.name,
+                idempotency_key=key,
+                request=dumps(request),
+                now=clock(),
             )
             row = {"idempotency_key": key, "status": "pending", "attempts": 0, "result": None}
         elif row["status"] == "succeeded":
-            return loads(tx.cipher.open(row["result"], *PROVIDER_RESULT.ad, reference))
+            return loads(row["result"])
         elif row["status"] == "failed":
-            refusal = tx.cipher.open(row["result"], *PROVIDER_RESULT.ad, reference)
+            refusal = row["result"]
             raise PermanentError(f"provider {provider.name} refused {reference}: {refusal}")
-        tx.execute("provider_attempt", {"reference": reference, "now": clock()})
+        session.count_provider_attempt(reference, clock())
     key = row["idempotency_key"]
     if int(row["attempts"]) > 0:
         # An earlier attempt may have applied: ask before calling again.
         found = provider.lookup(reference)
         if found is not None:
             return _settle(
-                db, reference, "succeeded", found, "lookup", record_id, obligation, clock
+                store, reference, "succeeded", found, "lookup", record_id, obligation, clock
             )
     try:
         result = provider.call(reference, key, request)
@@ -86,15 +85,15 @@ def call_provider(
                 f"provider {provider.name}: outcome of {reference} unknown ({exc!r}); "
                 "will retry with the same key"
             ) from exc
-        return _settle(db, reference, "succeeded", found, "lookup", record_id, obligation, clock)
+        return _settle(store, reference, "succeeded", found, "lookup", record_id, obligation, clock)
     except PermanentError as exc:
-        _settle(db, reference, "failed", str(exc), "call", record_id, obligation, clock)
+        _settle(store, reference, "failed", str(exc), "call", record_id, obligation, clock)
         raise
-    return _settle(db, reference, "succeeded", result, "call", record_id, obligation, clock)
+    return _settle(store, reference, "succeeded", result, "call", record_id, obligation, clock)
 
 
 def _settle(
-    db: Database,
+    store: JobStore,
     reference: str,
     status: str,
     result: Any,
@@ -104,19 +103,11 @@ def _settle(
     clock: Callable[[], float],
 ) -> Any:
     now = clock()
-    with db.transaction() as tx:
-        tx.execute(
-            "provider_settle",
-            {
-                "reference": reference,
-                "status": status,
-                "result": tx.cipher.seal(dumps(result), *PROVIDER_RESULT.ad, reference),
-                "now": now,
-            },
-        )
+    with store.transaction() as session:
+        session.settle_provider_call(reference, status, dumps(result), now)
         if record_id:
             ledger.event(
-                tx,
+                session,
                 record_id,
                 obligation,
                 ledger.PROVIDER_RESULT,
@@ -126,11 +117,10 @@ def _settle(
     return result
 
 
-def provider_call(db: Database, reference: str) -> dict[str, Any] | None:
-    with db.transaction() as tx:
-        row = tx.fetchone("provider_get", {"reference": reference})
-        if row is not None:
-            opened = tx.cipher.open
-            row["request"] = loads(opened(row["request"], *PROVIDER_REQUEST.ad, reference))
-            row["result"] = loads(opened(row["result"], *PROVIDER_RESULT.ad, reference))
+def provider_call(db: Database | JobStore, reference: str) -> dict[str, Any] | None:
+    with store_for(db).reading() as session:
+        row = session.provider_call(reference)
+    if row is not None:
+        row["request"] = loads(row["request"])
+        row["result"] = loads(row["result"])
     return row

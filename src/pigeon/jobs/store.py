@@ -173,6 +173,40 @@ class JobSession(Protocol):
         bounds the batch); how many went."""
         ...
 
+    # -- effects, provider calls, revoked principals ---------------------------------
+    def claim_effect(self, scope: str, key: str, now: float) -> bool:
+        """Claim (scope, key) for an effect; False if it was claimed already."""
+        ...
+
+    def effect_result(self, scope: str, key: str) -> str | None:
+        """The stored result of a claimed effect (JSON text in clear); None: unclaimed."""
+        ...
+
+    def set_effect_result(self, scope: str, key: str, result: str) -> None: ...
+
+    def provider_call(self, reference: str) -> Row | None:
+        """reference, provider, idempotency_key, request and result (JSON text in clear,
+        result None until settled), status, attempts, created_at, updated_at."""
+        ...
+
+    def insert_provider_call(
+        self, *, reference: str, provider: str, idempotency_key: str, request: str, now: float
+    ) -> None: ...
+
+    def count_provider_attempt(self, reference: str, now: float) -> None: ...
+
+    def settle_provider_call(self, reference: str, status: str, result: str, now: float) -> None:
+        """``status`` succeeded or failed; ``result`` JSON text (the store seals it)."""
+        ...
+
+    def revoke_principal(self, principal: str, reason: str, now: float) -> None: ...
+
+    def restore_principal(self, principal: str) -> None: ...
+
+    def principal_revoked(self, principal: str) -> str | None:
+        """Why ``principal`` lost access, or None."""
+        ...
+
     # -- reads: stats, the dashboard, the planner ------------------------------------
     def queue_counts(self, now: float) -> list[Row]:
         """One row per queue that has jobs, by queue: ready, delayed, reserved, stuck,

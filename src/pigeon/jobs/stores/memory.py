@@ -14,7 +14,6 @@ import copy
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from pigeon.exceptions import InvalidOperation
@@ -22,39 +21,11 @@ from pigeon.jobs._db import dumps
 from pigeon.jobs.job import Job, JobId
 from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
 from pigeon.jobs.store import Row
+from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Tables, TableStatements
 from pigeon.jobs.wakeup import Wakeup
 
-_JOB_COLUMNS = (
-    "id", "queue", "task", "payload", "status", "attempts", "max_attempts", "attempt_base",
-    "max_age", "created_at", "budget_start", "scheduled_at", "reserved_until", "lease_token",
-    "worker", "started_at", "finished_at", "last_error", "owner", "record_id", "obligation",
-    "unique_key",
-)  # fmt: skip
 
-
-def _empty_counts(queue: str) -> Row:
-    """A queue's row of ``job_queue_stats`` before any job is counted."""
-    row: Row = dict.fromkeys(("ready", "delayed", "reserved", "stuck"), 0)
-    row.update(succeeded=0, failed=0, cancelled=0, oldest_ready_at=None)
-    return {"queue": queue, **row}
-
-
-@dataclass
-class _Tables:
-    jobs: dict[int, Row] = field(default_factory=dict)
-    attempts: dict[tuple[int, int], Row] = field(default_factory=dict)
-    reviews: list[Row] = field(default_factory=list)
-    ticks: dict[tuple[str, int], Row] = field(default_factory=dict)
-    breaches: dict[str, Row] = field(default_factory=dict)
-    records: dict[str, Row] = field(default_factory=dict)
-    obligations: dict[tuple[str, str], Row] = field(default_factory=dict)
-    events: list[Row] = field(default_factory=list)
-    outbox: dict[int, Row] = field(default_factory=dict)
-    next_id: int = 1
-    next_outbox_id: int = 1
-
-
-class MemoryJobSession:
+class MemoryJobSession(TableStatements):
     """The jobs statements on the in-memory tables; the caller holds the store's lock."""
 
     def __init__(self, store: MemoryJobStore) -> None:
@@ -65,7 +36,7 @@ class MemoryJobSession:
         return self
 
     @property
-    def _t(self) -> _Tables:
+    def _t(self) -> Tables:
         return self.store.tables
 
     def _held(self, job: Job) -> Row | None:
@@ -87,7 +58,7 @@ class MemoryJobSession:
                     return int(row["id"])
         job_id = self._t.next_id
         self._t.next_id += 1
-        row = dict.fromkeys(_JOB_COLUMNS)
+        row = dict.fromkeys(JOB_COLUMNS)
         row.update(
             id=job_id, queue=params["queue"], task=params["task"], payload=params["payload"],
             status="queued", attempts=0, max_attempts=params["max_attempts"], attempt_base=0,
@@ -361,120 +332,12 @@ class MemoryJobSession:
     def breaches(self) -> list[Row]:
         return [dict(self._t.breaches[q]) for q in sorted(self._t.breaches)]
 
-    # -- reads: stats, the dashboard, the planner (the SQL blocks' semantics) ------------
-
-    def queue_counts(self, now: float) -> list[Row]:
-        counts: dict[str, Row] = {}
-        for r in self._t.jobs.values():
-            row = counts.setdefault(r["queue"], _empty_counts(r["queue"]))
-            status = r["status"]
-            if status == "queued":
-                ready = r["scheduled_at"] <= now
-                row["ready" if ready else "delayed"] += 1
-                if ready and (
-                    row["oldest_ready_at"] is None or r["scheduled_at"] < row["oldest_ready_at"]
-                ):
-                    row["oldest_ready_at"] = r["scheduled_at"]
-            elif status == "reserved":
-                row["reserved" if r["reserved_until"] >= now else "stuck"] += 1
-            elif status in ("succeeded", "failed", "cancelled"):
-                row[status] += 1
-        return [counts[q] for q in sorted(counts)]
-
-    def failed_counts(self) -> list[Row]:
-        groups: dict[tuple[str, str], Row] = {}
-        for r in self._t.jobs.values():
-            if r["status"] != "failed":
-                continue
-            row = groups.setdefault(
-                (r["owner"], r["queue"]),
-                {"owner": r["owner"], "queue": r["queue"], "n": 0, "latest": None},
-            )
-            row["n"] += 1
-            if row["latest"] is None or r["finished_at"] > row["latest"]:
-                row["latest"] = r["finished_at"]
-        # NULL owners sort first, as SQLite orders them (never NULL in practice: a failure
-        # always records its owner).
-        return [
-            groups[k] for k in sorted(groups, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
-        ]
-
-    def failed_recent(self, limit: int) -> list[Row]:
-        failed = [r for r in self._t.jobs.values() if r["status"] == "failed"]
-        failed.sort(key=lambda r: (r["finished_at"], r["id"]), reverse=True)
-        columns = (
-            "id",
-            "queue",
-            "task",
-            "owner",
-            "attempts",
-            "last_error",
-            "finished_at",
-            "record_id",
-        )
-        return [{c: r[c] for c in columns} for r in failed[:limit]]
-
-    def service_times(self, queue: str, limit: int) -> list[float]:
-        done = [
-            a
-            for (job_id, _), a in self._t.attempts.items()
-            if a["outcome"] == "succeeded"
-            and a["finished_at"] is not None
-            and job_id in self._t.jobs
-            and self._t.jobs[job_id]["queue"] == queue
-        ]
-        done.sort(key=lambda a: a["finished_at"], reverse=True)
-        return [float(a["finished_at"] - a["started_at"]) for a in done[:limit]]
-
-    def add_outbox(self, *, message_id: str, topic: str, payload: str, now: float) -> None:
-        if any(m["message_id"] == message_id for m in self._t.outbox.values()):
-            raise InvalidOperation(f"outbox message {message_id!r} exists already")  # unique
-        row_id = self._t.next_outbox_id
-        self._t.next_outbox_id += 1
-        self._t.outbox[row_id] = {
-            "id": row_id, "message_id": message_id, "topic": topic, "payload": payload,
-            "created_at": now, "published_at": None, "attempts": 0, "last_error": None,
-        }  # fmt: skip
-
-    def outbox_pending(self, limit: int) -> list[Row]:
-        pending = [m for _, m in sorted(self._t.outbox.items()) if m["published_at"] is None]
-        columns = ("id", "message_id", "topic", "payload", "created_at", "attempts")
-        return [{c: m[c] for c in columns} for m in pending[:limit]]
-
-    def mark_published(self, row_ids: Sequence[int], now: float) -> None:
-        for row_id in row_ids:
-            row = self._t.outbox.get(row_id)
-            if row is not None and row["published_at"] is None:
-                row.update(published_at=now, attempts=row["attempts"] + 1)
-
-    def mark_outbox_error(self, row_id: int, error: str) -> None:
-        row = self._t.outbox.get(row_id)
-        if row is not None:
-            row.update(attempts=row["attempts"] + 1, last_error=error)
-
-    def purge_published(self, *, before: float, limit: int) -> int:
-        doomed = sorted(
-            (m for m in self._t.outbox.values()
-             if m["published_at"] is not None and m["published_at"] < before),
-            key=lambda m: (m["published_at"], m["id"]),
-        )[:limit]  # fmt: skip
-        for row in doomed:
-            del self._t.outbox[row["id"]]
-        return len(doomed)
-
-    def outbox_lag(self) -> Row:
-        pending = [m for m in self._t.outbox.values() if m["published_at"] is None]
-        return {
-            "pending": len(pending),
-            "oldest": min((m["created_at"] for m in pending), default=None),
-        }
-
 
 class MemoryJobStore:
     """Jobs in this process's memory; lost when it ends. Thread-safe (one writer)."""
 
     def __init__(self) -> None:
-        self.tables = _Tables()
+        self.tables = Tables()
         self.announced: list[str] = []  # queues whose jobs became ready other than by insert
         self._lock = threading.RLock()
 

@@ -20,10 +20,13 @@ from pigeon.jobs.wakeup import Wakeup
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.sealed import (
     ATTEMPT_ERROR,
+    EFFECT_RESULT,
     EVENT_DETAIL,
     JOB_ERROR,
     JOB_PAYLOAD,
     OUTBOX_PAYLOAD,
+    PROVIDER_REQUEST,
+    PROVIDER_RESULT,
     RECORD_DATA,
 )
 from pigeon.storage.sqlite import SQLiteDatabase
@@ -302,6 +305,58 @@ class SqlJobSession:
 
     def purge_published(self, *, before: float, limit: int) -> int:
         return rowcount(self._tx.execute("outbox_purge", {"before": before, "limit": limit}))
+
+    def claim_effect(self, scope: str, key: str, now: float) -> bool:
+        params = {"scope": scope, "key": key, "now": now}
+        return self._tx.fetchone("effect_claim", params) is not None
+
+    def effect_result(self, scope: str, key: str) -> str | None:
+        row = self._tx.fetchone("effect_get", {"scope": scope, "key": key})
+        if row is None:
+            return None
+        opened: str = self._tx.cipher.open(row["result"], *EFFECT_RESULT.ad, scope, key)
+        return opened
+
+    def set_effect_result(self, scope: str, key: str, result: str) -> None:
+        sealed = self._tx.cipher.seal(result, *EFFECT_RESULT.ad, scope, key)
+        self._tx.execute("effect_set_result", {"scope": scope, "key": key, "result": sealed})
+
+    def provider_call(self, reference: str) -> Row | None:
+        row = self._tx.fetchone("provider_get", {"reference": reference})
+        if row is not None:
+            opened = self._tx.cipher.open
+            row["request"] = opened(row["request"], *PROVIDER_REQUEST.ad, reference)
+            row["result"] = opened(row["result"], *PROVIDER_RESULT.ad, reference)
+        return row
+
+    def insert_provider_call(
+        self, *, reference: str, provider: str, idempotency_key: str, request: str, now: float
+    ) -> None:
+        sealed = self._tx.cipher.seal(request, *PROVIDER_REQUEST.ad, reference)
+        self._tx.execute(
+            "provider_insert",
+            {"reference": reference, "provider": provider, "idempotency_key": idempotency_key,
+             "request": sealed, "now": now},
+        )  # fmt: skip
+
+    def count_provider_attempt(self, reference: str, now: float) -> None:
+        self._tx.execute("provider_attempt", {"reference": reference, "now": now})
+
+    def settle_provider_call(self, reference: str, status: str, result: str, now: float) -> None:
+        sealed = self._tx.cipher.seal(result, *PROVIDER_RESULT.ad, reference)
+        params = {"reference": reference, "status": status, "result": sealed, "now": now}
+        self._tx.execute("provider_settle", params)
+
+    def revoke_principal(self, principal: str, reason: str, now: float) -> None:
+        params = {"principal": principal, "reason": reason, "now": now}
+        self._tx.execute("principal_revoke", params)
+
+    def restore_principal(self, principal: str) -> None:
+        self._tx.execute("principal_restore", {"principal": principal})
+
+    def principal_revoked(self, principal: str) -> str | None:
+        row = self._tx.fetchone("principal_revoked", {"principal": principal})
+        return None if row is None else str(row["reason"])
 
     def outbox_lag(self) -> Row:
         row = self._tx.fetchone("outbox_lag", {})
