@@ -12,8 +12,12 @@ from pigeon.storage.base import Database, Tx
 
 @contextmanager
 def reading(db: Database) -> Iterator[Tx]:
-    """A read-only transaction (the jobs store's ``reading``): on SQLite a deferred BEGIN,
-    so readers never queue for the write lock that claims and intakes hold."""
+    """A read-only storage transaction (the jobs store's ``reading``): on SQLite a
+    deferred BEGIN, so readers never queue for the write lock that claims and intakes hold.
+
+    For storage-level readers outside the jobs component only (the operations read model,
+    ``pigeon plan``), which run their own SQL on the transaction. ``pigeon.jobs`` itself
+    reads through its store's sessions: ``tests/unit/jobs/test_seams.py`` keeps it so."""
     from pigeon.jobs.stores import store_for  # the stores import this module
 
     with store_for(db).reading() as session:
