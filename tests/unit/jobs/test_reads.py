@@ -6,8 +6,6 @@ store cannot drift from the SQL blocks it imitates."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -29,41 +27,8 @@ from pigeon.jobs.stats import (
     service_times,
 )
 from pigeon.jobs.store import JobStore
-from pigeon.jobs.stores import store_for
-from pigeon.jobs.stores.memory import MemoryJobStore
-from pigeon.storage.server import open_server_db
 
-STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
-    """A jobs store: in memory, or on a fresh SQLite / PostgreSQL server database."""
-    if request.param == "memory":
-        yield MemoryJobStore()
-        return
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else tmp_path / "j.db"
-    db = open_server_db(str(url), durability="normal")
-    try:
-        yield store_for(db)
-    finally:
-        db.close()
+from .conftest import FakeClock
 
 
 def _app(**options: object) -> App:
@@ -75,9 +40,11 @@ def _app(**options: object) -> App:
     return app
 
 
-def test_queue_stats_service_times_and_failed_by_owner(store: JobStore, clock: FakeClock) -> None:
+def test_queue_stats_service_times_and_failed_by_owner(
+    any_store: JobStore, clock: FakeClock
+) -> None:
     app = _app()
-    m = JobManager(store, app, clock=clock, rng=random.Random(1))
+    m = JobManager(any_store, app, clock=clock, rng=random.Random(1))
     m.enqueue(JobSpec("grading", "old"))
     clock.advance(10)
     m.enqueue(JobSpec("grading", "young"))
@@ -94,16 +61,16 @@ def test_queue_stats_service_times_and_failed_by_owner(store: JobStore, clock: F
     assert m.finish([AttemptOutcome(first)]) == [True]  # 2.5 s after it started
     clock.advance(58.5)
     m.renew([held[1]], lease=60)  # "stuck" keeps an expired lease
-    stats, idle = queue_stats(store, app, now=clock())
+    stats, idle = queue_stats(any_store, app, now=clock())
     assert (stats.queue, idle.queue) == ("grading", "idle")
     counts = (stats.ready, stats.delayed, stats.reserved, stats.stuck, stats.succeeded)
     assert counts == (1, 1, 1, 1, 1)
     assert (stats.failed, stats.cancelled, stats.owners) == (1, 0, {"graders": 1})
     assert stats.oldest_ready_age == 66.0 and stats.breach  # "doomed", due 66 s ago
     assert (idle.ready, idle.oldest_ready_age, idle.breach, idle.objective) == (0, None, False, 5)
-    assert service_times(store, "grading") == [2.5]
-    assert service_times(store, "idle") == []
-    owners = failed_by_owner(store)
+    assert service_times(any_store, "grading") == [2.5]
+    assert service_times(any_store, "idle") == []
+    owners = failed_by_owner(any_store)
     assert set(owners) == {"graders"}
     entry = owners["graders"]
     assert (entry["failed"], entry["queues"]) == (1, {"grading": 1})
@@ -113,36 +80,36 @@ def test_queue_stats_service_times_and_failed_by_owner(store: JobStore, clock: F
 
 
 def test_the_breach_episode_opens_once_and_closes_when_fresh(
-    store: JobStore, clock: FakeClock
+    any_store: JobStore, clock: FakeClock
 ) -> None:
     alerts: list[tuple[str, float, float]] = []
     app = App(on_freshness_breach=lambda q, age, objective: alerts.append((q, age, objective)))
     app.queue("q", freshness=10)
     app.task(lambda: None, queue="q", name="t")
-    m = JobManager(store, app, clock=clock)
-    first, second = (FreshnessMonitor(app, store, clock=clock) for _ in range(2))
+    m = JobManager(any_store, app, clock=clock)
+    first, second = (FreshnessMonitor(app, any_store, clock=clock) for _ in range(2))
     m.enqueue(JobSpec("q", "t"))
     clock.advance(5)
-    assert first.check(["q"]) == [] and open_breaches(store) == []
+    assert first.check(["q"]) == [] and open_breaches(any_store) == []
     clock.advance(10)
     assert first.check(["q"]) == ["q"] and second.check(["q"]) == []
-    assert open_breaches(store) == [
+    assert open_breaches(any_store) == [
         {"queue": "q", "since": clock(), "age": 15.0, "objective": 10.0}
     ]
     (job,) = m.lease_jobs("q", "w", 1, lease=60)
     m.finish([AttemptOutcome(job)])
-    assert second.check(["q"]) == [] and open_breaches(store) == []
+    assert second.check(["q"]) == [] and open_breaches(any_store) == []
     assert alerts == [("q", 15.0, 10.0)]
 
 
-def test_failed_store_reads_and_reviews(store: JobStore, clock: FakeClock) -> None:
+def test_failed_store_reads_and_reviews(any_store: JobStore, clock: FakeClock) -> None:
     app = _app()
-    m = JobManager(store, app, clock=clock)
+    m = JobManager(any_store, app, clock=clock)
     job_id = m.enqueue(JobSpec("grading", "old", {"n": 1}, max_attempts=1))
     (job,) = m.lease_jobs("grading", "w", 1, lease=60)
     clock.advance(1)
     m.finish([AttemptOutcome(job, RuntimeError("boom"))])
-    failed = FailedStore(store, clock=clock)
+    failed = FailedStore(any_store, clock=clock)
     (listed,) = failed.list()
     assert (listed["id"], listed["payload"], listed["owner"]) == (job_id, {"n": 1}, "graders")
     assert "boom" in listed["last_error"]
@@ -152,14 +119,14 @@ def test_failed_store_reads_and_reviews(store: JobStore, clock: FakeClock) -> No
     failed.retry(job_id, reviewer="ada", reason="fixed the grader")
     assert failed.list() == []
     assert [r["reviewer"] for r in failed.show(job_id)["reviews"]] == ["ada"]
-    assert queue_stats(store, app, now=clock())[0].ready == 1
+    assert queue_stats(any_store, app, now=clock())[0].ready == 1
     with pytest.raises(NotFound):
         failed.show(job_id + 1000)
 
 
-def test_records_accept_and_get(store: JobStore, clock: FakeClock) -> None:
+def test_records_accept_and_get(any_store: JobStore, clock: FakeClock) -> None:
     app = _app()
-    with store.transaction() as session:
+    with any_store.transaction() as session:
         rid = records.accept(
             session,
             kind="answer",
@@ -171,7 +138,7 @@ def test_records_accept_and_get(store: JobStore, clock: FakeClock) -> None:
         )
         with pytest.raises(InvalidOperation, match="a record needs a kind"):
             records.accept(session, kind="", data={})
-    view = records.get(store, rid, principal="ada")
+    view = records.get(any_store, rid, principal="ada")
     assert (view["data"], view["status"], view["pending"]) == (
         {"text": "42"},
         "received",
@@ -180,12 +147,12 @@ def test_records_accept_and_get(store: JobStore, clock: FakeClock) -> None:
     assert [e["state"] for e in view["events"]] == ["accepted"]
     assert view["events"][0]["detail"] == {"pending": ["grading"]}
     with pytest.raises(NotFound):
-        records.get(store, rid, principal="eve")  # another's record: as if missing
-    m = JobManager(store, app, clock=clock)
+        records.get(any_store, rid, principal="eve")  # another's record: as if missing
+    m = JobManager(any_store, app, clock=clock)
     (job,) = m.lease_jobs("grading", "w", 1, lease=60)
     clock.advance(1)
     m.finish([AttemptOutcome(job)])
-    view = records.get(store, rid)
+    view = records.get(any_store, rid)
     assert (view["status"], view["completed_at"], view["pending"]) == ("completed", clock(), [])
     assert [e["state"] for e in view["events"]] == [
         "accepted",
@@ -195,21 +162,21 @@ def test_records_accept_and_get(store: JobStore, clock: FakeClock) -> None:
     ]
 
 
-def test_the_outbox_lag_and_the_relay(store: JobStore, clock: FakeClock) -> None:
-    assert relay_lag(store, now=clock()) == RelayLag(0, None)
-    with store.transaction() as session:
+def test_the_outbox_lag_and_the_relay(any_store: JobStore, clock: FakeClock) -> None:
+    assert relay_lag(any_store, now=clock()) == RelayLag(0, None)
+    with any_store.transaction() as session:
         for n in range(3):
             outbox.add(session, "grades", {"n": n}, message_id=f"m{n}", now=clock())
     clock.advance(12)
-    assert relay_lag(store, now=clock()) == RelayLag(3, 12.0)
+    assert relay_lag(any_store, now=clock()) == RelayLag(3, 12.0)
     sent: list[Message] = []
-    relay = Relay(store, CallablePublisher(sent.append), batch=2, retention=60, clock=clock)
+    relay = Relay(any_store, CallablePublisher(sent.append), batch=2, retention=60, clock=clock)
     assert relay.drain() == 3
     assert [(m.id, m.payload) for m in sent] == [
         ("m0", {"n": 0}),
         ("m1", {"n": 1}),
         ("m2", {"n": 2}),
     ]
-    assert relay_lag(store, now=clock()) == RelayLag(0, None)
+    assert relay_lag(any_store, now=clock()) == RelayLag(0, None)
     clock.advance(61)
     assert relay.purge(batch=2) == 3
