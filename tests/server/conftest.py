@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
 from pigeon.reference.notes import create_note
+from pigeon.reference.schema import REFERENCE
 from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Tx
@@ -73,12 +74,13 @@ class CountingDatabase:
 
 
 def _postgres_store_built() -> bool:
-    """The backend exists and speaks the intake's and the notes' named queries."""
+    """The backend exists and speaks the intake's and the reference notes' named queries."""
     try:
         queries = server_queries("postgres")
+        notes = REFERENCE.queries("postgres")
     except (FileNotFoundError, NotImplementedError):
         return False
-    return {"claim_insert", "note_create", "ledger_all"} <= queries.keys()
+    return "claim_insert" in queries and {"note_create", "ledger_all"} <= notes.keys()
 
 
 POSTGRES_STORE_BUILT = _postgres_store_built()

@@ -36,6 +36,7 @@ from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_ex
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.reference.notes import create_notes_app
+from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
@@ -403,7 +404,11 @@ def _bind_and_open(host: str, port: int, db: str, durability: str) -> socket.soc
     sock = listen_socket(host, port)
     durable: Durability = "full" if durability == "full" else "normal"
     try:
-        open_server_db(db, durability=durable).close()
+        database = open_server_db(db, durability=durable)
+        try:
+            attach_reference(database)  # the reference app's own tables (its schema component)
+        finally:
+            database.close()
     except StoreError as exc:
         sock.close()
         typer.echo(f"pigeon serve: {exc}", err=True)

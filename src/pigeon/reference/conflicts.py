@@ -28,6 +28,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.reference import schema as ref
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Row
 
@@ -148,7 +149,7 @@ def resource_json(row: Row) -> dict[str, Any]:
 
 def load(ctx: IntakeContext, collection: str, resource_id: str) -> Row | None:
     params = {"principal": ctx.principal, "collection": collection, "id": resource_id}
-    return ctx.tx.fetchone("resource_get", params)
+    return ref.fetchone(ctx.tx, "resource_get", params)
 
 
 def store(
@@ -174,11 +175,11 @@ def store(
         "now": ctx.now,
     }
     if (
-        ctx.tx.fetchone("resource_write", params) is None
-        and ctx.tx.fetchone("resource_insert", params) is None
+        ref.fetchone(ctx.tx, "resource_write", params) is None
+        and ref.fetchone(ctx.tx, "resource_insert", params) is None
     ):
         return None
-    row = ctx.tx.fetchone("resource_get", params)
+    row = ref.fetchone(ctx.tx, "resource_get", params)
     assert row is not None
     return row
 
@@ -192,7 +193,8 @@ def record(
     other: str | None,
 ) -> None:
     """One settled write in ``write_outcomes``, and its effect in the notes' ledger."""
-    ctx.tx.execute(
+    ref.execute(
+        ctx.tx,
         "outcome_append",
         {
             "principal": ctx.principal,
@@ -212,7 +214,8 @@ def record(
 
 
 def ledger(ctx: IntakeContext, row: Row, status: int) -> None:
-    ctx.tx.execute(
+    ref.execute(
+        ctx.tx,
         "ledger_append",
         {
             "idempotency_key": ctx.idempotency_key,
@@ -233,11 +236,13 @@ def read_outcomes(
 ) -> list[dict[str, Any]]:
     """The recorded outcomes of server-settled writes of one principal, in order."""
     with db.transaction() as tx:
-        rows = tx.fetchall("outcome_list", {"principal": principal, "after": after, "limit": limit})
+        rows = ref.fetchall(
+            tx, "outcome_list", {"principal": principal, "after": after, "limit": limit}
+        )
     return [{**r, "payload": json.loads(r["payload"])} for r in rows]
 
 
 def read_resource(db: Database, principal: str, collection: str, resource_id: str) -> Row | None:
     with db.transaction() as tx:
         params = {"principal": principal, "collection": collection, "id": resource_id}
-        return tx.fetchone("resource_read", params)
+        return ref.fetchone(tx, "resource_read", params)

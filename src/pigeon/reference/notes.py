@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.reference import schema as ref
 from pigeon.reference.answers import add_answers
 from pigeon.reference.conflicts import (
     DEFAULT_MAX_SKEW,
@@ -74,7 +75,7 @@ NOTE_AD = NOTE_DATA.ad
 
 def _note(tx: Tx, name: str, params: dict[str, Any]) -> Row | None:
     """One note row from the named statement, its data opened."""
-    row = tx.fetchone(name, params)
+    row = ref.fetchone(tx, name, params)
     if row is not None:
         row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
     return row
@@ -154,7 +155,8 @@ def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: b
 
 
 def _ledger(ctx: IntakeContext, note_id: str, status: int, version: int) -> None:
-    ctx.tx.execute(
+    ref.execute(
+        ctx.tx,
         "ledger_append",
         {
             "idempotency_key": ctx.idempotency_key,
@@ -247,7 +249,7 @@ def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
 def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
     """Every applied operation, in the order it committed (for tests and the demo)."""
     with db.transaction() as tx:
-        return tx.fetchall("ledger_all", {"after": after, "limit": limit})
+        return ref.fetchall(tx, "ledger_all", {"after": after, "limit": limit})
 
 
 # Bounds of the integer query parameters: a sequence number and a row count are 64-bit
@@ -308,7 +310,11 @@ def create_notes_app(
     ``max_batch_body``: see `create_app`; ``in_progress_wait`` and ``test_hooks``: see
     `Intake`. Notes, resources and conflict outcomes are the caller's own (``user``
     routes); a record its creator's or an operator's; the ledger, the dashboard and
-    ``/metrics`` the operator's alone (`pigeon.server.access`)."""
+    ``/metrics`` the operator's alone (`pigeon.server.access`). Creates or upgrades the
+    app's own tables in ``db`` (`pigeon.reference.schema`)."""
+    # The app's own tables (its schema component): made or upgraded here, not by the
+    # server's migrations, so a database without this app has none of them.
+    ref.attach(db)
     intake = Intake(
         db,
         policy=policy or IdempotencyPolicy(),
@@ -398,7 +404,7 @@ class NotesReads:
     async def list_notes(self, request: Request) -> Response:
         principal = access.principal(request)
         rows = await run_in_threadpool(
-            _read, self.db, lambda tx: tx.fetchall("note_list", {"principal": principal})
+            _read, self.db, lambda tx: ref.fetchall(tx, "note_list", {"principal": principal})
         )
         for r in rows:
             r["data"] = self.db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import select
-import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,20 +22,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from pigeon.exceptions import ConfigurationError, SchemaTooNew, StoreUnavailable
+from pigeon.exceptions import ConfigurationError, StoreUnavailable
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import from_postgres
-from pigeon.storage.queries import migrations
+from pigeon.storage.schema import Component, migrate_component
 
 Row = dict[str, Any]
 Connection = psycopg.Connection[Row]
-
-_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS pigeon_schema (
-    component text PRIMARY KEY,
-    version integer NOT NULL
-)
-"""
 
 
 def usable(conn: Connection) -> bool:
@@ -196,28 +188,9 @@ class PostgresDatabase:
             raise
 
     def _migrate(self, component: str) -> None:
-        steps = migrations("postgres", component)
-        with self.connection() as conn, conn.transaction():
-            # One migrator at a time across processes; the lock ends with the transaction.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(b"pigeon-migrate"),))
-            conn.execute(_VERSION_TABLE)
-            row = conn.execute(
-                "SELECT version FROM pigeon_schema WHERE component = %s", (component,)
-            ).fetchone()
-            version = int(row["version"]) if row else 0
-            if version > len(steps):
-                raise SchemaTooNew(
-                    f"database has {component} schema version {version}, newer than this "
-                    f"pigeon knows ({len(steps)}); upgrade pigeon, nothing was changed"
-                )
-            for _number, script in steps[version:]:
-                conn.execute(script.encode())
-            if len(steps) > version or row is None:
-                conn.execute(
-                    "INSERT INTO pigeon_schema (component, version) VALUES (%s, %s) "
-                    "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
-                    (component, len(steps)),
-                )
+        # Numbered like SQLite's, versions in pigeon_schema, one migrator at a time
+        # (an advisory lock): `pigeon.storage.schema`.
+        migrate_component(self, Component(component))
 
     def _checkout(self) -> Connection:
         # Every pooled connection may be dead after an outage: at most max_size discards

@@ -20,16 +20,22 @@ def parse_queries(text: str, origin: str = "<string>") -> dict[str, str]:
     return queries
 
 
+LIBRARY = "pigeon.storage"  # the package whose sql/ folder holds the library's own files
+
+
 @cache
-def load_queries(backend: str, component: str) -> dict[str, str]:
-    """The named queries of one component (``intake``, ``jobs``, ``edge`` ...) for a backend."""
-    resource = resources.files("pigeon.storage").joinpath("sql", backend, f"{component}.sql")
+def load_queries(backend: str, component: str, package: str = LIBRARY) -> dict[str, str]:
+    """The named queries of one component (``intake``, ``jobs``, ``edge`` ...) for a backend,
+    from ``<package>/sql/<backend>/<component>.sql`` (a component outside the library, such
+    as the reference application, keeps its files in its own package)."""
+    resource = resources.files(package).joinpath("sql", backend, f"{component}.sql")
     return parse_queries(resource.read_text(encoding="utf-8"), f"{backend}/{component}.sql")
 
 
-def migrations(backend: str, component: str) -> list[tuple[int, str]]:
-    """Numbered migration scripts ``sql/<backend>/migrations/<component>_NNNN.sql`` in order."""
-    folder = resources.files("pigeon.storage").joinpath("sql", backend, "migrations")
+def migrations(backend: str, component: str, package: str = LIBRARY) -> list[tuple[int, str]]:
+    """Numbered migration scripts ``<package>/sql/<backend>/migrations/<component>_NNNN.sql``
+    in order."""
+    folder = resources.files(package).joinpath("sql", backend, "migrations")
     found: list[tuple[int, str]] = []
     if not folder.is_dir():  # a backend with no migrations yet (git keeps no empty folder)
         return found

@@ -25,6 +25,7 @@ from typing import Any
 
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.crypto import SEALED, CiphertextInvalid, KeyMissing
+from pigeon.storage.schema import table_exists
 from pigeon.storage.sealed import SERVER_COLUMNS, SealedColumn
 
 DEFAULT_BATCH = 500
@@ -51,14 +52,16 @@ def status(
     found: dict[str, Counter[str]] = {}
     with db.transaction() as tx:
         for col in columns:
+            counts: Counter[str] = Counter()
+            found[col.name] = counts
+            if not table_exists(tx, col.table):  # a component not attached here
+                continue
             statement = (
                 f"SELECT {_kid_expr(tx.backend, col.column)} AS kid, count(*) AS n "
                 f"FROM {col.table} WHERE {col.column} IS NOT NULL GROUP BY 1"
             )
-            counts: Counter[str] = Counter()
             for row in tx.sql(statement).fetchall():
                 counts[row["kid"] or CLEAR] += int(row["n"])
-            found[col.name] = counts
     return found
 
 
@@ -142,6 +145,9 @@ def rotate(
     reports: dict[str, ColumnReport] = {}
     for col in columns:
         report = reports[col.name] = ColumnReport()
+        with db.transaction() as tx:
+            if not table_exists(tx, col.table):  # a component not attached here
+                continue
         after: tuple[Any, ...] | None = None
         while True:
             with db.transaction() as tx:

@@ -14,7 +14,7 @@ from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import BorrowedSQLiteTx, Durability, SQLiteDatabase
 
 SERVER_APPLICATION_ID = 0x50474E53  # "PGNS": a pigeon server database
-SERVER_COMPONENTS = ("intake", "notes", "jobs", "conflicts")
+SERVER_COMPONENTS = ("intake", "jobs")  # the query sets of the library's server
 
 
 @cache

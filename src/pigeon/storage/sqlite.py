@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pigeon.exceptions import (
     ForeignDatabase,
@@ -28,6 +28,13 @@ from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import is_full as is_full  # where the edge looks for it
 from pigeon.storage.files import private_file
 from pigeon.storage.queries import migrations
+from pigeon.storage.schema import (
+    VERSION_TABLE,
+    Component,
+    migrate_component,
+    run_sqlite_script,
+    split_statements,
+)
 
 T = TypeVar("T")
 
@@ -60,22 +67,40 @@ def connect(path: str | os.PathLike[str], durability: Durability = "full") -> sq
     return conn
 
 
-Header = tuple[int, int, int]  # application_id, user_version, schema objects
+class Header(NamedTuple):
+    app_id: int  # PRAGMA application_id: whose file this is
+    version: int  # PRAGMA user_version: the file's own component's schema version
+    objects: int  # schema objects of any kind
+    recorded: int | None  # the component's row in pigeon_schema (None: none yet)
 
 
-def _read_header(conn: sqlite3.Connection) -> Header:
+def _read_header(conn: sqlite3.Connection, component: str) -> Header:
     app_id = int(conn.execute("PRAGMA application_id").fetchone()["application_id"])
     version = int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
     objects = int(conn.execute("SELECT count(*) AS n FROM sqlite_master").fetchone()["n"])
-    return app_id, version, objects
+    recorded = None
+    if conn.execute(_HAS_VERSION_TABLE).fetchone() is not None:
+        row = conn.execute(_RECORDED, {"component": component}).fetchone()
+        recorded = None if row is None else int(row["version"])
+    return Header(app_id, version, objects, recorded)
 
 
-def _header(conn: sqlite3.Connection) -> Header:
-    """The header, read in one snapshot: three autocommit reads could straddle another
+_HAS_VERSION_TABLE = (
+    "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'pigeon_schema'"
+)
+_RECORDED = "SELECT version FROM pigeon_schema WHERE component = :component"
+_RECORD = (
+    "INSERT INTO pigeon_schema (component, version) VALUES (:component, :version) "
+    "ON CONFLICT (component) DO UPDATE SET version = excluded.version"
+)
+
+
+def _header(conn: sqlite3.Connection, component: str) -> Header:
+    """The header, read in one snapshot: several autocommit reads could straddle another
     process's migration and see its tables without its application_id."""
     conn.execute("BEGIN")
     try:
-        return _read_header(conn)
+        return _read_header(conn, component)
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -86,7 +111,7 @@ def _judge(header: Header, application_id: int, component: str, path: str, lates
 
     New means nothing at all: no application_id, no user_version, no schema object of
     any kind (a view, an index or a version number alone make it someone else's)."""
-    app_id, version, objects = header
+    app_id, version, objects, _recorded = header
     fresh = app_id == 0 and version == 0 and objects == 0
     if app_id != application_id and not fresh:
         raise ForeignDatabase(
@@ -127,9 +152,15 @@ def check_and_migrate(
     page_size: int | None = None,
     upgrade: bool = True,
 ) -> int:
-    """Verify the file is ours (or empty) and bring its schema up to date. Returns version.
+    """Verify the file is ours (or empty) and bring its own component's schema (the one
+    ``application_id`` names) up to date. Returns the version.
 
-    ``upgrade=False``: an older schema is refused (SchemaTooOld) instead of migrated.
+    The version is the header's ``user_version``, kept for older pigeons, and is recorded
+    in ``pigeon_schema`` beside any other component's (`pigeon.storage.schema`): a file
+    that has the header's number alone (written before the table) gets its row here, once.
+
+    ``upgrade=False``: an older schema is refused (SchemaTooOld) instead of migrated, and
+    nothing is written (a file without its row keeps the header's number alone).
 
     ``page_size`` applies to a new (empty) file only: SQLite fixes the page size when the
     first page is written, so an existing file keeps the one it was made with."""
@@ -137,19 +168,19 @@ def check_and_migrate(
     steps = migrations("sqlite", component)
     latest = len(steps)
     try:
-        header = _header(conn)
+        header = _header(conn, component)
     except sqlite3.DatabaseError as exc:
         if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_NOTADB:
             raise ForeignDatabase(f"{name} is not a SQLite database: {exc}") from exc
         raise StoreUnavailable(f"cannot read {name}: {exc}") from exc
     fresh = _judge(header, application_id, component, name, latest)
-    if header[1] == latest:
+    if header.version == latest and (header.recorded == latest or not upgrade):
         return latest
     if not create and fresh:
         raise ForeignDatabase(f"{name} is not a pigeon {component} database (empty)")
     if not upgrade and not fresh:
         raise SchemaTooOld(
-            f"{name} has schema version {header[1]}, older than this pigeon's ({latest}); "
+            f"{name} has schema version {header.version}, older than this pigeon's ({latest}); "
             "the file was not changed: the application that owns it upgrades it when it opens it"
         )
     if page_size is not None and fresh:
@@ -160,12 +191,13 @@ def check_and_migrate(
     try:
         # Judged again under the write lock: another process (perhaps a newer pigeon) may
         # have created or migrated the file meanwhile.
-        header = _read_header(conn)
+        header = _read_header(conn, component)
         _judge(header, application_id, component, name, latest)
-        for number, script in steps[header[1] :]:
-            for statement in _split_statements(script):
-                conn.execute(statement)
+        for number, script in steps[header.version :]:
+            run_sqlite_script(conn.execute, script)
             conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute(VERSION_TABLE)
+        conn.execute(_RECORD, {"component": component, "version": latest})
         conn.execute(f"PRAGMA application_id = {application_id}")
         conn.execute("COMMIT")
     except BaseException:
@@ -174,18 +206,8 @@ def check_and_migrate(
     return latest
 
 
-def _split_statements(script: str) -> list[str]:
-    """Split a migration into statements (executescript would commit our transaction)."""
-    statements, buffer = [], ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                statements.append(buffer.strip())
-            buffer = ""
-    if buffer.strip():
-        statements.append(buffer.strip())
-    return statements
+# The name the previous-release tests import.
+_split_statements = split_statements
 
 
 class SQLiteTx:
@@ -306,16 +328,20 @@ class SQLiteDatabase:
             private_file(self.path)  # 0600 before SQLite writes a byte (and its -wal/-shm)
         conn = self.connection()
         try:
-            for component in components:
-                check_and_migrate(
-                    conn,
-                    application_id=application_id,
-                    component=component,
-                    path=path,
-                    create=create,
-                    page_size=page_size,
-                    upgrade=upgrade,
-                )
+            # The first component is the file's own (its application_id, its header's
+            # version); any other is attached beside it (`pigeon.storage.schema`).
+            own, *attached = components
+            check_and_migrate(
+                conn,
+                application_id=application_id,
+                component=own,
+                path=path,
+                create=create,
+                page_size=page_size,
+                upgrade=upgrade,
+            )
+            for component in attached:
+                migrate_component(self, Component(component))
         except BaseException:
             self.close()  # a refused file keeps no descriptor (nor -wal/-shm) open on it
             raise

@@ -1,5 +1,6 @@
--- The intake's idempotency claims and the reference notes application: the PostgreSQL
--- twin of sqlite/migrations/server_0001.sql (0002 holds the jobs tables, as on SQLite).
+-- The intake's idempotency claims: the PostgreSQL twin of sqlite/migrations/server_0001.sql
+-- (0002 holds the jobs tables, as on SQLite). The reference application's tables, made
+-- here before, are its own component's now (pigeon/reference/sql).
 -- Timestamps are double precision epoch seconds, exactly the floats the code passes.
 
 -- One row per (principal, key); the primary key is the claim: a concurrent inserter of
@@ -33,33 +34,3 @@ CREATE INDEX idempotency_claims_response_expiry
 
 CREATE INDEX idempotency_claims_claim_expiry
     ON idempotency_claims (claim_expires_at);
-
-CREATE TABLE notes (
-    principal  text NOT NULL,
-    id         text NOT NULL,
-    version    integer NOT NULL,
-    data       text NOT NULL,
-    deleted    integer NOT NULL DEFAULT 0,
-    clock      text NOT NULL,
-    created_at double precision NOT NULL,
-    updated_at double precision NOT NULL,
-    PRIMARY KEY (principal, id)
-);
-
--- No unique constraint on the key, on purpose: a double effect must show up as two rows.
--- seq comes from a sequence, so it is allocation order, not commit order; writes to one
--- entity are serialised by the note's row lock, so per-entity order still holds.
-CREATE TABLE effect_ledger (
-    seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    idempotency_key text NOT NULL,
-    principal       text NOT NULL,
-    operation_id    text NOT NULL,
-    entity          text NOT NULL,
-    method          text NOT NULL,
-    status          integer NOT NULL,
-    version         integer,
-    clock           text NOT NULL,
-    applied_at      double precision NOT NULL
-);
-
-CREATE INDEX effect_ledger_entity ON effect_ledger (entity, seq);

@@ -1,22 +1,26 @@
--- The reference application's tables carry its own prefix, ref_ (twin of
--- sqlite/migrations/server_0009.sql): rows, keys, indexes and identities move with them.
+-- The reference application's tables carry its own prefix, ref_, and belong to its own
+-- schema component (pigeon/reference/sql), which makes them in a new database (twin of
+-- sqlite/migrations/server_0009.sql). A database made before the split has them from this
+-- component's earlier migrations: rows, keys, indexes and identities move to the new names
+-- here, and the reference component adopts them when it is attached. A new database has
+-- none of them: every statement is IF EXISTS.
 
-ALTER TABLE notes RENAME TO ref_notes;
+ALTER TABLE IF EXISTS notes RENAME TO ref_notes;
 
-ALTER INDEX notes_pkey RENAME TO ref_notes_pkey;
+ALTER INDEX IF EXISTS notes_pkey RENAME TO ref_notes_pkey;
 
-ALTER TABLE effect_ledger RENAME TO ref_effect_ledger;
+ALTER TABLE IF EXISTS effect_ledger RENAME TO ref_effect_ledger;
 
-ALTER INDEX effect_ledger_pkey RENAME TO ref_effect_ledger_pkey;
+ALTER INDEX IF EXISTS effect_ledger_pkey RENAME TO ref_effect_ledger_pkey;
 
-ALTER INDEX effect_ledger_entity RENAME TO ref_effect_ledger_entity;
+ALTER INDEX IF EXISTS effect_ledger_entity RENAME TO ref_effect_ledger_entity;
 
-ALTER TABLE resources RENAME TO ref_resources;
+ALTER TABLE IF EXISTS resources RENAME TO ref_resources;
 
-ALTER INDEX resources_pkey RENAME TO ref_resources_pkey;
+ALTER INDEX IF EXISTS resources_pkey RENAME TO ref_resources_pkey;
 
-ALTER TABLE write_outcomes RENAME TO ref_write_outcomes;
+ALTER TABLE IF EXISTS write_outcomes RENAME TO ref_write_outcomes;
 
-ALTER INDEX write_outcomes_pkey RENAME TO ref_write_outcomes_pkey;
+ALTER INDEX IF EXISTS write_outcomes_pkey RENAME TO ref_write_outcomes_pkey;
 
-ALTER INDEX write_outcomes_resource RENAME TO ref_write_outcomes_resource;
+ALTER INDEX IF EXISTS write_outcomes_resource RENAME TO ref_write_outcomes_resource;

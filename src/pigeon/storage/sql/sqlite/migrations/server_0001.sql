@@ -1,4 +1,5 @@
--- The intake's idempotency claims and the reference notes application.
+-- The intake's idempotency claims. (The reference application's notes and effect ledger,
+-- made here before, are its own component's now: pigeon/reference/sql.)
 -- Timestamps are float epoch seconds (REAL here, double precision on PostgreSQL).
 
 -- One row per (principal, key). The row outlives its stored response: the response is
@@ -30,34 +31,3 @@ CREATE INDEX idempotency_claims_response_expiry
 
 CREATE INDEX idempotency_claims_claim_expiry
     ON idempotency_claims (claim_expires_at);
-
--- Notes are scoped by principal like the keys that write them. Deleted notes stay as
--- tombstones so the version keeps rising if the same id is created again.
-CREATE TABLE notes (
-    principal  TEXT NOT NULL,
-    id         TEXT NOT NULL,
-    version    INTEGER NOT NULL,
-    data       TEXT NOT NULL,
-    deleted    INTEGER NOT NULL DEFAULT 0,
-    clock      TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (principal, id)
-);
-
--- One row per applied operation. Deliberately no unique constraint on the key: a double
--- effect must show up here as two rows, not be hidden by a constraint error.
-CREATE TABLE effect_ledger (
-    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
-    idempotency_key TEXT NOT NULL,
-    principal       TEXT NOT NULL,
-    operation_id    TEXT NOT NULL,
-    entity          TEXT NOT NULL,
-    method          TEXT NOT NULL,
-    status          INTEGER NOT NULL,
-    version         INTEGER,
-    clock           TEXT NOT NULL,
-    applied_at      REAL NOT NULL
-);
-
-CREATE INDEX effect_ledger_entity ON effect_ledger (entity, seq);

@@ -1,21 +1,19 @@
--- The reference application's tables carry its own prefix, ref_: notes, effect_ledger,
--- resources and write_outcomes were unprefixed, and could collide with an application's
--- own tables written through Tx.sql. Their rows move with them; SQLite renames no index,
--- so the two are made again under their new names.
+-- The reference application's tables carry its own prefix, ref_, and belong to its own
+-- schema component (pigeon/reference/sql), which makes them in a new database. A database
+-- made before the split has them from this component's earlier migrations: there they are
+-- renamed (rows and all) and the reference component, when it is attached, finds them and
+-- adopts them. ALTER TABLE IF EXISTS is PostgreSQL's spelling, which pigeon's SQLite
+-- migrator honours (pigeon.storage.schema): a new database has none of these tables.
+-- SQLite renames no index: the old two go, the reference component makes the new ones.
 
-ALTER TABLE notes RENAME TO ref_notes;
+ALTER TABLE IF EXISTS notes RENAME TO ref_notes;
 
-ALTER TABLE effect_ledger RENAME TO ref_effect_ledger;
+ALTER TABLE IF EXISTS effect_ledger RENAME TO ref_effect_ledger;
 
-ALTER TABLE resources RENAME TO ref_resources;
+ALTER TABLE IF EXISTS resources RENAME TO ref_resources;
 
-ALTER TABLE write_outcomes RENAME TO ref_write_outcomes;
+ALTER TABLE IF EXISTS write_outcomes RENAME TO ref_write_outcomes;
 
-DROP INDEX effect_ledger_entity;
+DROP INDEX IF EXISTS effect_ledger_entity;
 
-CREATE INDEX ref_effect_ledger_entity ON ref_effect_ledger (entity, seq);
-
-DROP INDEX write_outcomes_resource;
-
-CREATE INDEX ref_write_outcomes_resource
-    ON ref_write_outcomes (principal, collection, id, seq);
+DROP INDEX IF EXISTS write_outcomes_resource;

@@ -1,0 +1,40 @@
+"""The reference application's own tables: a schema component of its own (``reference``,
+migrations in ``pigeon/reference/sql/<backend>/migrations``), its own ``ref_`` prefix and
+its own named queries (``sql/<backend>/reference.sql``).
+
+The library's server never makes these tables: `attach` does, when the reference app is
+created (``create_notes_app``, ``pigeon serve``). The queries run through the
+transaction's own SQL (``Tx.sql``), so the server's query set knows nothing of them and any
+``Tx`` of either backend can run them (the intake's, a borrowed one, a wrapper's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.schema import Component, migrate_component
+
+REFERENCE = Component("reference", package="pigeon.reference")
+
+
+def attach(db: Database) -> int:
+    """Create or upgrade the reference app's tables in ``db``; returns their version.
+    Idempotent and safe from several processes at once (`pigeon.storage.schema`)."""
+    return migrate_component(db, REFERENCE)
+
+
+def execute(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
+    """The reference app's named statement ``name`` in ``tx``."""
+    return tx.sql(REFERENCE.queries(tx.backend)[name], params)
+
+
+def fetchone(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+    row: Row | None = execute(tx, name, params).fetchone()
+    return row
+
+
+def fetchall(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+    rows: list[Row] = execute(tx, name, params).fetchall()
+    return rows

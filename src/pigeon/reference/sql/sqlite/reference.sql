@@ -1,0 +1,112 @@
+-- The reference application's named queries (pigeon.reference.schema runs them through the
+-- transaction's own SQL, never through the server's query set): notes and the effect ledger,
+-- then the server-resolved resources and their write outcomes.
+
+-- The reference notes application (pigeon.reference.notes) and its effect ledger.
+
+-- name: note_get
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM ref_notes
+WHERE principal = :principal AND id = :id
+
+-- name: note_lock
+-- note_get for a write handler (PostgreSQL locks the row here); SQLite's one writer, taken
+-- by BEGIN IMMEDIATE, already keeps every other write out until the commit.
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM ref_notes
+WHERE principal = :principal AND id = :id
+
+-- name: note_list
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM ref_notes
+WHERE principal = :principal AND deleted = 0
+ORDER BY id
+
+-- name: note_create
+-- A create: a new note, or a new life for a deleted one (its version goes on); nothing
+-- comes back when a live note already has the id, and the handler answers 409. One
+-- statement: two creates of one new id racing meet at the primary key, and the second
+-- (after the first commits, on PostgreSQL) returns nothing, so it is answered 409 too.
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+VALUES (:principal, :id, 1, :data, 0, :clock, :now, :now)
+ON CONFLICT (principal, id) DO UPDATE
+SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+    updated_at = excluded.updated_at
+WHERE ref_notes.deleted = 1
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
+
+-- name: note_write
+UPDATE ref_notes
+SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
+    updated_at = :now
+WHERE principal = :principal AND id = :id
+RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
+
+-- name: ledger_append
+INSERT INTO ref_effect_ledger (
+    idempotency_key, principal, operation_id, entity, method, status, version, clock,
+    applied_at
+) VALUES (
+    :idempotency_key, :principal, :operation_id, :entity, :method, :status, :version,
+    :clock, :now
+)
+
+-- name: ledger_all
+SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
+       clock, applied_at
+FROM ref_effect_ledger
+WHERE seq > :after
+ORDER BY seq
+LIMIT :limit
+
+-- Server-resolved resources (pigeon.reference.lww, pigeon.reference.crdt) and write outcomes.
+
+-- name: resource_get
+-- FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the only write lock.
+SELECT principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+       updated_at
+FROM ref_resources
+WHERE principal = :principal AND collection = :collection AND id = :id
+
+-- name: resource_read
+SELECT principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+       updated_at
+FROM ref_resources
+WHERE principal = :principal AND collection = :collection AND id = :id
+
+-- name: resource_insert
+-- A first write. Nothing comes back when another writer created the resource meanwhile
+-- (on PostgreSQL this waits for that writer's commit): the handler then settles against
+-- the row it made, instead of failing on the primary key.
+INSERT INTO ref_resources (
+    principal, collection, id, version, data, deleted, clock, raw_clock, created_at,
+    updated_at
+) VALUES (
+    :principal, :collection, :id, 1, :data, :deleted, :clock, :raw_clock, :now, :now
+)
+ON CONFLICT (principal, collection, id) DO NOTHING
+RETURNING id
+
+-- name: resource_write
+UPDATE ref_resources
+SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
+    raw_clock = :raw_clock, updated_at = :now
+WHERE principal = :principal AND collection = :collection AND id = :id
+RETURNING version
+
+-- name: outcome_append
+INSERT INTO ref_write_outcomes (
+    principal, collection, id, idempotency_key, operation_id, outcome, clock, raw_clock,
+    other_clock, version, payload, recorded_at
+) VALUES (
+    :principal, :collection, :id, :idempotency_key, :operation_id, :outcome, :clock,
+    :raw_clock, :other_clock, :version, :payload, :now
+)
+
+-- name: outcome_list
+SELECT seq, principal, collection, id, idempotency_key, operation_id, outcome, clock,
+       raw_clock, other_clock, version, payload, recorded_at
+FROM ref_write_outcomes
+WHERE principal = :principal AND seq > :after
+ORDER BY seq
+LIMIT :limit

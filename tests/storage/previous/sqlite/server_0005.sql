@@ -1,0 +1,5 @@
+-- Who made each record: the records route shows a record to that principal and to
+-- operators, nobody else. Records written before this (or outside the intake) have none
+-- and are the operators' alone.
+
+ALTER TABLE pigeon_records ADD COLUMN principal TEXT;
