@@ -66,6 +66,7 @@ MATRIX: dict[tuple[str, str], tuple[Rule, tuple[int, int, int, int]]] = {
     ("GET", "/pigeon/v1/outcomes"): (Rule.USER, (401, 403, 200, 200)),
     ("POST", "/answers"): (Rule.USER, (401, 403, 202, 202)),
     ("GET", "/pigeon/v1/records/{record_id}"): (Rule.OWNER, (401, 200, 404, 200)),
+    ("GET", "/answers/{record_id}"): (Rule.OWNER, (401, 200, 404, 200)),
     ("GET", "/pigeon/v1/ledger"): (Rule.OPERATOR, (401, 200, 404, 404)),
     ("GET", "/pigeon/v1/dashboard"): (Rule.OPERATOR, (401, 200, 404, 404)),
     ("GET", "/metrics"): (Rule.OPERATOR, (401, 200, 404, 404)),

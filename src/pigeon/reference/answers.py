@@ -4,30 +4,44 @@
 answer as a record, its obligations (``grading``, and ``notify`` when the answer names
 someone to tell), their jobs, and an outbox message announcing the answer. Only then does
 it answer ``202 {"status": "received", "pending": [...]}``: a fast "received", never an
-invented grade. The grade appears in the record (``GET /pigeon/v1/records/{id}``) when a
-worker has done it. A replay of the POST never accepts again: it answers the stored 202
-and ``Location`` with ``Idempotent-Replayed: true`` and a body of the record's current,
-approved state, e.g. ``{"status": "completed", "record": id, "pending": []}`` once the
-workers are done (see ``pigeon.server.replay`` for why the status stays 202).
+invented grade. ``GET /answers/{id}`` (its author's, or an operator's) shows the answer,
+its status and pending obligations, and its grade once a worker has graded it (the grading
+task's effect result); ``GET /pigeon/v1/records/{id}`` shows the record behind it.
+A replay of the POST never accepts again: it answers the stored 202 and ``Location``
+with ``Idempotent-Replayed: true`` and a body of the record's current, approved state,
+e.g. ``{"status": "completed", "record": id, "pending": []}`` once the workers are done
+(see ``pigeon.server.replay`` for why the status stays 202).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
 
 from pigeon.exceptions import NotFound, ValidationError
 from pigeon.jobs import outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
+from pigeon.protocol.wire import PROBLEM_JSON
+from pigeon.reference.jobs import GRADE_SCOPE, grade_key
+from pigeon.server import access
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+from pigeon.server.problems import problem
 from pigeon.server.records import RECORDS_PATH
 from pigeon.server.replay import ReplayInfo
-from pigeon.storage.base import Tx
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.sealed import EFFECT_RESULT
 
 ANSWERS_PATH = "/answers"
+ANSWER_PATH = "/answers/{record_id}"
 ANSWER_TOPIC = "answers.received"
 
 
@@ -118,3 +132,55 @@ def add_answers(intake: Intake, jobs: App | None = None) -> None:
         request_schema=ANSWER_SCHEMA,
         validate=validate_answer,
     )
+
+
+def grade_of(tx: Tx, answer_id: str) -> int | None:
+    """The answer's score once the grading task has run (its effect's stored result,
+    committed with the claim that makes it run once), else None."""
+    key = grade_key(answer_id)
+    row = tx.fetchone("effect_get", {"scope": GRADE_SCOPE, "key": key})
+    if row is None:
+        return None
+    result = json.loads(tx.cipher.open(row["result"], *EFFECT_RESULT.ad, GRADE_SCOPE, key))
+    score = result.get("score") if isinstance(result, dict) else None
+    return score if isinstance(score, int) else None
+
+
+def read_answer(db: Database, answer_id: str, *, principal: str | None = None) -> dict[str, Any]:
+    """An answer as its author sees it: what was asked and answered, where its obligations
+    stand, and its grade (None until graded). ``principal``: as in ``records.get`` (another
+    principal's answer, or a record that is no answer, is NotFound)."""
+    with db.transaction() as tx:
+        view = records.view(tx, answer_id, principal=principal)
+        if view["kind"] != "answer":
+            raise NotFound(f"no answer {answer_id!r}")
+        grade = grade_of(tx, answer_id)
+    data = view["data"]
+    return {
+        "id": answer_id,
+        "question": data.get("question"),
+        "answer": data.get("answer"),
+        "status": view["status"],
+        "pending": view["pending"],
+        "graded": grade is not None,
+        "grade": grade,
+        "record": RECORDS_PATH.format(record_id=answer_id),
+    }
+
+
+def answers_routes(db: Database) -> list[BaseRoute]:
+    """``GET /answers/{id}``: an ``owner`` route (`pigeon.server.access`), like the record."""
+
+    async def get_answer(request: Request) -> JSONResponse:
+        answer_id = request.path_params["record_id"]
+        caller = access.caller(request)
+        owner = None if caller.operator else caller.principal
+        try:
+            # In a worker thread: a read waiting on the store must not hold the event loop.
+            body = await run_in_threadpool(read_answer, db, answer_id, principal=owner)
+        except NotFound as exc:
+            refusal = problem(404, "no-such-answer", "Not found", str(exc))
+            return JSONResponse(refusal, status_code=404, media_type=PROBLEM_JSON)
+        return JSONResponse(body)
+
+    return [access.owner(Route(ANSWER_PATH, get_answer, methods=["GET"], name="answer"))]

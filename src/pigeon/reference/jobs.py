@@ -37,6 +37,13 @@ app.queue(
     timeouts=Timeouts(job=10),
 )
 FIELDS = ("answer_id",)  # what a job of this app carries: an id
+# The grading effect's scope and key: the scope is the task's name, ``ctx.effect``'s
+# default, named here so that ``GET /answers/{id}`` reads the grade where it was stored.
+GRADE_SCOPE = "grade"
+
+
+def grade_key(answer_id: str) -> str:
+    return f"answer:{answer_id}"
 
 
 def score(answer: str, expected: str | None) -> int:
@@ -68,7 +75,7 @@ def grade(ctx: JobContext, answer_id: str) -> None:
         answer = answer_data(tx, answer_id)
         return {"answer_id": answer_id, "score": score(answer["answer"], answer.get("expected"))}
 
-    ctx.effect(f"answer:{answer_id}", mutation)
+    ctx.effect(grade_key(answer_id), mutation, scope=GRADE_SCOPE)
 
 
 @app.task(queue="notify", context=True, fields=FIELDS, access=author_has_access)

@@ -30,7 +30,7 @@ from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.reference import schema as ref
-from pigeon.reference.answers import add_answers
+from pigeon.reference.answers import add_answers, answers_routes
 from pigeon.reference.conflicts import (
     DEFAULT_MAX_SKEW,
     OUTCOMES_PATH,
@@ -393,6 +393,7 @@ class NotesReads:
             access.user(Route("/notes/{id}", self.get_note, methods=["GET"])),
             access.operator(Route(LEDGER_PATH, self.ledger, methods=["GET"])),
             *records_routes(self.db),
+            *answers_routes(self.db),  # an answer and its grade, once graded
             *dashboard_routes(self.db, demo_jobs),  # the 9 a.m. question and /metrics
             access.user(Route(OUTCOMES_PATH, self.outcomes, methods=["GET"])),
             *(
