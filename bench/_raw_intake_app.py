@@ -29,15 +29,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.storage.server import open_server_db, server_queries
 
 _path = os.path.join(tempfile.mkdtemp(prefix="pigeon-raw-"), "raw.db")
-open_server_db(_path).close()  # pigeon's schema, indexes included
+_db = open_server_db(_path)  # pigeon's schema, indexes included
+attach(_db)  # and the reference notes app's (its own schema component)
+_db.close()
 _conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
 _conn.execute("PRAGMA journal_mode = WAL")
 _conn.execute("PRAGMA synchronous = FULL")
-_SQL = server_queries("sqlite")
+_SQL = {**server_queries("sqlite"), **REFERENCE.queries("sqlite")}
 _POLICY = IdempotencyPolicy()
 _HEADERS = json.dumps([])
 

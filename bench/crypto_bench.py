@@ -27,6 +27,7 @@ from bench._report import Row, rate, row
 from bench._writers import PAYLOAD
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.notes import create_note
+from pigeon.reference.schema import attach
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring, generate_key
@@ -79,6 +80,7 @@ class _Deliver:
 class _Intake:
     def __init__(self, path: Path, keys: Keyring | None, batch: int) -> None:
         self.db: Database = open_server_db(path, durability="normal", keyring=keys)
+        attach(self.db)  # the reference app's tables, which create_note writes
         self.intake = Intake(self.db)
         self.intake.add_operation("POST", "/notes", create_note)
         self.batch = batch

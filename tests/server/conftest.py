@@ -13,7 +13,7 @@ from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
 from pigeon.reference.notes import create_note
-from pigeon.reference.schema import REFERENCE
+from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Tx
@@ -96,6 +96,9 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
     else:
         url = str(tmp_path / "server.db")
     database = open_server_db(url)
+    # These tests drive the reference app's handlers (create_note, ...) on intakes of
+    # their own: its tables, its own schema component, are attached here.
+    attach(database)
     yield database
     database.close()
 
@@ -104,6 +107,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
 def pg(pg_url: str) -> Iterator[Database]:
     """The server database on PostgreSQL alone, for what only that backend can do."""
     database = open_server_db(pg_url)
+    attach(database)
     yield database
     database.close()
 

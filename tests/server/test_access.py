@@ -136,7 +136,7 @@ _THINGS = {
 
 
 def _target(method: str, template: str, things: dict[str, str]) -> str:
-    if template.startswith("/pigeon/v1/records"):
+    if template.startswith("/pigeon/v1/records") or template == "/answers/{record_id}":
         return things["record"]
     if template == "/pigeon/v1/batch":
         return things["/notes PUT"]  # a PUT of alice's note, inside a batch

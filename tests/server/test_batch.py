@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_note, delete_note, read_ledger, replace_note
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
@@ -122,7 +123,7 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
     intake, _, client = make(db, clock)
 
     def bad_sql(ctx: Any) -> Any:
-        ctx.tx.fetchone("note_get", {"principal": ctx.principal, "id": "x"})
+        ref.fetchone(ctx.tx, "note_get", {"principal": ctx.principal, "id": "x"})
         if ctx.tx.backend == "sqlite":
             ctx.tx.conn.execute("SELECT no_such_column FROM ref_notes")
         raise RuntimeError("stand-in for the same bug on PostgreSQL")
@@ -149,7 +150,8 @@ def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the
     huge = os.urandom(4000).hex()  # random: no compression brings it under the limit
 
     def oversized(ctx: Any) -> Any:
-        ctx.tx.execute(
+        ref.execute(
+            ctx.tx,
             "note_create",
             {
                 "principal": ctx.principal,

@@ -16,6 +16,7 @@ import httpx
 import psycopg
 
 from pigeon.exceptions import StoreUnavailable
+from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_note, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
@@ -57,7 +58,7 @@ def _touch(ctx: IntakeContext, note_id: str) -> None:
         "clock": ctx.clock,
         "now": ctx.now,
     }
-    assert ctx.tx.fetchone("note_write", params) is not None
+    assert ref.fetchone(ctx.tx, "note_write", params) is not None
 
 
 def _seed(intake: Intake) -> None:

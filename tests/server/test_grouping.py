@@ -13,6 +13,7 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
@@ -62,7 +63,7 @@ def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
     ]
     with db.transaction() as tx:  # the failed one's key was given back: a retry runs
         assert intake.store.get(tx, "alice", "k2") is None
-        assert tx.fetchone("note_get", {"principal": "alice", "id": "boom"}) is None
+        assert ref.fetchone(tx, "note_get", {"principal": "alice", "id": "boom"}) is None
 
 
 def test_a_group_that_breaks_is_applied_again_one_by_one(db: Database, clock: FakeClock) -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.reference.notes import create_note, read_ledger
+from pigeon.reference.schema import attach
 from pigeon.server.inflight import Holder, InFlight
 from pigeon.server.intake import ClaimMode, Intake, OperationRequest
 from pigeon.server.results import OpResult
@@ -29,6 +30,7 @@ def op(key: str, note: str, delay_ms: int = 0) -> OperationRequest:
 
 
 def intake(db: Database, claim_mode: ClaimMode = "inline") -> Intake:
+    attach(db)  # the reference app's tables, which create_note writes
     made = Intake(db, claim_mode=claim_mode, test_hooks=True)
     made.add_operation("POST", "/notes", create_note)
     return made

@@ -20,6 +20,7 @@ from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.reference import schema as ref
 from pigeon.reference.conflicts import read_outcomes
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
@@ -97,7 +98,7 @@ def shared(phone: Device, laptop: Device, entity: str, data: dict[str, Any]) -> 
 
 def server_note(db: Database, note_id: str) -> Any:
     with db.transaction() as tx:
-        row = tx.fetchone("note_get", {"principal": "alice", "id": note_id})
+        row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 

@@ -20,6 +20,7 @@ from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
+from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
@@ -120,7 +121,7 @@ def held_ids(queue: OfflineQueue) -> list[int]:
 
 def server_note(db: Database, note_id: str) -> Any:
     with db.transaction() as tx:
-        row = tx.fetchone("note_get", {"principal": "alice", "id": note_id})
+        row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 

@@ -14,6 +14,7 @@ import pytest
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
+from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
@@ -37,7 +38,7 @@ def app(db: Database) -> Any:
 
 def note(db: Database, note_id: str) -> Any:
     with db.transaction() as tx:
-        row = tx.fetchone("note_get", {"principal": "alice", "id": note_id})
+        row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 
