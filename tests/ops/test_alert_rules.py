@@ -1,5 +1,6 @@
 """ops/: the Prometheus alert rules pass ``promtool check rules`` (Debian's prometheus
-package), and every metric the rules and the Grafana board name is exported by /metrics."""
+package), and every metric the rules and the Grafana board name is exported by /metrics or,
+for an edge queue's, by its exporter (`pigeon.ops.edge_metrics`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pigeon import OfflineQueue
+from pigeon.ops.edge_metrics import serve_edge_metrics
 from pigeon.server.app import create_app
 from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
@@ -41,7 +44,7 @@ def test_promtool_accepts_the_rules() -> None:
         [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def _named(text: str) -> set[str]:
@@ -62,7 +65,10 @@ def test_every_metric_the_rules_and_the_board_name_is_exported(tmp_path: Path) -
     with live_server(app) as url:
         text = httpx.get(url + "/metrics", headers=OPERATOR, timeout=30).text
     db.close()
+    with OfflineQueue(tmp_path / "edge.db") as queue, serve_edge_metrics(queue, 0) as edge:
+        text += httpx.get(f"http://127.0.0.1:{edge.port}/metrics", timeout=30).text
     exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     named = _named(rules) | _named(exprs)
     assert len(_named(rules)) >= 6
+    assert {"pigeon_edge_oldest_age_seconds", "pigeon_edge_dead"} <= _named(rules)
     assert named - exported == set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,6 +211,25 @@ def _stats_table(title: str, s: QueueStats, rate: float | None) -> Table:
     return table
 
 
+@contextlib.contextmanager
+def _metrics(queue: OfflineQueue, port: int | None, addr: str) -> Iterator[None]:
+    """``--metrics-port``: the queue's figures served while the command runs."""
+    if port is None:
+        yield
+        return
+    from pigeon.ops.edge_metrics import serve_edge_metrics  # prometheus_client when asked
+
+    try:
+        server = serve_edge_metrics(queue, port, addr=addr)
+    except OSError as exc:
+        error(f"cannot serve metrics on {addr}:{port}: {exc}")
+        raise typer.Exit(1) from exc
+    # One line, flushed, before anything else: a supervisor (or a test) reads the port.
+    print(f"metrics: http://{addr}:{server.port}/metrics", flush=True)
+    with server:
+        yield
+
+
 @app.command()
 def stats(
     file: QueueFile,
@@ -223,14 +243,29 @@ def stats(
         int | None,
         typer.Option(min=1, help="With --watch: stop after this many refreshes."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            help="Also serve the figures for Prometheus at http://ADDR:PORT/metrics "
+            "(pigeon.ops.edge_metrics) until Ctrl-C; 0 picks a free port.",
+        ),
+    ] = None,
+    metrics_addr: Annotated[
+        str, typer.Option(help="The address --metrics-port binds (loopback by default).")
+    ] = "127.0.0.1",
 ) -> None:
     """Depth, oldest age, in flight, dead letters, blocked entities, pause state; with
     --watch, a live view that adds the delivery rate (deliveries per second between
     refreshes; a purge of old deliveries between two refreshes reads as 0)."""
     title = shown(file)
-    with open_queue(file) as queue:
+    with open_queue(file) as queue, _metrics(queue, metrics_port, metrics_addr):
         if not watch:
             out.print(_stats_table(title, queue.stats(), None))
+            if metrics_port is not None:  # serve until interrupted
+                with contextlib.suppress(KeyboardInterrupt):
+                    threading.Event().wait()
             return
         previous, at, shown_times = queue.stats(), time.monotonic(), 1
         with (
