@@ -32,11 +32,28 @@ class ProviderDown(Exception):
     pass
 
 
+# Past this many records the scenario is a worked template of TEMPLATE records copied
+# set-based (see `_replicate`): through the library, 10,000 records cost ~20 statements
+# each, over two minutes of round trips on PostgreSQL; the copies take a few statements.
+REPLICATE_ABOVE = 1_000
+TEMPLATE = 200
+
+
 def seed(db: Database, n_records: int, *, age: float = 600.0, chunk: int = 500) -> None:
     """``n_records`` records accepted ``age`` seconds ago, three obligations each, then
     worked: grading completes but for every 50th (two error classes), notify completes
     but for every 10th (failed), audit: a tenth in progress, a hundredth stuck, the rest
-    waiting. Effects for completed gradings and an outbox row per record, half confirmed."""
+    waiting. Effects for completed gradings and an outbox row per record, half confirmed.
+
+    Past ``REPLICATE_ABOVE`` records (a multiple of ``TEMPLATE``), ``TEMPLATE`` of them are
+    made and worked through the library as above, and copied row for row, every column as
+    the library wrote it, until there are ``n_records``."""
+    if n_records > REPLICATE_ABOVE:
+        if n_records % TEMPLATE:
+            raise ValueError(f"a replicated scenario is a multiple of {TEMPLATE} records")
+        seed(db, TEMPLATE, age=age, chunk=chunk)
+        _replicate(db, n_records // TEMPLATE - 1)
+        return
     start = time.time() - age
     manager = JobManager(db, APP, clock=lambda: time.time())
     ids: list[str] = []
@@ -91,6 +108,75 @@ def seed(db: Database, n_records: int, *, age: float = 600.0, chunk: int = 500) 
             effects.effect_in(tx, "grade", rid, lambda tx: 1, now=time.time())
         tx.sql(_confirm_sql(db.backend), {"n": n_records // 2, "now": time.time()})
     time.sleep(0.05)
+
+
+# Per table: the columns that name a record (made unique per copy with a suffix), the
+# ones that hold a job id (shifted by a multiple of the template's largest), and the
+# generated ids left to the database.
+_SUFFIXED = {
+    "pigeon_records": ("id",),
+    "pigeon_obligations": ("record_id",),
+    "pigeon_record_events": ("record_id",),
+    "pigeon_jobs": ("record_id", "unique_key"),
+    "pigeon_job_attempts": (),
+    "pigeon_effects": ("key",),
+    "pigeon_outbox": ("message_id",),
+}
+_SHIFTED = {
+    "pigeon_jobs": ("id",),
+    "pigeon_obligations": ("job_id",),
+    "pigeon_job_attempts": ("job_id",),
+}
+_GENERATED = {"pigeon_record_events": "id", "pigeon_outbox": "id"}
+
+
+def _columns(tx: Any, table: str) -> list[str]:
+    """The table's columns as the database has them now (a later migration's too)."""
+    if tx.backend == "sqlite":
+        return [r["name"] for r in tx.sql(f"PRAGMA table_info({table})").fetchall()]
+    rows = tx.sql(
+        "SELECT column_name AS name FROM information_schema.columns "
+        "WHERE table_name = %(t)s AND table_schema = current_schema() ORDER BY ordinal_position",
+        {"t": table},
+    ).fetchall()
+    return [r["name"] for r in rows]
+
+
+def _replicate(db: Database, copies: int) -> None:
+    """``copies`` more of every scenario row, one INSERT ... SELECT per table: copy ``k``
+    suffixes record ids with ``-c<k>`` and shifts job ids by ``k`` times the largest."""
+    if copies < 1:
+        return
+    with db.transaction() as tx:
+        span = int(tx.sql("SELECT max(id) AS m FROM pigeon_jobs").fetchone()["m"])
+        for table, suffixed in _SUFFIXED.items():
+            columns = [c for c in _columns(tx, table) if c != _GENERATED.get(table)]
+            values = []
+            for c in columns:
+                if c in suffixed:
+                    values.append(f"src.{c} || '-c' || copies.n")
+                elif c in _SHIFTED.get(table, ()):
+                    values.append(f"src.{c} + copies.n * {span}")
+                else:
+                    values.append(f"src.{c}")
+            overriding = (
+                " OVERRIDING SYSTEM VALUE"
+                if table == "pigeon_jobs" and db.backend == "postgres"
+                else ""
+            )
+            tx.sql(
+                f"WITH RECURSIVE copies(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM copies "
+                f"WHERE n < {int(copies)}) "
+                f"INSERT INTO {table} ({', '.join(columns)}){overriding} "
+                f"SELECT {', '.join(values)} FROM {table} AS src, copies",
+                {},
+            )
+        if db.backend == "postgres":  # explicit ids: the identity goes on after them
+            tx.sql(
+                "SELECT setval(pg_get_serial_sequence('pigeon_jobs', 'id'), "
+                "(SELECT max(id) FROM pigeon_jobs))",
+                {},
+            )
 
 
 def _confirm_sql(backend: str) -> str:
