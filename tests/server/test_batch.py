@@ -336,6 +336,9 @@ class _CountingTx:
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
         self.inner.executemany(name, params)
 
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.inner.sql(statement, params)  # the reference app's queries go this way
+
     def savepoint(self) -> AbstractContextManager[None]:
         self.owner.savepoints += 1
         return self.inner.savepoint()
