@@ -187,23 +187,36 @@ def check_and_migrate(
         # Before journal_mode: switching to WAL writes the header, which fixes the size.
         conn.execute(f"PRAGMA page_size = {int(page_size)}")
     _use_wal(conn)
+    _migrate_locked(conn, steps, application_id=application_id, component=component, path=name)
+    return latest
+
+
+def _migrate_locked(
+    conn: sqlite3.Connection,
+    steps: list[tuple[int, str]],
+    *,
+    application_id: int,
+    component: str,
+    path: str,
+) -> None:
+    """The steps past the file's version, its version in the header and in pigeon_schema,
+    in one write transaction."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Judged again under the write lock: another process (perhaps a newer pigeon) may
         # have created or migrated the file meanwhile.
         header = _read_header(conn, component)
-        _judge(header, application_id, component, name, latest)
+        _judge(header, application_id, component, path, len(steps))
         for number, script in steps[header.version :]:
             run_sqlite_script(conn.execute, script)
             conn.execute(f"PRAGMA user_version = {number}")
         conn.execute(VERSION_TABLE)
-        conn.execute(_RECORD, {"component": component, "version": latest})
+        conn.execute(_RECORD, {"component": component, "version": len(steps)})
         conn.execute(f"PRAGMA application_id = {application_id}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return latest
 
 
 # The name the previous-release tests import.
