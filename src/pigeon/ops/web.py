@@ -266,17 +266,20 @@ def page_routes(
         session.clear_session(response, base_of(request, prefix))
         return response
 
-    page_route = access.operator(Route(prefix + "/", page, methods=["GET"]), browser=browser)
+    # The page's routes are the browser's (HTML, a form, a cookie), not the API's: they stay
+    # out of the OpenAPI document, which describes what a client program may call and answer.
+    def html(path: str, endpoint: Callable[..., Any], method: str) -> Route:
+        return Route(prefix + path, endpoint, methods=[method], include_in_schema=False)
+
+    page_route = access.operator(html("/", page, "GET"), browser=browser)
     guard.append(page_route)
     return [
         page_route,
-        access.operator(
-            Route(prefix + "/actions/preview", preview, methods=["POST"]), browser=browser
-        ),
-        access.operator(Route(prefix + "/actions/apply", apply, methods=["POST"]), browser=browser),
-        access.operator(Route(prefix + "/logout", sign_out, methods=["POST"]), browser=browser),
-        access.public(Route(prefix + "/login", login_form, methods=["GET"])),
-        access.public(Route(prefix + "/login", sign_in, methods=["POST"])),
+        access.operator(html("/actions/preview", preview, "POST"), browser=browser),
+        access.operator(html("/actions/apply", apply, "POST"), browser=browser),
+        access.operator(html("/logout", sign_out, "POST"), browser=browser),
+        access.public(html("/login", login_form, "GET")),
+        access.public(html("/login", sign_in, "POST")),
     ]
 
 

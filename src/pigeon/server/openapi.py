@@ -219,7 +219,7 @@ def _add_read_routes(paths: dict[str, dict[str, Any]], extra_routes: Sequence[Ba
     for extra in extra_routes:
         rule = extra.rule if isinstance(extra, Guarded) else None
         read = extra.route if isinstance(extra, Guarded) else extra
-        if not isinstance(read, Route):
+        if not isinstance(read, Route) or not read.include_in_schema:
             continue
         path = _PARAM.sub(r"{\1}", read.path)
         for method in sorted((read.methods or set()) - {"HEAD"}):
