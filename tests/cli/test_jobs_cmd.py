@@ -100,7 +100,7 @@ def test_plan_reads_service_time_from_history(tmp_path: Path) -> None:
         "--target",
         "5",
     )
-    assert "S = 0.25 s (median of 5 jobs of 'grading')" in out
+    assert "S = 0.25 s (mean of 5 jobs of 'grading'; median 0.25 s, p95 0.25 s)" in out
     assert "minimum workers for T=5 s: 5" in out
 
 

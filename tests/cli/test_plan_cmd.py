@@ -34,16 +34,17 @@ def assert_refused(result: Result, *words: str) -> None:
         assert word in flat(result.output), result.output
 
 
-def history_db(path: Path, seconds: float, jobs: int = 5) -> Path:
-    """A server database whose ``grading`` jobs each took ``seconds``."""
+def history_db(path: Path, seconds: float | list[float], jobs: int = 5) -> Path:
+    """A server database whose ``grading`` jobs each took ``seconds`` (or these durations)."""
+    durations = seconds if isinstance(seconds, list) else [seconds] * jobs
     db = open_server_db(path)
     now = [1000.0]
     manager = JobManager(db, clock=lambda: now[0])
-    for _ in range(jobs):
+    for _ in durations:
         manager.enqueue(JobSpec("grading", "grade"))
-    for _ in range(jobs):
+    for took in durations:
         (job,) = manager.lease_jobs("grading", "w", 1, lease=10)
-        now[0] += seconds
+        now[0] += took
         manager.finish([AttemptOutcome(job)])
     db.close()
     return path
@@ -109,7 +110,7 @@ def test_plan_prints_a_small_measured_service_time(tmp_path: Path) -> None:
     result = run(*BASE, "--db", str(path), "--queue", "grading")
     assert result.exit_code == 0, result.output
     out = flat(result.output)
-    assert "S = 0.0012 s (median of 5 jobs of 'grading')" in out
+    assert "S = 0.0012 s (mean of 5 jobs of 'grading'; median 0.0012 s, p95 0.0012 s)" in out
     assert "S=0.0012s" in out and "S=0s" not in out
     assert "= 0.0012 x (50 + 1000/10)" in out
 
@@ -120,3 +121,19 @@ def test_plan_keeps_its_figures_for_usual_numbers() -> None:
     out = flat(result.output)
     assert "B=1000 S=0.12s L=50/s T=10s" in out
     assert "minimum workers for T=10 s: 18 (w >= S x (L + B/T) = 0.12 x (50 + 1000/10))" in out
+
+
+def test_plan_takes_the_mean_service_time_and_shows_median_and_p95(tmp_path: Path) -> None:
+    """A slow tail: 18 jobs of 0.1 s and 2 of 2.1 s. The workers are busy for the sum of
+    the durations, 6 s over 20 jobs: S is the mean, 0.3 s (the median, 0.1 s, would
+    plan a third of the workers needed); the median and p95 are shown beside it."""
+    path = history_db(tmp_path / "s.db", [0.1] * 18 + [2.1] * 2)
+    result = run(
+        "plan", "--db", str(path), "--queue", "grading",
+        "--backlog", "100", "--arrival-rate", "0", "--target", "10",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = flat(result.output)
+    assert "S = 0.3 s (mean of 20 jobs of 'grading'; median 0.1 s, p95 2.1 s)" in out
+    # w >= S x (L + B/T) = 0.3 x (0 + 100/10) = 3 (the median would say 1)
+    assert "minimum workers for T=10 s: 3 (w >= S x (L + B/T) = 0.3 x (0 + 100/10))" in out

@@ -4,23 +4,39 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pigeon.checks import is_finite
 from pigeon.cli._db import open_db
 from pigeon.cli._format import shown
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
 from pigeon.jobs._db import reading
+from pigeon.jobs.stats import percentiles
 
 console = Console()
 
 
-def measured_service_time(db: str, queue: str, limit: int = 1000) -> tuple[float, int]:
-    """Median duration of the latest successful attempts of ``queue``."""
+@dataclass(frozen=True)
+class ServiceTime:
+    """The measured durations of a queue's latest successful attempts, in seconds."""
+
+    mean: float
+    median: float
+    p95: float
+    samples: int
+
+
+def measured_service_time(db: str, queue: str, limit: int = 1000) -> ServiceTime:
+    """The latest successful attempts of ``queue``: their mean, the S of the planner's
+    formula (capacity = workers / mean service time: over many jobs a worker is busy for
+    the sum of their durations, which the mean gives and the median, blind to a slow tail,
+    does not), with the median and p95 to show beside it."""
     database = open_db(db)  # refuses a missing file (never creates one), a foreign one
     try:
         with reading(database) as tx:
@@ -29,7 +45,9 @@ def measured_service_time(db: str, queue: str, limit: int = 1000) -> tuple[float
         database.close()
     if not rows:
         raise typer.BadParameter(f"no finished jobs of queue {queue!r} in {db}", param_hint="--db")
-    return statistics.median(r["seconds"] for r in rows), len(rows)
+    seconds = [float(r["seconds"]) for r in rows]
+    p95 = percentiles(seconds, (95,))["p95"]
+    return ServiceTime(statistics.fmean(seconds), statistics.median(seconds), p95, len(seconds))
 
 
 def _num(x: float) -> str:
@@ -42,11 +60,6 @@ def _seconds(x: float) -> str:
         return _num(x)
     decimals = max(2, 3 - math.floor(math.log10(abs(x))))
     return f"{x:.{decimals}f}".rstrip("0").rstrip(".")
-
-
-def _finite(value: float | None, option: str) -> None:
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"must be a finite number, got {value}", param_hint=option)
 
 
 def _counts(workers: str | None) -> list[int] | None:
@@ -83,7 +96,8 @@ def plan(
         typer.Option(
             "--db",
             help="Take S from this server database's history (an existing SQLite file or "
-            "postgresql://...): the median of its latest successful jobs of --queue. "
+            "postgresql://...): the mean of its latest successful jobs of --queue (the median "
+            "and p95 shown beside it). "
             "Not together with --service-time.",
         ),
     ] = None,
@@ -96,7 +110,8 @@ def plan(
         (target, "--target"),
         (memory_per_worker, "--memory-per-worker"),
     ):
-        _finite(value, option)
+        if value is not None and not is_finite(value):
+            raise typer.BadParameter(f"must be a finite number, got {value}", param_hint=option)
     counts = _counts(workers)
     if db is not None and service_time is not None:
         # Which one should win is a guess either way: ask for one.
@@ -105,9 +120,12 @@ def plan(
             param_hint="--service-time",
         )
     if db is not None:
-        service_time, samples = measured_service_time(db, queue)
+        measured = measured_service_time(db, queue)
+        service_time = measured.mean
         console.print(
-            f"S = {_seconds(service_time)} s (median of {samples} jobs of {shown(repr(queue))})"
+            f"S = {_seconds(measured.mean)} s (mean of {measured.samples} jobs of "
+            f"{shown(repr(queue))}; median {_seconds(measured.median)} s, "
+            f"p95 {_seconds(measured.p95)} s)"
         )
     if service_time is None:
         raise typer.BadParameter("give --service-time or --db", param_hint="--service-time")
