@@ -145,6 +145,9 @@ class Job:
     # When the claim was made; the worker moves it to when the task begins (a job of a
     # batch waits behind the others), so an attempt's occupied time is the task's own.
     started_at: float = 0.0
+    # The error its previous attempt left (None: none, or a first attempt): a job that
+    # runs out of budget at its claim fails with it beside the reason.
+    last_error: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], now: float, cipher: Cipher = PLAIN) -> Job:
@@ -165,6 +168,7 @@ class Job:
             obligation=row["obligation"],
             token=row["lease_token"],
             started_at=now,
+            last_error=row.get("last_error"),
         )
 
     def key(self) -> dict[str, Any]:

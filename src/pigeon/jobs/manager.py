@@ -142,16 +142,23 @@ class JobManager:
         )
         return self.lease_jobs(queue, worker, n, lease)
 
-    def lease_jobs(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
+    def lease_jobs(
+        self, queue: str, worker: str, n: int, lease: float, *, start: int | None = None
+    ) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
-        expired. A rescued job that has no budget left goes to the failed store instead."""
+        expired. A rescued job that has no budget left goes to the failed store instead.
+
+        ``start``: how many of them (the first, in due order) begin running now; the
+        others are claimed but not started, and count as waiting until ``start_job``.
+        None: all of them (a caller that runs what it leases at once)."""
         now = self.clock()
         token = uuid.uuid4().hex
         alerts: list[FailedJob | None] = []
         with self.store.transaction() as session:
             rows = session.claim_due(
-                queue=queue, worker=worker, token=token, now=now, until=now + lease, n=n
-            )
+                queue=queue, worker=worker, token=token, now=now, until=now + lease, n=n,
+                start=n if start is None else start,
+            )  # fmt: skip
             if not rows:
                 return []
             runnable = []
@@ -162,6 +169,10 @@ class JobManager:
                 reason = self._out_of_budget(job, now, starting=True)
                 if reason is None:
                     runnable.append(job)
+                elif job.last_error:
+                    # What made it retry until its budget ran out: kept beside the reason
+                    # (the failed store groups by it), never replaced by the age message.
+                    doomed.append((job, f"{reason}; last error: {job.last_error}"))
                 else:
                     doomed.append((job, reason))
             session.lock_in_order([job for job, _ in doomed], jobs_held=True)
@@ -170,9 +181,15 @@ class JobManager:
         self._alert(alerts)
         return runnable
 
+    def start_job(self, job: Job) -> bool:
+        """Mark ``job``'s attempt started (it runs from now; until then it counted as
+        waiting). False if its lease no longer holds it: it must not start."""
+        with self.store.transaction() as session:
+            return session.mark_started(job, self.clock())
+
     def pressure(self, queue: str, cap: int) -> tuple[int, float | None]:
-        """The ready backlog of ``queue`` (counted up to ``cap``) and when its oldest
-        eligible-ready job became ready (None: nothing ready)."""
+        """The waiting backlog of ``queue`` (counted up to ``cap``: ready, claimed but not
+        started, lease expired) and when its oldest waiting job became due (None: none)."""
         with self.store.reading() as session:
             row = session.queue_pressure(queue, self.clock(), cap)
         if row is None:

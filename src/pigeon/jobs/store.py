@@ -39,10 +39,18 @@ class JobSession(Protocol):
         ...
 
     def claim_due(
-        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
-    ) -> list[Row]:
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
+        start: int,
+    ) -> list[Row]:  # fmt: skip
         """Lease up to ``n`` eligible jobs (ready, or with an expired lease), their attempts
-        started; the rows in due order (scheduled_at, id)."""
+        opened; the rows in due order (scheduled_at, id), each with its ``last_error``. The
+        first ``start`` are marked started now (the caller runs them at once); the others
+        are claimed, not started, and still count as waiting until ``mark_started``."""
+        ...
+
+    def mark_started(self, job: Job, now: float) -> bool:
+        """The started marker: ``job``'s attempt begins running now. False if the lease no
+        longer holds the job (rescued): it must not start."""
         ...
 
     def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None: ...

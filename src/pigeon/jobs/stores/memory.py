@@ -71,8 +71,9 @@ class MemoryJobSession(TableStatements):
         return job_id
 
     def claim_due(
-        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
-    ) -> list[Row]:
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
+        start: int,
+    ) -> list[Row]:  # fmt: skip
         due = sorted(
             (
                 r
@@ -85,16 +86,24 @@ class MemoryJobSession(TableStatements):
             ),
             key=lambda r: (r["scheduled_at"], r["id"]),
         )[:n]
-        for row in due:
+        for rank, row in enumerate(due):
             row.update(
                 status="reserved", attempts=row["attempts"] + 1, lease_token=token,
-                worker=worker, reserved_until=until, started_at=now,
+                worker=worker, reserved_until=until, claimed_at=now,
+                started_at=now if rank < start else None,
             )  # fmt: skip
             self._t.attempts[row["id"], row["attempts"]] = {
                 "attempt": row["attempts"], "worker": worker, "started_at": now,
                 "finished_at": None, "outcome": "running", "error": None,
             }  # fmt: skip
         return [dict(row) for row in due]
+
+    def mark_started(self, job: Job, now: float) -> bool:
+        row = self._held(job)
+        if row is None:
+            return False
+        row["started_at"] = now
+        return True
 
     def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None:
         for (jid, n), row in self._t.attempts.items():
@@ -156,12 +165,18 @@ class MemoryJobSession(TableStatements):
         self.store.announced.append(queue)
 
     def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
+        # As jobs.sql's job_queue_pressure: waiting is queued and due, claimed but not
+        # started, or with an expired lease.
         mine = [r for r in self._t.jobs.values() if r["queue"] == queue]
         ready = [r for r in mine if r["status"] == "queued" and r["scheduled_at"] <= now]
-        expired = [r for r in mine if r["status"] == "reserved" and r["reserved_until"] < now]
-        oldest = min((r["scheduled_at"] for r in ready), default=None)
+        reserved = [r for r in mine if r["status"] == "reserved"]
+        unstarted = [r for r in reserved if r["started_at"] is None]
+        live_unstarted = [r for r in unstarted if r["reserved_until"] >= now]
+        expired = [r for r in reserved if r["reserved_until"] < now]
+        oldest = min((r["scheduled_at"] for r in ready + unstarted), default=None)
         return {
-            "backlog": min(len(ready), cap) + min(len(expired), cap),
+            "backlog": min(len(ready), cap) + min(len(live_unstarted), cap)
+            + min(len(expired), cap),
             "oldest_ready_at": oldest,
         }
 

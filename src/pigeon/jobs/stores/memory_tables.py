@@ -19,8 +19,8 @@ from pigeon.jobs.store import Row
 JOB_COLUMNS = (
     "id", "queue", "task", "payload", "status", "attempts", "max_attempts", "attempt_base",
     "max_age", "created_at", "budget_start", "scheduled_at", "reserved_until", "lease_token",
-    "worker", "started_at", "finished_at", "last_error", "owner", "record_id", "obligation",
-    "unique_key",
+    "worker", "claimed_at", "started_at", "finished_at", "last_error", "owner", "record_id",
+    "obligation", "unique_key",
 )  # fmt: skip
 
 
@@ -63,15 +63,17 @@ class TableStatements:
         for r in self._t.jobs.values():
             row = counts.setdefault(r["queue"], _empty_counts(r["queue"]))
             status = r["status"]
-            if status == "queued":
-                ready = r["scheduled_at"] <= now
-                row["ready" if ready else "delayed"] += 1
-                if ready and (
-                    row["oldest_ready_at"] is None or r["scheduled_at"] < row["oldest_ready_at"]
-                ):
+            # As job_queue_stats: waiting is queued and due, or claimed but not started
+            # (within its lease: ready; any claimed-not-started job for the oldest age).
+            unstarted = status == "reserved" and r["started_at"] is None
+            if (status == "queued" and r["scheduled_at"] <= now) or unstarted:
+                if row["oldest_ready_at"] is None or r["scheduled_at"] < row["oldest_ready_at"]:
                     row["oldest_ready_at"] = r["scheduled_at"]
+            if status == "queued":
+                row["ready" if r["scheduled_at"] <= now else "delayed"] += 1
             elif status == "reserved":
-                row["reserved" if r["reserved_until"] >= now else "stuck"] += 1
+                live = r["reserved_until"] >= now
+                row[("ready" if unstarted else "reserved") if live else "stuck"] += 1
             elif status in ("succeeded", "failed", "cancelled"):
                 row[status] += 1
         return [counts[q] for q in sorted(counts)]

@@ -40,10 +40,12 @@ def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
 
 class PostgresJobSession(SqlJobSession):
     def claim_due(
-        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
-    ) -> list[Row]:
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
+        start: int,
+    ) -> list[Row]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
-        return [self._open(row) for row in self.tx.fetchall("job_claim_start", {**params, "n": n})]
+        params.update(n=n, start=start)
+        return [self._open(row) for row in self.tx.fetchall("job_claim_start", params)]
 
     def lock_in_order(self, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
         """Take the row locks a transaction about ``jobs`` will need before it writes

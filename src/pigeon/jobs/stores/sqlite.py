@@ -60,8 +60,9 @@ class SqlJobSession:
         return int(row["id"])
 
     def claim_due(
-        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int
-    ) -> list[Row]:
+        self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
+        start: int,
+    ) -> list[Row]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
         params["n"] = n
         # SQLite returns an UPDATE's rows in no promised order: the batch runs in due
@@ -70,6 +71,14 @@ class SqlJobSession:
             (self._open(r) for r in self._tx.fetchall("job_claim", params)),
             key=lambda r: (r["scheduled_at"], r["id"]),
         )
+        if rows[:start]:  # the jobs the caller runs at once: started with their claim
+            self._tx.executemany(
+                "job_start",
+                [
+                    {"id": r["id"], "attempt": r["attempts"], "token": token, "now": now}
+                    for r in rows[:start]
+                ],
+            )
         if rows:
             self._tx.executemany(
                 "job_attempt_start",
@@ -79,6 +88,9 @@ class SqlJobSession:
                 ],
             )
         return rows
+
+    def mark_started(self, job: Job, now: float) -> bool:
+        return bool(rowcount(self._tx.execute("job_start", {**job.key(), "now": now})))
 
     def mark_attempt_lost(self, job_id: JobId, attempt: int, now: float) -> None:
         self._tx.execute("job_attempt_lost", {"job_id": job_id, "attempt": attempt, "now": now})

@@ -81,17 +81,21 @@ WITH expired AS (
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
+    -- rank: the first `start` in due order start at once (started_at set: the claiming
+    -- thread runs them now); the others are claimed, not started, until job_start.
+    SELECT id, row_number() OVER (ORDER BY scheduled_at, id) AS rank
+    FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
     ORDER BY scheduled_at, id
     LIMIT %(n)s
 ), claimed AS (
     UPDATE pigeon_jobs AS j
     SET status = 'reserved', attempts = j.attempts + 1, lease_token = %(token)s,
-        worker = %(worker)s, reserved_until = %(until)s, started_at = %(now)s
+        worker = %(worker)s, reserved_until = %(until)s, claimed_at = %(now)s,
+        started_at = CASE WHEN picked.rank <= %(start)s THEN %(now)s::double precision END
     FROM picked WHERE j.id = picked.id
     RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
               j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
-              j.obligation, j.lease_token
+              j.obligation, j.lease_token, j.last_error
 )
 SELECT * FROM claimed ORDER BY scheduled_at, id
 
@@ -110,17 +114,21 @@ WITH expired AS (
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
+    -- rank: the first `start` in due order start at once (started_at set: the claiming
+    -- thread runs them now); the others are claimed, not started, until job_start.
+    SELECT id, row_number() OVER (ORDER BY scheduled_at, id) AS rank
+    FROM (SELECT * FROM expired UNION ALL SELECT * FROM ready) AS candidates
     ORDER BY scheduled_at, id
     LIMIT %(n)s
 ), claimed AS (
     UPDATE pigeon_jobs AS j
     SET status = 'reserved', attempts = j.attempts + 1, lease_token = %(token)s,
-        worker = %(worker)s, reserved_until = %(until)s, started_at = %(now)s
+        worker = %(worker)s, reserved_until = %(until)s, claimed_at = %(now)s,
+        started_at = CASE WHEN picked.rank <= %(start)s THEN %(now)s::double precision END
     FROM picked WHERE j.id = picked.id
     RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
               j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
-              j.obligation, j.lease_token
+              j.obligation, j.lease_token, j.last_error
 ), started AS (
     INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
     SELECT id, attempts, %(worker)s, %(now)s, 'running' FROM claimed
@@ -129,6 +137,13 @@ WITH expired AS (
         finished_at = NULL, error = NULL
 )
 SELECT * FROM claimed ORDER BY scheduled_at, id
+
+-- name: job_start
+-- The started marker: the attempt begins running now. Only while this lease holds the
+-- job: no row, and the job must not start (it was rescued).
+UPDATE pigeon_jobs SET started_at = %(now)s
+WHERE id = %(id)s AND attempts = %(attempt)s AND lease_token = %(token)s
+  AND status = 'reserved'
 
 -- name: job_attempt_start
 INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
@@ -236,13 +251,15 @@ SELECT pg_notify(pigeon_jobs_channel(%(queue)s), '')
 -- name: job_get
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
        created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
-       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+       claimed_at, started_at, finished_at, last_error, owner, record_id, obligation,
+       unique_key
 FROM pigeon_jobs WHERE id = %(id)s
 
 -- name: job_list
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
        created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
-       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+       claimed_at, started_at, finished_at, last_error, owner, record_id, obligation,
+       unique_key
 FROM pigeon_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -270,15 +287,22 @@ SELECT action, reviewer, reason, at FROM pigeon_job_reviews
 WHERE job_id = %(job_id)s ORDER BY id
 
 -- name: job_queue_stats
+-- Waiting (ready) is due and not running: queued and due, or claimed but not started
+-- (started_at NULL) within its lease; reserved counts the running ones. The oldest
+-- waiting job is the one due first of those, a claimed one whose lease ran out included.
 SELECT queue,
-       count(*) FILTER (WHERE status = 'queued' AND scheduled_at <= %(now)s) AS ready,
+       count(*) FILTER (WHERE (status = 'queued' AND scheduled_at <= %(now)s)
+                           OR (status = 'reserved' AND started_at IS NULL
+                               AND reserved_until >= %(now)s)) AS ready,
        count(*) FILTER (WHERE status = 'queued' AND scheduled_at > %(now)s) AS delayed,
-       count(*) FILTER (WHERE status = 'reserved' AND reserved_until >= %(now)s) AS reserved,
+       count(*) FILTER (WHERE status = 'reserved' AND started_at IS NOT NULL
+                          AND reserved_until >= %(now)s) AS reserved,
        count(*) FILTER (WHERE status = 'reserved' AND reserved_until < %(now)s) AS stuck,
        count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-       min(scheduled_at) FILTER (WHERE status = 'queued' AND scheduled_at <= %(now)s)
+       min(scheduled_at) FILTER (WHERE (status = 'queued' AND scheduled_at <= %(now)s)
+                                    OR (status = 'reserved' AND started_at IS NULL))
            AS oldest_ready_at
 FROM pigeon_jobs GROUP BY queue ORDER BY queue
 
@@ -379,20 +403,28 @@ SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = %(schedule)s ORDER BY tick
 
 -- name: job_queue_pressure
--- What a worker's scaler and freshness monitor need of one queue, from the two partial
--- claim indexes: the ready backlog (counted up to :cap rows) and when the oldest
--- eligible-ready job became ready. Delayed and reserved jobs are not ready; an expired
--- lease is claimable, so it counts as backlog.
+-- What a worker's scaler and freshness monitor need of one queue, from the partial claim
+-- indexes: the waiting backlog (each part counted up to :cap rows) and when the oldest
+-- waiting job became due. Waiting: queued and due, claimed but not started (behind a
+-- busy thread), or with an expired lease (claimable again). Delayed jobs and running
+-- ones do not wait. LEAST skips a NULL part.
 SELECT (SELECT count(*) FROM (
             SELECT 1 FROM pigeon_jobs
             WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
             LIMIT %(cap)s) AS r) +
        (SELECT count(*) FROM (
             SELECT 1 FROM pigeon_jobs
+            WHERE queue = %(queue)s AND status = 'reserved' AND started_at IS NULL
+              AND reserved_until >= %(now)s
+            LIMIT %(cap)s) AS c) +
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
             WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
             LIMIT %(cap)s) AS e) AS backlog,
-       (SELECT min(scheduled_at) FROM pigeon_jobs
-        WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s)
+       LEAST((SELECT min(scheduled_at) FROM pigeon_jobs
+              WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s),
+             (SELECT min(scheduled_at) FROM pigeon_jobs
+              WHERE queue = %(queue)s AND status = 'reserved' AND started_at IS NULL))
            AS oldest_ready_at
 
 -- name: job_failed_by_owner

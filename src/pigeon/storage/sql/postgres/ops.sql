@@ -14,16 +14,24 @@ SELECT 1 FROM pigeon_records
 WHERE created_at >= %(since)s AND created_at < %(until)s AND status = 'completed'
 
 -- name: rows_jobs_ready
+-- Waiting: queued and due, or claimed but not started (behind a busy thread) within its
+-- lease (jobs.sql job_queue_stats counts the same).
 SELECT 1 FROM pigeon_jobs
 WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+UNION ALL
+SELECT 1 FROM pigeon_jobs
+WHERE queue = %(queue)s AND status = 'reserved' AND started_at IS NULL
+  AND reserved_until >= %(now)s
 
 -- name: rows_jobs_delayed
 SELECT 1 FROM pigeon_jobs
 WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at > %(now)s
 
 -- name: rows_jobs_reserved
+-- Running: claimed and started, within the lease.
 SELECT 1 FROM pigeon_jobs
 WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until >= %(now)s
+  AND started_at IS NOT NULL
 
 -- name: rows_jobs_stuck
 SELECT 1 FROM pigeon_jobs
@@ -42,8 +50,10 @@ SELECT 1 FROM pigeon_jobs WHERE queue = %(queue)s AND status = 'cancelled'
 SELECT 1 FROM pigeon_obligations WHERE name = %(name)s AND status = %(status)s
 
 -- name: rows_obligations_running
+-- In progress: its job runs (claimed and not started, it still waits).
 SELECT 1 FROM pigeon_jobs
 WHERE status = 'reserved' AND obligation = %(name)s AND obligation IS NOT NULL
+  AND started_at IS NOT NULL
 
 -- name: rows_obligations_live_jobs
 SELECT 1 FROM pigeon_jobs
@@ -71,8 +81,12 @@ WITH RECURSIVE k AS (
 SELECT name FROM k WHERE name IS NOT NULL
 
 -- name: oldest_ready
-SELECT min(scheduled_at) AS at FROM pigeon_jobs
-WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+-- The oldest waiting job: queued and due, or claimed but not started (jobs.sql
+-- job_queue_pressure reads the same). LEAST skips a NULL part.
+SELECT LEAST((SELECT min(scheduled_at) FROM pigeon_jobs
+              WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s),
+             (SELECT min(scheduled_at) FROM pigeon_jobs
+              WHERE queue = %(queue)s AND status = 'reserved' AND started_at IS NULL)) AS at
 
 -- name: oldest_owed
 -- Accepted when its record was (records.accept enqueues in the same transaction).

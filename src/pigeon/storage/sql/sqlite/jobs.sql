@@ -62,9 +62,10 @@ RETURNING id
 SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
 
 -- name: job_claim
+-- Claimed, not started (started_at NULL: the job still waits) until job_start marks it.
 UPDATE pigeon_jobs
 SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
-    reserved_until = :until, started_at = :now
+    reserved_until = :until, claimed_at = :now, started_at = NULL
 WHERE id IN (
     SELECT id FROM pigeon_jobs
     WHERE queue = :queue
@@ -74,7 +75,13 @@ WHERE id IN (
     LIMIT :n
 )
 RETURNING id, queue, task, payload, attempts, max_attempts, attempt_base, max_age, created_at,
-          budget_start, scheduled_at, owner, record_id, obligation, lease_token
+          budget_start, scheduled_at, owner, record_id, obligation, lease_token, last_error
+
+-- name: job_start
+-- The started marker: the attempt begins running now. Only while this lease holds the
+-- job: no row, and the job must not start (it was rescued).
+UPDATE pigeon_jobs SET started_at = :now
+WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 'reserved'
 
 -- name: job_attempt_start
 INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
@@ -123,14 +130,14 @@ WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 're
 
 -- name: job_get
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
-       budget_start, scheduled_at, reserved_until, lease_token, worker, started_at,
-       finished_at, last_error, owner, record_id, obligation, unique_key
+       budget_start, scheduled_at, reserved_until, lease_token, worker, claimed_at,
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
 FROM pigeon_jobs WHERE id = :id
 
 -- name: job_list
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
-       budget_start, scheduled_at, reserved_until, lease_token, worker, started_at,
-       finished_at, last_error, owner, record_id, obligation, unique_key
+       budget_start, scheduled_at, reserved_until, lease_token, worker, claimed_at,
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
 FROM pigeon_jobs
 WHERE (:status IS NULL OR status = :status) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
@@ -156,17 +163,23 @@ VALUES (:job_id, :action, :reviewer, :reason, :now)
 SELECT action, reviewer, reason, at FROM pigeon_job_reviews WHERE job_id = :job_id ORDER BY id
 
 -- name: job_queue_stats
+-- Waiting (ready) is due and not running: queued and due, or claimed but not started
+-- (started_at NULL) within its lease; reserved counts the running ones. The oldest
+-- waiting job is the one due first of those, a claimed one whose lease ran out included.
 SELECT queue,
-       sum(CASE WHEN status = 'queued' AND scheduled_at <= :now THEN 1 ELSE 0 END) AS ready,
+       sum(CASE WHEN (status = 'queued' AND scheduled_at <= :now)
+                  OR (status = 'reserved' AND started_at IS NULL AND reserved_until >= :now)
+                THEN 1 ELSE 0 END) AS ready,
        sum(CASE WHEN status = 'queued' AND scheduled_at > :now THEN 1 ELSE 0 END) AS delayed,
-       sum(CASE WHEN status = 'reserved' AND reserved_until >= :now THEN 1 ELSE 0 END)
-           AS reserved,
+       sum(CASE WHEN status = 'reserved' AND started_at IS NOT NULL AND reserved_until >= :now
+                THEN 1 ELSE 0 END) AS reserved,
        sum(CASE WHEN status = 'reserved' AND reserved_until < :now THEN 1 ELSE 0 END) AS stuck,
        sum(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END) AS succeeded,
        sum(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS failed,
        sum(CASE WHEN status = 'cancelled' THEN 1 ELSE 0 END) AS cancelled,
-       min(CASE WHEN status = 'queued' AND scheduled_at <= :now THEN scheduled_at END)
-           AS oldest_ready_at
+       min(CASE WHEN (status = 'queued' AND scheduled_at <= :now)
+                  OR (status = 'reserved' AND started_at IS NULL)
+                THEN scheduled_at END) AS oldest_ready_at
 FROM pigeon_jobs GROUP BY queue ORDER BY queue
 
 -- name: job_service_times
@@ -255,20 +268,32 @@ SELECT schedule, tick, job_id, created_at FROM pigeon_schedule_ticks
 WHERE schedule = :schedule ORDER BY tick
 
 -- name: job_queue_pressure
--- What a worker's scaler and freshness monitor need of one queue, from the claim index:
--- the ready backlog (counted up to :cap, so a huge backlog costs no more than :cap rows)
--- and when the oldest eligible-ready job became ready. Delayed and reserved jobs are not
--- ready; an expired lease is claimable, so it counts as backlog.
+-- What a worker's scaler and freshness monitor need of one queue, from the claim indexes:
+-- the waiting backlog (each part counted up to :cap, so a huge backlog costs no more than
+-- :cap rows) and when the oldest waiting job became due. Waiting: queued and due, claimed
+-- but not started (behind a busy thread), or with an expired lease (claimable again).
+-- Delayed jobs and running ones do not wait.
 SELECT (SELECT count(*) FROM (
             SELECT 1 FROM pigeon_jobs
             WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
             LIMIT :cap)) +
        (SELECT count(*) FROM (
             SELECT 1 FROM pigeon_jobs
+            WHERE queue = :queue AND status = 'reserved' AND started_at IS NULL
+              AND reserved_until >= :now
+            LIMIT :cap)) +
+       (SELECT count(*) FROM (
+            SELECT 1 FROM pigeon_jobs
             WHERE queue = :queue AND status = 'reserved' AND reserved_until < :now
             LIMIT :cap)) AS backlog,
-       (SELECT min(scheduled_at) FROM pigeon_jobs
-        WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now) AS oldest_ready_at
+       -- min() of two values is NULL if either is: the aggregate skips a NULL part.
+       (SELECT min(at) FROM (
+            SELECT min(scheduled_at) AS at FROM pigeon_jobs
+            WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+            UNION ALL
+            SELECT min(scheduled_at) FROM pigeon_jobs
+            WHERE queue = :queue AND status = 'reserved' AND started_at IS NULL))
+           AS oldest_ready_at
 
 -- name: job_failed_by_owner
 SELECT owner, queue, count(*) AS n, max(finished_at) AS latest FROM pigeon_jobs

@@ -15,16 +15,24 @@ SELECT 1 FROM pigeon_records
 WHERE created_at >= :since AND created_at < :until AND status = 'completed'
 
 -- name: rows_jobs_ready
+-- Waiting: queued and due, or claimed but not started (behind a busy thread) within its
+-- lease (jobs.sql job_queue_stats counts the same).
 SELECT 1 FROM pigeon_jobs
 WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+UNION ALL
+SELECT 1 FROM pigeon_jobs
+WHERE queue = :queue AND status = 'reserved' AND started_at IS NULL
+  AND reserved_until >= :now
 
 -- name: rows_jobs_delayed
 SELECT 1 FROM pigeon_jobs
 WHERE queue = :queue AND status = 'queued' AND scheduled_at > :now
 
 -- name: rows_jobs_reserved
+-- Running: claimed and started, within the lease.
 SELECT 1 FROM pigeon_jobs
 WHERE queue = :queue AND status = 'reserved' AND reserved_until >= :now
+  AND started_at IS NOT NULL
 
 -- name: rows_jobs_stuck
 SELECT 1 FROM pigeon_jobs
@@ -43,8 +51,10 @@ SELECT 1 FROM pigeon_jobs WHERE queue = :queue AND status = 'cancelled'
 SELECT 1 FROM pigeon_obligations WHERE name = :name AND status = :status
 
 -- name: rows_obligations_running
+-- In progress: its job runs (claimed and not started, it still waits).
 SELECT 1 FROM pigeon_jobs
 WHERE status = 'reserved' AND obligation = :name AND obligation IS NOT NULL
+  AND started_at IS NOT NULL
 
 -- name: rows_obligations_live_jobs
 SELECT 1 FROM pigeon_jobs
@@ -72,8 +82,14 @@ WITH RECURSIVE k AS (
 SELECT name FROM k WHERE name IS NOT NULL
 
 -- name: oldest_ready
-SELECT min(scheduled_at) AS at FROM pigeon_jobs
-WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+-- The oldest waiting job: queued and due, or claimed but not started (jobs.sql
+-- job_queue_pressure reads the same). The aggregate skips a NULL part.
+SELECT min(at) AS at FROM (
+    SELECT min(scheduled_at) AS at FROM pigeon_jobs
+    WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+    UNION ALL
+    SELECT min(scheduled_at) FROM pigeon_jobs
+    WHERE queue = :queue AND status = 'reserved' AND started_at IS NULL)
 
 -- name: oldest_owed
 -- Accepted when its record was (records.accept enqueues in the same transaction).
