@@ -174,11 +174,8 @@ class MemoryJobSession(TableStatements):
         live_unstarted = [r for r in unstarted if r["reserved_until"] >= now]
         expired = [r for r in reserved if r["reserved_until"] < now]
         oldest = min((r["scheduled_at"] for r in ready + unstarted), default=None)
-        return {
-            "backlog": min(len(ready), cap) + min(len(live_unstarted), cap)
-            + min(len(expired), cap),
-            "oldest_ready_at": oldest,
-        }
+        backlog = sum(min(len(part), cap) for part in (ready, live_unstarted, expired))
+        return {"backlog": backlog, "oldest_ready_at": oldest}
 
     # -- records and the ledger ------------------------------------------------------
 
