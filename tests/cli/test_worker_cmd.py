@@ -217,6 +217,7 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
         (["--recycle-mib", "0"], ["--recycle-mib", "must be a positive number of MiB"]),
         (["--recycle-mib", "nan"], ["--recycle-mib", "must be a positive number of MiB"]),
         (["--batch", "0"], ["--batch", "must be at least 1, got 0"]),
+        (["--prefetch", "0"], ["--prefetch", "must be at least 1, got 0"]),
         (["--processes", "0"], ["--processes", "must be at least 1, got 0"]),
     ],
 )

@@ -68,7 +68,7 @@ def _live(prefix: str) -> list[str]:
 
 
 def _run_with_thief(db: Database, app: App, worker: Worker) -> Worker:
-    thief = Worker(app, db, {"q": 1}, WorkerOptions(batch=3), name="thief")
+    thief = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, prefetch=3), name="thief")
     t1 = run_in_thread(worker)
     time.sleep(0.1)
     _enqueue_past_the_lease(db, app)
@@ -87,7 +87,7 @@ def test_a_claim_thread_dying_between_batches_is_replaced_and_leases_stay_renewe
     db: Database,
 ) -> None:
     app = _spinning_app()
-    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, poll=0.02, poll_max=0.05))
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, prefetch=3, poll=0.02, poll_max=0.05))
     # The claim loop's idle wait raises once: the thread dies outside any batch or task.
     worker.wakeup.wait = _fail_once(worker.wakeup.wait)  # type: ignore[method-assign]
     thief = _run_with_thief(db, app, worker)
@@ -98,7 +98,7 @@ def test_a_claim_thread_dying_between_batches_is_replaced_and_leases_stay_renewe
 
 def test_the_heartbeat_survives_a_failure_and_keeps_renewing(db: Database) -> None:
     app = _spinning_app()
-    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, poll=0.02, poll_max=0.05))
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, prefetch=3, poll=0.02, poll_max=0.05))
     # The timeout check raises on the heartbeat's 3rd round: before the fix the heartbeat
     # thread died there, no lease was renewed again and the thief ran the jobs a second time.
     worker._check_timeouts = _fail_once(worker._check_timeouts, after=2)  # type: ignore[method-assign]
@@ -141,7 +141,7 @@ def test_a_job_whose_lease_lapsed_while_it_waited_in_the_batch_is_not_started(
         while time.monotonic() < end:
             time.sleep(0.01)
 
-    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, poll=0.02, poll_max=0.05))
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, prefetch=3, poll=0.02, poll_max=0.05))
 
     def renew_fails(*args: object) -> object:
         raise StoreUnavailable("renewals do not get through")
@@ -152,7 +152,7 @@ def test_a_job_whose_lease_lapsed_while_it_waited_in_the_batch_is_not_started(
             enqueue(tx, JobSpec("q", "spin", {"i": i, "seconds": seconds}), app=app)
     t1 = run_in_thread(worker)
     wait_for(lambda: worker.stats.claimed == 3)
-    thief = Worker(app, db, {"q": 1}, WorkerOptions(batch=3), name="thief")
+    thief = Worker(app, db, {"q": 1}, WorkerOptions(batch=3, prefetch=3), name="thief")
     t2 = run_in_thread(thief)
     wait_for(lambda: statuses(db) == {"succeeded": 3})
     wait_for(lambda: worker.stats.by_queue.get("q") == 3)  # its batch is over

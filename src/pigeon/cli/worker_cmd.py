@@ -98,7 +98,10 @@ def worker(
     processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
     recycle_jobs: Annotated[
         int | None,
-        typer.Option(help="Replace a process after N >= 1 jobs (default: never)."),
+        typer.Option(
+            help="Replace a process after exactly N >= 1 started jobs, whatever it claimed "
+            "(the rest go back ready; default: never)."
+        ),
     ] = None,
     recycle_mib: Annotated[
         float | None,
@@ -106,8 +109,15 @@ def worker(
     ] = None,
     batch: Annotated[
         int | None,
-        typer.Option(help="Jobs claimed per round trip (default: the queue's)."),
+        typer.Option(help="At most N jobs claimed per round trip (default: the queue's)."),
     ] = None,
+    prefetch: Annotated[
+        int,
+        typer.Option(
+            help="Jobs claimed per free thread (default 1: only what can start now; more "
+            "are claimed, not started, and still count as waiting)."
+        ),
+    ] = 1,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
     relay_to: RelayToOption = None,
@@ -120,7 +130,10 @@ def worker(
     """
     # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
     # the option out means never); a batch of 0 would claim nothing.
-    counts = {"--processes": processes, "--recycle-jobs": recycle_jobs, "--batch": batch}
+    counts = {
+        "--processes": processes, "--recycle-jobs": recycle_jobs, "--batch": batch,
+        "--prefetch": prefetch,
+    }  # fmt: skip
     for option, count in counts.items():
         if count is not None and count < 1:
             raise typer.BadParameter(f"must be at least 1, got {count}", param_hint=option)
@@ -145,6 +158,7 @@ def worker(
                 recycle_jobs=recycle_jobs,
                 recycle_mib=recycle_mib,
                 batch=batch,
+                prefetch=prefetch,
                 log_format=log_format,
                 log_redact=tuple(log_redact or ()),
                 keys_file=keys_path,

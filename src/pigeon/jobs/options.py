@@ -21,10 +21,13 @@ from pigeon.storage.sqlite import Durability
 class WorkerOptions:
     """Every field has the default a worker always had.
 
-    - ``batch``: jobs claimed per round trip (None: each queue's own ``batch``);
+    - ``prefetch``: jobs claimed per free thread (default 1: only what can start now);
+      ``batch``: at most this many per round trip (None: each queue's own ``batch``).
+      A claim never takes more than the queue's free threads x ``prefetch``;
     - ``poll`` / ``poll_max``: seconds between claims of an idle queue, backing off from
       ``poll`` to ``poll_max`` (``poll <= poll_max``); a NOTIFY wakes it sooner;
-    - ``recycle_jobs`` / ``recycle_mib``: replace the process after N jobs / over M MiB;
+    - ``recycle_jobs`` / ``recycle_mib``: replace the process after exactly N started jobs
+      (whatever was claimed: the rest are released) / over M MiB;
     - ``schedules``: run the app's periodic schedules; ``maintenance``: check freshness
       objectives and purge finished jobs (every ``purge_every`` seconds);
     - ``keepalive``: seconds without backlog before an idle thread retires;
@@ -35,6 +38,7 @@ class WorkerOptions:
     """
 
     batch: int | None = None
+    prefetch: int = 1
     poll: float = 0.05
     poll_max: float = 0.5
     recycle_jobs: int | None = None
@@ -50,6 +54,8 @@ class WorkerOptions:
     keys_file: str | None = None
 
     def __post_init__(self) -> None:
+        if not positive_int(self.prefetch):
+            raise ConfigurationError(f"prefetch must be an int >= 1, got {self.prefetch!r}")
         for name in ("batch", "recycle_jobs"):
             value = getattr(self, name)
             if value is not None and not positive_int(value):

@@ -1,9 +1,9 @@
 """One worker process's claim threads per queue, sized within the queue's budget.
 
 The decision is ``autoscale.threads_wanted`` (pure); this is its bookkeeping: how many threads
-live, how many should, how many run a batch, since when nothing waits. Growing spawns
+live, how many should, how many run a job, since when nothing waits. Growing spawns
 threads at once; shrinking lowers the target and wakes the queue, and the extra threads
-retire when they next look for work, never in the middle of a batch.
+retire when they next look for work, never in the middle of a job.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Scaler:
             self._wake(queue)
 
     def retire(self, queue: str) -> bool:
-        """Asked by a claim thread between batches: True means exit now."""
+        """Asked by a claim thread with nothing to run: True means exit now."""
         with self._lock:
             state = self._queues[queue]
             if state.alive > state.target:
@@ -102,8 +102,14 @@ class Scaler:
             self.resize(queue, target)
         return target
 
+    def free(self, queue: str) -> int:
+        """Live threads of ``queue`` not running a job (a claiming thread counts itself)."""
+        with self._lock:
+            state = self._queues[queue]
+            return max(0, min(state.alive, state.target) - state.busy)
+
     def cap(self, queue: str) -> int:
-        """Backlog beyond this changes nothing: every thread would have a full batch."""
+        """Backlog beyond this changes nothing: every thread would have a full share."""
         state = self._queues[queue]
         return max(1, state.budget.max * state.batch)
 

@@ -17,17 +17,25 @@ timeout is recorded as failed and retried no earlier than its lease would have r
 starts it while the process still running it may be alive: the same room the lease,
 longer than the supervisor timeout, gives a job whose process is killed.
 
+A queue's threads claim only what its free threads can start now (``prefetch``: by
+default one job per free thread, at most ``batch`` per round trip): a thread with nothing
+to run claims for the free ones, starts the first job itself and leaves the others to
+them. A job claimed but not started still counts as waiting (its started marker is
+written when it begins), so a busy queue never hides its backlog in leases.
+``recycle_jobs`` counts started jobs: after exactly that many the process stops claiming
+and gives back what it holds unstarted.
+
 Whatever a task raises, ``BaseException`` included (``SystemExit`` from a library's
 ``sys.exit()``, even a ``KeyboardInterrupt`` it raises itself: a real Ctrl-C reaches the
-main thread, never a task's), is that job's error outcome, and its thread carries on
-with the batch. A batch that ends abnormally (a bug in the worker itself) releases the
-jobs it did not run; its thread logs it and goes on claiming.
+main thread, never a task's), is that job's error outcome, and its thread carries on.
+A job whose run ends abnormally (a bug in the worker itself) is released; its thread
+logs it and goes on claiming.
 
 An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
 lease renewals fail and are retried; an outcome that cannot be recorded within the lease
 is dropped, and the job is claimed again once its lease has expired: never lost, and its
-effects, being claims, never doubled. A job of a batch whose lease the renewals did not
+effects, being claims, never doubled. A claimed job whose lease the renewals did not
 keep ahead is not started before one renewal of its own gets through.
 """
 
@@ -43,21 +51,23 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
+from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.context import JobContext
+from pigeon.jobs.heartbeat import STUCK as STUCK  # the exit code of an abandoned process
+from pigeon.jobs.heartbeat import Heartbeat
 from pigeon.jobs.held import LEFT_RUNNING, Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.options import WorkerOptions, from_legacy_keywords
+from pigeon.jobs.prefetch import Prefetched, claim_size
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
 from pigeon.jobs.store import JobStore
 from pigeon.jobs.stores import store_for
-from pigeon.jobs.timeouts import Timeouts
 from pigeon.logs import summary
 from pigeon.storage.base import Database
 
@@ -66,10 +76,9 @@ T = TypeVar("T")
 
 STOPPED = 0
 RECYCLE = 3  # exit code asking the supervisor for a fresh process
-STUCK = 70
 
 
-class Worker:
+class Worker(Heartbeat):
     def __init__(
         self,
         app: App,
@@ -117,7 +126,8 @@ class Worker:
         # PostgreSQL a NOTIFY wakes the queue's threads at once, polling is the fallback.
         self.poll = options.poll
         self.poll_max = options.poll_max
-        self.batch = batch = options.batch
+        self.batch = options.batch
+        self.prefetch = options.prefetch
         self.schedules = options.schedules
         self.on_stuck = on_stuck
         self.keepalive = options.keepalive
@@ -138,9 +148,10 @@ class Worker:
             self.queues,
             lambda queue, label: self._spawn(label, self._loop, queue),
             self._wake,
-            batch={q: batch or app.queue_config(q).batch for q in self.queues},
+            batch=dict.fromkeys(self.queues, options.prefetch),  # each thread's share
             keepalive=options.keepalive,
         )
+        self.prefetched = {queue: Prefetched() for queue in self.queues}
         self.monitor = FreshnessMonitor(app, self.store)
         self.wakeup = self.store.wakeup(self.queues)
 
@@ -200,7 +211,7 @@ class Worker:
         try:
             self._claim_loop(queue)
         except BaseException:
-            # Not expected (batches and tasks are contained): keep the scaler's count of
+            # Not expected (jobs and tasks are contained): keep the scaler's count of
             # live threads true with a replacement.
             if not self._stop.is_set():
                 log.exception("claim thread of %s died; replacing it", queue)
@@ -208,64 +219,112 @@ class Worker:
             raise
 
     def _claim_loop(self, queue: str) -> None:
-        config = self.app.queue_config(queue)
-        lease = config.timeouts.lease_seconds
-        batch = self.batch or config.batch
+        """Run the queue's jobs one at a time: the next one claimed for this thread by
+        another, else one claimed now (``_claim``). Outcomes are recorded in batches, but
+        never held for long, nor while the thread looks for work."""
+        lease = self.app.queue_config(queue).timeouts.lease_seconds
+        prefetched = self.prefetched[queue]
         idle = self.poll
-        while not self._stop.is_set() and not self.scaler.retire(queue):
-            seen = self.wakeup.generation(queue)
-            asked = time.monotonic()  # the leases run at least until asked + lease
-            try:
-                jobs = self.manager.lease_jobs(queue, self.name, batch, lease)
-            except Exception as exc:
-                log.warning("claim on %s failed (%s); retrying", queue, summary(exc))
-                self._stop.wait(min(1.0, lease / 4))
-                continue
-            if not jobs:
-                self.wakeup.wait(queue, seen, idle)
-                idle = min(idle * 2, self.poll_max)
-                continue
-            idle = self.poll
-            try:
-                with self.scaler.busy(queue):
-                    self._run_batch(queue, jobs, asked + lease)
-            except Exception:
-                log.exception("a batch of %s ended abnormally; its unrun jobs were released", queue)
-                self._stop.wait(min(1.0, lease / 4))
-            self._maybe_recycle()
-
-    def _run_batch(self, queue: str, jobs: list[Job], lease_end: float) -> None:
-        with self._lock:
-            self.stats.claimed += len(jobs)
-            for job in jobs:
-                self._held[job.id, job.token] = Held(job, lease_end=lease_end)
         outcomes: list[AttemptOutcome] = []
         flushed = time.monotonic()
-        ran = 0  # jobs[:ran] ran; a job whose _execute raised counts as not run
         try:
-            while ran < len(jobs) and not self._stop.is_set():
-                outcome = self._execute(jobs[ran])
-                ran += 1
+            while not self._stop.is_set():
+                job = prefetched.take()
+                if job is None:
+                    pending, outcomes, flushed = outcomes, [], time.monotonic()
+                    self._flush(pending)
+                    if self.scaler.retire(queue):
+                        return
+                    seen = self.wakeup.generation(queue)
+                    job = self._claim(queue, lease)
+                    if job is None:
+                        self.wakeup.wait(queue, seen, idle)
+                        idle = min(idle * 2, self.poll_max)
+                        continue
+                idle = self.poll
+                outcome = self._run_one(queue, job, lease)
                 if outcome is not None:
                     outcomes.append(outcome)
-                # Batched completions, but never sit on results for long.
                 if time.monotonic() - flushed > 0.2:
                     pending, outcomes, flushed = outcomes, [], time.monotonic()
                     self._flush(pending)
+                self._maybe_recycle()
         finally:
-            # Stopping, or ending abnormally: record what ran, give back what did not.
+            self._flush(outcomes)
+            if self._stop.is_set():  # stopping: what no thread will start goes back
+                self._release(prefetched.drain())
+
+    def _claim(self, queue: str, lease: float) -> Job | None:
+        """Claim for the queue's free threads (``prefetch.claim_size``): the first job
+        is this thread's, started with the claim; the rest wait in the queue's buffer,
+        claimed, not started, and the other threads are woken to take them."""
+        prefetched = self.prefetched[queue]
+        batch = self.batch or self.app.queue_config(queue).batch
+        with prefetched.claiming:
+            free = max(1, self.scaler.free(queue))  # this thread is free, whatever the count
+            n = claim_size(batch=batch, prefetch=self.prefetch, free=free, buffered=len(prefetched))
+            if n == 0:  # another thread claimed for the free threads meanwhile
+                return prefetched.take()
+            asked = time.monotonic()  # the leases run at least until asked + lease
             try:
-                pending, outcomes = outcomes, []
-                self._flush(pending)
-                rest = jobs[ran:]
-                if rest:
-                    released = self._persist(rest, functools.partial(self.manager.release, rest))
-                    with self._lock:
-                        self.stats.released += released or 0
-            finally:
-                self._forget(jobs)  # nothing of this batch stays held (and renewed)
+                jobs = self.manager.lease_jobs(queue, self.name, n, lease, start=1)
+            except Exception as exc:
+                log.warning("claim on %s failed (%s); retrying", queue, summary(exc))
+                self._stop.wait(min(1.0, lease / 4))
+                return None
+            with self._lock:
+                self.stats.claimed += len(jobs)
+                for i, job in enumerate(jobs):  # the first was marked started by the claim
+                    self._held[job.id, job.token] = Held(
+                        job, lease_end=asked + lease, marked=i == 0
+                    )
+            prefetched.put(jobs[1:])
+        if len(jobs) > 1:
+            self.wakeup.wake(queue)
+        return jobs[0] if jobs else None
+
+    def _run_one(self, queue: str, job: Job, lease: float) -> AttemptOutcome | None:
+        """Run one held job; a worker bug releases it (never dropped while held)."""
+        try:
+            with self.scaler.busy(queue):
+                return self._execute(job)
+        except Exception:
+            log.exception("running job %s of %s ended abnormally; it was released", job.id, queue)
+            self._release([job])
+            self._stop.wait(min(1.0, lease / 4))
+            return None
+        finally:
+            with self._lock:
+                self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + 1
+
+    def _release(self, jobs: list[Job]) -> None:
+        """Give held jobs back, not started: ready at once, their attempt refunded."""
+        if jobs:
+            try:
+                released = self._persist(jobs, functools.partial(self.manager.release, jobs))
                 with self._lock:
-                    self.stats.by_queue[queue] = self.stats.by_queue.get(queue, 0) + len(jobs)
+                    self.stats.released += released or 0
+            finally:
+                self._forget(jobs)  # no longer held (and renewed)
+
+    def _begin(self, job: Job, held: Held | None) -> str:
+        """May ``job`` start now? "run" (counted as started), "lost" (its lease is gone:
+        its rescuer runs it) or "release" (stopping, or the recycle count is reached: it
+        goes back not started). Under the lock: ``recycle_jobs`` is exact across threads."""
+        with self._lock:
+            if held is None or held.lost:
+                self._held.pop((job.id, job.token), None)
+                self.stats.lost += 1
+                return "lost"
+            if self._stop.is_set():
+                return "release"
+            if self.recycle_jobs is not None and self.stats.started >= self.recycle_jobs:
+                return "release"
+            self.stats.started += 1
+            last = self.recycle_jobs is not None and self.stats.started >= self.recycle_jobs
+        if last:  # this job is the last this process starts: no more claims
+            self.stop(RECYCLE)
+        return "run"
 
     def _execute(self, job: Job) -> AttemptOutcome | None:
         config = self.app.queue_config(job.queue)
@@ -277,12 +336,15 @@ class Worker:
             lease_end = confirm_lease(self.manager, job, config.timeouts.lease_seconds)
             with self._lock:
                 held.lost, held.lease_end = lease_end is None or held.lost, lease_end or 0.0
+        if held is not None and not held.lost and not held.marked:
+            held.lost = not self._mark_started(job)
+        verdict = self._begin(job, held)
+        if verdict == "release":
+            self._release([job])  # marked started or not: queued again
+        if verdict != "run":
+            return None
+        assert held is not None
         with self._lock:
-            if held is None or held.lost:
-                # Never start a job whose lease is gone: its rescuer runs it.
-                self._held.pop((job.id, job.token), None)
-                self.stats.lost += 1
-                return None
             held.started = time.monotonic()
             job.started_at = self.manager.clock()  # the attempt's occupied time starts here
         error: BaseException | None = None
@@ -357,10 +419,19 @@ class Worker:
             for job in jobs:
                 self._held.pop((job.id, job.token), None)
 
+    def _mark_started(self, job: Job) -> bool:
+        """Write the started marker of a job that waited claimed; False if its lease is
+        gone. A marker that cannot be written (the database away) does not hold the job
+        back: its lease was confirmed above, and it counts as waiting a little longer."""
+        try:
+            return self.manager.start_job(job)
+        except Exception as exc:
+            log.warning("job %s: started marker not written (%s); running it", job.id, summary(exc))
+            return True
+
     def _maybe_recycle(self) -> None:
-        by_count = self.recycle_jobs is not None and self.stats.claimed >= self.recycle_jobs
-        by_memory = self.recycle_mib is not None and rss_mib() >= self.recycle_mib
-        if by_count or by_memory:
+        """Over ``recycle_mib``: no more claims (``recycle_jobs`` is counted as jobs start)."""
+        if self.recycle_mib is not None and rss_mib() >= self.recycle_mib:
             self.stop(RECYCLE)
 
     # -- budgets and maintenance --------------------------------------------------------
@@ -393,116 +464,3 @@ class Worker:
                     purge_ticks(self.store, self.app.schedules.values(), retention, max_batches=20)
                 except Exception as exc:
                     log.warning("purging finished jobs failed (%s)", summary(exc))
-
-    # -- heartbeat and timeouts ----------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        configs = [self.app.queue_config(q) for q in self.queues]
-        lease = min(c.timeouts.lease_seconds for c in configs)
-        interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
-        self._interval = interval
-        while not self._threads_done():
-            try:
-                next_deadline = self._beat()
-            except Exception:
-                # The heartbeat must outlive any bug of its own: without it no lease is
-                # renewed, and every job this process runs is run again by whoever
-                # rescues it. The next round tries again.
-                log.exception("heartbeat of worker %s failed; going on", self.name)
-                with self._lock:
-                    self.stats.heartbeat_errors += 1
-                next_deadline = float("inf")
-            # Wake at the next timeout or supervisor deadline (just past it: the checks
-            # are strict), not up to an interval late. Once stopping, poll briefly: we
-            # only wait for the job threads to drain.
-            wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
-            if self._stop.wait(wait):
-                time.sleep(0.02)
-
-    def _beat(self) -> float:
-        """One round: the timeout checks, then every held lease renewed; returns the next
-        deadline (monotonic) of a running job."""
-        next_deadline = self._check_timeouts()
-        with self._lock:
-            held = [h.job for h in self._held.values() if not h.timed_out]
-        by_lease: dict[float, list[Job]] = {}
-        for job in held:
-            by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
-            by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
-        for seconds, jobs in by_lease.items():
-            asked = time.monotonic()
-            try:
-                lost = self.manager.renew(jobs, seconds)
-            except Exception as exc:
-                log.warning("renewing %d leases failed (%s)", len(jobs), summary(exc))
-                continue
-            gone = {(job.id, job.token) for job in lost}
-            with self._lock:
-                for job in jobs:
-                    held_job = self._held.get((job.id, job.token))
-                    if held_job is None:
-                        continue
-                    if (job.id, job.token) in gone:
-                        held_job.lost = True
-                    else:
-                        held_job.lease_end = asked + seconds
-        return next_deadline
-
-    def _threads_done(self) -> bool:
-        if not self._stop.is_set():
-            return False
-        current = threading.current_thread()
-        return not any(t.is_alive() for t in list(self._threads) if t is not current)
-
-    def _check_timeouts(self, now: float | None = None) -> float:
-        """Abandon the process if a job is past its supervisor deadline, record the jobs
-        past their timeout; returns the next deadline (monotonic) of a running job."""
-        now = time.monotonic() if now is None else now
-        expired: list[AttemptOutcome] = []
-        stuck = False
-        next_deadline = float("inf")
-        with self._lock:
-            for held in self._held.values():
-                if not held.started or held.done:
-                    continue
-                timeouts = self.app.queue_config(held.job.queue).timeouts
-                elapsed = now - held.started
-                if elapsed > timeouts.supervisor_seconds:
-                    stuck = True
-                else:
-                    next_deadline = min(next_deadline, held.started + timeouts.supervisor_seconds)
-                if not held.timed_out:
-                    next_deadline = min(next_deadline, held.started + timeouts.job)
-                if elapsed > timeouts.job and not held.timed_out:
-                    held.timed_out = True
-                    self.stats.timed_out += 1
-                    wall_start = time.time() - elapsed
-                    expired.append(
-                        AttemptOutcome(
-                            held.job,
-                            JobTimeout(
-                                f"job {held.job.id} ({held.job.task}) ran {elapsed:.1f}s, "
-                                f"over its {timeouts.job:g}s timeout"
-                            ),
-                            not_before=wall_start + self._retry_delay(timeouts),
-                        )
-                    )
-        if stuck:  # before any database write, which could make it late
-            log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
-            try:
-                if self.on_stuck is not None:
-                    self.on_stuck()
-            except BaseException:  # sys.exit() here would end only this thread
-                log.exception("on_stuck of worker %s failed; stopping it", self.name)
-            self.stop(STUCK)
-        if expired:
-            # Retried while the database is away; given up (logged, counted) past the lease,
-            # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
-        return next_deadline
-
-    def _retry_delay(self, timeouts: Timeouts) -> float:
-        """Seconds from a timed-out attempt's start to its retry: past the supervisor
-        deadline by at least one heartbeat interval (the process is abandoned by then),
-        and never before its lease would have run out."""
-        return max(timeouts.lease_seconds, timeouts.supervisor_seconds + self._interval)

@@ -1,0 +1,164 @@
+"""A worker's heartbeat: the thread that renews the leases of every job its process
+holds and enforces the timeout hierarchy (``Worker``'s, in a mixin of its own).
+
+Job code cannot block it, and a round that fails (a bug of its own, a raising
+``on_stuck``) is logged and the next one runs. It wakes at each running job's timeout and
+supervisor deadline rather than only on its regular ticks: a process with a job past the
+supervisor timeout is abandoned first thing (``on_stuck``); a job past its timeout is
+recorded as failed and retried no earlier than its lease would have run out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from pigeon.exceptions import JobTimeout
+from pigeon.jobs.app import App
+from pigeon.jobs.autoscale import Budget
+from pigeon.jobs.held import Held, WorkerStats
+from pigeon.jobs.job import Job
+from pigeon.jobs.manager import AttemptOutcome, JobManager
+from pigeon.jobs.timeouts import Timeouts
+from pigeon.logs import summary
+
+log = logging.getLogger("pigeon.jobs.worker")
+T = TypeVar("T")
+
+STUCK = 70
+
+
+class Heartbeat:
+    """The heartbeat half of ``Worker``: what it uses of the worker is declared here."""
+
+    app: App
+    queues: dict[str, Budget]
+    manager: JobManager
+    name: str
+    stats: WorkerStats
+    on_stuck: Callable[[], None] | None
+    _held: dict[tuple[int, str], Held]
+    _lock: threading.Lock
+    _stop: threading.Event
+    _threads: list[threading.Thread]
+    _interval: float
+
+    def stop(self, code: int = 0) -> None:
+        raise NotImplementedError
+
+    def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
+        raise NotImplementedError
+
+    def _heartbeat(self) -> None:
+        configs = [self.app.queue_config(q) for q in self.queues]
+        lease = min(c.timeouts.lease_seconds for c in configs)
+        interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
+        self._interval = interval
+        while not self._threads_done():
+            try:
+                next_deadline = self._beat()
+            except Exception:
+                # The heartbeat must outlive any bug of its own: without it no lease is
+                # renewed, and every job this process runs is run again by whoever
+                # rescues it. The next round tries again.
+                log.exception("heartbeat of worker %s failed; going on", self.name)
+                with self._lock:
+                    self.stats.heartbeat_errors += 1
+                next_deadline = float("inf")
+            # Wake at the next timeout or supervisor deadline (just past it: the checks
+            # are strict), not up to an interval late. Once stopping, poll briefly: we
+            # only wait for the job threads to drain.
+            wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
+            if self._stop.wait(wait):
+                time.sleep(0.02)
+
+    def _beat(self) -> float:
+        """One round: the timeout checks, then every held lease renewed; returns the next
+        deadline (monotonic) of a running job."""
+        next_deadline = self._check_timeouts()
+        with self._lock:
+            held = [h.job for h in self._held.values() if not h.timed_out]
+        by_lease: dict[float, list[Job]] = {}
+        for job in held:
+            by_lease.setdefault(self.app.queue_config(job.queue).timeouts.lease_seconds, [])
+            by_lease[self.app.queue_config(job.queue).timeouts.lease_seconds].append(job)
+        for seconds, jobs in by_lease.items():
+            asked = time.monotonic()
+            try:
+                lost = self.manager.renew(jobs, seconds)
+            except Exception as exc:
+                log.warning("renewing %d leases failed (%s)", len(jobs), summary(exc))
+                continue
+            gone = {(job.id, job.token) for job in lost}
+            with self._lock:
+                for job in jobs:
+                    held_job = self._held.get((job.id, job.token))
+                    if held_job is None:
+                        continue
+                    if (job.id, job.token) in gone:
+                        held_job.lost = True
+                    else:
+                        held_job.lease_end = asked + seconds
+        return next_deadline
+
+    def _threads_done(self) -> bool:
+        if not self._stop.is_set():
+            return False
+        current = threading.current_thread()
+        return not any(t.is_alive() for t in list(self._threads) if t is not current)
+
+    def _check_timeouts(self, now: float | None = None) -> float:
+        """Abandon the process if a job is past its supervisor deadline, record the jobs
+        past their timeout; returns the next deadline (monotonic) of a running job."""
+        now = time.monotonic() if now is None else now
+        expired: list[AttemptOutcome] = []
+        stuck = False
+        next_deadline = float("inf")
+        with self._lock:
+            for held in self._held.values():
+                if not held.started or held.done:
+                    continue
+                timeouts = self.app.queue_config(held.job.queue).timeouts
+                elapsed = now - held.started
+                if elapsed > timeouts.supervisor_seconds:
+                    stuck = True
+                else:
+                    next_deadline = min(next_deadline, held.started + timeouts.supervisor_seconds)
+                if not held.timed_out:
+                    next_deadline = min(next_deadline, held.started + timeouts.job)
+                if elapsed > timeouts.job and not held.timed_out:
+                    held.timed_out = True
+                    self.stats.timed_out += 1
+                    wall_start = time.time() - elapsed
+                    expired.append(
+                        AttemptOutcome(
+                            held.job,
+                            JobTimeout(
+                                f"job {held.job.id} ({held.job.task}) ran {elapsed:.1f}s, "
+                                f"over its {timeouts.job:g}s timeout"
+                            ),
+                            not_before=wall_start + self._retry_delay(timeouts),
+                        )
+                    )
+        if stuck:  # before any database write, which could make it late
+            log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
+            try:
+                if self.on_stuck is not None:
+                    self.on_stuck()
+            except BaseException:  # sys.exit() here would end only this thread
+                log.exception("on_stuck of worker %s failed; stopping it", self.name)
+            self.stop(STUCK)
+        if expired:
+            # Retried while the database is away; given up (logged, counted) past the lease,
+            # when the jobs are recovered by lease expiry like any unrecorded outcome.
+            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+        return next_deadline
+
+    def _retry_delay(self, timeouts: Timeouts) -> float:
+        """Seconds from a timed-out attempt's start to its retry: past the supervisor
+        deadline by at least one heartbeat interval (the process is abandoned by then),
+        and never before its lease would have run out."""
+        return max(timeouts.lease_seconds, timeouts.supervisor_seconds + self._interval)
