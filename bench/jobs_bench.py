@@ -110,7 +110,7 @@ def run(quick: bool = False) -> list[Row]:
         folder = Path(tmp)
         huey_rate = _huey_drain(folder, n)
         for processes in (1, 2):
-            options = WorkerOptions(batch=200, durability="normal", schedules=False)
+            options = WorkerOptions(batch=200, prefetch=200, durability="normal", schedules=False)
             rate = pigeon_drain(str(folder / f"drain-{processes}.db"), n, processes, options)
             rows.append(
                 row(

@@ -63,7 +63,8 @@ def fresh_database(label: str) -> Iterator[str]:
 def _pigeon_drain(n: int, workers: int) -> float:
     """``workers`` worker processes of one thread each, on a fresh database."""
     with fresh_database(f"pigeon{workers}") as url:
-        return pigeon_drain(url, n, workers, WorkerOptions(batch=100, schedules=False))
+        options = WorkerOptions(batch=100, prefetch=100, schedules=False)
+        return pigeon_drain(url, n, workers, options)
 
 
 def _pigeon_latency(samples: int, *, notify: bool) -> list[float]:

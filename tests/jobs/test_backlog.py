@@ -61,11 +61,12 @@ def test_a_busy_queue_behind_its_objective_fires_the_breach_hook(
         assert time.monotonic() - began < 3.5
         (queue, age, objective) = fired[0]
         assert queue == "q" and objective == 1.0 and age > 1.0
-        # Every reader agrees: the oldest job waits past the objective, several wait.
+        # Every reader agrees: the oldest job waits past the objective, several wait, and
+        # at most one runs (none for a moment between two jobs).
         (row,) = stats.queue_stats(db, app)
-        assert row.breach and row.ready >= 5 and row.reserved == 1, row
+        assert row.breach and row.ready >= 5 and row.reserved <= 1, row
         (page,) = overview(db, app, history=False)["queues"]
-        assert page["breach"] and page["ready"] >= 5 and page["workers"]["busy"] == 1
+        assert page["breach"] and page["ready"] >= 5 and page["workers"]["busy"] <= 1
     finally:
         release.set()
         worker.stop()

@@ -11,6 +11,7 @@ recorded as failed and retried no earlier than its lease would have run out.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,10 @@ log = logging.getLogger("pigeon.jobs.worker")
 T = TypeVar("T")
 
 STUCK = 70
+# Seconds a job taken from the prefetch buffer runs before the heartbeat writes its
+# started marker: a job that ends sooner never costs a write of its own, and one that runs
+# on counts as waiting at most this long (the claim marks its first job itself).
+MARK_AFTER = 0.1
 
 
 class Heartbeat:
@@ -76,9 +81,9 @@ class Heartbeat:
                 time.sleep(0.02)
 
     def _beat(self) -> float:
-        """One round: the timeout checks, then every held lease renewed; returns the next
-        deadline (monotonic) of a running job."""
-        next_deadline = self._check_timeouts()
+        """One round: the timeout checks, the started markers due, then every held lease
+        renewed; returns the next deadline (monotonic) of a running job."""
+        next_deadline = min(self._check_timeouts(), self._mark_started())
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]
         by_lease: dict[float, list[Job]] = {}
@@ -103,6 +108,26 @@ class Heartbeat:
                     else:
                         held_job.lease_end = asked + seconds
         return next_deadline
+
+    def _mark_started(self) -> float:
+        """Write the started markers of the jobs running ``MARK_AFTER`` seconds without
+        one, in one transaction; returns when the next is due (monotonic)."""
+        now = time.monotonic()
+        with self._lock:
+            waiting = [h for h in self._held.values() if h.started and not h.done and not h.marked]
+        due = [h for h in waiting if now - h.started >= MARK_AFTER]
+        later = [h.started + MARK_AFTER for h in waiting if now - h.started < MARK_AFTER]
+        if due:
+            try:
+                held = self.manager.start_jobs([h.job for h in due])
+            except Exception as exc:  # the next round tries again
+                log.warning("writing %d started markers failed (%s)", len(due), summary(exc))
+                return now + MARK_AFTER
+            with self._lock:
+                for h in due:
+                    h.marked = True
+                    h.lost = h.lost or h.job.id not in held
+        return min(later, default=math.inf)
 
     def _threads_done(self) -> bool:
         if not self._stop.is_set():

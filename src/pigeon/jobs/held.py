@@ -34,7 +34,7 @@ class Held:
     timed_out: bool = False
     done: bool = False  # its task returned; the outcome may still wait in the batch buffer
     lost: bool = False  # the heartbeat found the lease gone (expired and rescued)
-    marked: bool = False  # its started marker is written (by the claim, or at its start)
+    marked: bool = False  # its started marker is written (by the claim, or the heartbeat)
     # Monotonic time the lease is known to run until (from before the claim or the last
     # renewal that got through): past it, another worker may have rescued the job.
     lease_end: float = math.inf

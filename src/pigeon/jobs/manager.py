@@ -184,8 +184,13 @@ class JobManager:
     def start_job(self, job: Job) -> bool:
         """Mark ``job``'s attempt started (it runs from now; until then it counted as
         waiting). False if its lease no longer holds it: it must not start."""
+        return job.id in self.start_jobs([job])
+
+    def start_jobs(self, jobs: Sequence[Job]) -> set[JobId]:
+        """``start_job`` for many in one transaction; the ids whose lease still holds."""
+        now = self.clock()
         with self.store.transaction() as session:
-            return session.mark_started(job, self.clock())
+            return {job.id for job in jobs if session.mark_started(job, now)}
 
     def pressure(self, queue: str, cap: int) -> tuple[int, float | None]:
         """The waiting backlog of ``queue`` (counted up to ``cap``: ready, claimed but not

@@ -21,7 +21,8 @@ A queue's threads claim only what its free threads can start now (``prefetch``: 
 default one job per free thread, at most ``batch`` per round trip): a thread with nothing
 to run claims for the free ones, starts the first job itself and leaves the others to
 them. A job claimed but not started still counts as waiting (its started marker is
-written when it begins), so a busy queue never hides its backlog in leases.
+written with the claim for the first, by the heartbeat for the others once they have run
+``heartbeat.MARK_AFTER``), so a busy queue never hides its backlog in leases.
 ``recycle_jobs`` counts started jobs: after exactly that many the process stops claiming
 and gives back what it holds unstarted.
 
@@ -336,8 +337,6 @@ class Worker(Heartbeat):
             lease_end = confirm_lease(self.manager, job, config.timeouts.lease_seconds)
             with self._lock:
                 held.lost, held.lease_end = lease_end is None or held.lost, lease_end or 0.0
-        if held is not None and not held.lost and not held.marked:
-            held.lost = not self._mark_started(job)
         verdict = self._begin(job, held)
         if verdict == "release":
             self._release([job])  # marked started or not: queued again
@@ -418,16 +417,6 @@ class Worker(Heartbeat):
         with self._lock:
             for job in jobs:
                 self._held.pop((job.id, job.token), None)
-
-    def _mark_started(self, job: Job) -> bool:
-        """Write the started marker of a job that waited claimed; False if its lease is
-        gone. A marker that cannot be written (the database away) does not hold the job
-        back: its lease was confirmed above, and it counts as waiting a little longer."""
-        try:
-            return self.manager.start_job(job)
-        except Exception as exc:
-            log.warning("job %s: started marker not written (%s); running it", job.id, summary(exc))
-            return True
 
     def _maybe_recycle(self) -> None:
         """Over ``recycle_mib``: no more claims (``recycle_jobs`` is counted as jobs start)."""
