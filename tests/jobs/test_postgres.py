@@ -81,7 +81,15 @@ def test_concurrent_batch_claims_never_share_a_job(pg: Database) -> None:
 
 _PLANNED = {
     # query name -> parameters; every claim, finish and lookup of the jobs tables
-    "job_claim": {"queue": "q1", "worker": "w", "token": "t", "now": 5e9, "until": 6e9, "n": 8},
+    "job_claim": {
+        "queue": "q1",
+        "worker": "w",
+        "token": "t",
+        "now": 5e9,
+        "until": 6e9,
+        "n": 8,
+        "start": 1,
+    },
     "job_claim_start": {
         "queue": "q1",
         "worker": "w",
@@ -89,7 +97,10 @@ _PLANNED = {
         "now": 5e9,
         "until": 6e9,
         "n": 8,
+        "start": 1,
     },
+    "job_start": {"id": 5, "attempt": 1, "token": "t", "now": 1.0},
+    "job_queue_pressure": {"queue": "q1", "now": 5e9, "cap": 100},
     "job_succeed": {"id": 5, "attempt": 1, "token": "t", "now": 1.0},
     "job_succeed_many": {
         "ids": [5, 6],
