@@ -41,7 +41,7 @@ def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
         path,
         {"chaos": 4},
         processes=2,
-        options=WorkerOptions(durability="normal", batch=4, schedules=False),
+        options=WorkerOptions(durability="normal", batch=4, prefetch=4, schedules=False),
     )
     rng = random.Random(2024)
     sup.start()
