@@ -66,9 +66,10 @@ class TableStatements:
             # As job_queue_stats: waiting is queued and due, or claimed but not started
             # (within its lease: ready; any claimed-not-started job for the oldest age).
             unstarted = status == "reserved" and r["started_at"] is None
-            if (status == "queued" and r["scheduled_at"] <= now) or unstarted:
-                if row["oldest_ready_at"] is None or r["scheduled_at"] < row["oldest_ready_at"]:
-                    row["oldest_ready_at"] = r["scheduled_at"]
+            waiting = (status == "queued" and r["scheduled_at"] <= now) or unstarted
+            oldest = row["oldest_ready_at"]
+            if waiting and (oldest is None or r["scheduled_at"] < oldest):
+                row["oldest_ready_at"] = r["scheduled_at"]
             if status == "queued":
                 row["ready" if r["scheduled_at"] <= now else "delayed"] += 1
             elif status == "reserved":
