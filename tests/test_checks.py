@@ -45,10 +45,8 @@ GUARD_ALLOWED = {
     # of every request body.
     "protocol/strictjson.py": "parses a float's range, not a caller's value",
     # Retry-After parsing: a header's text read as float; an unreadable or infinite one
-    # means "no header". The sync branch owns the module.
-    "sync/classify.py": "Retry-After header parsing (owned by the sync branch)",
-    # owned by the backlog branch: its `_finite` goes there.
-    "cli/plan_cmd.py": "owned by the backlog branch",
+    # means "no header".
+    "sync/classify.py": "Retry-After header parsing",
 }
 
 

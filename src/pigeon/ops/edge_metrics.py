@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pigeon import OfflineQueue, QueueStats  # the queue's public API, nothing of its insides
+from pigeon.checks import is_int_in
 from pigeon.exceptions import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def serve_edge_metrics(
     of the process is exported. ``addr`` is loopback unless told otherwise (the figures
     name no payload, but a queue's depth is still the app's business). ``name``: the
     ``queue`` label (default: the queue file's name)."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+    if not is_int_in(port, 0, 65535):
         raise ConfigurationError(
             f"the metrics port must be an integer from 0 to 65535, not {port!r}"
         )
