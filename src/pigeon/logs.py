@@ -28,13 +28,13 @@ import logging
 import logging.config
 import os
 import re
-import sqlite3
 import time
 import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, StoreError
+from pigeon.storage.errors import SAFE_DRIVER_MESSAGES
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -61,7 +61,7 @@ SAFE_MESSAGES: tuple[type[BaseException], ...] = (
     ConfigurationError,
     JobTimeout,
     OSError,
-    sqlite3.OperationalError,
+    *SAFE_DRIVER_MESSAGES,  # SQLite's OperationalError
 )
 # What a LogRecord has of its own: anything else on it came from ``extra=`` (a field).
 _STANDARD = frozenset(

@@ -8,25 +8,23 @@ command, and printed as ``error: <message>`` (shown escaped) with exit status 1.
 
 from __future__ import annotations
 
-import sqlite3
-import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
 from pigeon.exceptions import PigeonError
+from pigeon.storage.errors import is_driver_error
 
 
 def _user_error(exc: Exception) -> bool:
     """Is ``exc`` one a user can cause (a bad file, an unreachable or full database, a
     refused value), as opposed to a bug in pigeon, which keeps its traceback?"""
-    if isinstance(exc, PigeonError | sqlite3.Error):
+    if isinstance(exc, PigeonError) or is_driver_error(exc):
         return True
     if isinstance(exc, OSError):
         return not isinstance(exc, BrokenPipeError)  # click ends a closed pipe quietly
-    psycopg = sys.modules.get("psycopg")  # only if a command imported it
-    return psycopg is not None and isinstance(exc, psycopg.Error)
+    return False
 
 
 class _Group(TyperGroup):

@@ -15,7 +15,7 @@ from typing import Literal
 
 import typer
 
-from pigeon.exceptions import PigeonError
+from pigeon.exceptions import PigeonError, StoreUnavailable
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
@@ -29,19 +29,15 @@ def is_postgres(db: str) -> bool:
 
 
 def check_postgres(url: str, param_hint: str = "--db") -> None:
-    """One plain connection before any pool is opened: a pool that cannot connect retries
-    for its whole timeout (30 s), logging each attempt, and then names only the timeout.
-    The first line of libpq's message names the cause."""
-    import psycopg  # only when a PostgreSQL URL is given
+    """One plain connection before any pool is opened (`pigeon.storage.postgres.probe`):
+    an unreachable server or a missing database is a usage error within seconds, naming
+    libpq's reason, rather than a pool's 30 s of retries naming only the timeout."""
+    from pigeon.storage.postgres import probe  # the driver loads only for a PostgreSQL URL
 
     try:
-        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT).close()
-    except psycopg.Error as exc:
-        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        raise typer.BadParameter(
-            f"cannot connect to PostgreSQL: {reason or type(exc).__name__}",
-            param_hint=param_hint,
-        ) from exc
+        probe(url, CONNECT_TIMEOUT)
+    except StoreUnavailable as exc:
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
 
 
 def open_db(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.stats import QueueStats
 from pigeon.exceptions import PigeonError
 from pigeon.storage.crypto import Keyring
+from pigeon.storage.errors import driver_errors
 
 app = typer.Typer(help="Inspect and repair an offline queue file.", no_args_is_help=True)
 
@@ -57,7 +57,7 @@ def open_queue(path: Path) -> Iterator[OfflineQueue]:
     except PigeonError as exc:
         error(exc)
         raise typer.Exit(1) from exc
-    except sqlite3.Error as exc:  # e.g. a read-only file: opening writes the state row
+    except driver_errors() as exc:  # e.g. a read-only file: opening writes the state row
         error(f"cannot use {path}: {exc}")
         raise typer.Exit(1) from exc
 

@@ -14,7 +14,7 @@ from typing import Any
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.jobs._db import dumps, reading
 from pigeon.jobs.failed import FailedStore
-from pigeon.ops.queries import _queries, error_class
+from pigeon.ops.queries import OPS, error_class
 from pigeon.storage.base import Database
 from pigeon.storage.sealed import JOB_ERROR
 
@@ -62,11 +62,10 @@ def matching(db: Database, selection: Selection) -> tuple[list[int], int]:
     """The dry run: the failed jobs the selection matches now, and the newest job id seen
     (the action applies to none newer)."""
     with reading(db) as tx:
-        queries = _queries(tx.backend)
         max_id = selection.max_id
         if max_id is None:
-            max_id = int(tx.sql(queries["max_job_id"], {}).fetchone()["id"])
-        rows = tx.sql(queries["failed_select"], _params(selection, max_id)).fetchall()
+            max_id = int(OPS.run(tx, "max_job_id").fetchone()["id"])
+        rows = OPS.run(tx, "failed_select", _params(selection, max_id)).fetchall()
         for row in rows:  # errors are sealed at rest when the server has keys
             row["last_error"] = tx.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
     ids = [
@@ -123,8 +122,9 @@ def apply(
             "done": done,
             "skipped": skipped,
         }
-        row = tx.sql(_queries(tx.backend)["action_insert"], params)
-        action_id = _inserted_id(tx.backend, row)
+        # RETURNING id on both backends; fetchall ends the statement before the commit.
+        (inserted,) = OPS.run(tx, "action_insert", params).fetchall()
+        action_id = int(inserted["id"])
     return Outcome(action_id, len(ids), done, skipped)
 
 
@@ -132,17 +132,7 @@ def _with_max(selection: Selection, max_id: int) -> Selection:
     return Selection(selection.ids, selection.owner, selection.queue, selection.error_class, max_id)
 
 
-def _inserted_id(backend: str, cursor: Any) -> int | None:
-    if backend == "postgres":
-        found = cursor.fetchone()
-        return int(found["id"]) if found is not None else None
-    last = getattr(cursor, "lastrowid", None)
-    return int(last) if last is not None else None
-
-
 def action_log(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
     with reading(db) as tx:
-        rows: list[dict[str, Any]] = tx.sql(
-            _queries(tx.backend)["action_log"], {"limit": limit}
-        ).fetchall()
+        rows: list[dict[str, Any]] = OPS.run(tx, "action_log", {"limit": limit}).fetchall()
     return rows

@@ -27,7 +27,6 @@ entries and, past that, is the planner's estimate (``EXPLAIN``), named in
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import time
@@ -39,7 +38,7 @@ from pigeon.jobs._db import loads, reading
 from pigeon.jobs.app import App
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.queries import load_queries
+from pigeon.storage.queries import QuerySet
 from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR
 
 DEFAULT_WINDOW = 24 * 3600.0
@@ -59,9 +58,7 @@ JOB_STATES = ("ready", "delayed", "reserved", "stuck", "failed", "succeeded", "c
 OBLIGATION_STATES = ("pending", "in_progress", "completed", "failed", "cancelled")
 
 
-@functools.cache
-def _queries(backend: str) -> dict[str, str]:
-    return load_queries(backend, "ops")
+OPS = QuerySet("ops")  # the operations reads, one .sql file per backend
 
 
 @dataclass
@@ -75,7 +72,7 @@ class _Reader:
     estimated: list[str]
 
     def sql(self, name: str) -> str:
-        return _queries(self.tx.backend)[name]
+        return OPS.text(self.tx, name)
 
     def all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.tx.sql(self.sql(name), params).fetchall()
@@ -158,7 +155,7 @@ def overview(
     since, until = window_bounds(now, window)
     estimated: list[str] = []
     with reading(db) as tx:
-        size_row = tx.sql(_queries(tx.backend)["table_size"], {"table": "pigeon_jobs"}).fetchone()
+        size_row = OPS.run(tx, "table_size", {"table": "pigeon_jobs"}).fetchone()
         size = size_row["n"] if size_row is not None else None
         capped = size is not None and int(size) > large_table
         if capped:

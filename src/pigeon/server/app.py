@@ -63,7 +63,7 @@ from pigeon.server.limits import (
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.results import OpResult, problem_result, store_unavailable
 from pigeon.server.testhooks import BadTestHook, TestHooks
-from pigeon.storage.errors import STORE_DOWN
+from pigeon.storage.errors import store_down_errors
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +464,7 @@ class _Endpoints:
         del entries
         try:
             results = self.intake.execute_batch(principal, ops)
-        except STORE_DOWN as exc:
+        except store_down_errors() as exc:
             memory.give_back(size)
             return render_result(store_unavailable(exc))
         del ops
@@ -524,7 +524,7 @@ async def _purge_forever(intake: Intake, interval: float) -> None:
         try:
             responses, claims = await run_in_threadpool(intake.purge)
             log.info("purged %d stored responses and %d expired claims", responses, claims)
-        except STORE_DOWN as exc:
+        except store_down_errors() as exc:
             log.warning("purge skipped, store unavailable: %s", exc)
         except Exception:
             # Any other failure of one round: logged, and the next round runs. Leaving the

@@ -102,7 +102,7 @@ from pigeon.server.results import (
 from pigeon.server.validation import RequestCheck, Validator
 from pigeon.server.validation import invalid as _invalid
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.errors import STORE_DOWN, retried, store_down
+from pigeon.storage.errors import retried, store_down, store_down_errors
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ class Intake:
             return failed.result
         except KeyBusy as busy:  # another process holds the key: nothing committed here
             return busy_refusal(busy, op)
-        except STORE_DOWN as exc:
+        except store_down_errors() as exc:
             return store_unavailable(exc)
         self.notify([result])
         return refresh_all(self.store, [result])[0]
@@ -411,7 +411,7 @@ class Intake:
         try:
             return self.transact(work)  # a deadlock victim runs again under the same claim
         except BaseException:
-            with contextlib.suppress(*STORE_DOWN), self._transaction() as tx:
+            with contextlib.suppress(*store_down_errors()), self._transaction() as tx:
                 self.store.release(tx, claim)
             raise
 

@@ -15,7 +15,7 @@ from pigeon.server.operations import OperationRequest
 from pigeon.server.replay import claim_refusal, refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
-from pigeon.storage.errors import STORE_DOWN
+from pigeon.storage.errors import store_down_errors
 
 if TYPE_CHECKING:
     from pigeon.server.intake import Intake
@@ -53,7 +53,7 @@ def execute_group(
         results = intake.transact(
             lambda tx: [ctx.run(intake.apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
         )
-    except STORE_DOWN as exc:
+    except store_down_errors() as exc:
         return [store_unavailable(exc)] * len(items)  # nothing committed
     except KeyBusy:  # one key held by another process aborted the group: each alone
         return [ctx.run(intake.execute_alone, p, op) for ctx, (p, op) in pairs]
@@ -97,8 +97,8 @@ def _execute_admitted(
 ) -> list[OpResult]:
     results: list[OpResult] = []
     chunk = intake.batch_chunk or len(ops) or 1
-    # STORE_DOWN propagates: the caller answers 503 for what did not commit. The
-    # chunks before it committed, and a retry of the batch replays them.
+    # A store-down error (store_down_errors) propagates: the caller answers 503 for what
+    # did not commit. The chunks before it committed, and a retry of the batch replays them.
     # Even an empty batch opens its transaction: a dead store answers 503, not 200.
     for start in range(0, len(ops), chunk) or [0]:
         done = _chunk(intake, principal, ops[start : start + chunk])

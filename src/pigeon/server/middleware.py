@@ -66,7 +66,7 @@ from pigeon.server.results import (
     stored,
 )
 from pigeon.storage.base import Database
-from pigeon.storage.errors import STORE_DOWN
+from pigeon.storage.errors import store_down_errors
 
 # What a wrapped app answers for a request it refused as invalid: nothing ran, nothing kept.
 VALIDATION_STATUSES = frozenset({400, 422})
@@ -149,7 +149,7 @@ class IdempotencyMiddleware:
             body = {"raw": base64.b64encode(raw).decode("ascii")}  # not JSON: its bytes
         try:
             decision = await run_in_threadpool(self._claim, principal, key, scope, body)
-        except STORE_DOWN as exc:
+        except store_down_errors() as exc:
             await render_result(store_unavailable(exc))(scope, receive, send)
             return
         if decision.claim is None:
@@ -218,7 +218,7 @@ class IdempotencyMiddleware:
             await run_in_threadpool(self._release, claim)
         else:
             response = _stored(status, headers, body)
-            with contextlib.suppress(*STORE_DOWN):
+            with contextlib.suppress(*store_down_errors()):
                 # If this fails the claim stays in progress until lock_timeout: see above.
                 await run_in_threadpool(self._complete, claim, response)
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -232,7 +232,7 @@ class IdempotencyMiddleware:
         every = self.store.policy.lock_timeout / 3
         while True:
             await asyncio.sleep(every)
-            with contextlib.suppress(*STORE_DOWN):
+            with contextlib.suppress(*store_down_errors()):
                 await run_in_threadpool(self._renew, claim)
 
     def _renew(self, claim: Claim) -> None:
@@ -240,7 +240,7 @@ class IdempotencyMiddleware:
             self.store.renew(tx, claim)
 
     def _release(self, claim: Claim) -> None:
-        with contextlib.suppress(*STORE_DOWN), self.store.transaction() as tx:
+        with contextlib.suppress(*store_down_errors()), self.store.transaction() as tx:
             self.store.release(tx, claim)
 
     def _complete(self, claim: Claim, stored: StoredResponse) -> None:

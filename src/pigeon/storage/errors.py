@@ -16,13 +16,14 @@ for its driver, and it fails the same way on every run, whatever the store's hea
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import random
 import sqlite3
+import sys
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pigeon.exceptions import Contention, LockTimeout, StorageFull, StoreUnavailable
 
@@ -31,27 +32,54 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@functools.cache
+def _loaded_psycopg() -> Any:
+    """psycopg, if this process has loaded it, else None. A psycopg error can exist only
+    once psycopg is loaded, so asking "is this a psycopg error?" never needs the import:
+    a process that only ever opens SQLite (an edge app, a SQLite server or worker) never
+    loads the driver, however often the question is asked."""
+    return sys.modules.get("psycopg")
+
+
 def _psycopg_down() -> tuple[type[BaseException], ...]:
-    """psycopg's OperationalError, imported when first asked for: a process that only
-    ever opens SQLite (an edge app, a SQLite worker) never loads the driver."""
-    try:
-        import psycopg
-    except ImportError:  # the postgres extra is not installed
-        return ()
-    return (psycopg.OperationalError,)
+    """psycopg's OperationalError, if psycopg is loaded (see `_loaded_psycopg`)."""
+    found = getattr(_loaded_psycopg(), "OperationalError", None)
+    return (found,) if found is not None else ()
 
 
 def store_down_errors() -> tuple[type[BaseException], ...]:
     """The errors that may mean "the store cannot be used right now": the intake fails
-    closed (503). ``store_down`` tells a statement's own fault among the drivers' ones."""
+    closed (503). ``store_down`` tells a statement's own fault among the drivers' ones.
+    Ask for it where the error is caught (``except store_down_errors() as exc``): the
+    answer grows when a PostgreSQL database is first opened."""
     return (StoreUnavailable, sqlite3.OperationalError, *_psycopg_down())
 
 
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """Every error a database driver raises (``sqlite3.Error``, and ``psycopg.Error`` once
+    psycopg is loaded), for the layers that report them without naming a driver: the CLI
+    turns them into a one-line message."""
+    found = getattr(_loaded_psycopg(), "Error", None)
+    return (sqlite3.Error, found) if found is not None else (sqlite3.Error,)
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """Was ``exc`` raised by a database driver (see `driver_errors`)?"""
+    return isinstance(exc, driver_errors())
+
+
+# The drivers' errors whose messages speak of the store (locked, disk I/O error, no such
+# table) and so may be logged as they are (`pigeon.logs.SAFE_MESSAGES`): SQLite's
+# OperationalError, the one the logs have always kept.
+SAFE_DRIVER_MESSAGES: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
+
+
 def __getattr__(name: str) -> tuple[type[BaseException], ...]:
-    # STORE_DOWN is a module attribute made on first use (``from ... import STORE_DOWN``
-    # by the server's modules), so that importing this module loads no driver.
+    # STORE_DOWN: the older spelling of store_down_errors(), a module attribute made on
+    # first use. It imports psycopg (when installed) so that the tuple, fixed when it is
+    # imported, also holds psycopg's error; pigeon's own modules call the function.
     if name == "STORE_DOWN":
+        with contextlib.suppress(ImportError):  # the postgres extra is not installed
+            import psycopg  # noqa: F401
         return store_down_errors()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -99,7 +127,7 @@ def is_full(exc: BaseException) -> bool:
 
 
 def store_down(exc: BaseException) -> bool:
-    """Is this one of ``STORE_DOWN`` because the store is unavailable, rather than a SQL
+    """Is this one of `store_down_errors` because the store is unavailable, rather than a SQL
     error of the statement that raised it? Only the former fails a whole group or batch
     with 503; the latter is the failure of the one operation whose handler ran it (a
     503 for it would be sent again, and fail again, for ever, with its batch)."""
@@ -170,10 +198,13 @@ def retried(run: Callable[[], T], *, retries: int = CONTENTION_RETRIES) -> T:
 
 __all__ = [
     "CONTENTION_RETRIES",
+    "SAFE_DRIVER_MESSAGES",
     "Contention",
     "LockTimeout",
     "contended",
+    "driver_errors",
     "from_postgres",
+    "is_driver_error",
     "is_full",
     "lock_timed_out",
     "retried",

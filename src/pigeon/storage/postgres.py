@@ -241,3 +241,17 @@ class PostgresDatabase:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def probe(url: str, connect_timeout: int) -> None:
+    """One plain connection to ``url``, closed at once, or ``StoreUnavailable`` naming the
+    cause (the first line of libpq's message). For a caller about to open a pool: a pool
+    that cannot connect retries for its whole timeout, logging each attempt, and then
+    names only the timeout. ``connect_timeout``: whole seconds (libpq's unit)."""
+    try:
+        psycopg.connect(url, connect_timeout=connect_timeout).close()
+    except psycopg.Error as exc:  # also a malformed URL, not only an unreachable server
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise StoreUnavailable(
+            f"cannot connect to PostgreSQL: {reason or type(exc).__name__}"
+        ) from exc

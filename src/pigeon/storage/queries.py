@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the annotations only: this module stays a leaf at run time
+    from pigeon.storage.base import Tx
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -49,3 +54,28 @@ def migrations(backend: str, component: str, package: str = LIBRARY) -> list[tup
     if numbers != list(range(1, len(numbers) + 1)):
         raise RuntimeError(f"migrations for {backend}/{component} are not 1..n: {numbers}")
     return found
+
+
+class QuerySet:
+    """One component's named SQL blocks, chosen for the backend of the transaction that
+    runs them: the one place that reads ``tx.backend`` for a component whose statements
+    run through ``Tx.sql`` (its queries are not in the database's own set). Domain code
+    asks for a statement by name and never names a backend.
+
+    ``OPS = QuerySet("ops")`` at module level; ``OPS.run(tx, "action_log", {...})``."""
+
+    def __init__(self, component: str) -> None:
+        self.component = component
+
+    def text(self, tx: Tx, name: str) -> str:
+        """The SQL of ``name`` for ``tx``'s backend; a ``KeyError`` naming the file if it
+        has no such block."""
+        queries = load_queries(tx.backend, self.component)
+        try:
+            return queries[name]
+        except KeyError:
+            raise KeyError(f"no query {name!r} in {tx.backend}/{self.component}.sql") from None
+
+    def run(self, tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
+        """``name`` run in ``tx``; the driver's cursor (rows as dicts), as ``Tx.sql``."""
+        return tx.sql(self.text(tx, name), params if params is not None else {})

@@ -205,6 +205,7 @@ INSERT INTO pigeon_operator_actions (at, actor, action, reason, selection, match
                                      skipped)
 VALUES (:at, :actor, :action, :reason, :selection, :matched, :done,
         :skipped)
+RETURNING id
 
 -- name: action_log
 SELECT id, at, actor, action, reason, selection, matched, done, skipped

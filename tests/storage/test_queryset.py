@@ -1,0 +1,43 @@
+"""``QuerySet``: a component's named SQL, chosen for the backend of the transaction that
+runs it, so that the component's code never reads ``tx.backend``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pigeon.storage.queries import QuerySet, load_queries
+from pigeon.storage.server import open_server_db
+
+OPS = QuerySet("ops")
+
+
+def test_a_named_statement_runs_in_the_transactions_backend(server_db_url: str) -> None:
+    db = open_server_db(server_db_url)
+    try:
+        with db.transaction() as tx:
+            assert OPS.text(tx, "action_log") == load_queries(tx.backend, "ops")["action_log"]
+            params = {"at": 1.0, "actor": "ann", "action": "retry", "reason": "why",
+                      "selection": "{}", "matched": 0, "done": 0, "skipped": 0}  # fmt: skip
+            # RETURNING id on both backends: the new row's id, whatever the driver.
+            first = OPS.run(tx, "action_insert", params).fetchall()
+            second = OPS.run(tx, "action_insert", params).fetchall()
+            assert [len(first), len(second)] == [1, 1]
+            assert second[0]["id"] == first[0]["id"] + 1
+            logged = OPS.run(tx, "action_log", {"limit": 5}).fetchall()
+            assert [row["id"] for row in logged] == [second[0]["id"], first[0]["id"]]
+    finally:
+        db.close()
+
+
+def test_an_unknown_name_is_refused_naming_the_file(tmp_path: Path) -> None:
+    db = open_server_db(tmp_path / "server.db")
+    try:
+        with (
+            pytest.raises(KeyError, match=r"no query 'no_such' in sqlite/ops\.sql"),
+            db.transaction() as tx,
+        ):
+            OPS.text(tx, "no_such")
+    finally:
+        db.close()
