@@ -1,9 +1,14 @@
-"""One name, one meaning: a public class name is defined in one module of pigeon only.
+"""One name, one meaning: a public class or module-level function name is defined in one
+module of pigeon only.
 
 Two classes of one name mean two things a reader has to tell apart by their import line
-(``Timeouts`` was a job's deadlines in pigeon.jobs and a connection's in pigeon.server).
-A name re-exported by another module (a package's ``__init__``, a deprecated shim) is an
-import, not a definition, and does not count.
+(``Timeouts`` was a job's deadlines in pigeon.jobs and a connection's in pigeon.server);
+two functions of one name are two things (``configure`` set up the logs in pigeon.logs
+and glibc's allocator in pigeon.server.memory) or two copies of one helper
+(``path_segment``). A name re-exported by another module (a package's ``__init__``, a
+deprecated shim) is an import, not a definition, and does not count. Nor do the CLI's
+command functions: each is named for its command (``pigeon queue dead``,
+``pigeon plan``), which says what it is where it is used.
 """
 
 from __future__ import annotations
@@ -12,27 +17,64 @@ import ast
 import importlib
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import pigeon
+from pigeon.cli import app as cli_app
 
 SOURCE = Path(pigeon.__file__).parent
 
 # Names that may be defined in more than one module, each with why both mean the same
 # thing. A list that may only shrink (a stale entry fails `test_the_allow_list_is_current`).
 SHARED_NAMES: dict[str, str] = {}
+# The same for module-level functions.
+SHARED_FUNCTIONS: dict[str, str] = {
+    "from_url": "each broker publisher's constructor from its URL (pigeon.jobs.publishers."
+    "amqp / nats / redis), the one way a publisher is made: one meaning, three brokers",
+    "loads": "a JSON document's value, as json.loads: strictjson's refuses what the wire "
+    "protocol forbids (at the trust boundary), jobs._db's lets a NULL column through; "
+    "the jobs' one could say so in its name (loads_column), a jobs/ change left to it",
+}
 
 
-def public_class_definitions() -> dict[str, list[str]]:
-    """Each public module-level class name, with the modules that define it."""
+def _definitions(kinds: tuple[type[ast.AST], ...]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = defaultdict(list)
     for path in sorted(SOURCE.rglob("*.py")):
         module = ".".join(("pigeon", *path.relative_to(SOURCE).with_suffix("").parts))
         for node in ast.parse(path.read_text(), str(path)).body:
-            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-                found[node.name].append(module.removesuffix(".__init__"))
+            name = getattr(node, "name", "_")
+            if isinstance(node, kinds) and not name.startswith("_"):
+                found[name].append(module.removesuffix(".__init__"))
     return found
+
+
+def public_class_definitions() -> dict[str, list[str]]:
+    """Each public module-level class name, with the modules that define it."""
+    return _definitions((ast.ClassDef,))
+
+
+def cli_commands(group: Any = cli_app) -> set[tuple[str, str]]:
+    """The (module, function) of every command of the ``pigeon`` CLI, in every group."""
+    found = {(c.callback.__module__, c.callback.__name__) for c in group.registered_commands}
+    for sub in group.registered_groups:
+        found |= cli_commands(sub.typer_instance)
+    return found
+
+
+def public_function_definitions() -> dict[str, list[str]]:
+    """Each public module-level function name, with the modules that define it, leaving
+    out the CLI's command functions."""
+    commands = cli_commands()
+    found = _definitions((ast.FunctionDef, ast.AsyncFunctionDef))
+    kept = {
+        name: [m for m in modules if (m, name) not in commands] for name, modules in found.items()
+    }
+    return {name: modules for name, modules in kept.items() if modules}
 
 
 def test_a_public_class_name_is_defined_once() -> None:
@@ -44,10 +86,24 @@ def test_a_public_class_name_is_defined_once() -> None:
     assert not twice, f"one name, several classes (rename one, say what it is): {twice}"
 
 
+def test_a_public_function_name_is_defined_once() -> None:
+    twice = {
+        name: modules
+        for name, modules in public_function_definitions().items()
+        if len(modules) > 1 and name not in SHARED_FUNCTIONS
+    }
+    assert not twice, (
+        f"one name, several functions (one helper, or a name that says what each is): {twice}"
+    )
+
+
 def test_the_allow_list_is_current() -> None:
     found = public_class_definitions()
     stale = sorted(name for name in SHARED_NAMES if len(found.get(name, ())) < 2)
     assert not stale, f"defined once now: take {stale} off SHARED_NAMES"
+    functions = public_function_definitions()
+    stale = sorted(name for name in SHARED_FUNCTIONS if len(functions.get(name, ())) < 2)
+    assert not stale, f"defined once now: take {stale} off SHARED_FUNCTIONS"
 
 
 def test_the_scan_sees_the_package() -> None:
@@ -55,6 +111,30 @@ def test_the_scan_sees_the_package() -> None:
     assert found["ConnectionTimeouts"] == ["pigeon.server.timeouts"]
     assert found["Timeouts"] == ["pigeon.jobs.timeouts"]
     assert len(found) > 100
+    functions = public_function_definitions()
+    assert functions["configure"] == ["pigeon.logs"]
+    assert functions["merge"] == ["pigeon.reference.crdt"]
+    assert len(functions) > 300
+    # The CLI's commands are found (and left out), in groups too.
+    assert {("pigeon.cli.plan_cmd", "plan"), ("pigeon.cli.queue_cmd", "dead")} <= cli_commands()
+    assert functions["plan"] == ["pigeon.jobs.planner"]
+    assert functions["dead"] == ["pigeon.edge.owners"]
+
+
+def test_one_path_segment_helper_for_the_edge_and_the_server() -> None:
+    from pigeon.edge.validate import path_segment as edge
+    from pigeon.server.identifiers import path_segment as server
+
+    assert server is edge
+
+
+@given(st.text())
+def test_the_one_path_segment_answers_as_the_servers_copy_did(value: str) -> None:
+    """The server's copy was ``quote(value, safe="")``; the edge's skips quote() for a
+    plain segment (its hot path), which must change nothing."""
+    from pigeon.edge.validate import path_segment
+
+    assert path_segment(value) == quote(value, safe="")
 
 
 @pytest.mark.parametrize(
@@ -65,6 +145,8 @@ def test_the_scan_sees_the_package() -> None:
         ("pigeon.server.access", "describe", "describe_route"),
         ("pigeon.server.replay", "refusal", "claim_refusal"),
         ("pigeon.server.app", "render", "render_result"),
+        ("pigeon.server.memory", "configure", "configure_malloc"),
+        ("pigeon.clock", "merge", "tick_on_receive"),
     ],
 )
 def test_a_renamed_name_still_resolves_with_a_deprecation_warning(

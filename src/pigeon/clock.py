@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from threading import Lock
 
+from pigeon.renames import renamed
+
 _WALL_DIGITS = 15
 _COUNTER_DIGITS = 10
 # Hot path (every enqueue stamps one): %-formatting with the widths written in is half
@@ -63,7 +65,7 @@ class HybridLogicalClock:
     def receive(self, remote: HLCTimestamp) -> HLCTimestamp:
         """Merge a stamp from another node; the result is greater than both."""
         with self._lock:
-            self._last = merge(self._last, remote, self.wall(), self.node)
+            self._last = tick_on_receive(self._last, remote, self.wall(), self.node)
             return self._last
 
     def observe(self, last: HLCTimestamp) -> None:
@@ -74,12 +76,17 @@ class HybridLogicalClock:
 
 
 def tick(last: HLCTimestamp, wall_ms: int, node: str) -> HLCTimestamp:
+    """The stamp of a local event after ``last``."""
     if wall_ms > last.wall_ms:
         return HLCTimestamp(wall_ms, 0, node)
     return HLCTimestamp(last.wall_ms, last.counter + 1, node)
 
 
-def merge(last: HLCTimestamp, remote: HLCTimestamp, wall_ms: int, node: str) -> HLCTimestamp:
+def tick_on_receive(
+    last: HLCTimestamp, remote: HLCTimestamp, wall_ms: int, node: str
+) -> HLCTimestamp:
+    """The stamp of receiving ``remote`` after ``last``: greater than both. (Not a merge of
+    two states: it always moves on, so taking the same stamp twice gives two stamps.)"""
     top = max(last.wall_ms, remote.wall_ms, wall_ms)
     if top == last.wall_ms == remote.wall_ms:
         counter = max(last.counter, remote.counter) + 1
@@ -90,3 +97,7 @@ def merge(last: HLCTimestamp, remote: HLCTimestamp, wall_ms: int, node: str) -> 
     else:
         counter = 0
     return HLCTimestamp(top, counter, node)
+
+
+# merge was the receive tick's name until it met pigeon.reference.crdt.merge, a real merge.
+__getattr__ = renamed(__name__, {"merge": "tick_on_receive"}, globals())

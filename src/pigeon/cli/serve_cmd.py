@@ -58,7 +58,7 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 def app_from_env() -> Starlette:
     """The uvicorn factory for worker processes: settings come through the environment."""
     _die_with_parent()
-    memory.configure()  # request-sized buffers are given back when freed
+    memory.configure_malloc()  # request-sized buffers are given back when freed
     env = os.environ
     durability: Durability = "normal" if env.get(_ENV + "DURABILITY") == "normal" else "full"
     keys_file = env.get(_ENV + "KEYS_FILE")  # --keys-file, else PIGEON_KEYS(_FILE)

@@ -27,6 +27,11 @@ from urllib.parse import quote
 
 from pigeon.checks import is_int
 
+# One helper for a value percent-encoded as one path segment (every reserved character
+# too), shared with the edge's default routes, which build the same paths. Re-exported
+# here for the server's handlers.
+from pigeon.edge.validate import path_segment as path_segment
+
 MAX_ID_LENGTH = 255  # a resource id: part of a primary key (PostgreSQL: 2704 bytes an entry)
 MAX_OPERATION_ID_LENGTH = 255  # X-Pigeon-Operation-Id, a batch entry's "id"
 MAX_ENTITY_LENGTH = 512  # "<type>:<id>", the id itself at most MAX_ID_LENGTH
@@ -87,11 +92,6 @@ def token(value: object, what: str, max_length: int) -> str:
 def optional_token(value: object, what: str, max_length: int) -> str | None:
     """``token``, with null and an absent value (None) taken as "not given"."""
     return None if value is None else token(value, what, max_length)
-
-
-def path_segment(value: str) -> str:
-    """``value`` percent-encoded as one path segment (every reserved character too)."""
-    return quote(value, safe="")
 
 
 def header_value(value: str) -> str:

@@ -5,7 +5,7 @@ answer. Python frees all of it when the request ends, but glibc keeps freed memo
 heaps of the threads that used it: ``pigeon serve``'s resident memory grew by tens of MiB
 per large batch and stayed there (bench/memory_bench.py). Two remedies, both glibc's own:
 
-- ``configure()`` (``pigeon serve`` calls it once per process) fixes the mmap threshold at
+- ``configure_malloc()`` (``pigeon serve`` calls it once per process) fixes the mmap threshold at
   1 MiB: every buffer that large (a body, its text, an answer) is mapped on its own and
   unmapped when freed. By default glibc raises the threshold each time such a buffer is
   freed, so the next ones came from a heap, and stayed in it.
@@ -21,6 +21,8 @@ import contextlib
 import ctypes
 import sys
 from typing import Any
+
+from pigeon.renames import renamed
 
 LARGE = 1 << 20  # bytes: a body this large is followed by a trim
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -39,7 +41,7 @@ def _libc() -> Any:
 _LIBC = _libc()
 
 
-def configure() -> None:
+def configure_malloc() -> None:
     """Map every allocation of ``LARGE`` bytes or more on its own (see above)."""
     if _LIBC is not None:
         _LIBC.mallopt(_M_MMAP_THRESHOLD, LARGE)
@@ -49,3 +51,7 @@ def give_back(size: int) -> None:
     """After a request that held ``size`` bytes of body: return free heap pages."""
     if _LIBC is not None and size >= LARGE:
         _LIBC.malloc_trim(0)
+
+
+# configure was this function's name until it met pigeon.logs.configure (the log output).
+__getattr__ = renamed(__name__, {"configure": "configure_malloc"}, globals())
