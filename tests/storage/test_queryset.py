@@ -41,3 +41,18 @@ def test_an_unknown_name_is_refused_naming_the_file(tmp_path: Path) -> None:
             OPS.text(tx, "no_such")
     finally:
         db.close()
+
+
+def test_a_component_outside_the_library_names_its_package(server_db_url: str) -> None:
+    """The reference app keeps its SQL in its own package (``pigeon/reference/sql``)."""
+    from pigeon.reference.schema import REFERENCE, attach
+
+    queries = QuerySet(REFERENCE.name, REFERENCE.package)
+    db = open_server_db(server_db_url)
+    try:
+        attach(db)
+        with db.transaction() as tx:
+            assert queries.text(tx, "note_get") == REFERENCE.queries(tx.backend)["note_get"]
+            assert queries.run(tx, "note_get", {"principal": "ann", "id": "none"}).fetchall() == []
+    finally:
+        db.close()

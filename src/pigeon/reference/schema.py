@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.queries import QuerySet
 from pigeon.storage.schema import Component, migrate_component
 
 REFERENCE = Component("reference", package="pigeon.reference")
+QUERIES = QuerySet(REFERENCE.name, REFERENCE.package)  # for the transaction's backend
 
 
 def attach(db: Database) -> int:
@@ -27,7 +29,7 @@ def attach(db: Database) -> int:
 
 def execute(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
     """The reference app's named statement ``name`` in ``tx``."""
-    return tx.sql(REFERENCE.queries(tx.backend)[name], params)
+    return QUERIES.run(tx, name, params)
 
 
 def fetchone(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Row | None:

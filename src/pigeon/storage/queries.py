@@ -62,15 +62,17 @@ class QuerySet:
     run through ``Tx.sql`` (its queries are not in the database's own set). Domain code
     asks for a statement by name and never names a backend.
 
-    ``OPS = QuerySet("ops")`` at module level; ``OPS.run(tx, "action_log", {...})``."""
+    ``OPS = QuerySet("ops")`` at module level; ``OPS.run(tx, "action_log", {...})``. A
+    component outside the library names the package that holds its ``sql/`` folder."""
 
-    def __init__(self, component: str) -> None:
+    def __init__(self, component: str, package: str = LIBRARY) -> None:
         self.component = component
+        self.package = package
 
     def text(self, tx: Tx, name: str) -> str:
         """The SQL of ``name`` for ``tx``'s backend; a ``KeyError`` naming the file if it
         has no such block."""
-        queries = load_queries(tx.backend, self.component)
+        queries = load_queries(tx.backend, self.component, self.package)
         try:
             return queries[name]
         except KeyError:
@@ -78,4 +80,4 @@ class QuerySet:
 
     def run(self, tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
         """``name`` run in ``tx``; the driver's cursor (rows as dicts), as ``Tx.sql``."""
-        return tx.sql(self.text(tx, name), params if params is not None else {})
+        return tx.sql(self.text(tx, name), params)
