@@ -30,7 +30,7 @@ from bench._report import Row, rate, row
 from bench._writers import PAYLOAD, Writers, raw_table
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.store import EdgeStore
+from pigeon.edge.sqlite import EdgeStore
 
 
 class _Raw:

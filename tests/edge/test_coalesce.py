@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pigeon.edge.coalesce import Decision, Fold, Step, coalesce, decide
+from pigeon.edge.coalesce import Fold, FoldVerdict, Step, coalesce, fold_into
 from pigeon.edge.merge import merge_patch
 from pigeon.edge.validate import route
 
@@ -17,60 +18,64 @@ C, U, D = "create", "update", "delete"
 
 def test_create_then_update_is_a_create_with_the_latest_data() -> None:
     last = Step(C, "note:1", {"v": 1}, "/notes", "POST")
-    decision = decide(last, Step(U, "note:1", {"v": 2}, "/notes/1", "PUT"))
-    assert decision == Decision(Fold.REPLACE, Step(C, "note:1", {"v": 2}, "/notes", "POST"))
+    verdict = fold_into(last, Step(U, "note:1", {"v": 2}, "/notes/1", "PUT"))
+    assert verdict == FoldVerdict(Fold.REPLACE, Step(C, "note:1", {"v": 2}, "/notes", "POST"))
 
 
 def test_update_then_update_keeps_the_latest() -> None:
     last = Step(U, "note:1", {"v": 1}, "/notes/1", "PUT")
-    decision = decide(last, Step(U, "note:1", {"v": 2}, "/notes/1", "PUT"))
-    assert decision.fold is Fold.REPLACE and decision.step is not None
-    assert decision.step.payload == {"v": 2}
+    verdict = fold_into(last, Step(U, "note:1", {"v": 2}, "/notes/1", "PUT"))
+    assert verdict.fold is Fold.REPLACE and verdict.step is not None
+    assert verdict.step.payload == {"v": 2}
 
 
 def test_create_then_delete_is_nothing_and_update_then_delete_is_delete() -> None:
-    assert decide(Step(C, "n"), Step(D, "n")).fold is Fold.DROP
-    decision = decide(Step(U, "n", 1, "/ns/n", "PUT"), Step(D, "n", None, "/ns/n", "DELETE"))
-    assert decision == Decision(Fold.REPLACE, Step(D, "n", None, "/ns/n", "DELETE"))
+    assert fold_into(Step(C, "n"), Step(D, "n")).fold is Fold.DROP
+    verdict = fold_into(Step(U, "n", 1, "/ns/n", "PUT"), Step(D, "n", None, "/ns/n", "DELETE"))
+    assert verdict == FoldVerdict(Fold.REPLACE, Step(D, "n", None, "/ns/n", "DELETE"))
 
 
 def test_never_folds_into_something_sent_or_unknown_or_after_a_delete() -> None:
-    assert decide(Step(C, "n", sent=True), Step(U, "n")).fold is Fold.APPEND
-    assert decide(Step(U, "n", sent=True), Step(D, "n")).fold is Fold.APPEND
-    assert decide(Step(D, "n"), Step(C, "n")).fold is Fold.APPEND
-    assert decide(Step(C, "n"), Step(C, "n")).fold is Fold.APPEND
-    assert decide(Step("publish", "n"), Step(U, "n")).fold is Fold.APPEND
-    assert decide(Step(U, "n"), Step("publish", "n")).fold is Fold.APPEND
-    assert decide(None, Step(U, "n")).fold is Fold.APPEND
+    assert fold_into(Step(C, "n", sent=True), Step(U, "n")).fold is Fold.APPEND
+    assert fold_into(Step(U, "n", sent=True), Step(D, "n")).fold is Fold.APPEND
+    assert fold_into(Step(D, "n"), Step(C, "n")).fold is Fold.APPEND
+    assert fold_into(Step(C, "n"), Step(C, "n")).fold is Fold.APPEND
+    assert fold_into(Step("publish", "n"), Step(U, "n")).fold is Fold.APPEND
+    assert fold_into(Step(U, "n"), Step("publish", "n")).fold is Fold.APPEND
+    assert fold_into(None, Step(U, "n")).fold is Fold.APPEND
 
 
 def test_a_patch_is_never_folded_it_changes_only_some_fields() -> None:
     patch = Step(U, "note:1", {"body": "B"}, "/notes/1", "PATCH")
-    assert decide(Step(U, "note:1", {"title": "T"}, "/notes/1", "PATCH"), patch).fold is Fold.APPEND
-    assert decide(Step(U, "note:1", {"title": "T"}, "/notes/1", "PUT"), patch).fold is Fold.APPEND
-    assert decide(Step(C, "note:1", {"id": "1"}, "/notes", "POST"), patch).fold is Fold.APPEND
+    assert (
+        fold_into(Step(U, "note:1", {"title": "T"}, "/notes/1", "PATCH"), patch).fold is Fold.APPEND
+    )
+    assert (
+        fold_into(Step(U, "note:1", {"title": "T"}, "/notes/1", "PUT"), patch).fold is Fold.APPEND
+    )
+    assert fold_into(Step(C, "note:1", {"id": "1"}, "/notes", "POST"), patch).fold is Fold.APPEND
 
 
 def test_an_update_folds_only_into_a_write_of_the_same_resource_the_same_way() -> None:
     put = Step(U, "note:1", {"v": 2}, "/archive/1", "PUT")
-    assert decide(Step(U, "note:1", {"v": 1}, "/notes/1", "PUT"), put).fold is Fold.APPEND
-    assert decide(Step(C, "note:1", {"v": 1}, "/notes", "POST"), put).fold is Fold.APPEND
+    assert fold_into(Step(U, "note:1", {"v": 1}, "/notes/1", "PUT"), put).fold is Fold.APPEND
+    assert fold_into(Step(C, "note:1", {"v": 1}, "/notes", "POST"), put).fold is Fold.APPEND
     post = Step(U, "note:1", {"v": 2}, "/notes/1", "POST")
-    assert decide(Step(U, "note:1", {"v": 1}, "/notes/1", "POST"), post).fold is Fold.APPEND
+    assert fold_into(Step(U, "note:1", {"v": 1}, "/notes/1", "POST"), post).fold is Fold.APPEND
     # a create at a collection of its own, and the update of what it made: folded
     create = Step(C, "card:g", {"id": "g"}, "/notes", "POST")
-    decision = decide(create, Step(U, "card:g", {"v": 2}, "/notes/g", "PUT"))
-    assert decision == Decision(Fold.REPLACE, replace(create, payload={"v": 2}))
+    verdict = fold_into(create, Step(U, "card:g", {"v": 2}, "/notes/g", "PUT"))
+    assert verdict == FoldVerdict(Fold.REPLACE, replace(create, payload={"v": 2}))
 
 
 def test_a_delete_folds_only_when_it_deletes_what_the_tail_wrote() -> None:
     create = Step(C, "note:1", {"id": "1"}, "/notes", "POST")
-    assert decide(create, Step(U, "note:1", {}, "/notes/1", "DELETE")).fold is Fold.APPEND
-    assert decide(create, Step(D, "note:1", None, "/archive/1", "DELETE")).fold is Fold.APPEND
-    assert decide(create, Step(D, "note:1", None, "/notes/1", "POST")).fold is Fold.APPEND
+    assert fold_into(create, Step(U, "note:1", {}, "/notes/1", "DELETE")).fold is Fold.APPEND
+    assert fold_into(create, Step(D, "note:1", None, "/archive/1", "DELETE")).fold is Fold.APPEND
+    assert fold_into(create, Step(D, "note:1", None, "/notes/1", "POST")).fold is Fold.APPEND
     update = Step(U, "note:1", {"v": 1}, "/notes/1", "PUT")
-    assert decide(update, Step(D, "note:1", None, "/archive/1", "DELETE")).fold is Fold.APPEND
-    assert decide(create, Step(D, "note:1", None, "/notes/1", "DELETE")).fold is Fold.DROP
+    assert fold_into(update, Step(D, "note:1", None, "/archive/1", "DELETE")).fold is Fold.APPEND
+    assert fold_into(create, Step(D, "note:1", None, "/notes/1", "DELETE")).fold is Fold.DROP
 
 
 # -- the law, against a model server ------------------------------------------------------
@@ -156,3 +161,12 @@ def test_an_offline_editing_session_shrinks() -> None:
 
 def _routed(step: Step) -> tuple[str | None, str | None]:
     return route(step.type, step.entity, None, None)
+
+
+def test_the_old_names_still_work_with_a_warning() -> None:
+    import pigeon.edge.coalesce as module
+
+    with pytest.deprecated_call(match="fold_into"):
+        assert module.decide is fold_into
+    with pytest.deprecated_call(match="FoldVerdict"):
+        assert module.Decision is FoldVerdict

@@ -25,7 +25,7 @@ import pytest
 from pigeon.edge import owners
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.store import APPLICATION_ID
+from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.queries import migrations
 from tests.edge.conftest import FakeClock

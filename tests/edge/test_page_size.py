@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.store import APPLICATION_ID, PAGE_SIZE
+from pigeon.edge.sqlite import APPLICATION_ID, PAGE_SIZE
 from pigeon.storage.queries import migrations
 from tests.storage.conftest import page_size
 

@@ -11,7 +11,7 @@ import pytest
 
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.store import APPLICATION_ID
+from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import InvalidOperation, InvalidState
 from pigeon.storage.queries import migrations
 from tests.edge.conftest import FakeClock

@@ -1,7 +1,7 @@
 """The edge and sync seams: the sync engine never touches SQLite, and the edge reaches its
 file only through its store (`pigeon.edge.queue_store.QueueStore`, implemented by
-`pigeon.edge.store.EdgeStore`). A scan of the imports keeps it that way; the edge modules
-still listed in STILL_ON_SQLITE are the store's, due to move into one sub-package."""
+`pigeon.edge.sqlite.EdgeStore`). A scan of the imports keeps it that way: only the
+sub-package `pigeon/edge/sqlite/` imports anything of SQLite."""
 
 from __future__ import annotations
 
@@ -14,18 +14,10 @@ import pigeon.edge
 import pigeon.sync
 from pigeon import OfflineQueue
 from pigeon.edge.conflicts import ConflictStore
+from pigeon.edge.queue_store import NewOp, QueueStore
+from pigeon.edge.sqlite import EdgeStore
 
 SQLITE_MODULES = ("sqlite3", "pigeon.storage.sqlite", "pigeon.storage.queries")
-# The SQLite store and the helpers it runs inside its transactions. Shrinks, never grows.
-STILL_ON_SQLITE = {
-    "append.py",
-    "owners.py",
-    "queue.py",  # OfflineQueue.transaction(), deprecated; its transitions' transactions
-    "rows.py",
-    "stamps.py",
-    "stats.py",
-    "store.py",
-}
 
 
 def _sqlite_imports(path: Path) -> list[str]:
@@ -45,10 +37,48 @@ def test_sync_imports_nothing_of_sqlite() -> None:
     assert {p.name: _sqlite_imports(p) for p in sync.rglob("*.py") if _sqlite_imports(p)} == {}
 
 
-def test_edge_reaches_sqlite_only_in_its_store() -> None:
+def test_edge_reaches_sqlite_only_in_its_sqlite_package() -> None:
     edge = Path(pigeon.edge.__file__).parent
-    users = {p.name for p in edge.glob("*.py") if _sqlite_imports(p)}
-    assert users <= STILL_ON_SQLITE, users - STILL_ON_SQLITE
+    users = {
+        str(p.relative_to(edge)): _sqlite_imports(p)
+        for p in edge.rglob("*.py")
+        if _sqlite_imports(p) and p.parent != edge / "sqlite"
+    }
+    assert users == {}
+    # and the scan does see the imports where they are
+    assert _sqlite_imports(edge / "sqlite" / "store.py")
+
+
+def test_the_queue_moves_operations_only_through_its_store() -> None:
+    """OfflineQueue keeps the policy: no transaction, no SQL, no row of its own."""
+    source = Path(pigeon.edge.__file__).parent.joinpath("queue.py").read_text()
+    for raw in ("tx.", ".execute(", ".fetchone(", ".fetchall(", ".read()", "_file.write()"):
+        count = source.count(raw)
+        # _file.write() once: the deprecated transaction() hands out the raw transaction
+        assert count == (1 if raw == "_file.write()" else 0), raw
+
+
+def test_queue_store_declares_what_the_queue_calls() -> None:
+    """Every attribute OfflineQueue reads off its store is declared by QueueStore."""
+    source = Path(pigeon.edge.__file__).parent.joinpath("queue.py").read_text()
+    called = {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "_store"
+    }
+    declared = {name for name in dir(QueueStore) if not name.startswith("__")}
+    assert called and called <= declared, called - declared
+
+
+def test_old_store_path_still_works_with_a_warning() -> None:
+    import pigeon.edge.store as old
+
+    with pytest.deprecated_call(match="pigeon.edge.sqlite"):
+        assert old.EdgeStore is EdgeStore
+    with pytest.deprecated_call(match="queue_store"):
+        assert old.NewOp is NewOp
 
 
 def test_conflict_records_go_through_the_store(tmp_path: Path) -> None:

@@ -11,15 +11,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pigeon.edge import store
 from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.queue_store import NewOp
 
 TYPES = ["create", "update", "delete", "publish"]
 Edit = tuple[str, str]  # (type, entity)
 
 
-def _new(queue: OfflineQueue, n: int, type_: str, entity: str) -> store.NewOp:
-    return store.NewOp(
+def _new(queue: OfflineQueue, n: int, type_: str, entity: str) -> NewOp:
+    return NewOp(
         id=f"00000000-0000-7000-8000-{n:012d}",
         idempotency_key=f"key-{n}",
         type=type_,
@@ -79,12 +79,12 @@ def test_a_run_equals_one_at_a_time(
             results = []
             for queue in queues:
                 for n, (type_, entity) in enumerate(before):
-                    queue._commit([_new(queue, n, type_, entity)])
+                    queue.store.append([_new(queue, n, type_, entity)], tuple)
                 queue.next_batch(sent)  # some tails in flight: never folded into
             one, run = queues
             news = [_new(one, 100 + n, t, e) for n, (t, e) in enumerate(batch)]
-            results.append(_built([one._commit([new])[0] for new in news]))
-            results.append(_built(run._commit(news)) if news else [])
+            results.append(_built([one.store.append([new], tuple)[0] for new in news]))
+            results.append(_built(run.store.append(news, tuple)) if news else [])
             assert results[0] == results[1]
         finally:
             for queue in queues:
@@ -102,7 +102,7 @@ def test_a_run_of_new_entities_is_one_insert(tmp_path: Path) -> None:
         conn = queue._store.db.connection()
         conn.set_trace_callback(statements.append)
         news = [_new(queue, n, "update", f"note:{n}") for n in range(5)]
-        ops = [built() for built in queue._commit(news)]  # type: ignore[operator]
+        ops = [built() for built in queue.store.append(news, tuple)]  # type: ignore[operator]
         conn.set_trace_callback(None)
         inserts = [s for s in statements if "INSERT INTO operations" in s]
         assert len(inserts) == 1

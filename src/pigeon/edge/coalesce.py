@@ -37,6 +37,7 @@ idempotency keys: the server may already hold the older payload under the older 
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -66,27 +67,29 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class FoldVerdict:
+    """How an incoming step folds into the entity's last pending one."""
+
     fold: Fold
     step: Step | None = None  # REPLACE: what `last` becomes
 
 
-def decide(last: Step | None, incoming: Step) -> Decision:
-    """How ``incoming`` joins a queue whose latest live operation on its entity is ``last``."""
+def fold_into(last: Step | None, incoming: Step) -> FoldVerdict:
+    """How ``incoming`` folds into ``last``, the latest live operation on its entity."""
     if last is None or last.sent or last.entity != incoming.entity:
-        return Decision(Fold.APPEND)
+        return FoldVerdict(Fold.APPEND)
     pair = (last.type, incoming.type)
     same = _same_resource(last, incoming)
     if pair == (_CREATE, _UPDATE) and _creates(last) and _replaces(incoming) and same:
-        return Decision(Fold.REPLACE, replace(last, payload=incoming.payload))
+        return FoldVerdict(Fold.REPLACE, replace(last, payload=incoming.payload))
     if pair == (_UPDATE, _UPDATE) and _replaces(incoming) and _route(last) == _route(incoming):
-        return Decision(Fold.REPLACE, replace(last, payload=incoming.payload))
+        return FoldVerdict(Fold.REPLACE, replace(last, payload=incoming.payload))
     if pair == (_CREATE, _DELETE) and _creates(last) and _deletes(incoming) and same:
-        return Decision(Fold.DROP)
+        return FoldVerdict(Fold.DROP)
     # UPDATE + DELETE: the update only wrote the resource the delete removes.
     if pair == (_UPDATE, _DELETE) and _method(last) in _WRITES and _deletes(incoming) and same:
-        return Decision(Fold.REPLACE, incoming)
-    return Decision(Fold.APPEND)
+        return FoldVerdict(Fold.REPLACE, incoming)
+    return FoldVerdict(Fold.APPEND)
 
 
 _WRITES = ("PUT", "PATCH")  # methods that write their endpoint and nothing else
@@ -147,13 +150,31 @@ def coalesce(steps: Iterable[Step]) -> list[Step]:
             (i for i in range(len(queue) - 1, -1, -1) if queue[i].entity == step.entity), None
         )
         last = None if index is None else queue[index]
-        decision = decide(last, step)
-        if decision.fold is Fold.APPEND:
+        verdict = fold_into(last, step)
+        if verdict.fold is Fold.APPEND:
             queue.append(step)
-        elif decision.fold is Fold.REPLACE:
-            assert index is not None and decision.step is not None
-            queue[index] = replace(decision.step, sent=step.sent)
+        elif verdict.fold is Fold.REPLACE:
+            assert index is not None and verdict.step is not None
+            queue[index] = replace(verdict.step, sent=step.sent)
         else:
             assert index is not None
             del queue[index]
     return queue
+
+
+# The names before "one name, one meaning" (``Decision`` and ``decide`` also name other
+# things in pigeon): they keep working for one release, with a DeprecationWarning.
+_RENAMED = {"Decision": "FoldVerdict", "decide": "fold_into"}
+
+
+def __getattr__(name: str) -> Any:
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"pigeon.edge.coalesce.{name} is deprecated and will be removed in the next "
+        f"release: use {new}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

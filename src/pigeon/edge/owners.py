@@ -20,7 +20,7 @@ open file description: a check opens its own and never disturbs the owner's.
 Where there is no ``flock`` (Windows) or the directory cannot be written, a queue has no
 token (its rows carry NULL, as rows written before the ``owner`` column did) and the
 store falls back on the side lock alone: in-flight operations are recovered on open, only
-by an opener that is alone with the file (`pigeon.edge.store`).
+by an opener that is alone with the file (`pigeon.edge.sqlite.store`).
 
 The token is a short decimal number issued by the queue file itself (``owners_issued`` on
 its state row, counted up in a short write transaction when a store opens), never twice
@@ -47,11 +47,10 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pigeon.checks import is_number
 from pigeon.exceptions import ConfigurationError
-from pigeon.storage.sqlite import SQLiteTx
 
 try:
     import fcntl
@@ -190,17 +189,13 @@ class Owners:
         self._next = now + self._every
         return True
 
-    def recover(self, tx: SQLiteTx, now: float) -> int:
-        """Put the in-flight operations of owners that are gone back to pending, in ``tx``.
-        Returns how many owners were found gone. Rows of live owners, of this queue and
-        with no owner are never touched."""
+    def gone(self, tokens: Iterable[str]) -> list[str]:
+        """Which of ``tokens`` (the owners of in-flight rows, found by the store) belong
+        to queues that are gone: the store puts their rows back to pending in the
+        transaction that found them. This queue's own token is never among them."""
         if not FLOCK:
-            return 0
-        rows = tx.fetchall("in_flight_owners", {"me": self.token})
-        gone = [r["owner"] for r in rows if dead(self.directory, r["owner"])]
-        if gone:
-            tx.executemany("recover_owner", [{"owner": o, "now": now} for o in gone])
-        return len(gone)
+            return []
+        return [t for t in tokens if t != self.token and dead(self.directory, t)]
 
     def sweep(self) -> None:
         """Remove the files of owners that are gone and had nothing in flight (a process

@@ -22,22 +22,19 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
-from pigeon.edge import store as st
 from pigeon.edge import validate as v
-from pigeon.edge.commit import CommitBatcher, More
+from pigeon.edge.commit import CommitBatcher
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.options import LegacyQueueArguments, QueueOptions
-from pigeon.edge.queue_store import QueueStore
+from pigeon.edge.queue_store import Built, NewOp, QueueStore
 from pigeon.edge.retry import RetryPolicy
-from pigeon.edge.stamps import FileClock
+from pigeon.edge.sqlite import EdgeStore, SQLiteTx
 from pigeon.edge.stats import QueueStats as QueueStats
-from pigeon.edge.stats import collect_stats
 from pigeon.edge.subscribers import Subscribers
-from pigeon.exceptions import ConfigurationError, InvalidOperation, InvalidState, PigeonError
+from pigeon.exceptions import ConfigurationError, InvalidOperation, PigeonError
 from pigeon.options import with_legacy
 from pigeon.storage.crypto import Keyring, cipher_for
-from pigeon.storage.sqlite import SQLiteTx
 
 if TYPE_CHECKING:
     from pigeon.edge.conflicts import ConflictStore
@@ -94,7 +91,9 @@ class OfflineQueue:
         self.coalesce = options.coalesce
         self._now = now
         self._rng = rng or random.Random()
-        self._store = st.EdgeStore(
+        # The SQLite file (the only store there is); the policy below goes through the
+        # QueueStore protocol alone. The file is kept apart for transaction() (deprecated).
+        self._file = EdgeStore(
             path,
             durability=options.durability,
             create=options.create,
@@ -103,17 +102,15 @@ class OfflineQueue:
             upgrade=options.upgrade,
             recover_every=options.recover_every,
             cipher=cipher_for(keys),
+            coalesce=options.coalesce,
+            node_id=node_id,
+            wall=lambda: int(self._now() * 1000),
         )
+        self._store: QueueStore = self._file
         self.path = self._store.path
-        with self._store.write() as tx:
-            st.init_state(tx)
-            state = tx.fetchone("get_state")
-        assert state is not None
-        self.node_id: str = node_id or state["node_id"]
-        # No restore: every transaction that stamps starts from the file's clock.
-        self._clock = FileClock(self.node_id, wall=lambda: int(self._now() * 1000))
-        self._lent = False  # stamp() handed out stamps no transaction recorded
-        self._group: CommitBatcher[st.NewOp, st.Built] = CommitBatcher(self._commit)
+        self.node_id: str = self._store.node_id
+        # Enqueues of many threads share one transaction: the store's append commits them.
+        self._group: CommitBatcher[NewOp, Built] = CommitBatcher(self._store.append)
         self._subscribers = Subscribers()
         self._local = threading.local()  # enqueues inside batch(), told once it commits
         self._conflicts: ConflictStore | None = None
@@ -145,8 +142,8 @@ class OfflineQueue:
             base_version = v.version(base_version)
         op_id, key = uuid7(), uuid4()
 
-        def make() -> st.NewOp:  # stamped later, in the transaction that writes it
-            return st.NewOp(
+        def make() -> NewOp:  # stamped later, in the transaction that writes it
+            return NewOp(
                 id=op_id,
                 idempotency_key=key,
                 type=type_,
@@ -159,7 +156,7 @@ class OfflineQueue:
             )
 
         if self._store.in_batch():  # our own open transaction: join it, do not queue
-            outcome = self._commit([make()])[0]
+            outcome = self._store.append([make()], tuple)[0]
             if isinstance(outcome, BaseException):
                 raise outcome
             self._local.enqueued = True
@@ -188,13 +185,6 @@ class OfflineQueue:
         if enqueued:  # committed: only now may a subscriber see the operations
             self._subscribers.notify()
 
-    def _commit(
-        self,
-        first: Sequence[st.NewOp],
-        more: More[st.NewOp] = tuple,  # tuple() == (): nobody joins late
-    ) -> list[st.Built | BaseException]:
-        return self._store.append_all(first, more, coalesce=self.coalesce, clock=self._clock)
-
     # -- subscribers ---------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[], object]) -> None:
@@ -212,13 +202,13 @@ class OfflineQueue:
     @property
     def pending(self) -> list[Operation]:
         """Every live operation (pending, in flight, conflict-held), in queue order."""
-        return self._store.ops(self._store.read().fetchall("pending_ops"))
+        return self._store.live()
 
     def get(self, op_id: str) -> Operation:
-        return self._store.ops([self._store.row(self._store.read(), op_id)])[0]
+        return self._store.get(op_id)
 
     def dead_letters(self) -> list[Operation]:
-        return self._store.ops(self._store.read().fetchall("dead_ops"))
+        return self._store.dead()
 
     def operations(
         self, status: OpStatus | str | None = None, limit: int = 1000
@@ -226,8 +216,7 @@ class OfflineQueue:
         """Operations of one status (any status if None), in queue order."""
         value = None if status is None else v.stored_status(status)
         limit = v.count(limit, "limit")
-        rows = self._store.read().fetchall("list_ops", {"status": value, "n": limit})
-        return self._store.ops(rows)
+        return self._store.listing(value, limit)
 
     # -- sending -------------------------------------------------------------------------
 
@@ -241,23 +230,11 @@ class OfflineQueue:
         # write counts the dispatch, and that count is what forbids folding into or
         # cancelling an operation the server may hold. Lost to an OS crash after the
         # request left, a later edit would be folded under the old key (422, dead letter).
-        with self._store.write() as tx:
-            state = tx.fetchone("get_state")
-            if state is not None and state["paused"] is not None:
-                return []
-            return self._store.dispatch(tx, n, self._now())
+        return self._store.dispatch(n, self._now())
 
     def mark_delivered(self, op_id: str, *, response: Any = None) -> None:
         """A 2xx came back. Repeating it is harmless."""
-        # No savepoint needed inside batch(): nothing is written unless it is deliverable.
-        # There (a sender settling a reply) the batch's own transaction, without a context
-        # manager: this runs once per operation delivered.
-        tx = self._store.batch_tx()
-        if tx is not None:
-            self._store.deliver(tx, op_id, response, self._now())
-            return
-        with self._store.write() as tx:
-            self._store.deliver(tx, op_id, response, self._now())
+        self._store.deliver(op_id, response, self._now())
         self._purge_due()
 
     def mark_delivered_many(self, items: Sequence[tuple[str, Any, str | None]]) -> None:
@@ -268,8 +245,7 @@ class OfflineQueue:
             if etag is not None:
                 v.version(etag, "etag")
         if items:
-            with self._store.write() as tx:
-                self._store.deliver_many(tx, items, self._now())
+            self._store.deliver_many(items, self._now())
             self._purge_due()
 
     def _purge_due(self) -> None:
@@ -281,7 +257,7 @@ class OfflineQueue:
             return
         try:
             before = now - self.keep_delivered
-            purged = retention.purge_batch(self._store, before, self._purges.batch)
+            purged = self._store.purge_delivered(before, self._purges.batch)
         except PigeonError:  # housekeeping: the delivery itself is committed
             log.warning("purging delivered operations of %s failed", self.path, exc_info=True)
             return
@@ -307,33 +283,19 @@ class OfflineQueue:
         v.text(error, "error")
         if retry_after is not None:
             retry_after = v.seconds(retry_after, "retry_after")
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.IN_FLIGHT, action="mark failed")
-            now = self._now()
+        now = self._now()
+        policy = self.retry_policy
+
+        def then(attempts: int, created_at: float) -> float | OpStatus:
             if kind == "permanent":
-                return self._store.fail(
-                    tx, row, status=OpStatus.DEAD, error=error, kind=kind, now=now
-                )
+                return OpStatus.DEAD
             if kind == "conflict":
-                return self._store.fail(
-                    tx, row, status=OpStatus.CONFLICT, error=error, kind=kind, now=now
-                )
-            attempts = row["attempts"] + 1
-            if self.retry_policy.exhausted(attempts, now - row["created_at"]):
-                return self._store.fail(
-                    tx, row, status=OpStatus.DEAD, error=error, kind=kind, now=now
-                )
-            delay = self.retry_policy.delay(attempts, retry_after=retry_after, rng=self._rng)
-            return self._store.fail(
-                tx,
-                row,
-                status=OpStatus.PENDING,
-                error=error,
-                kind=kind,
-                now=now,
-                next_attempt_at=now + delay,
-            )
+                return OpStatus.CONFLICT
+            if policy.exhausted(attempts, now - created_at):
+                return OpStatus.DEAD
+            return now + policy.delay(attempts, retry_after=retry_after, rng=self._rng)
+
+        return self._store.fail(op_id, error=error, kind=kind, now=now, then=then)
 
     def release(self, op_id: str, *, retry_after: float | Unsent | None = NOT_SENT) -> Operation:
         """IN_FLIGHT back to PENDING without spending an attempt.
@@ -348,16 +310,7 @@ class OfflineQueue:
         named no delay, and the policy's first backoff (``base``) is used."""
         sent = retry_after is not NOT_SENT
         delay = self._release_delay(retry_after)
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.IN_FLIGHT, action="release")
-            due = self._now() + delay
-            tx.execute("release", {"seq": row["seq"], "at": due, "unsent": int(not sent)})
-            return st.to_operation(
-                {**row, "status": OpStatus.PENDING.value, "next_attempt_at": due}
-                | ({} if sent else {"dispatches": max(row["dispatches"] - 1, 0)}),
-                tx.cipher,
-            )
+        return self._store.release(op_id, due=self._now() + delay, sent=sent)
 
     def _release_delay(self, retry_after: float | Unsent | None) -> float:
         if isinstance(retry_after, Unsent):
@@ -371,36 +324,19 @@ class OfflineQueue:
     def retry_dead(self, op_id: str) -> Operation:
         """A dead letter back to pending, attempts reset, same key. It rejoins at the tail
         of the queue: what was made after it has been sent meanwhile."""
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.DEAD, action="retry")
-            return self._store.resurrect(tx, row, self._now())
+        return self._store.resurrect(op_id, self._now())
 
     def discard(self, op_id: str) -> None:
         """Drop a dead letter or a conflict-held operation for good."""
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.DEAD, OpStatus.CONFLICT, action="discard")
-            self._store.remove(tx, row)
+        self._store.remove(op_id, allowed=(OpStatus.DEAD, OpStatus.CONFLICT), action="discard")
 
     def cancel(self, op_id: str) -> None:
         """Withdraw a pending operation that was never handed to a sender."""
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.PENDING, action="cancel")
-            if st.was_sent(row):
-                raise InvalidState(
-                    f"cannot cancel operation {op_id}: it was already sent "
-                    f"({row['attempts']} failed attempts); the server may have it"
-                )
-            self._store.remove(tx, row)
+        self._store.remove(op_id, allowed=(OpStatus.PENDING,), action="cancel")
 
     def resolve_conflict(self, op_id: str) -> None:
         """Lift the conflict hold: the operation is due again (same key)."""
-        with self._store.write() as tx:
-            row = self._store.row(tx, op_id)
-            st.require(row, OpStatus.CONFLICT, action="resolve the conflict of")
-            tx.execute("unhold_conflict", {"seq": row["seq"], "now": self._now()})
+        self._store.unhold(op_id, self._now())
 
     def purge_delivered(self, older_than: float) -> int:
         """Forget operations delivered more than ``older_than`` seconds ago, now (the
@@ -413,49 +349,36 @@ class OfflineQueue:
     # -- state ---------------------------------------------------------------------------
 
     def stats(self) -> QueueStats:
-        with self._store.write() as tx:  # one snapshot for every count
-            return collect_stats(tx, self._now())
+        return self._store.stats(self._now())
 
     def next_due_at(self) -> float | None:
         """When the next operation is due (the scheduler's timer); at or before ``now``
         means something is due already; None when nothing waits to be sent."""
-        tx = self._store.read()
-        fresh = tx.fetchone("first_fresh")
-        backoff = tx.fetchone("next_backoff")
-        times = [r["at"] for r in (fresh, backoff) if r is not None and r["at"] is not None]
-        return min(times) if times else None
+        return self._store.next_due_at()
 
     def pause(self, reason: str) -> None:
         """Stop handing out operations (e.g. 401/403: authorisation needed). Persisted."""
         if not isinstance(reason, str) or not reason:
             raise InvalidOperation(f"pause needs a non-empty reason, not {reason!r}")
         v.text(reason, "reason")
-        with self._store.write() as tx:
-            tx.execute("set_paused", {"paused": reason})
+        self._store.set_paused(reason)
 
     def resume(self) -> None:
-        with self._store.write() as tx:
-            tx.execute("set_paused", {"paused": None})
+        self._store.set_paused(None)
 
     @property
     def paused(self) -> str | None:
-        state = self._store.read().fetchone("get_state")
-        return None if state is None else state["paused"]
+        return self._store.paused
 
     def base_version(self, entity: str) -> str | None:
-        row = self._store.read().fetchone("get_base_version", {"entity": entity})
-        return None if row is None else str(row["version"])
+        return self._store.base_version(entity)
 
     def set_base_version(self, entity: str, version: str | None) -> None:
         """What enqueue would take as ``base_version`` (None forgets the entity's)."""
         entity = v.entity_name(entity)
         if version is not None:
             version = v.version(version, "version")
-        with self._store.write() as tx:
-            if version is None:
-                tx.execute("clear_base_version", {"entity": entity})
-            else:
-                tx.execute("set_base_version", {"entity": entity, "version": version})
+        self._store.set_base_version(entity, version)
 
     @property
     def conflicts(self) -> ConflictStore:
@@ -482,15 +405,13 @@ class OfflineQueue:
             DeprecationWarning,
             stacklevel=2,
         )
-        return self._store.write()
+        return self._file.write()
 
     def stamp(self) -> HLCTimestamp:
         """A stamp of the queue's clock, the clock its operations are stamped with (e.g. a
         request's device clock): above every stamp recorded in the file by any process.
         Not recorded itself; the next operation's stamp, or close(), records one above it."""
-        self._clock.observe_floor(self._store.read())
-        self._lent = True
-        return self._clock.now()
+        return self._store.stamp()
 
     @property
     def commits(self) -> int:
@@ -498,11 +419,7 @@ class OfflineQueue:
         return self._group.transactions
 
     def close(self) -> None:
-        if self._lent:  # operations' stamps are recorded already; stamp()'s are not
-            with contextlib.suppress(PigeonError), self._store.write() as tx:
-                self._clock.observe_floor(tx)
-                self._clock.record(tx, self._clock.next())
-        self._store.close()
+        self._store.close()  # records what stamp() lent, if it lent any
 
     def __enter__(self) -> OfflineQueue:
         return self

@@ -18,7 +18,7 @@ from pigeon.checks import is_finite
 from pigeon.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from pigeon.edge.store import EdgeStore
+    from pigeon.edge.queue_store import QueueStore
 
 DEFAULT_KEEP_DELIVERED = 7 * 24 * 3600.0  # a week
 PURGE_EVERY = 60.0  # seconds between automatic purges of one process
@@ -60,20 +60,11 @@ class PurgeSchedule:
                 self._next = now  # a full batch: more are due
 
 
-def purge_batch(store: EdgeStore, before: float, limit: int) -> int:
-    """Purge the oldest ``limit`` operations delivered before ``before``, in one
-    transaction. Their stamps may be the greatest issued; the state row's clock, which
-    every stamping transaction raises, already holds one at least as great."""
-    params = {"before": before, "limit": limit}
-    with store.write() as tx:
-        return int(tx.execute("purge_delivered", params).rowcount)
-
-
-def purge_all(store: EdgeStore, before: float, limit: int = PURGE_BATCH) -> int:
+def purge_all(store: QueueStore, before: float, limit: int = PURGE_BATCH) -> int:
     """Everything delivered before ``before``, ``limit`` rows per transaction."""
     total = 0
     while True:
-        purged = purge_batch(store, before, limit)
+        purged = store.purge_delivered(before, limit)
         total += purged
         if purged < limit:
             return total

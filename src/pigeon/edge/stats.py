@@ -1,11 +1,9 @@
-"""``QueueStats``: what an edge queue holds, counted in one snapshot."""
+"""``QueueStats``: what an edge queue holds, counted in one snapshot (by its store:
+`pigeon.edge.sqlite.stats`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from pigeon.storage.sqlite import SQLiteTx
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,27 +20,3 @@ class QueueStats:
     entities_blocked: int  # entities whose head is conflict-held or backing off
     paused: str | None  # why sending is paused (e.g. authorisation needed), or None
     coalesced: int = 0  # sends saved by coalescing since the file was made
-
-
-def collect_stats(tx: SQLiteTx, now: float) -> QueueStats:
-    """Every count from one transaction ``tx``, so they agree with each other."""
-    state = tx.fetchone("get_state")
-    assert state is not None
-    oldest = tx.fetchone("oldest_head")
-    created = None if oldest is None else oldest["created_at"]
-
-    def count(name: str, **params: Any) -> int:
-        row = tx.fetchone(name, params)
-        return 0 if row is None else int(row["n"])
-
-    return QueueStats(
-        depth=count("count_live"),
-        oldest_age=None if created is None else max(now - created, 0.0),
-        in_flight=count("count_heads", status="in_flight"),
-        dead=count("count_dead"),
-        conflicts=count("count_heads", status="conflict"),
-        delivered=count("count_delivered"),
-        entities_blocked=count("count_blocked"),
-        paused=state["paused"],
-        coalesced=int(state["coalesced"]),
-    )

@@ -9,7 +9,7 @@ one, and the server lets the later write lose.
 So the file is the clock's floor. A write transaction that stamps operations (it holds
 the write lock, so no other process can stamp meanwhile) first reads ``edge_state.clock``
 and observes it, then stamps its operations in queue order, and writes the greatest stamp
-back before it commits (``pigeon.edge.append.write_all``). ``edge_state.clock`` is then
+back before it commits (`pigeon.edge.sqlite.append.write`). ``edge_state.clock`` is then
 never below a stamp stored in the file, and a restart needs nothing else to stay ahead,
 whatever the device clock did meanwhile.
 """
