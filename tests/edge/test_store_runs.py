@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.queue_store import NewOp
 
@@ -95,17 +96,22 @@ def test_a_run_equals_one_at_a_time(
         assert clock_run == clock_one  # each records the last stamp it issued
 
 
-def test_a_run_of_new_entities_is_one_insert(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as queue:
+def test_a_run_of_new_entities_is_one_named_statement_run_over_them(tmp_path: Path) -> None:
+    """Five new entities: one look for live ones, then the named single-row statement,
+    executemany'd (its text as written in the SQL file: no statement built by hand)."""
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as queue:
         queue.enqueue("create", "note:old", {})
         statements: list[str] = []
-        conn = queue._store.db.connection()
-        conn.set_trace_callback(statements.append)
+        conn = queue._file.db.connection()
         news = [_new(queue, n, "update", f"note:{n}") for n in range(5)]
+        conn.set_trace_callback(statements.append)
         ops = [built() for built in queue.store.append(news, tuple)]  # type: ignore[operator]
         conn.set_trace_callback(None)
         inserts = [s for s in statements if "INSERT INTO operations" in s]
-        assert len(inserts) == 1
+        named = queue._file.db.queries["insert_head"].partition("VALUES")[0]
+        assert len(inserts) == 5  # the trace shows each row's run, its values bound
+        assert {s.partition("VALUES")[0] for s in inserts} == {named}
+        assert sum("live_entities" in s or "json_each" in s for s in statements) == 1
         assert [o.seq for o in ops] == [2, 3, 4, 5, 6]
         assert [o.seq for o in queue.pending] == [1, 2, 3, 4, 5, 6]
         assert [o.id for o in queue.pending][1:] == [n.id for n in news]

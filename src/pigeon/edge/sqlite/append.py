@@ -9,8 +9,8 @@ floor: see `pigeon.edge.sqlite.stamps`).
 
 Read top to bottom: `write` is the transaction (stamp a run, write it, take the late
 joiners, record the clock); a run of one goes through `append_one`, a longer run through
-`append_run`, which writes the operations on entities with nothing live in one statement
-and the others through `append_one` in their turn.
+`append_run`, which writes the operations on entities with nothing live with one
+executemany and the others through `append_one` in their turn.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def append_run(
 ) -> int:
     """Several operations (a group commit's batch) in a few statements instead of two
     each: one query finds which of their entities have live operations, and the rest
-    (new entities, each once in the run) go in with one set-based INSERT as heads.
+    (new entities, each once in the run) go in with one executemany as heads.
     Why it pays: every statement hands the interpreter lock to the threads preparing
     the next batch and must wait to get it back, so under contention the leader's
     statement count, not their work, sets the pace. An operation whose entity has a
@@ -139,21 +139,24 @@ def append_run(
 
 
 def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseException]) -> None:
-    """Operations on entities with no live operation: the named ``insert_heads``, one
-    ``INSERT ... SELECT`` over a JSON array of the rows, whatever their number."""
+    """Operations on entities with no live operation: the named single-row ``insert_head``,
+    run over all of them by one executemany. Measured against one ``INSERT ... SELECT
+    FROM json_each(?)`` of a JSON array of the rows (each ``->>`` parses its row's JSON
+    again) on the 8-thread enqueue benchmark: executemany was 3-7% faster, as fast as the
+    multi-row VALUES statement it replaces, which was built by hand for each run length."""
     if not heads:
         return
     seal = tx.cipher.seal
     rows = [
         (new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
-         seal(new.payload, *PAYLOAD_AD, new.id), new.created_at, new.clock, new.base_version)
+         seal(new.payload, *PAYLOAD_AD, new.id), new.created_at, new.clock, new.created_at,
+         new.base_version)
         for new in heads
     ]  # fmt: skip
-    last = tx.execute("insert_heads", {"rows": json.dumps(rows)}).lastrowid
-    assert last is not None
-    # One statement, under the write lock: SQLite gives each row the greatest rowid so
-    # far plus one, in the order the SELECT yields them (the array's), so the rows hold
-    # consecutive seqs ending at the last one.
+    tx.conn.executemany(tx.queries["insert_head"], rows)  # positional: no dict per row
+    last: int = tx.tuples("last_seq").fetchone()[0]
+    # Under the write lock, one row after another: SQLite gives each the greatest rowid
+    # so far plus one, so the rows hold consecutive seqs ending at the last one.
     first = last - len(heads) + 1
     built.extend(
         functools.partial(from_new, new, first + i, OpStatus.PENDING) for i, new in enumerate(heads)

@@ -44,20 +44,19 @@ INSERT INTO operations (
     :created_at, :base_version, 'pending', :head
 );
 
--- name: insert_heads
--- Several new operations in one statement (group commit), each on an entity with no live
--- operation, so each is its entity's head. :rows is one JSON array with an array per
--- operation: id, idempotency_key, type, entity, endpoint, method, payload, created_at,
--- clock, base_version. Rows are inserted in the array's order (ORDER BY key), so their
--- seqs follow it (pigeon.edge.sqlite.append.insert_heads).
+-- name: insert_head
+-- One new operation on an entity with no live operation, so its head; positional, for
+-- executemany over a group commit's run of them (pigeon.edge.sqlite.append.insert_heads):
+-- id, idempotency_key, type, entity, endpoint, method, payload, created_at, clock,
+-- next_attempt_at, base_version.
 INSERT INTO operations (
     id, idempotency_key, type, entity, endpoint, method, payload, created_at, clock,
     next_attempt_at, base_version, status, head
-)
-SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5,
-       value ->> 6, value ->> 7, value ->> 8, value ->> 7, value ->> 9, 'pending', 1
-  FROM json_each(:rows)
- ORDER BY key;
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', 1);
+
+-- name: last_seq
+-- The seq of the last row this connection inserted (executemany reports none).
+SELECT last_insert_rowid();
 
 -- name: live_entities
 -- Which of these entities (a JSON array) have a live operation.
