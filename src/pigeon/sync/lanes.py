@@ -3,9 +3,10 @@ sending it and settling it (`Executor.run_once`) until nothing is due, and what 
 cycle did, summed into the engine's totals and told to its holds (an unreachable server,
 a 429) and its connectivity monitor.
 
-One sync, read top to bottom: `Lanes.run` starts the lanes, `Lanes.lane` runs cycles one
-after another (the cycle itself inline: a turn, the executor's pass, the accounting),
-`Executor.run_once` is one pass.
+One sync, read top to bottom: `Lanes.run` starts the other lanes and runs cycles one after
+another (the cycle itself inline: a turn, the executor's pass, the accounting);
+`Executor.run_once` is one pass. From the engine: ``flush -> _flush -> Lanes.run ->
+Executor.run_once``, and the background loop's ``_step -> Lanes.run -> Executor.run_once``.
 """
 
 from __future__ import annotations
@@ -57,56 +58,64 @@ class Lanes:
         self._on_error = on_error
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
 
-    def run(self, deadline: float | None, *, honour_stop: bool) -> bool:
-        """Run ``pipeline`` lanes side by side until each finds nothing due (True), or
-        until one must stop (False): see `lane`."""
-        if self.pipeline == 1:
-            return self.lane(deadline, honour_stop)
-        with ThreadPoolExecutor(self.pipeline - 1, thread_name_prefix="pigeon-lane") as pool:
+    def run(self, deadline: float | None, *, honour_stop: bool, lanes: int = 0) -> bool:
+        """Cycles, one after another, until one takes nothing (True), in ``pipeline``
+        lanes side by side: this thread runs one, pool threads the others (each this same
+        method, ``lanes=1``). False when the queue is paused, the server unreachable or
+        holding us off (429), time is up, and (``honour_stop``, the background loop) when
+        the engine is stopping or the monitor says offline. An explicit flush tries
+        whatever the monitor says. Read top to bottom: start the other lanes; per cycle,
+        the checks, a turn, the executor's pass, the accounting; gather the lanes."""
+        lanes = lanes or self.pipeline
+        pool = None
+        others = []
+        if lanes > 1:
+            pool = ThreadPoolExecutor(lanes - 1, thread_name_prefix="pigeon-lane")
             others = [
-                pool.submit(self.lane, deadline, honour_stop) for _ in range(self.pipeline - 1)
+                pool.submit(self.run, deadline, honour_stop=honour_stop, lanes=1)
+                for _ in range(lanes - 1)
             ]
-            mine = self.lane(deadline, honour_stop)
-            return all([mine, *(lane.result() for lane in others)])
-
-    def lane(self, deadline: float | None, honour_stop: bool) -> bool:
-        """Cycles, one after another, until one takes nothing (True); False when the
-        queue is paused, the server unreachable or holding us off (429), time is up, and
-        (``honour_stop``, the background loop) when the engine is stopping or the monitor
-        says offline. An explicit flush tries whatever the monitor says."""
-        with self._cycles.lane():  # see SyncEngine.stop
-            while True:
-                if self.queue.paused is not None:
-                    return False
-                now = self._clock()
-                if now < self._holds.throttled_until:
-                    # Held off by a 429: True if nothing due was held back. One "now" for
-                    # both looks, or a hold ending in between reads as holding something.
-                    due = self.queue.next_due_at()
-                    return due is None or due > now
-                if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
-                    return False
-                # The cycle: a turn (at most ``pipeline`` at once), one executor pass.
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not self.turns.acquire(timeout=timeout):
-                    return False
-                report: CycleReport | None = None
-                self._cycles.begin()  # before next_batch: see SyncEngine.drain
-                try:
-                    report = self.executor.run_once(self.batch_size)
-                finally:
-                    self.turns.release()
-                    # A flush or drain in another thread may wait for these operations.
-                    self._cycles.end(took=report is None or report.taken > 0)
-                self._account(report)
-                if report.unreachable or report.paused is not None:
-                    return False
-                if report.error is not None:  # no request could be made: back off
-                    return False
-                if report.taken == 0:  # (after a 429: the hold is looked at above)
-                    return True
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
+        done = False  # True: a cycle found nothing due
+        try:
+            with self._cycles.lane():  # see SyncEngine.stop
+                while True:
+                    if self.queue.paused is not None:
+                        break
+                    now = self._clock()
+                    if now < self._holds.throttled_until:
+                        # Held off by a 429: done if nothing due was held back. One "now"
+                        # for both looks, or a hold ending in between reads as holding.
+                        due = self.queue.next_due_at()
+                        done = due is None or due > now
+                        break
+                    if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
+                        break
+                    # The cycle: a turn (at most ``pipeline`` at once), one executor pass.
+                    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not self.turns.acquire(timeout=timeout):
+                        break
+                    report: CycleReport | None = None
+                    self._cycles.begin()  # before next_batch: see SyncEngine.drain
+                    try:
+                        report = self.executor.run_once(self.batch_size)
+                    finally:
+                        self.turns.release()
+                        # A flush or drain in another thread may wait for these operations.
+                        self._cycles.end(took=report is None or report.taken > 0)
+                    self._account(report)
+                    if report.unreachable or report.paused is not None:
+                        break
+                    if report.error is not None:  # no request could be made: back off
+                        break
+                    if report.taken == 0:  # (after a 429: the hold is looked at above)
+                        done = True
+                        break
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # every lane ends its cycle before we return
+        return all([done, *(lane.result() for lane in others)])
 
     def _account(self, report: CycleReport) -> None:
         with self._state_lock:

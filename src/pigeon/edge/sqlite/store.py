@@ -7,6 +7,7 @@ thread's ``batch()``), or one read; the moves themselves are in
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -98,10 +99,12 @@ class EdgeStore(QueueFile):
             if self.in_batch():
                 with self.write() as tx:  # a savepoint of this thread's batch()
                     return write(tx, items, more, coalesce=self.coalesce, clock=self.clock)
-            # Every enqueue passes here: no generator context managers on this path.
-            return self.db.run_in_transaction(
-                lambda tx: write(tx, items, more, coalesce=self.coalesce, clock=self.clock)
+            # Every enqueue passes here: no generator context managers on this path, and
+            # a partial (no frame of its own) rather than a lambda.
+            work = functools.partial(
+                write, items=items, more=more, coalesce=self.coalesce, clock=self.clock
             )
+            return self.db.run_in_transaction(work)
         except Exception:
             if len(items) == 1:
                 raise
