@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 
@@ -28,6 +29,8 @@ def clock() -> FakeClock:
 @pytest.fixture
 def queue(tmp_path: Path, clock: FakeClock) -> Iterator[OfflineQueue]:
     with OfflineQueue(
-        tmp_path / "queue.db", now=clock, durability="normal", retry_policy=RetryPolicy()
+        tmp_path / "queue.db",
+        QueueOptions(durability="normal", retry_policy=RetryPolicy()),
+        now=clock,
     ) as q:
         yield q

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import sys
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 
 
 def main() -> None:
     path, count = sys.argv[1], int(sys.argv[2])
-    queue = OfflineQueue(path, durability="normal")
+    queue = OfflineQueue(path, QueueOptions(durability="normal"))
     for i in range(count):
         queue.enqueue("create", f"held:{i}", {"i": i})
     taken = queue.next_batch(count)

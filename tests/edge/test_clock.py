@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from pigeon.clock import HLCTimestamp
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from tests.edge.conftest import FakeClock
 
@@ -108,7 +109,7 @@ def test_a_restart_after_many_retried_dead_letters_stays_ahead(tmp_path: Path) -
     is then far from the newest rows, and a device clock that went back must not matter."""
     path = tmp_path / "q.db"
     clock = FakeClock(1000.0)
-    first = OfflineQueue(path, now=clock, durability="normal")
+    first = OfflineQueue(path, QueueOptions(durability="normal"), now=clock)
     dead = [first.enqueue("create", f"note:{i}", {"id": i}).id for i in range(150)]
     for op in first.next_batch(200):
         first.mark_failed(op.id, "400", kind="permanent")
@@ -119,7 +120,7 @@ def test_a_restart_after_many_retried_dead_letters_stays_ahead(tmp_path: Path) -
     for op_id in dead:
         first.retry_dead(op_id)
     clock.t = 1500.0  # the process dies (no close()); the device clock went back
-    with OfflineQueue(path, now=clock, durability="normal") as second:
+    with OfflineQueue(path, QueueOptions(durability="normal"), now=clock) as second:
         later = second.enqueue("update", "note:x", {"v": 2})
         assert HLCTimestamp.decode(later.clock) > HLCTimestamp.decode(newest.clock)
         assert second.stamp() > HLCTimestamp.decode(later.clock)
@@ -129,7 +130,9 @@ def test_a_restart_after_many_retried_dead_letters_stays_ahead(tmp_path: Path) -
 def test_the_floor_holds_every_stamp_stored(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
     clock = FakeClock(5000.0)
-    with OfflineQueue(path, now=clock, durability="normal", keep_delivered=None) as queue:
+    with OfflineQueue(
+        path, QueueOptions(durability="normal", keep_delivered=None), now=clock
+    ) as queue:
         queue.enqueue("create", "note:1", {"v": 0})
         queue.enqueue("update", "note:1", {"v": 1})  # folded: the row takes the new stamp
         assert _floor(path) == max(_stamps_in_seq_order(path))
@@ -166,7 +169,7 @@ def test_an_older_file_takes_its_greatest_stored_stamp_as_the_floor(tmp_path: Pa
 
 def test_stamps_stay_unique_and_ordered_under_threads(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
-    with OfflineQueue(path, durability="normal", now=lambda: 42.0) as queue:
+    with OfflineQueue(path, QueueOptions(durability="normal"), now=lambda: 42.0) as queue:
         lent: list[HLCTimestamp] = []
 
         def work(t: int) -> None:

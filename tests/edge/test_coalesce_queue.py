@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 
 C, U, D = "create", "update", "delete"
@@ -58,7 +59,7 @@ def test_queue_delivers_the_same_server_state_as_the_raw_edits(
     edits = 0
     with (
         tempfile.TemporaryDirectory() as tmp,
-        OfflineQueue(Path(tmp) / "q.db", durability="normal") as queue,
+        OfflineQueue(Path(tmp) / "q.db", QueueOptions(durability="normal")) as queue,
     ):
         for kind, entity, n in actions:
             if kind == "send":

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import InvalidState, NotFound
 from tests.edge.conftest import FakeClock
@@ -69,7 +70,7 @@ def test_same_state_as_one_by_one(steps: list[tuple[int, bool]], rounds: int) ->
     with tempfile.TemporaryDirectory() as tmp:
         paths = [Path(tmp) / "one.db", Path(tmp) / "many.db"]
         for path, bulk in zip(paths, (False, True), strict=True):
-            with OfflineQueue(path, now=FakeClock(), durability="normal") as queue:
+            with OfflineQueue(path, QueueOptions(durability="normal"), now=FakeClock()) as queue:
                 verdict = {}
                 for entity, ok in steps:
                     op = queue.enqueue("publish", f"note:{entity}", ok)
@@ -93,7 +94,9 @@ def test_same_state_as_one_by_one(steps: list[tuple[int, bool]], rounds: int) ->
 def test_a_whole_reply_costs_the_same_few_statements(tmp_path: Path, n: int) -> None:
     """Three statements however long the reply (a fourth for versions): each statement is
     a trip through the interpreter, so one per operation would set the delivery pace."""
-    with OfflineQueue(tmp_path / "q.db", durability="normal", coalesce=False) as queue:
+    with OfflineQueue(
+        tmp_path / "q.db", QueueOptions(durability="normal", coalesce=False)
+    ) as queue:
         for i in range(n):
             queue.enqueue("update", f"note:{i}", 1)
             queue.enqueue("update", f"note:{i}", 2)  # waits behind the first: promoted

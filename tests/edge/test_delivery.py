@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 
 
@@ -30,7 +31,9 @@ def _writes(queue: OfflineQueue) -> list[str]:
 
 
 def test_next_batch_is_one_statement_and_in_queue_order(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal", coalesce=False) as queue:
+    with OfflineQueue(
+        tmp_path / "q.db", QueueOptions(durability="normal", coalesce=False)
+    ) as queue:
         made = [queue.enqueue("update", f"note:{i % 7}", i) for i in range(20)]
         statements = _writes(queue)
         batch = queue.next_batch(5)
@@ -44,7 +47,7 @@ def test_next_batch_is_one_statement_and_in_queue_order(tmp_path: Path) -> None:
 
 def test_delivering_promotes_the_next_operation_of_the_entity(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
-    with OfflineQueue(path, durability="normal", coalesce=False) as queue:
+    with OfflineQueue(path, QueueOptions(durability="normal", coalesce=False)) as queue:
         a1 = queue.enqueue("update", "note:a", 1)
         a2 = queue.enqueue("update", "note:a", 2)
         a3 = queue.enqueue("update", "note:a", 3)

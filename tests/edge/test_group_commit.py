@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.edge.commit import CommitBatcher, More
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 
 
@@ -214,7 +215,7 @@ def test_a_failing_item_in_a_shared_transaction_fails_alone_in_the_queue(
 
 
 def test_many_threads_lose_nothing_and_keep_per_thread_order(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", coalesce=False) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(coalesce=False)) as queue:
 
         def work(t: int) -> None:
             for i in range(40):

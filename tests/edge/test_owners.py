@@ -24,6 +24,7 @@ import pytest
 
 from pigeon.edge import owners
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import ConfigurationError
@@ -69,8 +70,9 @@ def kill_holder(path: Path, count: int = 3) -> dict[str, str]:
 
 @contextlib.contextmanager
 def alive(path: Path, **options: Any) -> Iterator[tuple[OfflineQueue, Operation]]:
-    """Queue A, open throughout, with an operation of its own in flight."""
-    with OfflineQueue(path, durability="normal", **options) as a:
+    """Queue A, open throughout, with an operation of its own in flight (``options``:
+    QueueOptions' fields besides durability)."""
+    with OfflineQueue(path, QueueOptions(durability="normal", **options)) as a:
         a.enqueue("create", "mine:1", {})
         [op] = a.next_batch()
         yield a, op
@@ -89,7 +91,7 @@ def test_a_new_opener_takes_over_what_a_killed_process_left_while_another_lives(
         taken = kill_holder(path)
         assert {a.get(i).status for i in taken} == {OpStatus.IN_FLIGHT}
         assert len(owner_files(path)) == 2  # A's, and the one the killed process left
-        with OfflineQueue(path, durability="normal") as new:
+        with OfflineQueue(path, QueueOptions(durability="normal")) as new:
             again = new.next_batch()
             assert {op.id: op.idempotency_key for op in again} == taken
             assert all(op.attempts == 0 for op in again)
@@ -119,15 +121,15 @@ def test_a_running_queue_takes_over_what_a_killed_neighbour_left(path: Path) -> 
 
 def test_two_queues_of_one_process_never_take_each_others(path: Path) -> None:
     with (
-        OfflineQueue(path, durability="normal", recover_every=0) as q1,
-        OfflineQueue(path, durability="normal", recover_every=0) as q2,
+        OfflineQueue(path, QueueOptions(durability="normal", recover_every=0)) as q1,
+        OfflineQueue(path, QueueOptions(durability="normal", recover_every=0)) as q2,
     ):
         one = q1.enqueue("create", "note:1", {})
         assert [o.id for o in q1.next_batch()] == [one.id]
         two = q2.enqueue("create", "note:2", {})
         assert [o.id for o in q2.next_batch()] == [two.id]  # a check ran: q1 is alive
         assert q1.next_batch() == [] and q2.next_batch() == []
-        with OfflineQueue(path, durability="normal") as q3:  # an opener is not alone
+        with OfflineQueue(path, QueueOptions(durability="normal")) as q3:  # an opener is not alone
             assert q3.next_batch() == []
         assert in_flight(q1, one) and in_flight(q2, two)
         assert len(owner_files(path)) == 2
@@ -163,7 +165,7 @@ def test_an_opener_sweeps_the_files_of_dead_owners_only(path: Path) -> None:
         with OfflineQueue(path) as queue:
             assert queue.stats().depth == 0
             assert not stale.exists() and held.exists() and foreign.exists()
-        with OfflineQueue(path, recover=False):  # looking only: sweeps nothing
+        with OfflineQueue(path, QueueOptions(recover=False)):  # looking only: sweeps nothing
             stale.touch()
         assert stale.exists()
     finally:
@@ -174,10 +176,10 @@ def test_without_an_owner_file_a_queue_falls_back_on_the_side_lock(path: Path) -
     # The owners' folder cannot be made (here a file is in its way; a read-only directory
     # does the same): rows carry no owner and only an opener that is alone recovers them.
     Path(str(path) + owners.SUFFIX).touch()
-    with OfflineQueue(path, recover_every=0) as first:
+    with OfflineQueue(path, QueueOptions(recover_every=0)) as first:
         op = first.enqueue("create", "note:1", {})
         first.next_batch()
-        with OfflineQueue(path, recover_every=0) as second:
+        with OfflineQueue(path, QueueOptions(recover_every=0)) as second:
             assert second.next_batch() == [] and in_flight(second, op)
     with OfflineQueue(path) as alone:
         [again] = alone.next_batch()
@@ -206,7 +208,9 @@ def test_an_old_file_is_upgraded_and_its_ownerless_rows_recovered_as_before(
     path: Path, clock: FakeClock
 ) -> None:
     _schema_4_file(path, "old-op")
-    with OfflineQueue(path, now=clock, recover_every=0) as a:  # alone: recovers as before
+    with OfflineQueue(
+        path, QueueOptions(recover_every=0), now=clock
+    ) as a:  # alone: recovers as before
         conn = sqlite3.connect(path)
         assert conn.execute("PRAGMA user_version").fetchone() == (
             len(migrations("sqlite", "edge")),
@@ -220,7 +224,7 @@ def test_an_old_file_is_upgraded_and_its_ownerless_rows_recovered_as_before(
         conn.execute("UPDATE operations SET owner = NULL WHERE id = 'old-op'")
         conn.commit()
         conn.close()
-        with OfflineQueue(path, now=clock, recover_every=0) as b:
+        with OfflineQueue(path, QueueOptions(recover_every=0), now=clock) as b:
             assert b.next_batch() == []
         assert a.next_batch() == [] and in_flight(a, op)
     with OfflineQueue(path, now=clock) as alone:
@@ -255,7 +259,7 @@ def test_running_checks_are_throttled(path: Path) -> None:
 @pytest.mark.parametrize("bad", [-1, math.nan, "5", True, None])
 def test_recover_every_must_be_seconds(path: Path, bad: object) -> None:
     with pytest.raises(ConfigurationError, match="recover_every"):
-        OfflineQueue(path, recover_every=bad)  # type: ignore[arg-type]
+        OfflineQueue(path, QueueOptions(recover_every=bad))  # type: ignore[arg-type]
     assert not path.exists()  # refused before anything was opened
 
 
@@ -280,7 +284,7 @@ def owner_of(path: Path, op_id: str) -> str | None:
 def test_the_file_counts_its_tokens_and_never_issues_one_twice(path: Path) -> None:
     # Short tokens (written on every row taken) must not repeat in a file: a new owner
     # with a dead one's token would keep the dead one's rows in flight as its own.
-    with OfflineQueue(path, durability="normal") as q1, OfflineQueue(path) as q2:
+    with OfflineQueue(path, QueueOptions(durability="normal")) as q1, OfflineQueue(path) as q2:
         assert owner_files(path) == ["1", "2"]
         op = q1.enqueue("create", "note:1", {})
         assert [o.id for o in q1.next_batch()] == [op.id]
@@ -288,7 +292,7 @@ def test_the_file_counts_its_tokens_and_never_issues_one_twice(path: Path) -> No
         assert q2.next_batch() == []
     assert owner_files(path) == []  # both closed: their names are free, not reusable
     assert issued(path) == 2
-    with OfflineQueue(path, durability="normal") as q3:
+    with OfflineQueue(path, QueueOptions(durability="normal")) as q3:
         assert owner_files(path) == ["3"]
         [again] = q3.next_batch()  # q1 is gone: its operation leaves again, same key
         assert (again.id, again.idempotency_key) == (op.id, op.idempotency_key)

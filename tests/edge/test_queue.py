@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.edge.operation import OpStatus, OpType
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound, StoreUnavailable
@@ -91,7 +92,7 @@ def test_exhausted_and_permanent_failures_are_dead_letters_that_do_not_block(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     policy = RetryPolicy(base=1, cap=1, max_attempts=2)
-    with OfflineQueue(tmp_path / "q.db", now=clock, retry_policy=policy) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(retry_policy=policy), now=clock) as queue:
         op = queue.enqueue("update", "note:1", 1)
         queue.next_batch()
         queue.enqueue("update", "note:1", 2)
@@ -112,7 +113,7 @@ def test_exhausted_and_permanent_failures_are_dead_letters_that_do_not_block(
 
 def test_max_age_dead_letters_old_operations(tmp_path: Path, clock: FakeClock) -> None:
     policy = RetryPolicy(max_age=60)
-    with OfflineQueue(tmp_path / "q.db", now=clock, retry_policy=policy) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(retry_policy=policy), now=clock) as queue:
         op = queue.enqueue("update", "note:1", 1)
         queue.next_batch()
         clock.advance(61)
@@ -274,7 +275,7 @@ def test_an_open_queue_keeps_its_in_flight_operations_when_another_opens(
     # the side lock that tells a later opener it is not alone.
     path = tmp_path / "q.db"
     OfflineQueue(path, now=clock).close()
-    with OfflineQueue(path, now=clock, recover=first_recovers) as first:
+    with OfflineQueue(path, QueueOptions(recover=first_recovers), now=clock) as first:
         first.enqueue("create", "note:1", {})
         [op] = first.next_batch()
         with OfflineQueue(path, now=clock) as second:

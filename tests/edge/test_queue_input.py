@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import (
     ConfigurationError,
@@ -47,7 +48,9 @@ def test_bad_input_is_refused_and_nothing_is_stored(
     tmp_path: Path, args: tuple[Any, ...], kwargs: dict[str, Any], error: type, message: str
 ) -> None:
     allowed = ["create", "update", "delete"]
-    with OfflineQueue(tmp_path / "q.db", max_payload_bytes=1024, allowed_types=allowed) as q:
+    with OfflineQueue(
+        tmp_path / "q.db", QueueOptions(max_payload_bytes=1024, allowed_types=allowed)
+    ) as q:
         q.enqueue("update", "note:0", {"before": True})
         with pytest.raises(error, match=message):
             q.enqueue(*args, **kwargs)
@@ -56,7 +59,7 @@ def test_bad_input_is_refused_and_nothing_is_stored(
 
 
 def test_default_size_limit_is_one_mebibyte(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         q.enqueue("create", "blob:1", "x" * ((1 << 20) - 2))  # the quotes make it 1 MiB
         with pytest.raises(PayloadTooLarge):
             q.enqueue("create", "blob:2", "x" * (1 << 20))
@@ -73,6 +76,10 @@ def test_any_type_is_allowed_without_a_closed_set(tmp_path: Path) -> None:
 )
 def test_bad_configuration(tmp_path: Path, kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
+        OfflineQueue(tmp_path / "q.db", QueueOptions(**kwargs))
+    assert not (tmp_path / "q.db").exists()
+    # the deprecated keyword arguments are checked the same way
+    with pytest.raises(ConfigurationError), pytest.deprecated_call():
         OfflineQueue(tmp_path / "q.db", **kwargs)
 
 
@@ -114,7 +121,7 @@ def test_a_newer_schema_is_refused_and_untouched(tmp_path: Path) -> None:
 
 def test_open_without_create(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="no such file"):
-        OfflineQueue(tmp_path / "missing.db", create=False)
+        OfflineQueue(tmp_path / "missing.db", QueueOptions(create=False))
     assert not (tmp_path / "missing.db").exists()
 
 
@@ -135,7 +142,7 @@ def test_open_without_create(tmp_path: Path) -> None:
 def test_text_with_no_utf8_form_is_refused_naming_the_field(
     tmp_path: Path, args: tuple[Any, ...], kwargs: dict[str, Any], error: type, message: str
 ) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         with pytest.raises(error, match=f"^{message}"):
             q.enqueue(*args, **kwargs)
         assert q.stats().depth == 0
@@ -176,7 +183,9 @@ def _in_flight(q: OfflineQueue) -> str:
 def test_bad_arguments_raise_a_typed_error_and_change_nothing(
     tmp_path: Path, call: Any, message: str
 ) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal", now=lambda: 1000.0) as q:
+    with OfflineQueue(
+        tmp_path / "q.db", QueueOptions(durability="normal"), now=lambda: 1000.0
+    ) as q:
         q.enqueue("create", "note:8", {"id": 8})
         op_id = _in_flight(q)  # note:8 was handed out too; note:9 is the one we look at
         before = (q.get(op_id), q.base_version("note:9"), q.stats(), q.paused)
@@ -186,7 +195,7 @@ def test_bad_arguments_raise_a_typed_error_and_change_nothing(
 
 
 def test_next_batch_of_zero_hands_out_nothing(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         q.enqueue("create", "note:1", {})
         assert q.next_batch(0) == []
         assert q.stats().in_flight == 0
@@ -209,7 +218,7 @@ def test_next_batch_of_zero_hands_out_nothing(tmp_path: Path) -> None:
 def test_enqueue_returns_the_payload_as_stored(tmp_path: Path, payload: Any) -> None:
     """What enqueue returns is decoded from the stored JSON (a fresh object, tuples as
     lists), exactly as every later read of the operation gives it."""
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         op = q.enqueue("publish", "note:1", payload)
         stored = q.get(op.id).payload
         assert op.payload == stored and type(op.payload) is type(stored)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pigeon.clock import HLCTimestamp
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retention import PurgeSchedule
 from pigeon.exceptions import ConfigurationError, NotFound
@@ -29,7 +30,7 @@ def _deliver(queue: OfflineQueue, *entities: str) -> list[str]:
 def test_delivered_operations_go_after_keep_delivered_and_nothing_else_does(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    with OfflineQueue(tmp_path / "q.db", now=clock, keep_delivered=DAY) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(keep_delivered=DAY), now=clock) as queue:
         old = _deliver(queue, "note:1")  # the first delivery of the process purges: none due
         queue.enqueue("update", "note:2", {"v": 1})  # stays pending for ever
         dead = queue.enqueue("update", "note:3", {"v": 1})
@@ -47,7 +48,7 @@ def test_delivered_operations_go_after_keep_delivered_and_nothing_else_does(
 
 
 def test_none_keeps_everything_until_purge_delivered(tmp_path: Path, clock: FakeClock) -> None:
-    with OfflineQueue(tmp_path / "q.db", now=clock, keep_delivered=None) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(keep_delivered=None), now=clock) as queue:
         _deliver(queue, "note:1")
         clock.advance(365 * DAY)
         _deliver(queue, "note:2")
@@ -59,7 +60,7 @@ def test_none_keeps_everything_until_purge_delivered(tmp_path: Path, clock: Fake
 def test_a_backlog_goes_in_bounded_purges_one_delivery_after_another(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    with OfflineQueue(tmp_path / "q.db", now=clock, keep_delivered=DAY) as queue:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(keep_delivered=DAY), now=clock) as queue:
         queue._purges = PurgeSchedule(every=60.0, batch=3)
         _deliver(queue, *[f"note:{i}" for i in range(8)])
         clock.advance(2 * DAY)
@@ -75,7 +76,7 @@ def test_purging_the_newest_rows_never_lets_the_clock_go_back(tmp_path: Path) ->
     is still above the purged ones, which the state row kept."""
     path = tmp_path / "q.db"
     clock = FakeClock(10 * DAY)
-    first = OfflineQueue(path, now=clock, keep_delivered=0)
+    first = OfflineQueue(path, QueueOptions(keep_delivered=0), now=clock)
     _deliver(first, "note:1")  # purged at once, by the next delivery's purge
     clock.advance(61)
     _deliver(first, "note:2")
@@ -95,7 +96,7 @@ def test_purging_the_newest_rows_never_lets_the_clock_go_back(tmp_path: Path) ->
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "1d", True])
 def test_bad_retention_is_refused_by_name(tmp_path: Path, bad: object) -> None:
     with pytest.raises(ConfigurationError, match="keep_delivered"):
-        OfflineQueue(tmp_path / "q.db", keep_delivered=bad)  # type: ignore[arg-type]
+        OfflineQueue(tmp_path / "q.db", QueueOptions(keep_delivered=bad))  # type: ignore[arg-type]
     with (
         OfflineQueue(tmp_path / "q.db") as queue,
         pytest.raises(ConfigurationError, match="older_than"),

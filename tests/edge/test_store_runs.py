@@ -73,7 +73,12 @@ def test_a_run_equals_one_at_a_time(
         paths = [Path(tmp) / "one.db", Path(tmp) / "run.db"]
         # One still clock, one node: both issue the same stamps if they stamp in one order.
         queues = [
-            OfflineQueue(p, coalesce=coalesce, durability="normal", now=lambda: 1e3, node_id="n")
+            OfflineQueue(
+                p,
+                QueueOptions(coalesce=coalesce, durability="normal"),
+                now=lambda: 1e3,
+                node_id="n",
+            )
             for p in paths
         ]
         try:

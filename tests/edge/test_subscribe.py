@@ -13,16 +13,18 @@ import httpx
 import pytest
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 
 
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         yield q
 
 
@@ -33,7 +35,7 @@ def test_callbacks_run_after_the_commit_and_outside_any_transaction(
 
     def callback() -> None:
         # A second connection sees the row: it is committed, not merely written.
-        with OfflineQueue(tmp_path / "q.db", recover=False) as other:
+        with OfflineQueue(tmp_path / "q.db", QueueOptions(recover=False)) as other:
             seen.append((len(other.pending), queue._store.in_batch()))
         queue.stats()  # the queue is usable from inside the callback
 
@@ -116,7 +118,9 @@ def test_a_running_engine_wakes_on_a_plain_enqueue(queue: OfflineQueue) -> None:
 
     with InProcessTransport(handler=handler) as transport:
         # idle_recheck is long: only the subscription can wake the engine in time.
-        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True), idle_recheck=60.0)
+        engine = SyncEngine(
+            queue, transport, SyncOptions(idle_recheck=60.0), connectivity=ManualMonitor(True)
+        )
         with engine:
             time.sleep(0.2)  # the engine has found nothing and sleeps until woken
             op = queue.enqueue("create", "note:1", {"title": "hi"})

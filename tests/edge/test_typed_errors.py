@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.validate import json_depth
 from pigeon.exceptions import InvalidOperation, PayloadInvalid, StorageFull
@@ -32,7 +33,7 @@ def nested(depth: int, kind: type = dict) -> Any:
 def test_too_deep_a_payload_is_payload_invalid_and_nothing_is_stored(
     tmp_path: Path, depth: int, kind: type
 ) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         q.enqueue("create", "note:0", {"before": True})
         with pytest.raises(PayloadInvalid, match=f"deeper than {wire.MAX_JSON_DEPTH}"):
             q.enqueue("create", "note:1", {"deep": nested(depth, kind)})
@@ -43,7 +44,7 @@ def test_too_deep_a_payload_is_payload_invalid_and_nothing_is_stored(
 def test_the_deepest_allowed_payload_is_stored(tmp_path: Path) -> None:
     value = nested(wire.MAX_JSON_DEPTH)
     assert json_depth(value) == wire.MAX_JSON_DEPTH
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         assert q.enqueue("create", "note:1", value).payload == value
 
 
@@ -60,7 +61,7 @@ def _fill(q: OfflineQueue) -> None:
 
 
 def test_full_disk_is_storage_full_from_enqueue_and_nothing_is_written(tmp_path: Path) -> None:
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         q.enqueue("create", "note:0", {"before": True})
         _fill(q)
         with pytest.raises(StorageFull, match="full") as caught:
@@ -70,14 +71,16 @@ def test_full_disk_is_storage_full_from_enqueue_and_nothing_is_written(tmp_path:
         written = [o.entity for o in q.pending]
         assert "note:0" in written and len(written) == i  # the refused one is not there
         assert f"note:{i}" not in written
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as again:  # still usable
+    with OfflineQueue(
+        tmp_path / "q.db", QueueOptions(durability="normal")
+    ) as again:  # still usable
         assert [o.entity for o in again.pending] == written
 
 
 def test_full_disk_in_a_group_commit_fails_every_item_of_it(tmp_path: Path) -> None:
     """Several threads' enqueues in one transaction: the batch is retried one savepoint
     per item, where SQLITE_FULL must still end the whole transaction as StorageFull."""
-    with OfflineQueue(tmp_path / "q.db", durability="normal") as q:
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as q:
         errors: list[BaseException] = []
 
         def writer(n: int) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.reference.notes import create_notes_app, read_ledger
@@ -15,6 +16,7 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
 from tests.sync.conftest import FAST
 
 
@@ -33,7 +35,7 @@ def transport(db: Database) -> Iterator[InProcessTransport]:
 
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
-    with OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False) as q:
+    with OfflineQueue(tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)) as q:
         yield q
 
 
@@ -61,8 +63,8 @@ def test_the_known_version_really_is_sent_as_if_match(
     engine = SyncEngine(
         queue,
         transport,
+        callbacks=SyncCallbacks(on_conflict=lambda op, outcome: conflicts.append(outcome.status)),
         connectivity=ManualMonitor(),
-        on_conflict=lambda op, outcome: conflicts.append(outcome.status),
     )
     queue.enqueue("create", "note:b", {"id": "b", "text": "v1"})
     assert engine.flush(timeout=5)

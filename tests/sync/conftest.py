@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
@@ -14,6 +15,8 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import LiveServer, WireState, live_server
 
 # Fast backoff so retries happen within a test; Retry-After from the server still wins.
@@ -34,7 +37,7 @@ def server(state: WireState) -> Iterator[LiveServer]:
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
     # coalesce=False: tests count every operation on the wire, in order.
-    q = OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False)
+    q = OfflineQueue(tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False))
     yield q
     q.close()
 
@@ -46,10 +49,20 @@ MakeEngine = Callable[..., SyncEngine]
 def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]:
     made: list[tuple[SyncEngine, HttpTransport]] = []
 
-    def make(transport: HttpTransport | None = None, **options: Any) -> SyncEngine:
+    def make(transport: HttpTransport | None = None, **given: Any) -> SyncEngine:
+        """``given``: SyncOptions' fields, SyncCallbacks' (``on_...``), and the engine's
+        other keyword arguments, sorted into their places."""
         transport = transport or HttpTransport(server.url)
-        options.setdefault("connectivity", ManualMonitor())
-        engine = SyncEngine(queue, transport, **options)
+        settings = {k: given.pop(k) for k in list(given) if k in SyncOptions.__dataclass_fields__}
+        callbacks = {k: given.pop(k) for k in list(given) if k.startswith("on_")}
+        given.setdefault("connectivity", ManualMonitor())
+        engine = SyncEngine(
+            queue,
+            transport,
+            SyncOptions(**settings),
+            callbacks=SyncCallbacks(**callbacks),
+            **given,
+        )
         made.append((engine, transport))
         return engine
 

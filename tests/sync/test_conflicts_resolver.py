@@ -18,6 +18,7 @@ from pycrdt import Doc, Text
 
 from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.reference import schema as ref
@@ -68,7 +69,7 @@ def make_device(tmp_path: Path, db: Database) -> Iterator[Callable[..., Device]]
     made: list[tuple[Device, InProcessTransport]] = []
 
     def make(name: str, now: Callable[[], float] = time.time) -> Device:
-        queue = OfflineQueue(tmp_path / f"{name}.db", retry_policy=FAST, now=now)
+        queue = OfflineQueue(tmp_path / f"{name}.db", QueueOptions(retry_policy=FAST), now=now)
         resolver = ConflictResolver(queue, POLICIES)
         transport = InProcessTransport(
             app, token=f"alice.{name}", batch=True, headers=resolver.headers

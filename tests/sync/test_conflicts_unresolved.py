@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from pigeon.cli import app
 from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.reference import schema as ref
@@ -42,7 +43,9 @@ def notes(db: Database) -> Iterator[LiveServer]:
 
 @pytest.fixture
 def phone(tmp_path: Path) -> Iterator[OfflineQueue]:
-    with OfflineQueue(tmp_path / "phone.db", retry_policy=FAST, coalesce=False) as queue:
+    with OfflineQueue(
+        tmp_path / "phone.db", QueueOptions(retry_policy=FAST, coalesce=False)
+    ) as queue:
         yield queue
 
 
@@ -60,7 +63,7 @@ class Devices:
 
     def laptop_writes(self, type_: str, entity: str, payload: Any) -> None:
         """Another device of the same user writes, and syncs."""
-        with OfflineQueue(self.tmp_path / "laptop.db", retry_policy=FAST) as laptop:
+        with OfflineQueue(self.tmp_path / "laptop.db", QueueOptions(retry_policy=FAST)) as laptop:
             engine = self.engine(laptop)
             engine.enqueue(type_, entity, payload)
             assert engine.drain(timeout=10)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pigeon.edge.operation import Operation, OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
@@ -20,6 +21,8 @@ from pigeon.protocol.http import HttpTransport
 from pigeon.sync.classify import ReplyKind, ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -138,11 +141,14 @@ def test_transient_failures_exhaust_into_a_dead_letter(
     policy = RetryPolicy(base=0.01, cap=0.02, max_attempts=3)
     dead: list[Operation] = []
     with (
-        OfflineQueue(tmp_path / "q.db", retry_policy=policy) as queue,
+        OfflineQueue(tmp_path / "q.db", QueueOptions(retry_policy=policy)) as queue,
         HttpTransport(server.url) as transport,
     ):
         engine = SyncEngine(
-            queue, transport, connectivity=ManualMonitor(), on_dead=lambda op, _: dead.append(op)
+            queue,
+            transport,
+            callbacks=SyncCallbacks(on_dead=lambda op, _: dead.append(op)),
+            connectivity=ManualMonitor(),
         )
         state.faults["a"] += [Fault(503)] * 5
         op = engine.enqueue("update", "thing:a", {"x": 1})
@@ -226,9 +232,9 @@ def test_bad_options_are_refused(queue: OfflineQueue, server: LiveServer) -> Non
 
     with HttpTransport(server.url) as transport:
         with pytest.raises(ConfigurationError, match="batch_size"):
-            SyncEngine(queue, transport, batch_size=0)
+            SyncEngine(queue, transport, SyncOptions(batch_size=0))
         with pytest.raises(ConfigurationError, match="idle_recheck"):
-            SyncEngine(queue, transport, idle_recheck=0)
+            SyncEngine(queue, transport, SyncOptions(idle_recheck=0))
 
 
 def test_close_lets_go_of_the_queue_and_the_monitor(
@@ -281,7 +287,12 @@ def test_a_server_without_the_batch_route_pauses_the_queue_instead_of_killing_it
 
     paused: list[str] = []
     with InProcessTransport(handler=server, batch=True) as transport:
-        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), on_paused=paused.append)
+        engine = SyncEngine(
+            queue,
+            transport,
+            callbacks=SyncCallbacks(on_paused=paused.append),
+            connectivity=ManualMonitor(),
+        )
         ops = [engine.enqueue("update", f"thing:{e}", {"e": e}) for e in "abc"]
         assert engine.flush(timeout=5) is False
         assert engine.drain(timeout=5) is False
@@ -345,3 +356,31 @@ def test_a_redirect_pauses_the_queue_instead_of_dead_lettering_every_operation(
     engine.resume()
     assert engine.flush(timeout=5)
     assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
+
+
+def test_the_deprecated_keyword_arguments_still_sync(
+    queue: OfflineQueue, server: LiveServer, state: WireState
+) -> None:
+    """The keyword arguments SyncOptions and SyncCallbacks replaced (warned for one
+    release) still shape a real sync: their batch size, pipeline and callbacks hold."""
+    delivered: list[str] = []
+    with HttpTransport(server.url, batch=True) as transport:
+        with pytest.deprecated_call(match="SyncEngine"):
+            engine = SyncEngine(
+                queue,
+                transport,
+                connectivity=ManualMonitor(),
+                batch_size=2,
+                pipeline=2,
+                on_delivered=lambda op, _: delivered.append(op.entity),
+            )
+        try:
+            for e in range(5):
+                engine.enqueue("update", f"thing:{e}", {"e": e})
+            assert engine.flush(timeout=10)
+            assert sorted(delivered) == [f"thing:{e}" for e in range(5)]
+            assert engine.options == SyncOptions(batch_size=2, pipeline=2)
+            assert engine.totals.delivered == 5
+            assert all(bodies(state, f"{e}") == [{"e": e}] for e in range(5))
+        finally:
+            engine.close()

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pigeon.edge.operation import Operation
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
@@ -19,6 +20,7 @@ from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import LiveServer, WireState
 from tests.sync.conftest import MakeEngine, wait_until
 
@@ -141,7 +143,7 @@ def test_flush_and_drain_see_another_threads_empty_cycle_end(
     # timeout, and with none, forever.
     queue = SlowDisk(tmp_path / "slow.db")
     with HttpTransport(server.url) as transport:
-        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), pipeline=2)
+        engine = SyncEngine(queue, transport, SyncOptions(pipeline=2), connectivity=ManualMonitor())
         engine.start()
         try:
             queue.hold()
@@ -235,7 +237,9 @@ def test_a_batch_reply_that_answers_none_of_its_operations_is_not_resent_in_a_lo
     # sent them again, and again: a tight loop, no attempt spent, no backoff, no end.
     # A backoff of seconds, not the suite's FAST one: its full jitter can draw a wait of a
     # millisecond, after which flush rightly sends the operation again (a flaky "2 == 1").
-    queue = OfflineQueue(tmp_path / "edge.db", retry_policy=RetryPolicy(base=5.0, cap=5.0))
+    queue = OfflineQueue(
+        tmp_path / "edge.db", QueueOptions(retry_policy=RetryPolicy(base=5.0, cap=5.0))
+    )
     requests: list[int] = []
 
     def empty(request: httpx.Request) -> httpx.Response:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
@@ -16,6 +17,7 @@ from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
 from tests.protocol.wire_app import LiveServer
 from tests.sync.conftest import FAST
 
@@ -57,7 +59,9 @@ def test_every_operation_once_and_in_order_over_uvicorn(
     tmp_path: Path, db: Database, notes_server: LiveServer, batch: bool
 ) -> None:
     with (
-        OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False) as queue,
+        OfflineQueue(
+            tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)
+        ) as queue,
         HttpTransport(notes_server.url, token="alice.v1", batch=batch) as transport,
     ):
         made = make_ops(queue, 6)
@@ -74,15 +78,17 @@ def test_every_operation_once_and_in_order_over_uvicorn(
 def test_stale_if_match_is_a_conflict_with_the_current_note(tmp_path: Path, db: Database) -> None:
     app = create_notes_app(db, purge_interval=None)
     with (
-        OfflineQueue(tmp_path / "edge.db", retry_policy=FAST, coalesce=False) as queue,
+        OfflineQueue(
+            tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)
+        ) as queue,
         InProcessTransport(app, token="alice.v1", batch=True) as transport,
     ):
         conflicts = []
         engine = SyncEngine(
             queue,
             transport,
+            callbacks=SyncCallbacks(on_conflict=lambda op, outcome: conflicts.append(outcome)),
             connectivity=ManualMonitor(),
-            on_conflict=lambda op, outcome: conflicts.append(outcome),
         )
         engine.enqueue("create", "note:a", {"id": "a", "text": "v1"})
         assert engine.flush(timeout=5)

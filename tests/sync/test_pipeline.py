@@ -16,6 +16,7 @@ from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.transport import Exchange, KeepGoing
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -86,7 +87,7 @@ def test_background_thread_with_a_pipeline(
 ) -> None:
     with HttpTransport(server.url, batch=True) as transport:
         engine = SyncEngine(
-            queue, transport, connectivity=ManualMonitor(), batch_size=4, pipeline=2
+            queue, transport, SyncOptions(batch_size=4, pipeline=2), connectivity=ManualMonitor()
         )
         with engine:
             for e in range(30):
@@ -104,4 +105,4 @@ def test_bad_pipeline_is_refused(queue: OfflineQueue, bad: object) -> None:
         HttpTransport("http://x") as transport,
         pytest.raises(ConfigurationError, match="pipeline"),
     ):
-        SyncEngine(queue, transport, pipeline=bad)  # type: ignore[arg-type]
+        SyncEngine(queue, transport, SyncOptions(pipeline=bad))  # type: ignore[arg-type]

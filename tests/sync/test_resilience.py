@@ -22,6 +22,7 @@ from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 from tests.sync.conftest import MakeEngine
 
@@ -178,7 +179,7 @@ def test_flush_and_drain_wait_for_what_another_lane_has_on_the_way(
         return httpx.Response(200, json={})
 
     with InProcessTransport(handler=slow_server) as transport:
-        engine = SyncEngine(queue, transport, connectivity=ManualMonitor(), pipeline=2)
+        engine = SyncEngine(queue, transport, SyncOptions(pipeline=2), connectivity=ManualMonitor())
         engine.start()
         try:
             engine.enqueue("update", "thing:a", {"i": 0})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.reference import schema as ref
@@ -19,6 +20,7 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.events import SyncCallbacks
 from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
 from tests.sync.conftest import FAST
 
@@ -46,8 +48,8 @@ def note(db: Database, note_id: str) -> Any:
 def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
     tmp_path: Path, app: Any, db: Database
 ) -> None:
-    phone_q = OfflineQueue(tmp_path / "phone.db", retry_policy=FAST)
-    laptop_q = OfflineQueue(tmp_path / "laptop.db", retry_policy=FAST)
+    phone_q = OfflineQueue(tmp_path / "phone.db", QueueOptions(retry_policy=FAST))
+    laptop_q = OfflineQueue(tmp_path / "laptop.db", QueueOptions(retry_policy=FAST))
     errors: list[BaseException] = []
     told: list[str] = []
     resolver = ConflictResolver(laptop_q, {"note": Policy(Strategy.CUSTOM, merge=broken_merge)})
@@ -59,10 +61,11 @@ def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
         laptop = SyncEngine(
             laptop_q,
             laptop_t,
+            callbacks=SyncCallbacks(
+                on_error=errors.append, on_conflict=lambda op, outcome: told.append(op.id)
+            ),
             connectivity=ManualMonitor(),
             resolver=resolver,
-            on_error=errors.append,
-            on_conflict=lambda op, outcome: told.append(op.id),
         )
         phone_q.enqueue("create", "note:1", {"id": "1", "body": "v1"}, endpoint="/notes")
         assert phone.drain(timeout=10)

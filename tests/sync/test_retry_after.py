@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from pigeon.edge.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import Fault, LiveServer, WireState
 
 # Every wait is drawn from [0, 0.2 s]: eight attempts take about 0.7 s, and less than
@@ -26,7 +28,7 @@ EVEN = RetryPolicy(base=0.2, factor=1.0, cap=0.2, max_attempts=8)
 
 @pytest.fixture
 def slow_queue(tmp_path: Path) -> Iterator[OfflineQueue]:
-    q = OfflineQueue(tmp_path / "edge.db", retry_policy=EVEN, coalesce=False)
+    q = OfflineQueue(tmp_path / "edge.db", QueueOptions(retry_policy=EVEN, coalesce=False))
     yield q
     q.close()
 
@@ -85,7 +87,9 @@ def test_a_429_holds_the_whole_queue_back_not_just_its_operation(
         for i in range(20)
     ]
     with HttpTransport(server.url, batch=batch) as transport:
-        engine = SyncEngine(slow_queue, transport, connectivity=ManualMonitor(), batch_size=5)
+        engine = SyncEngine(
+            slow_queue, transport, SyncOptions(batch_size=5), connectivity=ManualMonitor()
+        )
         with engine:
             time.sleep(0.5)
             assert state.limited_requests == 1
@@ -103,7 +107,7 @@ def test_a_429_whose_wait_is_already_over_holds_nothing_back(
     # millisecond (no Retry-After, a short backoff). Looked at after it ended, flush said
     # False ("held back") and drain gave up; they must just go on sending.
     quick = RetryPolicy(base=0.001, factor=1.0, cap=0.001, max_attempts=8)
-    queue = OfflineQueue(tmp_path / "quick.db", retry_policy=quick, coalesce=False)
+    queue = OfflineQueue(tmp_path / "quick.db", QueueOptions(retry_policy=quick, coalesce=False))
     state.faults["a"] = [Fault(429)]
     with HttpTransport(server.url) as transport:
         engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
