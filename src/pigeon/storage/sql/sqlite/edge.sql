@@ -1,4 +1,4 @@
--- Named queries of the edge offline queue (pigeon.edge.store). SQLite, :name parameters.
+-- Named queries of the edge offline queue (pigeon.edge.sqlite). SQLite, :name parameters.
 -- "live" = pending, in_flight or conflict: undelivered and not dead.
 
 -- name: init_state
@@ -8,7 +8,7 @@ INSERT OR IGNORE INTO edge_state (one, node_id) VALUES (1, :node_id);
 SELECT node_id, clock, paused, coalesced FROM edge_state WHERE one = 1;
 
 -- name: get_clock
--- The floor of the queue's clock: no stamp stored in the file is greater (pigeon.edge.stamps).
+-- The floor of the queue's clock: no stamp stored in the file is greater (pigeon.edge.sqlite.stamps).
 SELECT clock FROM edge_state WHERE one = 1;
 
 -- name: bump_state
