@@ -147,6 +147,8 @@ def test_the_one_path_segment_answers_as_the_servers_copy_did(value: str) -> Non
         ("pigeon.server.app", "render", "render_result"),
         ("pigeon.server.memory", "configure", "configure_malloc"),
         ("pigeon.clock", "merge", "tick_on_receive"),
+        ("pigeon.edge.coalesce", "Decision", "FoldVerdict"),
+        ("pigeon.edge.coalesce", "decide", "fold_into"),
     ],
 )
 def test_a_renamed_name_still_resolves_with_a_deprecation_warning(

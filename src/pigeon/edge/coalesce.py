@@ -37,13 +37,13 @@ idempotency keys: the server may already hold the older payload under the older 
 from __future__ import annotations
 
 import enum
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pigeon.edge.operation import OpType
 from pigeon.edge.validate import DEFAULT_METHODS, path_segment
+from pigeon.renames import renamed
 
 _CREATE, _UPDATE, _DELETE = OpType.CREATE.value, OpType.UPDATE.value, OpType.DELETE.value
 
@@ -162,19 +162,6 @@ def coalesce(steps: Iterable[Step]) -> list[Step]:
     return queue
 
 
-# The names before "one name, one meaning" (``Decision`` and ``decide`` also name other
+# The names before "one name, one meaning" (``Decision`` and ``decide`` also named other
 # things in pigeon): they keep working for one release, with a DeprecationWarning.
-_RENAMED = {"Decision": "FoldVerdict", "decide": "fold_into"}
-
-
-def __getattr__(name: str) -> Any:
-    new = _RENAMED.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"pigeon.edge.coalesce.{name} is deprecated and will be removed in the next "
-        f"release: use {new}",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return globals()[new]
+__getattr__ = renamed(__name__, {"Decision": "FoldVerdict", "decide": "fold_into"}, globals())
