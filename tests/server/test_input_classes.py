@@ -17,9 +17,11 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.reference import schema as reference
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import access
 from pigeon.server.app import create_app
+from pigeon.server.identifiers import resource_id
 from pigeon.server.intake import Intake, IntakeContext
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.storage.base import Database
@@ -289,16 +291,44 @@ def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(
     assert claims(db) == 0
 
 
+def test_an_identifier_a_handler_checks_itself_is_a_400_and_frees_the_key(
+    client: TestClient, db: Database
+) -> None:
+    """The class behind a 500 the fuzz test found: PATCH /notes/0 with {"id": ""} reached
+    resource_id("") in the handler, and an InvalidIdentifier raised there was an internal
+    error. Every identifier a handler checks itself is the client's mistake: 400, nothing
+    stored, and the corrected request runs under the same key."""
+    assert send(client, "PATCH", "/notes/0", {"": None, "id": ""}).status_code == 404  # no note 0
+    intake = Intake(db)
+
+    def named(ctx: IntakeContext) -> Any:
+        return 200, {"id": resource_id(ctx.body.get("name"), "name")}
+
+    intake.add_operation("POST", "/named", named)
+    with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
+        before = claims(db)
+        assert_refused(
+            send(c, "POST", "/named", {"name": "a/b"}, **{"Idempotency-Key": "n"}),
+            "bad-identifier",
+            "name",
+        )
+        assert claims(db) == before  # the key was given back
+        reply = send(c, "POST", "/named", {"name": "ab"}, **{"Idempotency-Key": "n"})
+        assert reply.status_code == 200 and reply.json() == {"id": "ab"}
+
+
 def test_a_header_a_handler_returns_is_encoded_before_it_is_stored(db: Database) -> None:
     """The class behind the Location bug: whatever a handler puts in a header, the write
     either commits and answers, now and on every replay, or does not commit at all."""
+    reference.attach(db)  # the handler writes the reference app's ledger
     intake = Intake(db)
 
     def odd(ctx: IntakeContext) -> Any:
         return 200, {"ok": True}, {"X-Where": "ça\r\nSet-Cookie: x=1", "Location": "/€"}
 
     def bad_name(ctx: IntakeContext) -> Any:
-        ctx.tx.execute(
+        reference.execute(
+            ctx.tx,
             "ledger_append",
             {
                 "idempotency_key": ctx.idempotency_key,

@@ -107,7 +107,7 @@ def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
         refused = None if note_id in (None, "") else id_problem(note_id, what)
         if refused is not None:
             raise ValidationError(refused, slug="bad-note")
-    if path_id is not None and body_id is not None and resource_id(body_id) != str(path_id):
+    if path_id is not None and body_id not in (None, "") and resource_id(body_id) != str(path_id):
         raise ValidationError(
             f"the body names note {body_id!r} but the path names {path_id!r}", slug="bad-note"
         )

@@ -31,6 +31,7 @@ from pigeon.checks import is_int
 # too), shared with the edge's default routes, which build the same paths. Re-exported
 # here for the server's handlers.
 from pigeon.edge.validate import path_segment as path_segment
+from pigeon.exceptions import ValidationError
 
 MAX_ID_LENGTH = 255  # a resource id: part of a primary key (PostgreSQL: 2704 bytes an entry)
 MAX_OPERATION_ID_LENGTH = 255  # X-Pigeon-Operation-Id, a batch entry's "id"
@@ -40,8 +41,15 @@ MAX_PATH_LENGTH = 2048  # a batch entry's path (a single request's is bounded by
 MAX_METHOD_LENGTH = 16
 
 
-class InvalidIdentifier(ValueError):
-    """An identifier outside its alphabet or length: the message says which and why."""
+class InvalidIdentifier(ValidationError, ValueError):
+    """An identifier outside its alphabet or length: the message says which and why.
+
+    A ``ValidationError`` (400, nothing stored) wherever it is raised: an id that a handler
+    checks itself is the client's mistake like any other, never a 500. (Still a
+    ``ValueError`` for callers that caught it as one.)"""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, slug="bad-identifier")
 
 
 def resource_id(value: object, what: str = "id") -> str:
