@@ -43,7 +43,6 @@ from pigeon.exceptions import AuthorizationRequired
 from pigeon.protocol import strictjson
 from pigeon.protocol.strictjson import JsonRefused
 from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
-from pigeon.server.app import bad_json, render_result
 from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (
@@ -58,6 +57,7 @@ from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import MAX_PATH_LENGTH
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
+from pigeon.server.messages import bad_json, render_result
 from pigeon.server.replay import claim_refusal
 from pigeon.server.results import (
     OpResult,

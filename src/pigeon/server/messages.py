@@ -1,0 +1,308 @@
+"""The wire's side of the ASGI app: a request read into an ``OperationRequest`` (or the
+400/413 refusing it, before anything runs), a batch entry the same way, and an ``OpResult``
+rendered as a response (a batch's answer spliced from the stored texts, sent in slices).
+No routing and no intake here: ``pigeon.server.app`` puts these around an ``Intake``;
+``pigeon.server.middleware`` uses the same decoder and renderer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
+
+from pigeon.clock import HLCTimestamp
+from pigeon.protocol import strictjson
+from pigeon.protocol.strictjson import JsonRefused
+from pigeon.protocol.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag
+from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
+from pigeon.server.identifiers import (
+    MAX_ENTITY_LENGTH,
+    MAX_ETAG_LENGTH,
+    MAX_METHOD_LENGTH,
+    MAX_OPERATION_ID_LENGTH,
+    MAX_PATH_LENGTH,
+    InvalidIdentifier,
+    header_value,
+    optional_token,
+)
+from pigeon.server.intake import OperationRequest
+from pigeon.server.limits import DEFAULT_MAX_BODY, read_body
+from pigeon.server.results import OpResult, problem_result
+from pigeon.server.testhooks import BadTestHook, TestHooks
+
+OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
+# A clock stamp is "<15-digit wall>-<10-digit counter>-<node>": room for a node name of
+# MAX_NODE_LENGTH printable characters, which every ledger row and resource row stores.
+MAX_NODE_LENGTH = 64
+MAX_CLOCK_LENGTH = 27 + MAX_NODE_LENGTH
+# Bodies up to this many bytes are decoded on the event loop (a thread hand-off costs
+# more than their decoding); a larger one in a worker thread, so that no request's
+# decoding holds up every other connection (a 2 MiB body takes tens of milliseconds).
+INLINE_JSON_BYTES = 64 << 10
+
+
+def bad_json(what: str, exc: JsonRefused) -> OpResult:
+    """The 400 refusing a body the strict decoder refused, naming the problem."""
+    return problem_result(
+        400,
+        "bad-json",
+        "Bad request",
+        f"{what} is not JSON pigeon takes: {exc}",
+        json_error=exc.problem,
+    )
+
+
+async def decode_body(raw: bytes, what: str) -> Any:
+    """The body's JSON value (None for an empty body), or the ``OpResult`` refusing it."""
+    if not raw.strip():
+        return None
+    if len(raw) <= INLINE_JSON_BYTES:
+        value = _decode(raw)
+    else:
+        value = await run_in_threadpool(_decode, raw)
+    return bad_json(what, value) if isinstance(value, JsonRefused) else value
+
+
+def render_result(result: OpResult) -> Response:
+    # Encoded again here, not only when stored: a response stored before header values
+    # were encoded must still replay, not answer 500 on every retry.
+    headers = {name: header_value(value) for name, value in result.headers}
+    media_type = headers.pop("content-type", "application/json")
+    if result.status == 204 or not result.body_text:
+        return Response(status_code=result.status, headers=headers)
+    return Response(result.body_text, result.status, headers=headers, media_type=media_type)
+
+
+def bad_request(slug: str, detail: str) -> OpResult:
+    return problem_result(400, slug, "Bad request", detail)
+
+
+def _clock(value: object) -> str | OpResult:
+    if value is None or value == "":
+        return ""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"a clock stamp is a string, not {type(value).__name__}")
+        if len(value) > MAX_CLOCK_LENGTH:
+            raise ValueError(f"a clock stamp has at most {MAX_CLOCK_LENGTH} characters")
+        stamp = HLCTimestamp.decode(value)
+        if stamp.wall_ms < 0 or stamp.counter < 0:
+            raise ValueError(f"a clock stamp counts up from 0: {value!r}")
+        if not stamp.node.isprintable() or len(stamp.node) > MAX_NODE_LENGTH:
+            raise ValueError(
+                f"a clock stamp's node is at most {MAX_NODE_LENGTH} printable characters"
+            )
+    except ValueError as exc:
+        return bad_request("bad-clock", f"{CLOCK}: {exc}")
+    return value
+
+
+def route_path(scope: Scope) -> str:
+    """The path as the router matched it: percent-decoded (``request.url.path`` escapes
+    ``?``, ``#`` and ``\\`` again, so an id holding one named another entity than in a
+    batch) and without the prefix of a ``Mount`` the app is served under (its
+    ``root_path``), which the intake's templates do not have."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
+
+
+async def parse_request(
+    request: Request, *, max_body: int = DEFAULT_MAX_BODY, test_hooks: bool = False
+) -> OperationRequest | OpResult:
+    """A single-operation request, or the 400 (413 for a body over ``max_body`` bytes)
+    that refuses it (before anything runs). ``test_hooks``: read the fault switch's
+    headers (`pigeon.server.testhooks`)."""
+    try:
+        key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
+    except InvalidIdempotencyKey as exc:
+        return bad_request("bad-idempotency-key", str(exc))
+    try:
+        hooks = TestHooks.parse(request.headers) if test_hooks else None
+    except BadTestHook as exc:
+        return bad_request("bad-test-hook", str(exc))
+    raw = await read_body(request, max_body, "one operation's request")
+    if isinstance(raw, OpResult):
+        return raw
+    body = await decode_body(raw, "the request body")
+    if isinstance(body, OpResult):
+        return body
+    path = route_path(request.scope)
+    if not path.isprintable():  # a %00 or %0A in the path: no store keeps it as text
+        return bad_request("bad-path", f"the path {path!r} holds a control character")
+    clock = _clock(request.headers.get(CLOCK))
+    if isinstance(clock, OpResult):
+        return clock
+    try:
+        # An empty header is no header, as before.
+        op_id = optional_token(
+            request.headers.get(OPERATION_ID) or None, OPERATION_ID, MAX_OPERATION_ID_LENGTH
+        )
+        if_match = optional_token(request.headers.get(IF_MATCH) or None, IF_MATCH, MAX_ETAG_LENGTH)
+    except InvalidIdentifier as exc:
+        return bad_request("bad-header", str(exc))
+    return OperationRequest(
+        method=request.method,
+        path=path,
+        body=body,
+        key=key,
+        operation_id=op_id or key,
+        clock=clock or None,
+        if_match=unquote_etag(if_match) if if_match else None,
+        hooks=hooks,
+    )
+
+
+def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
+    """One entry of a batch (see ``pigeon.protocol.wire``), or its permanent refusal."""
+    if not isinstance(entry, dict):
+        return bad_request("bad-batch-entry", f"operations[{index}] is not an object")
+    try:
+        key = check_key(entry.get("idempotency_key"))
+    except InvalidIdempotencyKey as exc:
+        return bad_request("bad-idempotency-key", f"operations[{index}]: {exc}")
+    method, path = entry.get("method"), entry.get("path")
+    if (
+        not isinstance(method, str)
+        or not isinstance(path, str)
+        or not path.startswith("/")
+        or len(method) > MAX_METHOD_LENGTH
+        or len(path) > MAX_PATH_LENGTH
+    ):
+        return bad_request(
+            "bad-batch-entry",
+            f"operations[{index}] needs a string method and an absolute path "
+            f"(at most {MAX_METHOD_LENGTH} and {MAX_PATH_LENGTH} characters)",
+        )
+    # The path as the single-operation route sees it (ASGI gives it percent-decoded, the
+    # query apart, which handlers never see): the same operation must reach the same
+    # entity, and have the same fingerprint, alone or in a batch.
+    path = unquote(urlsplit(path).path)
+    if not path.isprintable():
+        return bad_request(
+            "bad-path", f"operations[{index}]: the path {path!r} holds a control character"
+        )
+    clock = _clock(entry.get("clock"))
+    if isinstance(clock, OpResult):
+        return clock
+    try:
+        # "" or null: not given (the operation id is then the key, as for one request).
+        # The entity names the effect in the ledger, whose index on it PostgreSQL cannot
+        # fill with a few KB: refused here, not failed there on every resend.
+        op_id, entity, if_match = (
+            optional_token(entry.get(name) or None, f"operations[{index}].{name}", limit)
+            for name, limit in (
+                ("id", MAX_OPERATION_ID_LENGTH),
+                ("entity", MAX_ENTITY_LENGTH),
+                ("if_match", MAX_ETAG_LENGTH),
+            )
+        )
+    except InvalidIdentifier as exc:
+        return bad_request("bad-batch-entry", str(exc))
+    return OperationRequest(
+        method=method.upper(),
+        path=path,
+        body=entry.get("body"),
+        key=key,
+        operation_id=op_id or key,
+        clock=clock or None,
+        if_match=unquote_etag(if_match) if if_match else None,
+        entity=entity,
+    )
+
+
+_RESULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def results_json(ids: Sequence[object], results: list[OpResult]) -> bytearray:
+    """The batch's answer, ``{"results": [...]}``, with each result's body spliced in as
+    the JSON text it already is (its stored text): decoding a thousand bodies only to
+    encode them again doubled the memory and the time of a large batch's answer. Empties
+    ``results`` as it goes, so each result's text is let go of once it is encoded."""
+    out = bytearray(b'{"results":[')
+    results.reverse()
+    for n, op_id in enumerate(ids):
+        if not results:
+            break
+        result = results.pop()
+        rest = {
+            "id": op_id,
+            "status": result.status,
+            "replayed": result.replayed,
+            "headers": dict(result.headers),
+        }
+        body = result.body_text or "null"
+        del result
+        out += ("," if n else "").encode() + b'{"body":' + body.encode("utf-8")
+        out += b"," + _RESULT.encode(rest)[1:].encode("utf-8")
+    out += b"]}"
+    return out
+
+
+_SLICE = 64 << 10
+
+
+def sent_in_slices(body: bytearray) -> Response:
+    """A large JSON answer sent a slice at a time: handed over whole, it was copied whole
+    twice more on the way out (the HTTP framing, then the transport's buffer)."""
+    if len(body) <= _SLICE:
+        return Response(bytes(body), media_type="application/json")
+
+    async def slices() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), _SLICE):
+            yield bytes(body[start : start + _SLICE])
+
+    headers = {"content-length": str(len(body))}
+    return StreamingResponse(slices(), headers=headers, media_type="application/json")
+
+
+def decode_batch(held: list[Any]) -> Any:
+    """``loads_members`` of the batch, with a refusal returned rather than raised: its
+    traceback's frames hold the body's text (16 MiB), and an exception handed from the
+    worker thread to the event loop lived on until the garbage collector found it (each
+    refused 16 MiB batch kept 16 MiB more, bench/memory_bench.py)."""
+    try:
+        return strictjson.loads_members(held.pop(), member="operations", max_items=MAX_BATCH)
+    except JsonRefused as exc:
+        return exc.with_traceback(None)
+
+
+def _decode(raw: bytes) -> Any:
+    """``strictjson.loads`` with a refusal returned, as ``decode_batch`` does."""
+    try:
+        return strictjson.loads(raw)
+    except JsonRefused as exc:
+        return exc.with_traceback(None)
+
+
+async def route_problem(request: Request, exc: Exception) -> Response:
+    """The router's own 404 and 405 as problems naming the method and path, like every
+    other refusal (Starlette answers them in plain text)."""
+    assert isinstance(exc, HTTPException)
+    method, path = request.method, request.url.path
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        result = problem_result(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            f"{method} is not allowed on {path}; allowed: {allowed}",
+        )
+    elif exc.status_code == 404:
+        result = problem_result(404, "no-such-route", "Not found", f"no route {method} {path}")
+    else:
+        detail = f"{method} {path}: {exc.detail}"
+        result = problem_result(exc.status_code, "http-error", str(exc.detail), detail)
+    response = render_result(result)
+    response.headers.update(exc.headers or {})
+    return response
