@@ -22,7 +22,6 @@ TOO_LONG: dict[str, str] = {
     "ops/web.py::page_routes": "the ops pages' routes as closures over one session",
     "demo/conflicts.py::_scenario": "the conflicts demo's script, one step after another",
     "demo/run.py::run_demo": "the sync demo's script: server, proxy, device, reconciliation",
-    "server/intake.py::Intake._run": "claim, run, store in one transaction: one read",
     "sync/executor.py::Executor._settle": "the sync's settle step (owned by the sync branch)",
     "sync/classify.py::classify": "one table of replies to outcomes (owned by the sync branch)",
     "sync/engine.py::SyncEngine.__init__": "deprecated keyword arguments kept one release",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs._db import dumps, loads
@@ -66,6 +66,13 @@ def _claim_and_run(
     result = mutation(session.tx)
     session.set_effect_result(scope, key, dumps(result))
     return result
+
+
+def effect_result(tx: Tx, scope: str, key: str) -> Any:
+    """The stored result of the effect (scope, key), read in ``tx`` (opened if sealed);
+    None if it has not run (or stored None)."""
+    stored = session_for(tx).effect_result(scope, key)
+    return None if stored is None else loads(stored)
 
 
 def applied(db: Database | JobStore, scope: str, key: str) -> bool:

@@ -16,7 +16,6 @@ e.g. ``{"status": "completed", "record": id, "pending": []}`` once the workers a
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from pigeon.exceptions import NotFound, ValidationError
-from pigeon.jobs import outbox, records
+from pigeon.jobs import effects, outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
 from pigeon.protocol.wire import PROBLEM_JSON
@@ -38,7 +37,6 @@ from pigeon.server.problems import problem
 from pigeon.server.records import RECORDS_PATH
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.sealed import EFFECT_RESULT
 
 ANSWERS_PATH = "/answers"
 ANSWER_PATH = "/answers/{record_id}"
@@ -137,11 +135,7 @@ def add_answers(intake: Intake, jobs: App | None = None) -> None:
 def grade_of(tx: Tx, answer_id: str) -> int | None:
     """The answer's score once the grading task has run (its effect's stored result,
     committed with the claim that makes it run once), else None."""
-    key = grade_key(answer_id)
-    row = tx.fetchone("effect_get", {"scope": GRADE_SCOPE, "key": key})
-    if row is None:
-        return None
-    result = json.loads(tx.cipher.open(row["result"], *EFFECT_RESULT.ad, GRADE_SCOPE, key))
+    result = effects.effect_result(tx, GRADE_SCOPE, grade_key(answer_id))
     score = result.get("score") if isinstance(result, dict) else None
     return score if isinstance(score, int) else None
 

@@ -52,11 +52,10 @@ from contextvars import Context
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
-from pigeon.exceptions import ConfigurationError, InvalidOperation, ValidationError
+from pigeon.clock import HybridLogicalClock
+from pigeon.exceptions import ConfigurationError, InvalidOperation
 from pigeon.logs import failure
-from pigeon.protocol.wire import canonical_json
-from pigeon.server import intake_batch, testhooks
+from pigeon.server import handler_run, intake_batch
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
@@ -67,7 +66,6 @@ from pigeon.server.idempotency import (
     IdempotencyPolicy,
     IdempotencyStore,
     KeyBusy,
-    StoredResponse,
 )
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import loggable
@@ -85,31 +83,24 @@ from pigeon.server.operations import (
 )
 from pigeon.server.replay import (
     ReplayHook,
-    ReplayInfo,
     claim_refusal,
-    hooked_refusal,
     refresh_all,
     refresh_in,
 )
 from pigeon.server.results import (
     OpResult,
     lost_claim,
-    normalise,
     problem_result,
     store_unavailable,
-    stored,
 )
 from pigeon.server.validation import RequestCheck, Validator
-from pigeon.server.validation import invalid as _invalid
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.errors import retried, store_down, store_down_errors
+from pigeon.storage.errors import retried, store_down_errors
 
 log = logging.getLogger(__name__)
 
 ClaimMode = Literal["inline", "separate"]
 MAX_IN_PROGRESS_WAIT = 30.0
-# Response headers sent with the original answer only, never stored for replays.
-NOT_REPLAYED = frozenset({"set-cookie"})
 __all__ = [
     "MAX_IN_PROGRESS_WAIT",
     "WRITE_METHODS",
@@ -453,86 +444,7 @@ class Intake:
         principal: str,
         op: OperationRequest,
     ) -> OpResult:
-        # Keep the server clock ahead of every operation it applied; the operation's own
-        # stamp is what gets recorded (conflict resolution compares operations, not arrivals).
-        if op.clock:
-            self.clock.receive(HLCTimestamp.decode(op.clock))
-            stamp = op.clock
-        else:
-            stamp = self.clock.now().encode()
-        ctx = IntakeContext(
-            tx=tx,
-            principal=principal,
-            body=op.body,
-            path_params=params,
-            clock=stamp,
-            if_match=op.if_match,
-            idempotency_key=op.key,
-            operation_id=op.operation_id,
-            method=op.method.upper(),
-            path=op.path,
-            entity=op.entity,
-            now=self.now(),
-        )
-        hooks = op.hooks if self.test_hooks else None
-        started = time.monotonic()
-        try:
-            # The one savepoint of this operation: the handler's writes and, for a 2xx,
-            # the stored response (a claim lost meanwhile takes the writes back with it).
-            with tx.savepoint():
-                if hooks is not None and hooks.delay_ms:
-                    time.sleep(hooks.delay)  # in progress, its claim held: the test's gap
-                status, body, headers = normalise(route.handler(ctx))
-                if hooks is not None and hooks.fail:
-                    raise RuntimeError(f"{testhooks.FAIL}: failing after the handler wrote")
-                if hooks is not None and hooks.set_cookie is not None:
-                    headers = (*headers, ("set-cookie", hooks.set_cookie))
-                result = OpResult(
-                    status,
-                    "" if body is None else canonical_json(body),
-                    headers,
-                    committed_key=claim.key,
-                )
-                if status >= 400:
-                    raise Failed(result)
-                self._complete(tx, claim, result)
-            self.inflight.observe(route.template, time.monotonic() - started)
-            return result
-        except ValidationError as exc:
-            # Checked late, by the handler itself: its writes are rolled back with the
-            # savepoint and the key is given back, as for the declared checks before the
-            # claim, so the corrected request runs under the same key. Nothing is stored.
-            self.store.release(tx, claim)
-            raise Failed(_invalid(exc)) from None
-        except Failed as failed:
-            if failed.result.transient:  # the claim was lost: not ours to release
-                raise
-            if stored(failed.result.status):  # a 4xx: writes rolled back, the answer stored
-                self._complete(tx, claim, failed.result)
-                return failed.result
-            self.store.release(tx, claim)
-            raise Failed(
-                dataclasses.replace(failed.result, transient=True, committed_key=None)
-            ) from None
-        except Exception as exc:
-            if store_down(exc):  # not this operation's fault: the caller answers 503
-                raise
-            # The handler is application code: its message may quote the request's data.
-            failure(log, "handler for %s %s failed", op.method, loggable(op.path), exc=exc)
-            self.store.release(tx, claim)
-            raise Failed(
-                problem_result(
-                    500, "handler-failed", "Internal error", f"{type(exc).__name__}: {exc}"
-                )
-            ) from exc
-
-    def _complete(self, tx: Tx, claim: Claim, result: OpResult) -> None:
-        # What belongs to this connection, not to the key's answer, is sent now and never
-        # replayed: a replay must not set another client's cookie.
-        kept = tuple((k, v) for k, v in result.headers if k.lower() not in NOT_REPLAYED)
-        stored = StoredResponse(result.status, result.body_text, kept)
-        if not self.store.complete(tx, claim, stored):
-            raise Failed(lost_claim(claim.key))
+        return handler_run.run_handler(self, tx, claim, route, params, principal, op)
 
     def _refused(
         self,
@@ -542,20 +454,7 @@ class Intake:
         principal: str,
         op: OperationRequest,
     ) -> OpResult:
-        if route.on_replay is None:
-            return claim_refusal(decision, op.key)
-        info = ReplayInfo(
-            principal=principal,
-            idempotency_key=op.key,
-            operation_id=decision.operation_id or op.operation_id,
-            method=op.method.upper(),
-            path=op.path,
-            path_params=params,
-            body=op.body,
-            status=decision.original_status or 0,
-            completed_at=decision.completed_at,
-        )
-        return hooked_refusal(decision, op.key, route.on_replay, info)
+        return handler_run.refused(decision, route, params, principal, op)
 
     def notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]

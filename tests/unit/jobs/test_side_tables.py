@@ -11,7 +11,7 @@ import pytest
 from pigeon.exceptions import AccessRevoked, InvalidOperation, PermanentError
 from pigeon.jobs import access, records
 from pigeon.jobs.app import App
-from pigeon.jobs.effects import applied, effect
+from pigeon.jobs.effects import applied, effect, effect_result
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.providers import call_provider, provider_call
@@ -30,6 +30,9 @@ def test_an_effect_runs_once_and_a_failed_one_leaves_no_claim(any_store: JobStor
     assert effect(any_store, "grade", "a1", mutation) == {"total": 7}
     assert effect(any_store, "grade", "a1", mutation) == {"total": 7}  # the stored result
     assert calls == [1] and applied(any_store, "grade", "a1")
+    with any_store.reading() as session:  # what a reader of the result sees, in its own tx
+        assert effect_result(session.tx, "grade", "a1") == {"total": 7}
+        assert effect_result(session.tx, "grade", "a2") is None
 
     def broken(tx: object) -> None:
         raise RuntimeError("half-way")
