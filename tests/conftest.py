@@ -16,6 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.clocks import FakeClock
+
 PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
 BACKENDS = ["sqlite", "postgres"]
@@ -104,6 +106,12 @@ def pg_url() -> Iterator[str]:
     yield url
     with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A hand-moved clock, for whatever the test hands a ``clock`` / ``now`` callable."""
+    return FakeClock()
 
 
 @pytest.fixture(params=BACKENDS)

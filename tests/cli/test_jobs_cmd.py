@@ -12,6 +12,7 @@ from pigeon.jobs.failed import show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
+from tests.clocks import FakeClock
 
 runner = CliRunner()
 
@@ -79,13 +80,13 @@ def test_plan_without_arrivals_and_memory() -> None:
 
 def test_plan_reads_service_time_from_history(tmp_path: Path) -> None:
     db = open_server_db(tmp_path / "s.db")
-    now = [1000.0]
-    m = JobManager(db, clock=lambda: now[0])
+    now = FakeClock(1000.0)
+    m = JobManager(db, clock=now)
     for _ in range(5):
         m.enqueue(JobSpec("grading", "grade"))
     for _ in range(5):
         (job,) = m.lease_jobs("grading", "w", 1, lease=10)
-        now[0] += 0.25
+        now.advance(0.25)
         m.finish([AttemptOutcome(job)])
     out = invoke(
         "plan",

@@ -13,6 +13,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
+from tests.clocks import FakeClock
 
 runner = CliRunner()
 BASE = ["plan", "--backlog", "1000", "--arrival-rate", "50", "--target", "10"]
@@ -38,13 +39,13 @@ def history_db(path: Path, seconds: float | list[float], jobs: int = 5) -> Path:
     """A server database whose ``grading`` jobs each took ``seconds`` (or these durations)."""
     durations = seconds if isinstance(seconds, list) else [seconds] * jobs
     db = open_server_db(path)
-    now = [1000.0]
-    manager = JobManager(db, clock=lambda: now[0])
+    now = FakeClock(1000.0)
+    manager = JobManager(db, clock=now)
     for _ in durations:
         manager.enqueue(JobSpec("grading", "grade"))
     for took in durations:
         (job,) = manager.lease_jobs("grading", "w", 1, lease=10)
-        now[0] += took
+        now.advance(took)
         manager.finish([AttemptOutcome(job)])
     db.close()
     return path

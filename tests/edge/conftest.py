@@ -8,22 +8,7 @@ import pytest
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.t = start
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from tests.clocks import FakeClock
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 from pigeon.clock import HLCTimestamp
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 # Opens the queue, then enqueues one operation per line read on stdin and answers with
 # its stamp, until stdin closes. It keeps the queue (and its clock) open throughout.
@@ -113,13 +113,13 @@ def test_a_restart_after_many_retried_dead_letters_stays_ahead(tmp_path: Path) -
     dead = [first.enqueue("create", f"note:{i}", {"id": i}).id for i in range(150)]
     for op in first.next_batch(200):
         first.mark_failed(op.id, "400", kind="permanent")
-    clock.t = 2000.0
+    clock.now = 2000.0
     newest = first.enqueue("update", "note:x", {"v": 1})
     first.next_batch()
     first.mark_delivered(newest.id)
     for op_id in dead:
         first.retry_dead(op_id)
-    clock.t = 1500.0  # the process dies (no close()); the device clock went back
+    clock.now = 1500.0  # the process dies (no close()); the device clock went back
     with OfflineQueue(path, QueueOptions(durability="normal"), now=clock) as second:
         later = second.enqueue("update", "note:x", {"v": 2})
         assert HLCTimestamp.decode(later.clock) > HLCTimestamp.decode(newest.clock)
@@ -144,7 +144,7 @@ def test_the_floor_holds_every_stamp_stored(tmp_path: Path) -> None:
         queue.mark_delivered(op.id)
         clock.advance(10)
         assert queue.purge_delivered(older_than=0) == 1
-        clock.t = 100.0  # back in time
+        clock.now = 100.0  # back in time
         after = queue.enqueue("create", "note:3", {})
         assert HLCTimestamp.decode(after.clock) > HLCTimestamp.decode(gone.clock)
 

@@ -15,7 +15,7 @@ from pigeon.edge.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import InvalidState, NotFound
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def test_delivers_sets_versions_and_promotes_the_next_heads(queue: OfflineQueue) -> None:

@@ -29,7 +29,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.queries import migrations
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 fcntl = pytest.importorskip("fcntl", reason="owner files need flock")
 
@@ -233,23 +233,23 @@ def test_an_old_file_is_upgraded_and_its_ownerless_rows_recovered_as_before(
 
 
 def test_running_checks_are_throttled(path: Path) -> None:
-    t = [100.0]
+    t = FakeClock(100.0)
     numbers = itertools.count(1)
     mine = owners.Owners(
-        str(path), issue=lambda _: next(numbers), every=5, recover=True, monotonic=lambda: t[0]
+        str(path), issue=lambda _: next(numbers), every=5, recover=True, monotonic=t
     )
     looking = owners.Owners(
-        str(path), issue=lambda _: next(numbers), every=5, recover=False, monotonic=lambda: t[0]
+        str(path), issue=lambda _: next(numbers), every=5, recover=False, monotonic=t
     )
     try:
         assert not mine.due()  # open has just recovered
-        t[0] += 5
+        t.advance(5)
         assert mine.due() and not mine.due()
-        t[0] += 4.9
+        t.advance(4.9)
         assert not mine.due()
-        t[0] += 0.1
+        t.advance(0.1)
         assert mine.due()
-        t[0] += 1e9
+        t.advance(1e9)
         assert not looking.due()
     finally:
         mine.close()

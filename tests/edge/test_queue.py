@@ -13,7 +13,7 @@ from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound, StoreUnavailable
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def test_enqueue_stores_every_field_with_two_distinct_uuids(queue: OfflineQueue) -> None:

@@ -14,7 +14,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import InvalidOperation, InvalidState
 from pigeon.storage.queries import migrations
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def test_plain_release_is_due_at_once_and_stays_foldable(

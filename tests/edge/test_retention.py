@@ -14,7 +14,7 @@ from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retention import PurgeSchedule
 from pigeon.exceptions import ConfigurationError, NotFound
-from tests.edge.conftest import FakeClock
+from tests.clocks import FakeClock
 
 DAY = 86400.0
 

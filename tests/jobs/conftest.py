@@ -10,17 +10,6 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def db_url(server_db_url: str) -> str:
     """The server database of one test: a SQLite file, then a fresh PostgreSQL database."""
@@ -32,8 +21,3 @@ def db(db_url: str) -> Iterator[Database]:
     database = open_server_db(db_url, durability="normal")
     yield database
     database.close()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()

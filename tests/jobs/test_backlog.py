@@ -20,7 +20,7 @@ from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, Worker
 from pigeon.ops.queries import overview
 from pigeon.storage.base import Database
-from tests.jobs.conftest import FakeClock
+from tests.clocks import FakeClock
 from tests.jobs.test_worker import run_in_thread, statuses, wait_for
 
 

@@ -15,8 +15,7 @@ from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def make(db: Database, clock: FakeClock) -> tuple[App, JobManager]:

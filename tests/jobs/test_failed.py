@@ -12,8 +12,7 @@ from pigeon.jobs.failed import FailedStore, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def _fail_one(db: Database, clock: FakeClock) -> tuple[JobManager, int, str]:

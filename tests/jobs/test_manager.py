@@ -12,8 +12,7 @@ from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, FailedJob, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def make(db: Database, clock: FakeClock, **app_options: object) -> tuple[App, JobManager]:

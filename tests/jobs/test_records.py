@@ -8,8 +8,7 @@ from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 OBLIGATIONS = {
     "grading": JobSpec("grading", "grade", {"answer": 1}),

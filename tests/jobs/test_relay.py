@@ -19,8 +19,7 @@ from pigeon.jobs.relay import (
 )
 from pigeon.jobs.stats import RelayLag, relay_lag
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def _fill(db: Database, n: int, topic: str = "answers") -> list[str]:

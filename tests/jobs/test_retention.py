@@ -17,8 +17,8 @@ from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import FakeClock
 from .test_worker import run_in_thread, wait_for
 
 DAY = 86400.0

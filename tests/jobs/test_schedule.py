@@ -10,8 +10,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.schedule import Scheduler
 from pigeon.storage.base import Database
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def test_a_broken_schedule_does_not_keep_the_others_from_running(

@@ -21,8 +21,7 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.worker import Worker
 from pigeon.reference.jobs import app as demo_app
 from pigeon.storage.base import Database, Tx
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 Permanent = tuple[type[BaseException], ...]
 

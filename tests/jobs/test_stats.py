@@ -25,8 +25,8 @@ from pigeon.jobs.stats import (
 )
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import FakeClock
 from .test_worker import run_in_thread, wait_for
 
 

@@ -18,6 +18,7 @@ from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.server import open_server_db, server_queries
+from tests.clocks import FakeClock
 
 with warnings.catch_warnings():
     # Starlette's TestClient runs on httpx here; its nudge towards another client is noise.
@@ -27,8 +28,8 @@ with warnings.catch_warnings():
 __all__ = [
     "OPERATOR",
     "OPERATOR_TOKEN",
+    "SERVER_START",
     "CountingDatabase",
-    "FakeClock",
     "TestClient",
     "failing_handler",
     "live_server",
@@ -40,18 +41,9 @@ __all__ = [
 OPERATOR_TOKEN = "operator-token-of-the-tests-0123456789"
 OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 
-
-class FakeClock:
-    """Seconds since the epoch, moved by hand: retention tests never sleep."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.value = start
-
-    def __call__(self) -> float:
-        return self.value
-
-    def advance(self, seconds: float) -> None:
-        self.value += seconds
+# Where the intake tests' clock starts: a present-day time (November 2023), as the
+# stored claims' and responses' timestamps would be.
+SERVER_START = 1_700_000_000.0
 
 
 class CountingDatabase:
@@ -114,7 +106,7 @@ def pg(pg_url: str) -> Iterator[Database]:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(SERVER_START)
 
 
 def failing_handler(kind: str) -> Callable[[IntakeContext], Any]:

@@ -20,8 +20,9 @@ from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database, Row, Tx
+from tests.clocks import FakeClock
 
-from .conftest import CountingDatabase, FakeClock, TestClient, failing_handler
+from .conftest import CountingDatabase, TestClient, failing_handler
 
 
 def op(key: str, method: str, path: str, body: Any = None, **extra: Any) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from pigeon.clock import HLCTimestamp
 from pigeon.reference.conflicts import BoundedClock, Stamped, corrected, read_outcomes
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import FakeClock, TestClient
+from .conftest import TestClient
 
 T0 = 1_700_000_000_000  # server wall clock, ms
 HOUR = 3_600_000

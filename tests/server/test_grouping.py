@@ -18,8 +18,9 @@ from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import CountingDatabase, FakeClock
+from .conftest import CountingDatabase
 
 
 def request(note: str, key: str | None = None, **fields: Any) -> OperationRequest:

@@ -19,8 +19,9 @@ from pigeon.server.idempotency import (
 )
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import CountingDatabase, FakeClock
+from .conftest import CountingDatabase
 
 times = st.floats(min_value=0, max_value=1e7, allow_nan=False)
 

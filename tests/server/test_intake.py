@@ -19,8 +19,9 @@ from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import Handler, Intake
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
+from tests.clocks import FakeClock
 
-from .conftest import FakeClock, TestClient, failing_handler
+from .conftest import TestClient, failing_handler
 
 ALICE = {"Authorization": "Bearer alice.token-1"}
 

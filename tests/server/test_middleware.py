@@ -16,8 +16,9 @@ from starlette.routing import Route
 from pigeon.server.idempotency import DAY, IdempotencyPolicy, SqlIdempotencyStore
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.storage.base import Database
+from tests.clocks import FakeClock
 
-from .conftest import FakeClock, TestClient, live_server
+from .conftest import TestClient, live_server
 
 
 def make(db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:

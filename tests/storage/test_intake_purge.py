@@ -13,7 +13,8 @@ from pigeon.server.idempotency import IdempotencyPolicy, StoredResponse
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
-from tests.server.conftest import CountingDatabase, FakeClock
+from tests.clocks import FakeClock
+from tests.server.conftest import SERVER_START, CountingDatabase
 
 POLICY = IdempotencyPolicy(lock_timeout=10, response_retention=100, claim_retention=1000)
 
@@ -35,7 +36,7 @@ def _complete_keys(intake: Intake, db: Database, keys: list[str]) -> None:
 
 
 def test_purge_goes_in_bounded_batches_until_nothing_is_due(server_db_url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SERVER_START)
     db = CountingDatabase(open_server_db(server_db_url))
     try:
         intake = Intake(db, policy=POLICY, now=clock)
@@ -58,7 +59,7 @@ def test_purge_goes_in_bounded_batches_until_nothing_is_due(server_db_url: str) 
 
 
 def test_a_purge_skips_a_key_held_by_a_running_request_instead_of_waiting(pg_url: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(SERVER_START)
     db = open_server_db(pg_url)
     try:
         intake = Intake(db, policy=POLICY, now=clock)

@@ -16,22 +16,6 @@ from pigeon.storage.server import open_server_db
 STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
 @pytest.fixture(params=STORES)
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
     """A jobs store: in memory, or on a fresh SQLite / PostgreSQL server database."""

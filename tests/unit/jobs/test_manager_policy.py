@@ -16,22 +16,7 @@ from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stores.memory import MemoryJobStore
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from tests.clocks import FakeClock
 
 
 @pytest.fixture

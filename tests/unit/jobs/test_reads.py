@@ -27,8 +27,7 @@ from pigeon.jobs.stats import (
     service_times,
 )
 from pigeon.jobs.store import JobStore
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def _app(**options: object) -> App:

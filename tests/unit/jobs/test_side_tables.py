@@ -16,8 +16,7 @@ from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.providers import call_provider, provider_call
 from pigeon.jobs.store import JobStore
-
-from .conftest import FakeClock
+from tests.clocks import FakeClock
 
 
 def test_an_effect_runs_once_and_a_failed_one_leaves_no_claim(any_store: JobStore) -> None:

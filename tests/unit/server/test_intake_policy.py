@@ -16,6 +16,7 @@ from pigeon.exceptions import ValidationError
 from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencyStore
 from pigeon.server.intake import Intake, IntakeContext
 from pigeon.server.operations import OperationRequest
+from tests.clocks import FakeClock
 
 SCHEMA = {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}}
 
@@ -168,15 +169,15 @@ def test_a_group_applies_each_request_as_alone() -> None:
 
 
 def test_purge_drops_responses_then_claims() -> None:
-    now = [1000.0]
+    now = FakeClock(1000.0)
     effects = Effects()
-    intake = _intake(effects, now=lambda: now[0])
+    intake = _intake(effects, now=now)
     intake.execute("alice", op("k"))
-    now[0] += intake.policy.response_retention + 1
+    now.advance(intake.policy.response_retention + 1)
     assert intake.purge() == (1, 0)
     applied = intake.execute("alice", op("k"))
     assert applied.status == 200 and "already" in applied.body_text  # the claim lives on
-    now[0] += intake.policy.claim_retention
+    now.advance(intake.policy.claim_retention)
     assert intake.purge() == (0, 1)
     assert not intake.execute("alice", op("k")).replayed and effects.runs == ["k", "k"]
 
