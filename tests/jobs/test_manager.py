@@ -1,45 +1,20 @@
-from __future__ import annotations
+"""The job manager on the server database, SQLite then PostgreSQL. The policy it shares
+with every jobs store (claims and their compare-and-set, renewals, backoff, the failed
+store, permanent errors, age limits, releases, unique keys, due order) is tested on the
+memory, SQLite and PostgreSQL stores alike in tests/unit/jobs/test_manager_policy.py."""
 
-import random
+from __future__ import annotations
 
 import pytest
 
 from pigeon.exceptions import PermanentError
 from pigeon.jobs import records
-from pigeon.jobs.app import App
-from pigeon.jobs.backoff import Backoff
-from pigeon.jobs.failed import list_jobs, show_job
+from pigeon.jobs.failed import show_job
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, FailedJob, JobSpec
-from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
+from pigeon.jobs.manager import AttemptOutcome
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
-
-
-def make(db: Database, clock: FakeClock, **app_options: object) -> tuple[App, JobManager]:
-    app = App(**app_options)  # type: ignore[arg-type]
-    app.queue("q", backoff=Backoff(base=1, cap=8), owner="team-q")
-    app.task(lambda **_: None, queue="q", name="t")  # enqueue refuses tasks the app lacks
-    return app, JobManager(db, app, clock=clock, rng=random.Random(7))
-
-
-def test_claim_leases_and_finish_is_compare_and_set(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
-    (job,) = m.lease_jobs("q", "w1", 10, lease=5)
-    assert (job.id, job.attempt, job.payload) == (job_id, 1, {"n": 1})
-    assert m.lease_jobs("q", "w2", 10, lease=5) == []  # leased: not eligible
-    clock.advance(6)  # lease expired: eligible again
-    (rescued,) = m.lease_jobs("q", "w2", 10, lease=5)
-    assert rescued.attempt == 2 and rescued.token != job.token
-    # the late finisher cannot overwrite the rescuer
-    assert m.finish([AttemptOutcome(job)]) == [False]
-    assert m.finish([AttemptOutcome(rescued)]) == [True]
-    info = show_job(db, job_id)
-    assert info["status"] == "succeeded"
-    assert [(a["attempt"], a["worker"], a["outcome"]) for a in info["history"]] == [
-        (1, "w1", "lease_expired"),
-        (2, "w2", "succeeded"),
-    ]
+from tests.unit.jobs.test_manager_policy import make
 
 
 def test_a_late_permanent_failure_does_not_rewrite_a_rescued_jobs_history(
@@ -61,20 +36,6 @@ def test_a_late_permanent_failure_does_not_rewrite_a_rescued_jobs_history(
     ]
 
 
-def test_renew_keeps_the_lease(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    m.enqueue(JobSpec("q", "t"))
-    (job,) = m.lease_jobs("q", "w1", 1, lease=5)
-    for _ in range(4):
-        clock.advance(4)
-        assert m.renew([job], lease=5) == []
-        assert m.lease_jobs("q", "w2", 1, lease=5) == []
-    clock.advance(6)
-    (rescued,) = m.lease_jobs("q", "w2", 1, lease=5)
-    assert m.renew([job], lease=5) == [job]  # the old holder learns it lost the lease
-    assert rescued.attempt == 2
-
-
 def test_delayed_jobs_are_not_ready(db: Database, clock: FakeClock) -> None:
     _, m = make(db, clock)
     m.enqueue(JobSpec("q", "t", delay=30))
@@ -84,85 +45,6 @@ def test_delayed_jobs_are_not_ready(db: Database, clock: FakeClock) -> None:
     assert (stats["ready"], stats["delayed"]) == (0, 1)
     clock.advance(31)
     assert len(m.lease_jobs("q", "w", 5, lease=5)) == 1
-
-
-def test_retry_with_backoff_then_failed_store_with_owner(db: Database, clock: FakeClock) -> None:
-    alerts: list[FailedJob] = []
-    _, m = make(db, clock, alert=alerts.append)
-    job_id = m.enqueue(JobSpec("q", "t", max_attempts=3))
-    for attempt in (1, 2, 3):
-        (job,) = m.lease_jobs("q", "w", 1, lease=5)
-        assert job.attempt == attempt
-        assert m.finish([AttemptOutcome(job, RuntimeError(f"boom {attempt}"))]) == [True]
-        clock.advance(8.01)  # beyond the backoff cap: always ready again
-    assert m.lease_jobs("q", "w", 1, lease=5) == []
-    info = show_job(db, job_id)
-    assert info["status"] == "failed"
-    assert info["owner"] == "team-q"
-    assert "attempts exhausted (3 of 3)" in info["last_error"] and "boom 3" in info["last_error"]
-    assert [a["outcome"] for a in info["history"]] == ["error", "error", "failed"]
-    assert [(a.id, a.owner) for a in alerts] == [(job_id, "team-q")]
-
-
-def test_backoff_is_full_jitter_within_ceiling(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    m.enqueue(JobSpec("q", "t", max_attempts=10))
-    for attempt in range(1, 6):
-        (job,) = m.lease_jobs("q", "w", 1, lease=5)
-        m.finish([AttemptOutcome(job, RuntimeError("x"))])
-        (row,) = list_jobs(db, queue="q")
-        delay = row["scheduled_at"] - clock()
-        assert 0 <= delay <= min(8, 2 ** (attempt - 1))
-        clock.advance(8.01)
-
-
-def test_permanent_error_fails_at_once(db: Database, clock: FakeClock) -> None:
-    app, m = make(db, clock)
-    app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
-    a = m.enqueue(JobSpec("q", "p"))
-    b = m.enqueue(JobSpec("q", "p"))
-    ja, jb = m.lease_jobs("q", "w", 2, lease=5)
-    m.finish(
-        [AttemptOutcome(ja, PermanentError("card declined")), AttemptOutcome(jb, KeyError("gone"))]
-    )
-    assert show_job(db, a)["status"] == "failed"
-    assert "permanent error" in show_job(db, b)["last_error"]
-
-
-def test_total_age_limit(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
-    (job,) = m.lease_jobs("q", "w", 1, lease=5)
-    clock.advance(61)
-    m.finish([AttemptOutcome(job, RuntimeError("slow"))])
-    assert "older than its max age" in show_job(db, job_id)["last_error"]
-
-
-def test_lease_expired_on_last_attempt_goes_to_failed_store(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    job_id = m.enqueue(JobSpec("q", "t", max_attempts=1))
-    m.lease_jobs("q", "w", 1, lease=5)  # the worker dies
-    clock.advance(6)
-    assert m.lease_jobs("q", "w2", 1, lease=5) == []
-    info = show_job(db, job_id)
-    assert info["status"] == "failed" and "lease expired on its last attempt" in info["last_error"]
-
-
-def test_release_refunds_the_attempt(db: Database, clock: FakeClock) -> None:
-    _, m = make(db, clock)
-    m.enqueue(JobSpec("q", "t", max_attempts=1))
-    (job,) = m.lease_jobs("q", "w", 1, lease=5)
-    assert m.release([job]) == 1
-    (again,) = m.lease_jobs("q", "w", 1, lease=5)
-    assert again.attempt == 1
-    assert m.finish([AttemptOutcome(again)]) == [True]
-
-
-def test_unique_key_dedups(db: Database, clock: FakeClock) -> None:
-    with db.transaction() as tx:
-        a = enqueue(tx, queue="q", task="t", unique_key="k")
-        b = enqueue(tx, queue="q", task="t", unique_key="k")
-    assert a == b and len(list_jobs(db)) == 1
 
 
 def test_bad_spec_is_refused() -> None:
@@ -252,14 +134,3 @@ def test_a_delayed_jobs_age_limit_counts_from_when_it_is_due(
     clock.advance(31)  # past the minute: the next claim gives up on it
     assert m.lease_jobs("q", "w", 1, lease=5) == []
     assert "older than its max age (61.0s > 60s)" in show_job(db, job_id)["last_error"]
-
-
-def test_a_batch_is_claimed_in_due_order_on_every_backend(db: Database, clock: FakeClock) -> None:
-    # The batch runs in the order claim returns it. PostgreSQL sorts by (scheduled_at,
-    # id); SQLite's UPDATE ... RETURNING gives rows in no promised order (in practice by
-    # id), so a job due earlier but enqueued later ran after a newer one.
-    _, m = make(db, clock)
-    later = m.enqueue(JobSpec("q", "t", delay=50))
-    sooner = m.enqueue(JobSpec("q", "t"))
-    clock.advance(100)
-    assert [j.id for j in m.lease_jobs("q", "w", 2, lease=5)] == [sooner, later]
