@@ -22,6 +22,10 @@ PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
 BACKENDS = ["sqlite", "postgres"]
 
+# The CLI's tables are read by substring: a wide console, so that no cell is folded,
+# whatever the terminal of the run or of a pytest-xdist worker (whose stdio is a pipe).
+os.environ["COLUMNS"] = "1000"
+
 _pg_error: str | None = None
 _pg_checked = False
 
