@@ -26,7 +26,9 @@ lint: setup
 	$(BIN)/mypy
 
 test: lint tools
-	$(BIN)/pytest
+	# Two workers: most tests wait on processes, sockets and fsyncs, so two share the
+	# machine's two cores well; worksteal evens out the long chaos and crash tests.
+	$(BIN)/pytest -n 2 --dist worksteal
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
