@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 # C0 controls (ESC among them), DEL, C1 controls (0x9b is a one-byte CSI on some
 # terminals), the Unicode line/paragraph separators and the bidirectional overrides and
@@ -74,3 +75,10 @@ def duration(seconds: float | None, *, switch: float = 1.0) -> str:
         if seconds >= switch * size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def titled_table(title: str, **options: Any) -> Table:
+    """A rich ``Table`` at least as wide as its title. Rich wraps a title to its table's
+    width, so a narrow table broke a title holding a file path or a count across lines,
+    where it could be neither read nor copied whole (the console's width still caps it)."""
+    return Table(title=title, min_width=len(title), **options)

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from pigeon.cli._format import console, error, shown
+from pigeon.cli._format import console, error, shown, titled_table
 from pigeon.cli.queue_cmd import QueueFile, open_queue
 from pigeon.edge.conflicts import KEEPS, ConflictStore
 
@@ -61,7 +60,7 @@ def list_(
     with _open(file) as store:
         store.reconcile()
         records = store.records(None if all_ else "held", limit)
-        table = Table(title=shown(f"{file}: {len(records)} conflict(s)"))
+        table = titled_table(shown(f"{file}: {len(records)} conflict(s)"))
         for column in ("id", "entity", "strategy", "outcome", "local", "remote"):
             table.add_column(column, overflow="fold")
         for r in records:
@@ -75,7 +74,7 @@ def show(file: QueueFile, conflict_id: ConflictId) -> None:
     """Everything about one conflict: base, local and remote versions, the outcome."""
     with _open(file) as store:  # a PigeonError (e.g. no such conflict): message, exit 1
         r = store.get(conflict_id)
-        table = Table(title=f"conflict {r.id}", show_header=False)
+        table = titled_table(f"conflict {r.id}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
         for name in (

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pigeon.cli._format import titled_table
 from pigeon.demo.run import DemoReport, run_demo
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
@@ -177,7 +178,7 @@ def verdict(report: DemoReport, timeout: float) -> str:
 
 
 def _queue_table(queue: OfflineQueue, rows: int = 8) -> Table:
-    table = Table(title="the queue as it stands (first operations)")
+    table = titled_table("the queue as it stands (first operations)")
     for column in ("#", "type", "entity", "method", "endpoint", "idempotency key"):
         table.add_column(column)
     for op in queue.pending[:rows]:
@@ -188,7 +189,7 @@ def _queue_table(queue: OfflineQueue, rows: int = 8) -> Table:
 
 
 def _faults_table(report: DemoReport) -> Table:
-    table = Table(title="what the network did")
+    table = titled_table("what the network did")
     table.add_column("fault")
     table.add_column("requests", justify="right")
     labels = {
@@ -205,7 +206,7 @@ def _faults_table(report: DemoReport) -> Table:
 
 
 def _reconciliation_table(report: DemoReport) -> Table:
-    table = Table(title="reconciliation")
+    table = titled_table("reconciliation")
     table.add_column("")
     table.add_column("count", justify="right")
     table.add_column("expected")

@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from pigeon.cli._format import titled_table
 from pigeon.demo.conflicts import PHONE_SKEW, run_conflicts_demo
 
 
@@ -33,7 +33,7 @@ def show_conflicts_demo(workdir: Path | None = None) -> None:
         "entity's type picks its conflict strategy."
     )
     rows = run_conflicts_demo(workdir)
-    table = Table(title="what each strategy did", show_lines=True)
+    table = titled_table("what each strategy did", show_lines=True)
     for column in ("entity", "strategy", "phone wrote", "laptop wrote", "server now", "what"):
         table.add_column(column, overflow="fold")
     for row in rows:

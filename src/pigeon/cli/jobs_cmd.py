@@ -12,7 +12,7 @@ from rich.table import Table
 
 from pigeon.cli._db import open_db
 from pigeon.cli._format import console as make_console
-from pigeon.cli._format import duration, error, shown
+from pigeon.cli._format import duration, error, shown, titled_table
 from pigeon.cli.options import DbOption
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
@@ -50,7 +50,7 @@ def _attempts(row: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]], title: str, failed: bool) -> Table:
-    table = Table(title=title)
+    table = titled_table(title)
     for column in ("id", "queue", "task", "status", "attempts", "age"):
         table.add_column(column, justify="right" if column in ("id", "attempts") else "left")
     if failed:
@@ -173,7 +173,7 @@ def stats_cmd(
         f"{n(records['open'], 'records.open')} open"
     )
     if view["obligations"]:
-        owed = Table(title="obligations (oldest owed: pending, in progress or failed)")
+        owed = titled_table("obligations (oldest owed: pending, in progress or failed)")
         owed.add_column("kind")
         for status in OBLIGATION_STATES:
             owed.add_column(status.replace("_", " "), justify="right")
@@ -185,7 +185,7 @@ def stats_cmd(
                 _seconds(o["oldest_owed_age"]),
             )
         console.print(owed)
-    table = Table(title="queues (ready = queued and due; stuck = reserved, lease expired)")
+    table = titled_table("queues (ready = queued and due; stuck = reserved, lease expired)")
     for column in ("queue", "ready", "delayed", "reserved", "stuck", "failed"):
         table.add_column(column, justify="left" if column == "queue" else "right")
     table.add_column("failed by owner")

@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from pigeon.cli._db import open_db
+from pigeon.cli._format import titled_table
 from pigeon.cli.options import DbOption, KeysFileOption
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.crypto import Keyring, generate_key, key_entry, new_kid
@@ -107,7 +107,7 @@ def status_cmd(db: DbOption, keys_file: KeysFileOption = None) -> None:
     finally:
         database.close()
     known = set() if keyring is None else set(keyring.ids)
-    table = Table(title="values per key")
+    table = titled_table("values per key")
     for column in ("column", "key", "values", "note"):
         table.add_column(column, justify="right" if column == "values" else "left")
     for name, counts in found.items():
@@ -147,7 +147,7 @@ def rotate_cmd(
 
 
 def _print(reports: dict[str, ColumnReport], current: str) -> int:
-    table = Table(title=f"re-sealed under {current}")
+    table = titled_table(f"re-sealed under {current}")
     for column in ("column", "re-sealed", "changed meanwhile", "unreadable"):
         table.add_column(column, justify="left" if column == "column" else "right")
     unreadable = 0

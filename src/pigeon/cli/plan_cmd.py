@@ -9,11 +9,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from pigeon.checks import is_finite
 from pigeon.cli._db import open_db
-from pigeon.cli._format import shown
+from pigeon.cli._format import shown, titled_table
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
 from pigeon.jobs._db import reading
@@ -137,8 +136,8 @@ def plan(
         raise typer.BadParameter(str(exc)) from exc
     except (ArithmeticError, ValueError) as exc:  # finite inputs whose product is not
         raise typer.BadParameter(f"numbers too large to plan with ({exc})") from exc
-    table = Table(
-        title=f"B={backlog} S={_seconds(service_time)}s L={_num(arrival_rate)}/s T={_num(target)}s"
+    table = titled_table(
+        f"B={backlog} S={_seconds(service_time)}s L={_num(arrival_rate)}/s T={_num(target)}s"
     )
     for column in ("workers", "throughput/s", "net drain/s", "fluid drain", "waves", "wave bound"):
         table.add_column(column, justify="right")

@@ -18,7 +18,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from pigeon.cli._format import console, duration, error, shown
+from pigeon.cli._format import console, duration, error, shown, titled_table
 from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
@@ -79,7 +79,7 @@ def _next_attempt(op: Operation, now: float) -> str:
 
 
 def _table(title: str, ops: list[Operation]) -> Table:
-    table = Table(title=shown(title))
+    table = titled_table(shown(title))
     # Nothing no_wrap: at 80 columns the 36-character ids took the width and the other
     # headers came out a letter per line. The seq is a handle the commands also take.
     for column in ("seq", "id", "status", "type", "entity", "request", "attempts", "age"):
@@ -123,7 +123,7 @@ def show(file: QueueFile, op_id: OpId) -> None:
     """Everything about one operation, its payload and its history of failures."""
     with open_queue(file) as queue:  # reports a PigeonError (e.g. no such id) and exits 1
         op = queue.get(_op_id(queue, op_id))
-        table = Table(title=f"operation {shown(op.id)}", show_header=False)
+        table = titled_table(f"operation {shown(op.id)}", show_header=False)
         table.add_column("field", style="bold")
         table.add_column("value", overflow="fold")
         for name in (
@@ -190,7 +190,7 @@ def purge(
 
 
 def _stats_table(title: str, s: QueueStats, rate: float | None) -> Table:
-    table = Table(title=title, show_header=False)
+    table = titled_table(title, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     rows: list[tuple[str, object]] = [
