@@ -60,7 +60,6 @@ from pigeon.server.fingerprint import fingerprint
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     PURGE_BATCH,
-    Claim,
     ClaimDecision,
     ClaimOutcome,
     IdempotencyPolicy,
@@ -383,21 +382,21 @@ class Intake:
         self._check(route, params, op)
         decision = self._claim(tx, principal, op)
         if decision.claim is None:
-            return self._refused(decision, route, params, principal, op)
-        return self._run(tx, decision.claim, route, params, principal, op)
+            return handler_run.refused(decision, route, params, principal, op)
+        return handler_run.run_handler(self, tx, decision.claim, route, params, principal, op)
 
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         route, params = self._route(op)
         self._check(route, params, op)
         decision = self.transact(lambda tx: self._claim(tx, principal, op))
         if decision.claim is None:
-            return self._refused(decision, route, params, principal, op)
+            return handler_run.refused(decision, route, params, principal, op)
         claim = decision.claim
 
         def work(tx: Tx) -> OpResult:
             if not self.store.fence(tx, claim):
                 return lost_claim(op.key)
-            return self._run(tx, claim, route, params, principal, op)
+            return handler_run.run_handler(self, tx, claim, route, params, principal, op)
 
         try:
             return self.transact(work)  # a deadlock victim runs again under the same claim
@@ -434,27 +433,6 @@ class Intake:
             path=op.path,
             operation_id=op.operation_id,
         )
-
-    def _run(
-        self,
-        tx: Tx,
-        claim: Claim,
-        route: OperationRoute,
-        params: dict[str, Any],
-        principal: str,
-        op: OperationRequest,
-    ) -> OpResult:
-        return handler_run.run_handler(self, tx, claim, route, params, principal, op)
-
-    def _refused(
-        self,
-        decision: ClaimDecision,
-        route: OperationRoute,
-        params: dict[str, Any],
-        principal: str,
-        op: OperationRequest,
-    ) -> OpResult:
-        return handler_run.refused(decision, route, params, principal, op)
 
     def notify(self, results: list[OpResult]) -> None:
         keys = [r.committed_key for r in results if r.committed_key is not None]
