@@ -32,3 +32,11 @@ def test_a_title_longer_than_the_table_stays_on_one_line() -> None:
 def test_the_console_still_caps_the_width() -> None:
     lines = _rendered(_one_row(titled_table(TITLE)), 40).splitlines()
     assert max(len(line) for line in lines) <= 40
+
+
+def test_the_width_is_the_title_as_shown() -> None:
+    wide = "/tmp/\u7b14\u8bb0/phone.db: 1 conflict(s)"  # two CJK characters, two cells each
+    escaped = "\\[red]alarm\\[/red] " + TITLE  # markup shown literally, as `shown` escapes it
+    assert wide in _rendered(_one_row(titled_table(wide)), 200)
+    assert "[red]alarm[/red] " + TITLE in _rendered(_one_row(titled_table(escaped)), 200)
+    assert titled_table(escaped).min_width == len("[red]alarm[/red] " + TITLE)

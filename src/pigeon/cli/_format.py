@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 # C0 controls (ESC among them), DEL, C1 controls (0x9b is a one-byte CSI on some
 # terminals), the Unicode line/paragraph separators and the bidirectional overrides and
@@ -80,5 +81,7 @@ def duration(seconds: float | None, *, switch: float = 1.0) -> str:
 def titled_table(title: str, **options: Any) -> Table:
     """A rich ``Table`` at least as wide as its title. Rich wraps a title to its table's
     width, so a narrow table broke a title holding a file path or a count across lines,
-    where it could be neither read nor copied whole (the console's width still caps it)."""
-    return Table(title=title, min_width=len(title), **options)
+    where it could be neither read nor copied whole (the console's width still caps it).
+    The width is the title as shown: markup and its escapes take no cell, a wide
+    character takes two."""
+    return Table(title=title, min_width=Text.from_markup(title).cell_len, **options)
