@@ -5,8 +5,8 @@ Two classes of one name mean two things a reader has to tell apart by their impo
 (``Timeouts`` was a job's deadlines in pigeon.jobs and a connection's in pigeon.server);
 two functions of one name are two things (``configure`` set up the logs in pigeon.logs
 and glibc's allocator in pigeon.server.memory) or two copies of one helper
-(``path_segment``). A name re-exported by another module (a package's ``__init__``, a
-deprecated shim) is an import, not a definition, and does not count. Nor do the CLI's
+(``path_segment``). A name re-exported by another module (a package's ``__init__``) is
+an import, not a definition, and does not count. Nor do the CLI's
 command functions: each is named for its command (``pigeon queue dead``,
 ``pigeon plan``), which says what it is where it is used.
 """
@@ -14,13 +14,11 @@ command functions: each is named for its command (``pigeon queue dead``,
 from __future__ import annotations
 
 import ast
-import importlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -137,25 +135,38 @@ def test_the_one_path_segment_answers_as_the_servers_copy_did(value: str) -> Non
     assert path_segment(value) == quote(value, safe="")
 
 
-@pytest.mark.parametrize(
-    ("module", "old", "new"),
-    [
-        ("pigeon.server.timeouts", "Timeouts", "ConnectionTimeouts"),
-        ("pigeon.server.access", "refusal", "auth_refusal"),
-        ("pigeon.server.access", "describe", "describe_route"),
-        ("pigeon.server.replay", "refusal", "claim_refusal"),
-        ("pigeon.server.app", "render", "render_result"),
-        ("pigeon.server.memory", "configure", "configure_malloc"),
-        ("pigeon.clock", "merge", "tick_on_receive"),
-        ("pigeon.edge.coalesce", "Decision", "FoldVerdict"),
-        ("pigeon.edge.coalesce", "decide", "fold_into"),
-    ],
-)
-def test_a_renamed_name_still_resolves_with_a_deprecation_warning(
-    module: str, old: str, new: str
-) -> None:
-    loaded = importlib.import_module(module)
-    with pytest.warns(DeprecationWarning, match=new):
-        assert getattr(loaded, old) is getattr(loaded, new)
-    with pytest.raises(AttributeError, match="no_such_name"):
-        _ = loaded.no_such_name
+# Before the first tagged release a rename fixes its callers: no module keeps an old name
+# alive (a module ``__getattr__``, a DeprecationWarning, a module that replaces itself in
+# sys.modules). The edge's option keywords are the last ones left (issue 22, in progress).
+SHIM_ALLOWED = {"pigeon/edge/queue.py", "pigeon/edge/store.py", "pigeon/edge/options.py",
+                "pigeon/sync/engine.py", "pigeon/options.py"}  # fmt: skip
+
+
+def _shims(tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.Assign) and node in tree.body:
+            names = (
+                [node.name]
+                if isinstance(node, ast.FunctionDef)
+                else [t.id for t in node.targets if isinstance(t, ast.Name)]
+            )
+            found += [f"module {n}" for n in names if n == "__getattr__"]
+        if isinstance(node, ast.Name) and node.id == "DeprecationWarning":
+            found.append("DeprecationWarning")
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules"
+            for t in node.targets
+        ):
+            found.append("sys.modules[...] =")
+    return found
+
+
+def test_no_module_keeps_an_old_name_alive() -> None:
+    shims = {}
+    for path in sorted(SOURCE.rglob("*.py")):
+        relative = str(path.relative_to(SOURCE.parent))
+        found = _shims(ast.parse(path.read_text()))
+        if found and relative not in SHIM_ALLOWED:
+            shims[relative] = found
+    assert shims == {}

@@ -1,6 +1,5 @@
 """The public API is exactly what we mean to export, and every name in it resolves."""
 
-import pytest
 
 import pigeon
 
@@ -111,14 +110,13 @@ def test_server_api() -> None:
         assert getattr(pigeon.server, name) is not None
 
 
-def test_the_reference_app_moved_and_its_old_names_still_work_with_a_warning() -> None:
+def test_the_reference_app_lives_apart_from_the_server() -> None:
     import pigeon.reference
     import pigeon.server
 
     assert set(pigeon.reference.__all__) == {"create_notes_app", "read_ledger"}
     for name in pigeon.reference.__all__:
-        with pytest.warns(DeprecationWarning, match="pigeon.reference"):
-            assert getattr(pigeon.server, name) is getattr(pigeon.reference, name)
+        assert not hasattr(pigeon.server, name)
 
 
 def test_jobs_api_resolves() -> None:

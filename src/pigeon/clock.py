@@ -13,8 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from threading import Lock
 
-from pigeon.renames import renamed
-
 _WALL_DIGITS = 15
 _COUNTER_DIGITS = 10
 # Hot path (every enqueue stamps one): %-formatting with the widths written in is half
@@ -97,7 +95,3 @@ def tick_on_receive(
     else:
         counter = 0
     return HLCTimestamp(top, counter, node)
-
-
-# merge was the receive tick's name until it met pigeon.reference.crdt.merge, a real merge.
-__getattr__ = renamed(__name__, {"merge": "tick_on_receive"}, globals())

@@ -43,7 +43,6 @@ from typing import Any
 
 from pigeon.edge.operation import OpType
 from pigeon.edge.validate import DEFAULT_METHODS, path_segment
-from pigeon.renames import renamed
 
 _CREATE, _UPDATE, _DELETE = OpType.CREATE.value, OpType.UPDATE.value, OpType.DELETE.value
 
@@ -160,8 +159,3 @@ def coalesce(steps: Iterable[Step]) -> list[Step]:
             assert index is not None
             del queue[index]
     return queue
-
-
-# The names before "one name, one meaning" (``Decision`` and ``decide`` also named other
-# things in pigeon): they keep working for one release, with a DeprecationWarning.
-__getattr__ = renamed(__name__, {"Decision": "FoldVerdict", "decide": "fold_into"}, globals())

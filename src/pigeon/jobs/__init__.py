@@ -15,9 +15,6 @@ jobs.records.accept(ctx.tx, kind="answer", data=answer,
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 from pigeon.jobs import access, outbox, planner, records
 from pigeon.jobs.app import App, QueueConfig, Schedule, load_app
 from pigeon.jobs.autoscale import Budget
@@ -91,17 +88,3 @@ __all__ = [
     "records",
     "relay_lag",
 ]
-
-# Old names, deprecated for one release: ``Outcome`` (of an attempt) and ``QueueStats``
-# (of a job queue; ``pigeon.QueueStats`` is the edge queue's).
-_RENAMED = {"Outcome": "AttemptOutcome", "QueueStats": "JobQueueStats"}
-
-
-def __getattr__(name: str) -> Any:
-    new = _RENAMED.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        f"pigeon.jobs.{name} is deprecated: use pigeon.jobs.{new}", DeprecationWarning, stacklevel=2
-    )
-    return globals()[new]

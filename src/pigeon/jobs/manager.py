@@ -16,7 +16,6 @@ import random
 import time
 import traceback
 import uuid
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,18 +91,6 @@ class AttemptOutcome:
     not_before: float = 0.0  # earliest retry time (a timed-out job waits for its supervisor)
 
 
-def __getattr__(name: str) -> Any:
-    """``Outcome``: the old name of ``AttemptOutcome`` (deprecated, for one release)."""
-    if name == "Outcome":
-        warnings.warn(
-            "pigeon.jobs.manager.Outcome is deprecated: use AttemptOutcome",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return AttemptOutcome
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def describe(error: BaseException) -> str:
     return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
 
@@ -132,15 +119,6 @@ class JobManager:
     def enqueue(self, spec: JobSpec) -> JobId:
         with self.store.transaction() as session:
             return enqueue(session, spec, now=self.clock(), app=self._checks)
-
-    def claim(self, queue: str, worker: str, n: int, lease: float) -> list[Job]:
-        """Deprecated (one release): ``lease_jobs``."""
-        warnings.warn(
-            "JobManager.claim is deprecated: use JobManager.lease_jobs",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.lease_jobs(queue, worker, n, lease)
 
     def lease_jobs(
         self, queue: str, worker: str, n: int, lease: float, *, start: int | None = None

@@ -7,8 +7,8 @@ supervisor (which hands it to each worker process it spawns) and by ``pigeon wor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, get_args
+from dataclasses import dataclass
+from typing import get_args
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.autoscale import DEFAULT_KEEPALIVE
@@ -89,24 +89,3 @@ class WorkerOptions:
             raise ConfigurationError("log_redact must be a tuple of names")
         if self.keys_file is not None and not (isinstance(self.keys_file, str) and self.keys_file):
             raise ConfigurationError(f"keys_file must be a path or None, got {self.keys_file!r}")
-
-
-# The keyword arguments Worker took before WorkerOptions (deprecated, for one release).
-LEGACY_WORKER_KEYWORDS = frozenset(
-    {
-        "recycle_jobs", "recycle_mib", "poll", "poll_max", "batch", "schedules", "keepalive",
-        "control_every", "maintenance", "purge_every",
-    }
-)  # fmt: skip
-
-
-def from_legacy_keywords(options: WorkerOptions | None, legacy: dict[str, Any]) -> WorkerOptions:
-    """``options`` with the old keyword arguments folded in, as the old constructor took
-    them (``poll_max`` raised to ``poll`` where it was lower)."""
-    unknown = set(legacy) - LEGACY_WORKER_KEYWORDS
-    if unknown:
-        raise TypeError(f"Worker() got unexpected keyword arguments {sorted(unknown)}")
-    base = {f.name: getattr(options or WorkerOptions(), f.name) for f in fields(WorkerOptions)}
-    base.update(legacy)
-    base["poll_max"] = max(base["poll"], base["poll_max"])
-    return WorkerOptions(**base)

@@ -64,9 +64,6 @@ class JobQueueStats:
         }
 
 
-QueueStats = JobQueueStats  # its name before the rename (pigeon.jobs.QueueStats: deprecated)
-
-
 def is_breach(oldest_ready_age: float | None, objective: float) -> bool:
     return oldest_ready_age is not None and oldest_ready_age > objective
 

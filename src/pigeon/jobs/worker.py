@@ -48,9 +48,8 @@ import os
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
 from pigeon.jobs.app import App
@@ -61,7 +60,7 @@ from pigeon.jobs.heartbeat import Heartbeat
 from pigeon.jobs.held import LEFT_RUNNING, Held, WorkerStats, confirm_lease, rss_mib
 from pigeon.jobs.job import Job
 from pigeon.jobs.manager import AttemptOutcome, JobManager
-from pigeon.jobs.options import WorkerOptions, from_legacy_keywords
+from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.prefetch import Prefetched, claim_size
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
@@ -89,19 +88,8 @@ class Worker(Heartbeat):
         *,
         name: str | None = None,
         on_stuck: Callable[[], None] | None = None,
-        **legacy: Any,
     ) -> None:
-        """``options``: how it claims, polls, recycles and maintains (``WorkerOptions``).
-        The keyword arguments it took before (``batch=``, ``poll=``, ...) still work for
-        this release, with a DeprecationWarning."""
-        if legacy:
-            warnings.warn(
-                f"Worker({', '.join(f'{k}=' for k in sorted(legacy))}) is deprecated: "
-                "pass options=WorkerOptions(...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            options = from_legacy_keywords(options, legacy)
+        """``options``: how it claims, polls, recycles and maintains (``WorkerOptions``)."""
         self.options = options = options or WorkerOptions()
         self.app = app
         self.db = db

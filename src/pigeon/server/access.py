@@ -42,7 +42,6 @@ from starlette.websockets import WebSocketClose
 
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.protocol.wire import PROBLEM_JSON, canonical_json
-from pigeon.renames import renamed
 from pigeon.server.auth import ANONYMOUS, Authenticator, bearer_token, principal_of
 from pigeon.server.problems import problem
 
@@ -401,9 +400,3 @@ __all__ = [
     "route_rules",
     "user",
 ]
-
-
-# Old names (deprecated, for one release): one name, one meaning across pigeon.
-__getattr__ = renamed(
-    __name__, {"refusal": "auth_refusal", "describe": "describe_route"}, globals()
-)

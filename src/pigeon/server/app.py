@@ -27,7 +27,6 @@ from pigeon.protocol.wire import (
     HEALTH_PATH,
     MAX_BATCH,
 )
-from pigeon.renames import renamed
 from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator, BearerAuth
@@ -250,7 +249,3 @@ async def _purge_forever(intake: Intake, interval: float) -> None:
             # Any other failure of one round: logged, and the next round runs. Leaving the
             # loop ended purging until a restart, and the claims table grew without bound.
             log.exception("purge round failed; the next one runs in %s s", interval)
-
-
-# Old names (deprecated, for one release): one name, one meaning across pigeon.
-__getattr__ = renamed(__name__, {"render": "render_result"}, globals())

@@ -22,8 +22,6 @@ import ctypes
 import sys
 from typing import Any
 
-from pigeon.renames import renamed
-
 LARGE = 1 << 20  # bytes: a body this large is followed by a trim
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
@@ -51,7 +49,3 @@ def give_back(size: int) -> None:
     """After a request that held ``size`` bytes of body: return free heap pages."""
     if _LIBC is not None and size >= LARGE:
         _LIBC.malloc_trim(0)
-
-
-# configure was this function's name until it met pigeon.logs.configure (the log output).
-__getattr__ = renamed(__name__, {"configure": "configure_malloc"}, globals())

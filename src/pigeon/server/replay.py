@@ -35,7 +35,6 @@ from typing import Any
 
 from pigeon.logs import failure
 from pigeon.protocol.wire import REPLAYED, canonical_json
-from pigeon.renames import renamed
 from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore
 from pigeon.server.results import OpResult, problem_result
 from pigeon.storage.base import Tx
@@ -170,7 +169,3 @@ def _refreshed(tx: Tx, result: OpResult, strict: bool = False) -> OpResult:
         return dataclasses.replace(result, refresh=None)
     text = result.body_text if body is None else canonical_json(body)
     return dataclasses.replace(result, body_text=text, refresh=None)
-
-
-# Old names (deprecated, for one release): one name, one meaning across pigeon.
-__getattr__ = renamed(__name__, {"refusal": "claim_refusal"}, globals())

@@ -35,7 +35,6 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from pigeon.checks import is_number
-from pigeon.renames import renamed
 
 ENV_PREFIX = "PIGEON_SERVE_TIMEOUT_"
 Phase = Literal["idle", "headers", "body", "busy"]
@@ -53,7 +52,7 @@ DEFAULT_BODY = 60.0
 @dataclass(frozen=True, slots=True)
 class ConnectionTimeouts:
     """Seconds a connection may idle, take for its request head, take for its body (not
-    ``pigeon.jobs.Timeouts``, a job's deadlines; this was ``Timeouts`` too until renamed)."""
+    ``pigeon.jobs.Timeouts``, a job's deadlines)."""
 
     idle: float = DEFAULT_IDLE
     headers: float = DEFAULT_HEADERS
@@ -149,7 +148,3 @@ def timed_protocol(timeouts: ConnectionTimeouts) -> type[TimedH11Protocol]:
     """A ``TimedH11Protocol`` with these timeouts, for ``uvicorn.Config(http=...)`` in
     this process (``pigeon serve`` passes its own through the environment instead)."""
     return type("TimedH11Protocol", (TimedH11Protocol,), {"timeouts": timeouts})
-
-
-# Old names (deprecated, for one release): one name, one meaning across pigeon.
-__getattr__ = renamed(__name__, {"Timeouts": "ConnectionTimeouts"}, globals())

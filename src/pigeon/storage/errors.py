@@ -16,7 +16,6 @@ for its driver, and it fails the same way on every run, whatever the store's hea
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import sqlite3
@@ -71,17 +70,6 @@ def is_driver_error(exc: BaseException) -> bool:
 # table) and so may be logged as they are (`pigeon.logs.SAFE_MESSAGES`): SQLite's
 # OperationalError, the one the logs have always kept.
 SAFE_DRIVER_MESSAGES: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
-
-
-def __getattr__(name: str) -> tuple[type[BaseException], ...]:
-    # STORE_DOWN: the older spelling of store_down_errors(), a module attribute made on
-    # first use. It imports psycopg (when installed) so that the tuple, fixed when it is
-    # imported, also holds psycopg's error; pigeon's own modules call the function.
-    if name == "STORE_DOWN":
-        with contextlib.suppress(ImportError):  # the postgres extra is not installed
-            import psycopg  # noqa: F401
-        return store_down_errors()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # SQLite's primary result codes that mean the file cannot be used now, as opposed to

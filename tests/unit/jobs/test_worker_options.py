@@ -71,14 +71,6 @@ def test_a_worker_takes_its_options() -> None:
     assert (worker.batch, worker.poll, worker.poll_max, worker.schedules) == (7, 0.01, 0.02, False)
 
 
-def test_the_old_keyword_arguments_still_work_with_a_deprecation_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="WorkerOptions"):
-        worker = Worker(_app(), MemoryJobStore(), {"q": 1}, batch=3, poll=1.0, name="w")
-    # as before: a poll_max below poll is raised to it
-    assert (worker.batch, worker.poll, worker.poll_max, worker.name) == (3, 1.0, 1.0, "w")
-    assert worker.options == WorkerOptions(batch=3, poll=1.0, poll_max=1.0)
-
-
-def test_an_unknown_keyword_is_still_a_type_error() -> None:
-    with pytest.raises(TypeError, match="nonsense"), pytest.warns(DeprecationWarning):
-        Worker(_app(), MemoryJobStore(), {"q": 1}, nonsense=1)
+def test_an_unknown_keyword_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="nonsense"):
+        Worker(_app(), MemoryJobStore(), {"q": 1}, nonsense=1)  # type: ignore[call-arg]
