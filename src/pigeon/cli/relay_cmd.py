@@ -9,6 +9,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from pigeon.cli._db import open_db
 from pigeon.cli.keys_cmd import load_keyring
@@ -19,7 +20,9 @@ from pigeon.jobs.publishers import broker_kind, check_broker_url
 from pigeon.jobs.relay import RelayRunner
 from pigeon.jobs.stats import relay_lag
 
-TO_HELP = (
+# typer shows help as rich markup, where "[/db]" is a closing tag: escaped (a test reads
+# every command's help as markup).
+TO_HELP = escape(
     "Broker URL: redis://host[:port][/db] (Redis Streams), nats://host[:port] "
     "(NATS JetStream) or amqp://user:pass@host[:port][/vhost] (RabbitMQ)."
 )
