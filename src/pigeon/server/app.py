@@ -17,6 +17,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -50,6 +51,7 @@ from pigeon.server.messages import (
     sent_in_slices,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
+from pigeon.server.pathcheck import PathCheck
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.errors import store_down_errors
 
@@ -109,9 +111,9 @@ def create_app(
         routes=all_routes,
         lifespan=_lifespan(intake, purge_interval),
         exception_handlers={HTTPException: route_problem},
+        middleware=[Middleware(PathCheck)],  # every path's one identifier check
     )
-    # "/metrics/" must not redirect to "/metrics": the redirect would confirm to anyone
-    # that a route exists before its rule is asked (see pigeon.server.access).
+    # No "/metrics/" -> "/metrics" redirect: it would confirm a route before its rule.
     app.router.redirect_slashes = False
     app.state.access = policy
     app.state.intake = intake

@@ -11,7 +11,8 @@ float or null given as an id (never stringified: ``"{'a': 1}"``, ``"True"``), co
 characters (``\\n``, ``\\u0000``), other separators and format characters (no-break
 space, U+2028, zero-width joiner), and ``/``, which no path can carry (``%2F`` is
 decoded before routing) so the resource could never be addressed again, like the dot
-segments that clients remove from a path.
+segments that clients remove from a path. Every segment of every request's path is held
+to the same rule before routing (``path_problem``), so a path parameter is always one.
 
 **Other identifiers** a request gives and pigeon stores (``X-Pigeon-Operation-Id`` and a
 batch entry's ``id``, ``entity``, ``if_match``; the ``Idempotency-Key`` has its own
@@ -23,7 +24,7 @@ a committed write answer 500 (as it did: Starlette encodes header values as Lati
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 from pigeon.checks import is_int
 
@@ -81,6 +82,29 @@ def id_problem(value: object, what: str = "id") -> str | None:
         resource_id(value, what)
     except InvalidIdentifier as exc:
         return str(exc)
+    return None
+
+
+def path_problem(path: str, raw: str | bytes | None = None) -> str | None:
+    """THE identifier check of a request path, for every route (`pigeon.server.pathcheck`
+    applies it to each request before routing, a batch entry's path gets it too): why
+    ``path`` (percent-decoded, as routed) is refused with 400 ``bad-path``, else None.
+
+    Each non-empty segment (every path parameter is one, or a part of one) must be a
+    resource id (``resource_id``: 1 to ``MAX_ID_LENGTH`` printable characters, not ``.``
+    or ``..``), and ``raw`` (the path as sent, percent-encoded), when given, must decode
+    to UTF-8: ``%FF`` or an encoded surrogate (``%ED%A0%80``) decodes to U+FFFD, which
+    would otherwise pass as printable."""
+    if raw is not None:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return "the path is not UTF-8 once percent-decoded"
+    for segment in path.split("/"):
+        if segment:
+            problem = id_problem(segment, "path segment")
+            if problem is not None:
+                return problem
     return None
 
 

@@ -32,6 +32,7 @@ from pigeon.server.identifiers import (
     InvalidIdentifier,
     header_value,
     optional_token,
+    path_problem,
 )
 from pigeon.server.intake import OperationRequest
 from pigeon.server.limits import DEFAULT_MAX_BODY, read_body
@@ -137,9 +138,7 @@ async def parse_request(
     body = await decode_body(raw, "the request body")
     if isinstance(body, OpResult):
         return body
-    path = route_path(request.scope)
-    if not path.isprintable():  # a %00 or %0A in the path: no store keeps it as text
-        return bad_request("bad-path", f"the path {path!r} holds a control character")
+    path = route_path(request.scope)  # already through PathCheck (create_app's)
     clock = _clock(request.headers.get(CLOCK))
     if isinstance(clock, OpResult):
         return clock
@@ -187,11 +186,11 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
     # The path as the single-operation route sees it (ASGI gives it percent-decoded, the
     # query apart, which handlers never see): the same operation must reach the same
     # entity, and have the same fingerprint, alone or in a batch.
-    path = unquote(urlsplit(path).path)
-    if not path.isprintable():
-        return bad_request(
-            "bad-path", f"operations[{index}]: the path {path!r} holds a control character"
-        )
+    raw = urlsplit(path).path
+    path = unquote(raw)
+    problem = path_problem(path, raw)  # the rule every request's path meets (PathCheck)
+    if problem is not None:
+        return bad_request("bad-path", f"operations[{index}]: {problem}")
     clock = _clock(entry.get("clock"))
     if isinstance(clock, OpResult):
         return clock

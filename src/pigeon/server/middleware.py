@@ -54,7 +54,7 @@ from pigeon.server.idempotency import (
     StoredResponse,
 )
 from pigeon.server.idempotency_stores import idempotency_store
-from pigeon.server.identifiers import MAX_PATH_LENGTH
+from pigeon.server.identifiers import MAX_PATH_LENGTH, path_problem
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
 from pigeon.server.messages import bad_json, render_result
@@ -278,10 +278,11 @@ def _refused_target(scope: Scope) -> OpResult | None:
     path, query = scope["path"], scope.get("query_string", b"")
     if len(path) + len(query) > MAX_TARGET_LENGTH:
         detail = f"the request's path and query have more than {MAX_TARGET_LENGTH} characters"
-    elif not path.isprintable():  # a %00 or %0A decoded into the path
-        detail = f"the path {path!r} holds a control character"
-    else:
-        return None
+    else:  # the rule of create_app's routes (a %00 or %0A decoded into the path, ...)
+        problem = path_problem(path, scope.get("raw_path"))
+        if problem is None:
+            return None
+        detail = problem
     return problem_result(400, "bad-path", "Bad request", detail)
 
 
