@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.jobs.publishers.rules import OPTIONS as OPTIONS
+from pigeon.jobs.publishers.rules import Rule, check_path
+from pigeon.urls import redact_url
 
 SCHEMES = {
     "redis": "redis",
@@ -30,12 +34,7 @@ SCHEMES = {
 }
 EXTRA = {"redis": "redis", "nats": "nats-py", "amqp": "aio-pika"}
 CLIENT = {"redis": "redis", "nats": "nats", "amqp": "aio_pika"}  # import names
-# The ?name=value options each broker URL takes, and their types.
-OPTIONS: dict[str, dict[str, type]] = {
-    "redis": {"prefix": str, "dedup": int},
-    "nats": {"stream": str, "subject_prefix": str, "dedup": float},
-    "amqp": {"exchange": str, "queue": str},
-}
+_HOST = re.compile(r"[^\s\x00-\x1f\x7f<>\"{}|\\^`]{1,255}")
 
 
 class BrokerURLError(ConfigurationError):
@@ -43,34 +42,48 @@ class BrokerURLError(ConfigurationError):
 
 
 def broker_kind(url: str) -> str:
-    """``redis``, ``nats`` or ``amqp`` for ``url``, or ``BrokerURLError`` saying why not."""
+    """``redis``, ``nats`` or ``amqp`` for ``url``, or ``BrokerURLError`` saying why not.
+    The URL is quoted with its credentials hidden (`pigeon.urls.redact_url`)."""
     parts = urlsplit(url)
+    shown = redact_url(url)
     if not parts.scheme:
-        raise BrokerURLError(f"{url!r} is not a broker URL: expected redis://, nats:// or amqp://")
+        raise BrokerURLError(
+            f"{shown!r} is not a broker URL: expected redis://, nats:// or amqp://"
+        )
     kind = SCHEMES.get(parts.scheme.lower())
     if kind is None:
         known = ", ".join(f"{s}://" for s in SCHEMES)
         raise BrokerURLError(f"unknown broker scheme {parts.scheme + '://'!r}: expected {known}")
     if not parts.hostname:
-        raise BrokerURLError(f"{url!r} names no host")
+        raise BrokerURLError(f"{shown!r} names no host")
+    if not _HOST.fullmatch(unquote(parts.hostname)):  # as the clients decode it
+        raise BrokerURLError(f"{shown!r}: the host name has spaces or control characters")
     try:
         parts.port  # noqa: B018 - raises ValueError for a port outside 0-65535 or not a number
+        check_path(kind, parts.path)
     except ValueError as exc:
-        raise BrokerURLError(f"{url!r}: {exc}") from None
+        raise BrokerURLError(f"{shown!r}: {exc}") from None
     return kind
 
 
-def url_options(url: str, allowed: dict[str, type]) -> dict[str, Any]:
-    """The ``?name=value`` options of a broker URL, each converted; unknown ones refused."""
+def url_options(url: str, allowed: dict[str, Rule]) -> dict[str, Any]:
+    """The ``?name=value`` options of a broker URL, each checked by its rule (`rules`);
+    an unknown one, an empty one or one given twice refused."""
     options: dict[str, Any] = {}
-    for name, values in parse_qs(urlsplit(url).query, keep_blank_values=True).items():
+    known = ", ".join(sorted(allowed)) or "none"
+    try:
+        pairs = parse_qsl(urlsplit(url).query, keep_blank_values=True, max_num_fields=len(allowed))
+    except ValueError:
+        raise BrokerURLError(f"more options in the broker URL than it takes ({known})") from None
+    for name, value in pairs:
         if name not in allowed:
-            known = ", ".join(sorted(allowed)) or "none"
-            raise BrokerURLError(f"unknown option {name!r} in {url!r} (options: {known})")
+            raise BrokerURLError(f"unknown option {name!r} in the broker URL (options: {known})")
+        if name in options:
+            raise BrokerURLError(f"option {name!r} is given twice in the broker URL")
         try:
-            options[name] = allowed[name](values[-1])
-        except ValueError:
-            raise BrokerURLError(f"option {name}={values[-1]!r} in {url!r} is not valid") from None
+            options[name] = allowed[name](value)
+        except ValueError as exc:
+            raise BrokerURLError(f"option {name}={value!r} in the broker URL: {exc}") from None
     return options
 
 
@@ -82,7 +95,7 @@ def check_broker_url(url: str) -> str:
     """Everything about ``url`` that can be checked without the broker: scheme, host,
     port, options, and that the broker's client library is installed. Returns its kind."""
     kind = broker_kind(url)
-    url_options(url, OPTIONS[kind])
+    url_options(url, OPTIONS[kind])  # the publisher's from_url reads them again
     if importlib.util.find_spec(CLIENT[kind]) is None:
         raise ConfigurationError(
             f"publishing to {kind} needs the {EXTRA[kind]!r} package: pip install 'pigeon[relay]'"
