@@ -1,6 +1,5 @@
 """The public API is exactly what we mean to export, and every name in it resolves."""
 
-
 import pigeon
 
 EXPECTED = {

@@ -17,6 +17,7 @@ import pytest
 
 from pigeon.cli.serve_auth import AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError
+from pigeon.server.jwt_auth import JwtAuth
 
 from .test_serve_cmd import start
 
@@ -202,6 +203,10 @@ def test_jwt_with_a_real_key_may_listen_anywhere_and_options_round_trip(tmp_path
     )
     options.check("0.0.0.0", insecure=False)
     assert AuthOptions.from_env(options.to_env()) == options
+    bounded = AuthOptions(auth="jwt", jwt_secret=SECRET, jwt_max_lifetime=3600.0)
+    assert AuthOptions.from_env(bounded.to_env()) == bounded
+    auth = bounded.authenticator()
+    assert isinstance(auth, JwtAuth) and auth.max_lifetime == 3600.0
     assert SECRET not in repr(options) and OPERATOR_TOKEN not in repr(options)
     with pytest.raises(ConfigurationError, match="not a loopback address"):
         AuthOptions().check("10.0.0.1", insecure=False)

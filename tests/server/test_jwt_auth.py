@@ -252,3 +252,71 @@ def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(db: Database) -> 
         assert client.get("/pigeon/v1/ledger", headers=bearer(hs256())).status_code == 404
         expired = bearer(hs256(role="operator", exp=1))
         assert client.get("/pigeon/v1/ledger", headers=expired).status_code == 401
+
+
+def test_numeric_dates_must_be_numbers_within_the_calendar(db: Database) -> None:
+    now = int(time.time())
+    refused = {
+        "exp as a numeric string": hs256(exp=str(now + 300)),
+        "exp = 1e308": hs256(exp=1e308),
+        "exp past the year 9999": hs256(exp=jwt_auth.MAX_NUMERIC_DATE + 1),
+        "exp true": hs256(exp=True),
+        "iat as a numeric string": hs256(iat=str(now)),
+        "nbf as a numeric string": hs256(nbf=str(now - 10)),
+        "a negative iat": hs256(iat=-1),
+    }
+    with TestClient(app_with(db, hs_auth())) as client:
+        assert write(client, hs256(exp=now + 300.5, iat=now - 0.5)).status_code == 201
+        for why, token in refused.items():
+            reply = write(client, token, note=why)
+            assert reply.status_code == 401, (why, reply.text)
+
+
+def test_a_configured_lifetime_bounds_a_token_from_its_issue_and_from_now(db: Database) -> None:
+    now = int(time.time())
+    with TestClient(app_with(db, hs_auth(max_lifetime=3600, leeway=0))) as client:
+        assert write(client, hs256(iat=now, exp=now + 3600), "a").status_code == 201
+        assert write(client, hs256(iat=None, exp=now + 3000), "b").status_code == 201
+        too_long = {
+            "exp far from now": hs256(iat=None, exp=now + 7200),
+            "exp far from iat": hs256(iat=now - 7200, exp=now + 60),
+        }
+        for why, token in too_long.items():
+            reply = write(client, token, note=why)
+            assert reply.status_code == 401, (why, reply.text)
+            assert "lives longer" in reply.json()["detail"], why
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ConfigurationError, match="max_lifetime"):
+            hs_auth(max_lifetime=bad)
+
+
+# A principal the store cannot keep as text: a lone surrogate, controls, format characters.
+UNPRINTABLE_SUBJECTS = ("\ud800x", "a\x00b", "a\nb", "\u202eevil", "a\u200bb")
+
+
+def test_a_principal_that_is_not_printable_text_is_a_401_on_every_user_route(
+    db: Database,
+) -> None:
+    with TestClient(app_with(db, hs_auth())) as client:
+        for subject in UNPRINTABLE_SUBJECTS:
+            headers = bearer(hs256(sub=subject)) | {"Idempotency-Key": str(uuid.uuid4())}
+            for method, path in (
+                ("GET", "/notes"),
+                ("GET", "/notes/x"),
+                ("POST", "/notes"),
+                ("PUT", "/notes/x"),
+                ("POST", "/pigeon/v1/batch"),
+                ("GET", "/pigeon/v1/outcomes"),
+            ):
+                reply = client.request(method, path, headers=headers, json={"id": "x"})
+                assert reply.status_code == 401, (subject, method, path, reply.text)
+    assert read_ledger(db) == []
+
+
+def test_the_demo_authenticator_s_principals_meet_the_same_rule(db: Database) -> None:
+    app = create_notes_app(db, purge_interval=None)  # BearerAuth, the stand-in
+    with TestClient(app) as client:
+        for raw in (b"Bearer a\tb.1", b"Bearer \xc2\x85.1", b"Bearer \xa0x.1"):
+            reply = client.get("/notes", headers={"Authorization": raw})
+            assert reply.status_code == 401, (raw, reply.text)
+        assert client.get("/notes", headers={"Authorization": "Bearer ada.1"}).status_code == 200

@@ -46,6 +46,7 @@ class AuthOptions:
     jwt_issuer: str | None = None
     jwt_principal_claim: str = "sub"
     jwt_leeway: float = 30.0
+    jwt_max_lifetime: float | None = None
     operator_token: str | None = None
     allow_anonymous: bool = False
 
@@ -75,6 +76,7 @@ class AuthOptions:
             "issuer": self.jwt_issuer or None,
             "principal_claim": self.jwt_principal_claim,
             "leeway": self.jwt_leeway,
+            "max_lifetime": self.jwt_max_lifetime,
         }
         sources = sum((bool(self.jwt_secret), bool(self.jwt_key_files), bool(self.jwks_file)))
         if sources != 1:
@@ -99,6 +101,9 @@ class AuthOptions:
             _ENV + "JWT_ISSUER": self.jwt_issuer or "",
             _ENV + "JWT_PRINCIPAL_CLAIM": self.jwt_principal_claim,
             _ENV + "JWT_LEEWAY": str(self.jwt_leeway),
+            _ENV + "JWT_MAX_LIFETIME": ""
+            if self.jwt_max_lifetime is None
+            else str(self.jwt_max_lifetime),
             _ENV + "OPERATOR_TOKEN": self.operator_token or "",
             _ENV + "ALLOW_ANONYMOUS": "1" if self.allow_anonymous else "0",
         }
@@ -116,6 +121,9 @@ class AuthOptions:
             jwt_issuer=env.get(_ENV + "JWT_ISSUER") or None,
             jwt_principal_claim=env.get(_ENV + "JWT_PRINCIPAL_CLAIM") or "sub",
             jwt_leeway=float(env.get(_ENV + "JWT_LEEWAY") or 30.0),
+            jwt_max_lifetime=float(lifetime)
+            if (lifetime := env.get(_ENV + "JWT_MAX_LIFETIME"))
+            else None,
             operator_token=env.get(_ENV + "OPERATOR_TOKEN") or None,
             allow_anonymous=env.get(_ENV + "ALLOW_ANONYMOUS") == "1",
         )

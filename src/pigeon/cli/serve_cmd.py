@@ -234,6 +234,15 @@ def serve(
             envvar="PIGEON_JWT_LEEWAY", help="Seconds of clock skew forgiven on exp/nbf (<= 300)."
         ),
     ] = 30.0,
+    jwt_max_lifetime: Annotated[
+        float | None,
+        typer.Option(
+            envvar="PIGEON_JWT_MAX_LIFETIME",
+            help="Seconds a token may live at most: one whose exp is further than this "
+            "from its iat or from now is refused (default: no bound).",
+            show_default=False,
+        ),
+    ] = None,
     operator_token: Annotated[
         str | None,
         typer.Option(
@@ -319,6 +328,7 @@ def serve(
         jwt_issuer=jwt_issuer,
         jwt_principal_claim=jwt_principal_claim,
         jwt_leeway=jwt_leeway,
+        jwt_max_lifetime=jwt_max_lifetime,
         operator_token=operator_token,
         allow_anonymous=allow_anonymous,
     )

@@ -36,8 +36,10 @@ def principal_of(
 ) -> str | None:
     """The principal ``authenticate`` names; without credentials ``anonymous`` when
     ``allow_anonymous``, else None. Refused (``AuthorizationRequired``, 401) when it cannot
-    scope a key: empty, or too long to index. Without this a long one was answered 503
-    "store unavailable" for ever on PostgreSQL while SQLite took it."""
+    scope a key: empty, too long to index (a long one was answered 503 "store unavailable"
+    for ever on PostgreSQL while SQLite took it), or not printable text (a lone surrogate,
+    from a signed ``sub`` of ``"\ud800x"``, could not be encoded for the store: 500 on
+    every route). The one check of every authenticator's answer, demo and JWT alike."""
     principal = authenticate(conn)
     if principal is None:
         return ANONYMOUS if allow_anonymous else None
@@ -47,6 +49,10 @@ def principal_of(
         raise AuthorizationRequired(
             f"the principal is {len(principal)} characters, at most {MAX_PRINCIPAL_LENGTH} allowed",
             status=401,
+        )
+    if not principal.isprintable():  # a control, format or lone surrogate character
+        raise AuthorizationRequired(
+            "the principal holds a character that is not printable text", status=401
         )
     return principal
 

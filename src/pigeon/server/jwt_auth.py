@@ -8,9 +8,12 @@ What is checked: the signature, with the algorithms the key allows and no other 
 ``none``, never HS256 with a public key: the algorithm comes from the key, not from the
 token); ``exp`` (required by default: a token that never expires is refused), ``nbf``,
 ``aud`` and ``iss`` when configured (a token carrying an ``aud`` is refused when no
-audience is configured), each with a bounded leeway for clock skew. The principal is the
-claim ``principal_claim`` (default ``sub``), a non-empty string taken exactly as the
-token says it: no case folding, no normalisation.
+audience is configured), each with a bounded leeway for clock skew. The numeric dates
+(``exp``, ``nbf``, ``iat``) must be JSON numbers from 0 to the end of year 9999: PyJWT
+took ``"exp": "99999999999"`` (a string) and ``1e308``. ``max_lifetime`` (seconds, off by
+default) refuses a token that would live longer: ``exp`` more than that after ``iat`` or
+after now. The principal is the claim ``principal_claim`` (default ``sub``), a non-empty
+string taken exactly as the token says it: no case folding, no normalisation.
 
 A JWKS file is read again when it changes (checked at most once a second), so keys rotate
 without a restart: publish the new key beside the old one, switch the issuer, retire the
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEEWAY = 30.0  # seconds of clock skew forgiven on exp / nbf
 MAX_LEEWAY = 300.0  # more and an expired token lives on for minutes
+MAX_NUMERIC_DATE = 253_402_300_799  # 9999-12-31T23:59:59Z: later is no date but a forever
+NUMERIC_DATES = ("exp", "nbf", "iat")
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: an HS256 key at least as long as the hash
 HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
 _EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
@@ -104,6 +109,7 @@ class JwtAuth:
         leeway: float = DEFAULT_LEEWAY,
         require: Sequence[str] = ("exp",),
         hmac_algorithms: Sequence[str] = ("HS256",),
+        max_lifetime: float | None = None,
     ) -> None:
         sources = sum(x is not None for x in (secret, jwks, jwks_file)) + bool(public_keys)
         if sources != 1:
@@ -114,6 +120,9 @@ class JwtAuth:
             raise ConfigurationError(f"leeway={leeway} must be 0 to {MAX_LEEWAY:g} seconds")
         if not principal_claim:
             raise ConfigurationError("principal_claim must name a claim")
+        if max_lifetime is not None and not 0 < max_lifetime <= MAX_NUMERIC_DATE:
+            raise ConfigurationError(f"max_lifetime={max_lifetime} must be a positive number")
+        self.max_lifetime = max_lifetime
         if audience is not None and not isinstance(audience, str):
             audience = list(audience)
         self.audience = audience
@@ -229,6 +238,7 @@ class JwtAuth:
                     leeway=self.leeway,
                     options={"require": self.require},
                 )
+                self._check_dates(claims)
                 return claims
             except (jwt.InvalidSignatureError, jwt.InvalidAlgorithmError) as exc:
                 error = exc  # another of the keys may have signed it
@@ -236,6 +246,31 @@ class JwtAuth:
                 raise _refused(_reason(exc)) from exc
         assert error is not None
         raise _refused(_reason(error)) from error
+
+    def _check_dates(self, claims: dict[str, Any]) -> None:
+        """The numeric dates are numbers within the calendar, and the token lives no
+        longer than ``max_lifetime``: else ``AuthorizationRequired`` (401)."""
+        for name in NUMERIC_DATES:
+            value = claims.get(name)
+            if name in claims and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= MAX_NUMERIC_DATE  # nan fails too
+            ):
+                raise _refused(
+                    f"the token's {name!r} claim is not a number of seconds from 1970 to 9999"
+                )
+        if self.max_lifetime is None:
+            return
+        exp = claims.get("exp")
+        if exp is None:
+            raise _refused("the token has no 'exp' claim, and its lifetime is bounded")
+        # From its issue or from now, whichever is earlier; a clock behind the issuer's
+        # is forgiven the leeway, as exp and nbf are.
+        now = time.time()
+        since = min(now, claims["iat"]) if "iat" in claims else now
+        if exp - since > self.max_lifetime + self.leeway:
+            raise _refused(f"the token lives longer than {self.max_lifetime:g} seconds")
 
     def __call__(self, conn: HTTPConnection) -> str | None:
         token = bearer_token(conn)
