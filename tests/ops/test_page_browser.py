@@ -67,6 +67,7 @@ def test_the_page_in_chromium(db: Database, browser: Any) -> None:
         (cookie,) = [c for c in context.cookies() if c["name"] == "pigeon_ops"]
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
         assert cookie["path"] == "/pigeon/"
+        assert OPERATOR_TOKEN not in cookie["value"]  # a session id, never the credential
 
         shown = _page_figures(page)
         truth = figures(overview(db, APP))

@@ -35,6 +35,7 @@ from pigeon.cli.options import (
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
+from pigeon.ops.session import SessionPolicy
 from pigeon.reference.notes import create_notes_app
 from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
@@ -334,6 +335,7 @@ def serve(
     )
     try:  # before any socket or file exists, as the policy's own checks
         access.check(host, insecure=insecure)
+        SessionPolicy.from_env()  # the page's session lifetimes, which each worker reads
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc
     try:

@@ -1,64 +1,228 @@
 """The browser's session on the operations page, and its CSRF token.
 
 The operator credential is a bearer token (or whatever ``OperatorCheck`` accepts). A browser
-cannot send a header by itself, so the page's login form takes the token once and sets it
-in a cookie the browser sends back to the page's routes alone:
+cannot send a header by itself, so the page's sign-in form takes the credential once,
+checks it, and opens a *session*: a random id (``secrets.token_urlsafe``) in a cookie, never
+the credential itself. The server keeps the session in its database (table
+``pigeon_ops_sessions``, so every process and node of the server knows it), under the
+SHA-256 of its id (a copy of the database opens no session), with:
 
-- ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page, link or form
-  makes the browser send it), ``Path=<page>/`` (no other route of the server gets it),
-  ``Secure`` when the page is served over HTTPS, and ``Max-Age`` of ``SESSION_SECONDS``;
-- the access layer (`pigeon.server.access.BrowserLogin`) takes it as the Authorization
-  header, so the cookie passes the very same operator check as the header, and refuses a
-  write it carried that does not come from the page's own origin (Origin / Referer host
-  equal to Host, ``Sec-Fetch-Site`` same-origin);
-- each form carries a CSRF token, an HMAC of the fixed text ``pigeon-ops-csrf`` keyed by
-  the credential: only a page that was served with the cookie knows it, and it needs no
-  server-side state, so any process or node of the server checks it.
+- who signed in (for the action log's "who");
+- the fingerprint of the operator credential it was made under (`operator_fingerprint`):
+  once the credential changes, every session made under the old one is refused (and
+  deleted) wherever it is presented;
+- an idle limit and an absolute lifetime (`SessionPolicy`; ``PIGEON_OPS_SESSION_IDLE`` /
+  ``PIGEON_OPS_SESSION_LIFETIME``, seconds): past either, the page asks to sign in again.
 
-Signing out clears the cookie; changing the operator token ends every session at once.
+Signing out deletes the session on the server: a copy of the cookie is worth nothing after.
+
+The cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page,
+link or form makes the browser send it), ``Path=<page>/`` (no other route of the server gets
+it), ``Secure`` when the page is served over HTTPS, with a ``Max-Age`` of the lifetime. The
+access layer (`pigeon.server.access.BrowserLogin`) looks the session up and lets a valid one
+in as the operator, and refuses a write it carried that does not come from the page's own
+origin. Each form carries a CSRF token, an HMAC keyed by the session id: only a page that
+was served with the cookie knows it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
+from pigeon.checks import is_finite
+from pigeon.exceptions import ConfigurationError
+from pigeon.jobs._db import reading
+from pigeon.server import access
+from pigeon.storage.base import Database
+from pigeon.storage.queries import QuerySet
+
 COOKIE = "pigeon_ops"
-NAME_COOKIE = "pigeon_ops_name"  # who signed in (for the action log's "who"), not a secret
-SESSION_SECONDS = 8 * 3600
+NAME_COOKIE = "pigeon_ops_name"  # set by older releases: cleared at sign-in and sign-out
 MAX_NAME = 64
+IDLE_ENV = "PIGEON_OPS_SESSION_IDLE"
+LIFETIME_ENV = "PIGEON_OPS_SESSION_LIFETIME"
+MAX_LIFETIME = 30 * 86400.0
+SESSIONS = QuerySet("ops_sessions")
+# What secrets.token_urlsafe(32) makes: anything else in the cookie is no session of ours,
+# and is refused before it is hashed or looked up.
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
-def csrf_token(credential: str) -> str:
-    return hmac.new(credential.encode("utf-8"), b"pigeon-ops-csrf", hashlib.sha256).hexdigest()
+@dataclass(frozen=True, slots=True)
+class SessionPolicy:
+    """How long a browser session lasts: ``idle`` seconds without a request, and
+    ``lifetime`` seconds after sign-in at most, whichever ends first."""
+
+    idle: float = 3600.0
+    lifetime: float = 8 * 3600.0
+
+    def __post_init__(self) -> None:
+        for label, value in (("idle", self.idle), ("lifetime", self.lifetime)):
+            if not (is_finite(value) and 0 < value <= MAX_LIFETIME):
+                raise ConfigurationError(
+                    f"the operations page's session {label} is seconds in (0, {MAX_LIFETIME:.0f}]"
+                    f", not {value!r}"
+                )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SessionPolicy:
+        """The policy of ``PIGEON_OPS_SESSION_IDLE`` / ``PIGEON_OPS_SESSION_LIFETIME``
+        (seconds; unset: the defaults). ConfigurationError for a value that is not one."""
+        env = os.environ if env is None else env
+        values: dict[str, float] = {}
+        for name, field in ((IDLE_ENV, "idle"), (LIFETIME_ENV, "lifetime")):
+            text = env.get(name, "").strip()
+            if not text:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not (is_finite(value) and 0 < value <= MAX_LIFETIME):
+                raise ConfigurationError(
+                    f"{name} is seconds in (0, {MAX_LIFETIME:.0f}], not {text!r}"
+                )
+            values[field] = value
+        return cls(**values)
+
+    @property
+    def touch_every(self) -> float:
+        """A session's last use is written at most this often (not on every request)."""
+        return min(60.0, self.idle / 4)
 
 
-def csrf_ok(credential: str | None, presented: str | None) -> bool:
-    """A form's token matches the session's (constant time). No cookie credential (the
-    request carried the Authorization header itself, which no other site can make a
-    browser send): nothing to check."""
-    if credential is None:
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A valid session, as the access layer found it: its id (the cookie's, for the CSRF
+    token) and who signed in."""
+
+    id: str
+    name: str
+
+    def __repr__(self) -> str:  # the id is a bearer secret: never in a log or traceback
+        return f"Session(<hidden>, name={self.name!r})"
+
+
+def operator_fingerprint(check: access.OperatorCheck | None) -> str:
+    """Names the operator credential a session is made under: the check's own
+    ``fingerprint()`` (``access.OperatorToken`` has one), or "" for a check without one
+    (its sessions then end only by time or sign-out)."""
+    found = getattr(check, "fingerprint", None)
+    return str(found()) if callable(found) else ""
+
+
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode("ascii")).hexdigest()
+
+
+class Sessions:
+    """The sessions in ``db`` under ``policy``; ``clock``: seconds since the epoch."""
+
+    def __init__(
+        self,
+        db: Database,
+        policy: SessionPolicy | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.policy = policy or SessionPolicy()
+        self.clock = clock
+
+    def open(self, name: str, operator: access.OperatorCheck | None) -> str:
+        """A new session for ``name``, signed in under ``operator``'s credential: its id,
+        for the cookie (the database keeps only its hash). Ended sessions go meanwhile."""
+        session_id = secrets.token_urlsafe(32)
+        now = self.clock()
+        with self.db.transaction() as tx:
+            SESSIONS.run(tx, "session_purge", {"now": now, "idle_before": now - self.policy.idle})
+            SESSIONS.run(
+                tx,
+                "session_insert",
+                {
+                    "id_hash": _digest(session_id),
+                    "credential": operator_fingerprint(operator),
+                    "name": name,
+                    "now": now,
+                    "expires_at": now + self.policy.lifetime,
+                },
+            )
+        return session_id
+
+    def lookup(self, session_id: str, operator: access.OperatorCheck | None) -> Session | None:
+        """The session of this cookie value, if it is one, has not ended and was made under
+        the operator credential ``operator`` holds now; None otherwise. A session of
+        another credential is deleted; its last use is written now and then."""
+        if not _SESSION_ID.fullmatch(session_id):
+            return None
+        key = _digest(session_id)
+        with reading(self.db) as tx:
+            row = SESSIONS.run(tx, "session_get", {"id_hash": key}).fetchone()
+        if row is None:
+            return None
+        now = self.clock()
+        credential = operator_fingerprint(operator)
+        ended = row["expires_at"] <= now or row["seen_at"] + self.policy.idle <= now
+        if ended or not hmac.compare_digest(row["credential"], credential):
+            self.close(session_id)
+            return None
+        if now - row["seen_at"] >= self.policy.touch_every:
+            with self.db.transaction() as tx:
+                SESSIONS.run(tx, "session_touch", {"id_hash": key, "now": now})
+        return Session(session_id, str(row["name"]))
+
+    def close(self, session_id: str) -> None:
+        """End the session (signing out): its cookie, or any copy of it, opens nothing."""
+        if not _SESSION_ID.fullmatch(session_id):
+            return
+        with self.db.transaction() as tx:
+            SESSIONS.run(tx, "session_delete", {"id_hash": _digest(session_id)})
+
+
+def csrf_token(session_id: str) -> str:
+    return hmac.new(session_id.encode("utf-8"), b"pigeon-ops-csrf", hashlib.sha256).hexdigest()
+
+
+def csrf_ok(found: Session | None, presented: str | None) -> bool:
+    """A form's token matches the session's (constant time). No session (the request
+    carried the Authorization header itself, which no other site can make a browser
+    send): nothing to check."""
+    if found is None:
         return True
     if not presented:
         return False
-    return hmac.compare_digest(csrf_token(credential).encode(), presented.encode())
+    return hmac.compare_digest(csrf_token(found.id).encode(), presented.encode("utf-8", "replace"))
 
 
-def set_session(response: Response, conn: HTTPConnection, base: str, token: str, name: str) -> None:
-    secure = conn.url.scheme == "https"
-    for key, value in ((COOKIE, token), (NAME_COOKIE, name)):
-        response.set_cookie(
-            key,
-            value,
-            max_age=SESSION_SECONDS,
-            path=base + "/",
-            secure=secure,
-            httponly=True,
-            samesite="strict",
-        )
+def current(conn: HTTPConnection) -> Session | None:
+    """The session the request's cookie opened (None: it came with the header)."""
+    found = access.browser_session(conn)
+    return found if isinstance(found, Session) else None
+
+
+def set_session(
+    response: Response, conn: HTTPConnection, base: str, session_id: str, lifetime: float
+) -> None:
+    response.set_cookie(
+        COOKIE,
+        session_id,
+        max_age=int(lifetime),
+        path=base + "/",
+        secure=conn.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
+    response.delete_cookie(NAME_COOKIE, path=base + "/", httponly=True, samesite="strict")
 
 
 def clear_session(response: Response, base: str) -> None:
@@ -67,5 +231,5 @@ def clear_session(response: Response, base: str) -> None:
 
 
 def signed_in_name(conn: HTTPConnection) -> str:
-    name = conn.cookies.get(NAME_COOKIE, "").strip()
-    return name[:MAX_NAME] if name.isprintable() else ""
+    found = current(conn)
+    return found.name if found is not None else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,6 +24,7 @@ from pigeon.exceptions import InvalidOperation
 from pigeon.jobs.app import App
 from pigeon.ops import actions, session
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
+from pigeon.ops.signin_limit import SignInLimit, SignInLimiter, client_key
 from pigeon.server import access
 from pigeon.server.auth import Authenticator
 from pigeon.storage.base import Database
@@ -149,16 +151,79 @@ def _selection(form: Mapping[str, list[str]], scope: str) -> actions.Selection:
     )
 
 
-def page_routes(
-    db: Database, app: App | None = None, *, prefix: str = PAGE_PREFIX
-) -> list[BaseRoute]:
-    """The page, its actions, sign-in and sign-out, each declaring its access rule."""
-    login = login_page(prefix)
-    browser = access.BrowserLogin(session.COOKIE, login)
-    guard: list[access.Guarded] = []
+@dataclass(frozen=True)
+class _SignIn:
+    """The sign-in form's handling: the limiter first, then the credential, then the
+    name; a session opened in the database, its id in the cookie."""
 
-    def credential(request: Request) -> str | None:
-        return access.cookie_credential(request)
+    prefix: str
+    sessions: session.Sessions
+    limiter: SignInLimiter
+    guard: list[access.Guarded]
+
+    async def handle(self, request: Request) -> Response:
+        base = base_of(request, self.prefix)
+        if not access.same_origin(request):
+            return Response("a cross-site sign-in was refused", status_code=403)
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        client = client_key(request.client.host if request.client else None)
+        wait = await run_in_threadpool(self.limiter.retry_after, client)
+        if wait > 0:
+            error = f"too many failed sign-ins: try again in {wait} s"
+            refused = render("login.html", 429, base=base, error=error)
+            refused.headers["Retry-After"] = str(wait)
+            return refused
+        operator = self.guard[0].policy.operator if self.guard[0].policy else None
+        if not self._is_operator(base, _first(form, "token").strip()):
+            await run_in_threadpool(self.limiter.failed, client)
+            return login_refused(request, self.prefix, "that is not the operator token")
+        await run_in_threadpool(self.limiter.succeeded, client)
+        name = _first(form, "name").strip()[: session.MAX_NAME]
+        if not name or not name.isprintable():
+            return login_refused(
+                request, self.prefix, "give your name: it goes into the action log"
+            )
+        session_id = await run_in_threadpool(self.sessions.open, name, operator)
+        response = RedirectResponse(base + "/", status_code=303)
+        session.set_session(response, request, base, session_id, self.sessions.policy.lifetime)
+        return response
+
+    def _is_operator(self, base: str, token: str) -> bool:
+        """Does ``token`` pass the operator check, as the header would?"""
+        policy = self.guard[0].policy
+        # Printable ASCII only: what an Authorization header can carry as it is.
+        if not token or not token.isprintable() or not token.isascii() or policy is None:
+            return False
+        probe = HTTPConnection(
+            {
+                "type": "http",
+                "method": "GET",
+                "path": base + "/",
+                "headers": [(b"authorization", b"Bearer " + token.encode("ascii"))],
+                "query_string": b"",
+            }
+        )
+        decided = policy.decide(access.Rule.OPERATOR, probe)
+        return isinstance(decided, access.Caller) and decided.operator
+
+
+def page_routes(
+    db: Database,
+    app: App | None = None,
+    *,
+    prefix: str = PAGE_PREFIX,
+    sessions: session.SessionPolicy | None = None,
+    signin_limit: SignInLimit | None = None,
+) -> list[BaseRoute]:
+    """The page, its actions, sign-in and sign-out, each declaring its access rule.
+    ``sessions``: how long a browser stays signed in (default: from the environment,
+    `session.SessionPolicy.from_env`); ``signin_limit``: the sign-in limiter's backoff."""
+    login = login_page(prefix)
+    store = session.Sessions(db, sessions or session.SessionPolicy.from_env())
+    browser = access.BrowserLogin(session.COOKIE, login, sessions=store)
+    guard: list[access.Guarded] = []
 
     async def page(request: Request) -> Response:
         chosen = request.query_params.get("window", "24h")
@@ -166,7 +231,7 @@ def page_routes(
         view = await run_in_threadpool(overview, db, app, window=window)
         done = request.query_params.get("done", "")
         done_row = next((a for a in view["actions"] if str(a["id"]) == done), None)
-        cred = credential(request)
+        signed = session.current(request)
         return render(
             "page.html",
             view=view,
@@ -174,8 +239,8 @@ def page_routes(
             window=chosen if chosen in WINDOWS else "24h",
             windows=list(WINDOWS),
             refresh=REFRESH if request.query_params.get("refresh") != "0" else None,
-            csrf=session.csrf_token(cred) if cred else "",
-            signed_in=cred is not None,
+            csrf=session.csrf_token(signed.id) if signed else "",
+            signed_in=signed is not None,
             done=done_row,
         )
 
@@ -183,7 +248,7 @@ def page_routes(
         form = await _form(request)
         if isinstance(form, Response):
             return form
-        if not session.csrf_ok(credential(request), _first(form, "csrf")):
+        if not session.csrf_ok(session.current(request), _first(form, "csrf")):
             return Response("bad CSRF token: reload the page", status_code=403)
         action, _, scope = _first(form, "do").partition(":")
         try:
@@ -209,7 +274,7 @@ def page_routes(
         form = await _form(request)
         if isinstance(form, Response):
             return form
-        if not session.csrf_ok(credential(request), _first(form, "csrf")):
+        if not session.csrf_ok(session.current(request), _first(form, "csrf")):
             return Response("bad CSRF token: reload the page", status_code=403)
         action = _first(form, "action")
         try:
@@ -232,36 +297,10 @@ def page_routes(
     async def login_form(request: Request) -> Response:
         return render("login.html", base=base_of(request, prefix), error=None)
 
-    async def sign_in(request: Request) -> Response:
-        base = base_of(request, prefix)
-        if not access.same_origin(request):
-            return Response("a cross-site sign-in was refused", status_code=403)
-        form = await _form(request)
-        if isinstance(form, Response):
-            return form
-        token = _first(form, "token").strip()
-        name = _first(form, "name").strip()[: session.MAX_NAME]
-        policy = guard[0].policy
-        probe = HTTPConnection(
-            {
-                "type": "http",
-                "method": "GET",
-                "path": base + "/",
-                "headers": [(b"authorization", b"Bearer " + token.encode("utf-8", "replace"))],
-                "query_string": b"",
-            }
-        )
-        ok = bool(token) and token.isprintable() and token.isascii() and policy is not None
-        decided = policy.decide(access.Rule.OPERATOR, probe) if ok and policy else None
-        if not isinstance(decided, access.Caller) or not decided.operator:
-            return login_refused(request, prefix, "that is not the operator token")
-        if not name or not name.isprintable():
-            return login_refused(request, prefix, "give your name: it goes into the action log")
-        response = RedirectResponse(base + "/", status_code=303)
-        session.set_session(response, request, base, token, name)
-        return response
-
     async def sign_out(request: Request) -> Response:
+        signed = session.current(request)
+        if signed is not None:  # ended on the server: a copy of the cookie opens nothing
+            await run_in_threadpool(store.close, signed.id)
         response = RedirectResponse(base_of(request, prefix) + "/login", status_code=303)
         session.clear_session(response, base_of(request, prefix))
         return response
@@ -273,13 +312,14 @@ def page_routes(
 
     page_route = access.operator(html("/", page, "GET"), browser=browser)
     guard.append(page_route)
+    sign_in = _SignIn(prefix, store, SignInLimiter(db, signin_limit), guard)
     return [
         page_route,
         access.operator(html("/actions/preview", preview, "POST"), browser=browser),
         access.operator(html("/actions/apply", apply, "POST"), browser=browser),
         access.operator(html("/logout", sign_out, "POST"), browser=browser),
         access.public(html("/login", login_form, "GET")),
-        access.public(html("/login", sign_in, "POST")),
+        access.public(html("/login", sign_in.handle, "POST")),
     ]
 
 
@@ -290,15 +330,17 @@ def dashboard_app(
     operator: access.OperatorCheck,
     authenticate: Authenticator | None = None,
     metrics: bool = True,
+    sessions: session.SessionPolicy | None = None,
 ) -> Starlette:
     """The page (at ``/``), its JSON (``/v1/dashboard``) and ``/metrics`` as an ASGI app of
     their own, to mount in any app: ``Mount("/ops", dashboard_app(db, jobs_app,
     operator=access.OperatorToken(token)))`` serves the page at ``/ops/``. ``operator``
     decides who is the operator (every route here is the operator's); ``authenticate``
-    names your users, who get 404 like any route that is not there."""
+    names your users, who get 404 like any route that is not there; ``sessions``: how long
+    a browser stays signed in (`page_routes`)."""
     from pigeon.server.dashboard import dashboard_routes
 
-    routes = page_routes(db, app, prefix="")
+    routes = page_routes(db, app, prefix="", sessions=sessions)
     if metrics:
         routes += dashboard_routes(db, app, page=False, json_path="/v1/dashboard")
     policy = access.AccessPolicy(authenticate or _nobody, operator=operator)

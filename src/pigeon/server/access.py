@@ -28,11 +28,15 @@ the handler reads the decision with ``caller`` / ``principal``.
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URLPath
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -93,12 +97,26 @@ class OperatorToken:
     def __repr__(self) -> str:
         return "OperatorToken(<hidden>)"
 
+    def fingerprint(self) -> str:
+        """Names this token without revealing it: browser sessions remember it and end
+        when the token changes (`pigeon.ops.session`). scrypt, so that a copy of the
+        database does not make a weak token quick to guess."""
+        return _fingerprint(self.token)
+
     def __call__(self, conn: HTTPConnection) -> bool:
         presented = bearer_token(conn)
         if presented is None:
             return False
         # compare_digest on bytes: its time does not depend on where the two differ.
         return hmac.compare_digest(presented.encode("utf-8"), self.token.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=4)
+def _fingerprint(token: str) -> str:
+    key = hashlib.scrypt(
+        token.encode("utf-8"), salt=b"pigeon-operator-token", n=2**14, r=8, p=1, dklen=16
+    )
+    return key.hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +181,21 @@ def _problem_response(body: dict[str, object], headers: dict[str, str] | None) -
     return Response(canonical_json(body), status, headers=headers, media_type=PROBLEM_JSON)
 
 
+class BrowserSessions(Protocol):
+    """Where the access layer looks a browser's session cookie up (`pigeon.ops.session.
+    Sessions`): the session, or None when the value opens none (unknown, ended, signed out,
+    or made under an operator credential other than ``operator``'s now)."""
+
+    def lookup(self, session_id: str, operator: OperatorCheck | None) -> object | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BrowserLogin:
-    """How a browser carries the operator credential to an operator route (the operations
-    page): the cookie ``cookie`` holds it (set by the page's login form: HttpOnly,
-    SameSite=Strict), and stands for ``Authorization: Bearer <credential>`` when the
-    request has no Authorization header. A request authenticated by the cookie whose method
+    """How a browser reaches an operator route (the operations page): the cookie
+    ``cookie`` names a session in ``sessions`` (opened by the page's sign-in form; the
+    cookie never holds the credential itself). A valid session, when the request has no
+    Authorization header, lets the request in as the operator; any other cookie value is
+    refused like missing credentials. A request authenticated by the cookie whose method
     changes anything must come from the page's own origin (``Origin`` or ``Referer`` host
     equal to ``Host``; ``Sec-Fetch-Site`` not cross-site): 403 otherwise. The page's forms
     also carry a CSRF token (`pigeon.ops.session`). ``login``: the answer to a browser
@@ -177,15 +204,19 @@ class BrowserLogin:
 
     cookie: str
     login: Callable[[HTTPConnection], Response] | None = None
+    sessions: BrowserSessions | None = field(default=None, kw_only=True)
 
 
-_COOKIE_FLAG = "pigeon.cookie_credential"
+_COOKIE_FLAG = "pigeon.browser_cookie"
+_SESSION_KEY = "pigeon.browser_session"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 
-def _from_cookie(scope: Scope, browser: BrowserLogin) -> Scope | Response:
-    """The scope with the cookie's credential as its Authorization header, or a refusal of
-    a cross-site write; the scope unchanged when there is no cookie or a header."""
+async def _from_cookie(
+    scope: Scope, browser: BrowserLogin, operator: OperatorCheck | None
+) -> Scope | Response:
+    """The scope with the cookie's session (None: it opens none), or a refusal of a
+    cross-site write; the scope unchanged when there is no cookie or a header."""
     conn = HTTPConnection(scope)
     if "authorization" in conn.headers:
         return scope
@@ -194,8 +225,10 @@ def _from_cookie(scope: Scope, browser: BrowserLogin) -> Scope | Response:
         return scope
     if scope.get("method", "GET") not in _SAFE_METHODS and not same_origin(conn):
         return auth_refusal(403, "cross-site", "Forbidden", "a cross-site request was refused")
-    headers = [*scope.get("headers", []), (b"authorization", b"Bearer " + value.encode("latin-1"))]
-    return {**scope, "headers": headers, _COOKIE_FLAG: True}
+    found = None
+    if browser.sessions is not None:  # the lookup reads the database: not on the loop
+        found = await run_in_threadpool(browser.sessions.lookup, value, operator)
+    return {**scope, _COOKIE_FLAG: True, _SESSION_KEY: found}
 
 
 def same_origin(conn: HTTPConnection) -> bool:
@@ -210,11 +243,10 @@ def same_origin(conn: HTTPConnection) -> bool:
     return urlsplit(source).netloc == host
 
 
-def cookie_credential(conn: HTTPConnection) -> str | None:
-    """The credential a cookie carried for this request (None: it came in a header)."""
-    if not conn.scope.get(_COOKIE_FLAG):
-        return None
-    return bearer_token(conn)
+def browser_session(conn: HTTPConnection) -> object | None:
+    """The session a cookie opened for this request (None: no cookie, or the request
+    came with an Authorization header)."""
+    return conn.scope.get(_SESSION_KEY)
 
 
 class Guarded(BaseRoute):
@@ -242,15 +274,21 @@ class Guarded(BaseRoute):
                 f"{describe_route(self.route)} is not bound to an access policy"
             )
         if self.browser is not None and scope["type"] == "http":
-            found = _from_cookie(scope, self.browser)
+            found = await _from_cookie(scope, self.browser, self.policy.operator)
             if isinstance(found, Response):
                 await found(scope, receive, send)
                 return
             scope = found
         conn = HTTPConnection(scope)
-        decided = self.policy.decide(self.rule, conn)
-        # No credentials, or a cookie that no longer passes (the token was changed: the
-        # cookie is only ever set for the operator credential): sign in again.
+        decided: Caller | Response
+        if scope.get(_SESSION_KEY) is not None:  # a valid session is the operator's alone
+            decided = OPERATOR_CALLER
+        elif scope.get(_COOKIE_FLAG):
+            decided = auth_refusal(401, "unauthorized", "Unauthorized", "sign in again")
+        else:
+            decided = self.policy.decide(self.rule, conn)
+        # No credentials, or a cookie that opens no session (unknown, ended, signed out,
+        # or made under another operator credential): sign in again.
         if (
             isinstance(decided, Response)
             and self.browser is not None
@@ -385,14 +423,15 @@ def unwrap(route: BaseRoute) -> BaseRoute:
 __all__ = [
     "AccessPolicy",
     "BrowserLogin",
+    "BrowserSessions",
     "Caller",
     "Guarded",
     "OperatorCheck",
     "OperatorToken",
     "Rule",
     "bind",
+    "browser_session",
     "caller",
-    "cookie_credential",
     "operator",
     "owner",
     "principal",
