@@ -18,6 +18,10 @@ import pytest
 
 from tests.clocks import FakeClock
 
+# Every process a test starts is recorded there and killed with its group, however the
+# run ends (tests/processes.py).
+pytest_plugins = ["tests.processes"]
+
 PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
 BACKENDS = ["sqlite", "postgres"]

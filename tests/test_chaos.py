@@ -21,13 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.demo.processes import ServerProcess
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.faultproxy import FAULT_KINDS, FaultPlan, FaultProxy
+from tests.processes import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chaos_client import plan
+from tests import processes
 
 ENTITIES, SEED = 60, 11
 # The chaos run is the batch one; the concurrent one (a request per operation,
@@ -61,7 +62,7 @@ def test_chaos_exactly_once_in_order(tmp_path: Path, mode: str) -> None:
 
     def run_client() -> subprocess.Popen[bytes]:
         args = [sys.executable, CLIENT, str(edge_db), str(log), proxy.url]
-        return subprocess.Popen([*args, str(OPS[mode]), str(ENTITIES), str(SEED), mode])
+        return processes.spawn([*args, str(OPS[mode]), str(ENTITIES), str(SEED), mode])
 
     stop_killing = threading.Event()
 

@@ -46,6 +46,7 @@ from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.sync.engine import SyncEngine
+from tests import processes
 from tests.server.conftest import live_server
 
 CANARY = "canary-" + uuid.uuid4().hex  # a value that can only come from this test
@@ -294,7 +295,7 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
 
 def test_serve_logs_json_lines_without_the_canary(server_db_url: str, tmp_path: Path) -> None:
     db = server_db_url if "://" in server_db_url else str(tmp_path / "serve.db")
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [sys.executable, "-m", "pigeon", "serve", "--db", db, "--port", "0",
          "--log-format", "json", "--log-level", "info", "--log-redact", "title"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -340,7 +341,7 @@ def test_worker_logs_json_lines_without_the_canary(server_db_url: str, tmp_path:
             JobSpec("leaky", "leak", {"record_id": "r1"})
         )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
-        proc = subprocess.Popen(
+        proc = processes.spawn(
             [sys.executable, "-m", "pigeon", "worker", "--db", db, "--app", "leakyapp:app",
              "--queue", "leaky=1", "--processes", "1", "--log-format", "json"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -12,9 +12,7 @@ applied once, or sits in the failed store with an owner.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -28,11 +26,12 @@ import httpx
 import psycopg
 import pytest
 
-from pigeon.demo.processes import ServerProcess
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.storage.server import open_server_db
+from tests import processes
+from tests.processes import ServerProcess
 
 HERE = Path(__file__).parent
 CLIENT_PROCESSES, QUEUES_PER_PROCESS, OPS_PER_QUEUE, SEED = 4, 5, 500, 23
@@ -54,28 +53,22 @@ class WorkerNode:
     def start(self) -> WorkerNode:
         args = [sys.executable, "-m", "pigeon", "worker", "--db", self.url, "--processes", "1"]
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = processes.spawn(
                 [*args, *WORKER_ARGS],
                 cwd=HERE.parent,
                 stdout=log,
                 stderr=log,
-                start_new_session=True,
             )
         return self
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            processes.stop(self.proc, grace=0)
             self.kills += 1
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            processes.stop(self.proc, grace=15)
 
 
 def _killer(
@@ -128,7 +121,7 @@ def test_multinode_exactly_once_under_sigkill(pg_url: str, tmp_path: Path) -> No
     try:
         killer.start()
         clients = [
-            subprocess.Popen(
+            processes.spawn(
                 [
                     sys.executable,
                     str(HERE / "multinode_client.py"),

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import pigeon
+from tests import processes
 
 SOURCE = Path(pigeon.__file__).parent
 DRIVERS = frozenset({"sqlite3", "psycopg", "psycopg_pool"})
@@ -199,7 +199,7 @@ def loaded_after(code: str) -> list[str]:
         f"print(json.dumps(sorted(m for m in sys.modules if any(m == w or m.startswith(w + '.') "
         f"for w in {watched!r}))))"
     )
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    run = processes.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     found: list[str] = json.loads(run.stdout.strip().splitlines()[-1])
     return found

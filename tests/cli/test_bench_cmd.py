@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 PIGEON = [sys.executable, "-m", "pigeon"]
@@ -15,7 +16,7 @@ PIGEON = [sys.executable, "-m", "pigeon"]
 def test_it_runs_the_checkouts_benchmarks(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     env = {**os.environ, "COLUMNS": "200"}
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "bench", "--only", "no_such_bench", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
@@ -24,7 +25,7 @@ def test_it_runs_the_checkouts_benchmarks(tmp_path: Path) -> None:
 
 
 def test_outside_a_checkout_it_says_where_to_run_it(tmp_path: Path) -> None:
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "bench", "--quick"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2

@@ -23,6 +23,7 @@ from pigeon.jobs.failed import FailedStore
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 runner = CliRunner()
 # An entity as hostile as a user can make one: clear the screen, retitle the window (OSC),
@@ -144,7 +145,7 @@ def test_jobs_review_echo_escapes(hostile_failed_db: Path) -> None:
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The installed entry point's behaviour: ``python -m pigeon ARGS``, stderr apart."""
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "pigeon", *args],
         capture_output=True,
         text=True,

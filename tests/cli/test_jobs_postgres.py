@@ -16,6 +16,7 @@ from pigeon.jobs import records
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 runner = CliRunner()
 
@@ -63,7 +64,7 @@ def test_worker_and_review_commands_on_postgres(pg_url: str) -> None:
             obligations={"grading": JobSpec("grading", "grade", leaky, max_attempts=1)},
         )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    worker = subprocess.Popen(
+    worker = processes.spawn(
         [sys.executable, "-m", "pigeon", "worker", "--db", pg_url, "--queue", "grading=4"],
         env=env,
         stdout=subprocess.PIPE,

@@ -18,6 +18,7 @@ import pytest
 
 from pigeon.jobs.stats import relay_lag
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 from ..conftest import require_broker
 from ..jobs.brokers import TOPIC, clean_redis, fill, read_redis
@@ -26,7 +27,7 @@ PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
 
 def pigeon(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return processes.run(
         [*PIGEON, *args],
         capture_output=True,
         text=True,
@@ -102,7 +103,7 @@ def test_serve_relay_to_drains_the_answers_outbox(
 ) -> None:
     base, prefix = redis_prefix
     db = tmp_path / "server.db"
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", "--relay-to", f"{base}?prefix={prefix}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -128,8 +129,7 @@ def test_serve_relay_to_drains_the_answers_outbox(
         assert proc.wait(15) == -signal.SIGTERM
         assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        processes.stop(proc, grace=0)
     database = open_server_db(str(db))
     try:
         assert relay_lag(database).pending == 0
@@ -152,10 +152,10 @@ def test_worker_relay_to_drains_the_outbox_and_stops_on_sigterm(
     database = open_server_db(str(db))
     ids = fill(database, 25)
     database.close()
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [*PIGEON, "worker", "--db", str(db), "--queue", "grading=1", "--processes", "1",
          "--relay-to", f"{base}?prefix={prefix}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
         wait_for(lambda: read_redis(base, prefix + TOPIC) == ids, "the 25 rows in order")
@@ -163,4 +163,4 @@ def test_worker_relay_to_drains_the_outbox_and_stops_on_sigterm(
         assert proc.wait(20) == 0
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            processes.stop(proc, grace=0)

@@ -18,6 +18,7 @@ import pytest
 from pigeon.cli.serve_auth import AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.jwt_auth import JwtAuth
+from tests import processes
 
 from .test_serve_cmd import start
 
@@ -32,7 +33,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``pigeon serve`` with arguments it must refuse: it must exit, not serve."""
     env = {"COLUMNS": "200"} | (env or {})
-    return subprocess.run(
+    return processes.run(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
         capture_output=True,
         text=True,
@@ -72,8 +73,7 @@ def test_insecure_lets_the_stand_in_listen_anywhere(tmp_path: Path) -> None:
     try:
         assert httpx.get(url.replace("0.0.0.0", "127.0.0.1") + "/pigeon/v1/health").is_success
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,7 @@ def test_serve_defaults_refuse_anonymous_and_keep_the_operator_routes(tmp_path: 
         assert httpx.get(url + "/metrics", headers=OPERATOR).status_code == 200
         assert httpx.get(url + "/metrics", headers=user).status_code == 404
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 def test_allow_anonymous_makes_every_caller_without_a_token_one_user(tmp_path: Path) -> None:
@@ -130,8 +129,7 @@ def test_allow_anonymous_makes_every_caller_without_a_token_one_user(tmp_path: P
         assert len(notes) == 1  # another caller without a token sees the same notes
         assert httpx.get(url + "/pigeon/v1/ledger").status_code == 401  # nobody's operator
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 @pytest.mark.slow
@@ -161,12 +159,11 @@ def test_serve_with_jwt_verifies_tokens_in_every_worker(tmp_path: Path, workers:
         ledger = httpx.get(url + "/pigeon/v1/ledger", headers=OPERATOR).json()["entries"]
         assert {row["principal"] for row in ledger} == {"Ada"}
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 def test_the_help_says_what_anonymous_means_first() -> None:
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "serve", "--help"],
         capture_output=True,
         text=True,

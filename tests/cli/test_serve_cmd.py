@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import processes
+
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
 
@@ -25,7 +27,7 @@ def start(
 ) -> tuple[subprocess.Popen[str], str]:
     """``pigeon serve`` on a free port, once it answers its health probe; ``env`` (by
     default the operator token of these tests) is added to this process's environment."""
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", *extra],
         stdout=subprocess.PIPE,
         text=True,
@@ -42,7 +44,7 @@ def start(
                 return proc, url
         except httpx.TransportError:
             time.sleep(0.05)
-    proc.kill()
+    processes.stop(proc, grace=0)
     raise AssertionError("pigeon serve did not answer")
 
 
@@ -76,8 +78,7 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
         )
         ledger = httpx.get(url + "/pigeon/v1/ledger", headers=OPERATOR).json()["entries"]
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
     assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
     assert len(ledger) == 1
 
@@ -85,7 +86,7 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
 def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign.db"
     foreign.write_bytes(b"this is not a database at all" * 100)
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "serve", "--db", str(foreign), "--port", "0"], capture_output=True, text=True
     )
     assert result.returncode == 2
@@ -94,7 +95,7 @@ def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
 
 def refused(db: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """``pigeon serve`` with arguments it must refuse: it must exit, not serve."""
-    return subprocess.run(
+    return processes.run(
         [*PIGEON, "serve", "--db", str(db), *extra], capture_output=True, text=True, timeout=60
     )
 
@@ -199,7 +200,7 @@ def test_the_listening_socket_says_tcp_so_responses_are_not_delayed_by_nagle() -
 
 
 def test_serve_offers_the_server_settled_conflict_collections(tmp_path: Path) -> None:
-    from pigeon.demo.processes import ServerProcess
+    from tests.processes import ServerProcess
 
     with ServerProcess(tmp_path / "server.db") as server:
         spec = httpx.get(server.url + "/pigeon/v1/openapi.json").json()
@@ -219,7 +220,7 @@ def test_serve_offers_the_server_settled_conflict_collections(tmp_path: Path) ->
 
 def test_test_hooks_are_refused_on_a_non_loopback_host(tmp_path: Path) -> None:
     db = tmp_path / "server.db"
-    refused = subprocess.run(
+    refused = processes.run(
         [*PIGEON, "serve", "--db", str(db), "--host", "10.1.2.3", "--test-hooks"],
         capture_output=True,
         text=True,

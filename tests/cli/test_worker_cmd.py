@@ -23,6 +23,7 @@ from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 
 def spawn_worker(
@@ -30,14 +31,13 @@ def spawn_worker(
 ) -> subprocess.Popen[str]:
     """``pigeon worker ARGS`` in its own session (so it can be killed with its workers),
     output in one pipe; ``flags`` for the interpreter."""
-    return subprocess.Popen(
+    return processes.spawn(
         [sys.executable, *flags, "-m", "pigeon", "worker", *args],
         env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,
     )
 
 
@@ -48,7 +48,7 @@ def run_worker(*args: str, cwd: Path | None = None, timeout: float = 30) -> tupl
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        processes.stop(proc, grace=0)
         output, _ = proc.communicate()
         raise AssertionError(f"still running after {timeout} s:\n{output[-2000:]}") from None
     return proc.returncode, output
@@ -117,7 +117,7 @@ def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
             obligations={"grading": JobSpec("grading", "grade", {"answer_id": "a1"})},
         )
     db.close()
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [sys.executable, "-m", "pigeon", "worker", "--db", str(path), "--queue", "grading=2"],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
@@ -202,7 +202,7 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
         try:
             output, _ = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            processes.stop(proc, grace=0)
             raise
     assert proc.returncode == 0, output
     assert "No module named" not in output, output
@@ -284,7 +284,7 @@ def test_worker_refuses_a_queue_the_app_does_not_have(tmp_path: Path) -> None:
 def test_jobs_stats_imports_the_app_from_the_current_directory(tmp_path: Path) -> None:
     (tmp_path / "myapp.py").write_text(MYAPP)
     open_server_db(tmp_path / "server.db").close()
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-P", "-m", "pigeon", "jobs", "stats", "--db", "server.db",
          "--app", "myapp:app"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 from dataclasses import replace
@@ -12,6 +11,7 @@ import httpx
 import pytest
 
 from pigeon.demo.run import run_demo
+from tests import processes
 
 
 def test_demo_reconciles_exactly_once_through_every_fault() -> None:
@@ -28,7 +28,7 @@ def test_demo_reconciles_exactly_once_through_every_fault() -> None:
 
 
 def test_demo_command_exits_zero_and_prints_the_reconciliation() -> None:
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "pigeon", "demo", "--operations", "120", "--notes", "30"],
         capture_output=True,
         text=True,
@@ -41,7 +41,7 @@ def test_demo_command_exits_zero_and_prints_the_reconciliation() -> None:
 
 def test_demo_command_with_requests_side_by_side() -> None:
     args = ["--operations", "150", "--notes", "40", "--batch", "0"]
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", "pigeon", "demo", *args, "--concurrency", "8", "--pipeline", "2"],
         capture_output=True,
         text=True,
@@ -74,12 +74,12 @@ def test_count_duplicates_counts_effects_under_keys_never_queued() -> None:
 def test_reconcile_fails_an_extra_effect_under_a_new_key(tmp_path: Path) -> None:
     """The edit landed once through the queue, then once more under a freshly minted key
     (what a client that makes a new key per retry does): same notes, one effect too many."""
-    from pigeon.demo.processes import ServerProcess
     from pigeon.demo.run import DEMO_TOKEN, DEMO_USER, DemoReport, _reconcile
     from pigeon.demo.session import Edit
     from pigeon.edge.queue import OfflineQueue
     from pigeon.protocol.http import HttpTransport
     from pigeon.sync.engine import SyncEngine
+    from tests.processes import ServerProcess
 
     note = {"id": "x-1", "title": "T", "body": "b"}
     with ServerProcess(tmp_path / "server.db") as server:

@@ -18,6 +18,7 @@ from pathlib import Path
 from pigeon.clock import HLCTimestamp
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
+from tests import processes
 from tests.clocks import FakeClock
 
 # Opens the queue, then enqueues one operation per line read on stdin and answers with
@@ -61,7 +62,7 @@ def test_two_processes_enqueueing_alternately_stamp_in_seq_order(tmp_path: Path)
     with OfflineQueue(path, now=lambda: time.time() + 600) as ahead:
         ahead.enqueue("publish", "note:0", {})
     children = [
-        subprocess.Popen(
+        processes.spawn(
             [sys.executable, "-c", CHILD, str(path), name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ import pytest
 
 from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
+from tests import processes
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ROUNDS = 24
@@ -33,7 +34,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
     exact: set[int] = set()  # enqueues made without coalescing: must each be one row
     for round_ in range(ROUNDS):
         coalesce = coalescing_round(round_ * 10_000_000)
-        child = subprocess.Popen(
+        child = processes.spawn(
             [
                 sys.executable,
                 str(CHILD),

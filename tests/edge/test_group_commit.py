@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ import pytest
 from pigeon.edge.commit import CommitBatcher, More
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
+from tests import processes
 
 
 def test_waiting_writers_share_one_transaction(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_two_processes_on_one_file(tmp_path: Path) -> None:
     path = tmp_path / "q.db"
     OfflineQueue(path).close()
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, str(path), name]) for name in ("a", "b")
+        processes.spawn([sys.executable, "-c", CHILD, str(path), name]) for name in ("a", "b")
     ]
     for child in children:
         assert child.wait(60) == 0

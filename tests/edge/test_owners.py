@@ -29,6 +29,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.queries import migrations
+from tests import processes
 from tests.clocks import FakeClock
 
 fcntl = pytest.importorskip("fcntl", reason="owner files need flock")
@@ -48,7 +49,7 @@ def owner_files(path: Path) -> list[str]:
 def kill_holder(path: Path, count: int = 3) -> dict[str, str]:
     """Run holder_child.py on ``path`` until it has ``count`` operations in flight, then
     SIGKILL it. Returns what it took: id -> idempotency key."""
-    child = subprocess.Popen(
+    child = processes.spawn(
         [sys.executable, str(HOLDER), str(path), str(count)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests import processes
+
 TOPIC = "answers.received"
 
 
@@ -205,7 +207,7 @@ class OwnBroker:
         return [exe, "-a", "127.0.0.1", "-p", port, "-js", "-sd", str(self.directory)]
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = processes.spawn(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         wait_port(self.port)
@@ -214,8 +216,7 @@ class OwnBroker:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()  # a clean shutdown: Redis writes its AOF, NATS syncs
-            self.proc.wait(10)
+            processes.stop(self.proc)  # SIGTERM, a clean shutdown: Redis writes its AOF, NATS syncs
             self.proc = None
 
 

@@ -22,6 +22,7 @@ from pigeon.jobs.relay import TEST_DIE_AFTER_ENV, Relay, RelayRunner
 from pigeon.jobs.stats import relay_lag
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 from ..conftest import require_broker
 from .brokers import CutProxy, OwnBroker, Target, fill, first_occurrences, make_target
@@ -57,7 +58,7 @@ def run_relay(
     env.pop(TEST_DIE_AFTER_ENV, None)
     if die_after is not None:
         env[TEST_DIE_AFTER_ENV] = str(die_after)
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-m", "pigeon", "relay", "--db", db_url, "--to", to, "--once",
          "--batch", "40"],
         env=env, capture_output=True, text=True, timeout=60,

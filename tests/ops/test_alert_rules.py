@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ from pigeon.server.app import create_app
 from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.server import open_server_db
+from tests import processes
 from tests.ops.scenario import APP, seed
 from tests.server.conftest import OPERATOR, live_server, operator_token
 
@@ -40,7 +40,7 @@ def _promtool() -> str:
 
 
 def test_promtool_accepts_the_rules() -> None:
-    result = subprocess.run(
+    result = processes.run(
         [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pigeon import OfflineQueue, QueueStats
 from pigeon.exceptions import ConfigurationError
 from pigeon.ops.edge_metrics import METRIC_NAMES, serve_edge_metrics
+from tests import processes
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -107,7 +108,7 @@ def test_pigeon_queue_stats_serves_them_beside_the_app(queue: OfflineQueue) -> N
     """The app keeps its queue open; the CLI opens the same file and serves its figures."""
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "pigeon", "queue", "stats", "--file", queue.path]
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [*command, "--metrics-port", "0"], stdout=subprocess.PIPE, text=True, env=env
     )
     try:

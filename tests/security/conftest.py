@@ -5,9 +5,7 @@ from outside, over real HTTP, and expects the documented answer."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +16,8 @@ from pathlib import Path
 import httpx
 import jwt
 import pytest
+
+from tests import processes
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 OPERATOR_TOKEN = "operator-token-of-the-security-tests"
@@ -47,19 +47,13 @@ class Deployed:
 
 def stop(proc: subprocess.Popen[str]) -> None:
     """Kill the server's whole process group (its uvicorn workers included)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
+    processes.stop(proc)
 
 
 def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path]:
     keys = tmp / "keys.json"
     if not keys.exists():
-        subprocess.run(
+        processes.run(
             [*PIGEON, "keys", "generate", "--file", str(keys)],
             check=True,
             capture_output=True,
@@ -72,7 +66,7 @@ def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, 
         "PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN,
     }
     with log.open("a") as err:
-        proc = subprocess.Popen(
+        proc = processes.spawn(
             [
                 *PIGEON,
                 "serve",
@@ -90,7 +84,6 @@ def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, 
             stderr=err,
             text=True,
             env=env,
-            start_new_session=True,  # one group: stop() kills its workers with it
         )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -30,6 +30,7 @@ from pigeon.storage.base import Database
 from pigeon.sync.classify import ReplyKind, classify
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from tests import processes
 from tests.sync.conftest import FAST
 
 from .conftest import live_server
@@ -285,7 +286,7 @@ PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
 
 def test_pigeon_serve_passes_the_limits_to_the_app(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [
             *PIGEON,
             "serve",
@@ -322,14 +323,13 @@ def test_pigeon_serve_passes_the_limits_to_the_app(tmp_path: Path) -> None:
         assert_too_large(post(base, BATCH_PATH, batch_body(901)), 900, "Content-Length is 901")
         assert post(base, BATCH_PATH, batch_body(900)).status_code == 200
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 @pytest.mark.parametrize("option", ["--max-body", "--max-batch-body"])
 def test_pigeon_serve_refuses_a_limit_below_one_byte(tmp_path: Path, option: str) -> None:
     db = tmp_path / "server.db"
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", option, "0"],
         capture_output=True,
         text=True,
@@ -345,7 +345,7 @@ def test_pigeon_serve_refuses_a_batch_limit_below_the_single_operation_limit(
 ) -> None:
     db = tmp_path / "server.db"
     args = ["--max-body", "5000", "--max-batch-body", "4000"]
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", *args],
         capture_output=True,
         text=True,

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pigeon.server.identifiers import loggable
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.timeouts import ConnectionTimeouts, timed_protocol
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 from .conftest import TestClient
 
@@ -198,8 +198,7 @@ def test_pigeon_serve_takes_its_timeouts_from_the_command_line(tmp_path: Path) -
             waited, sent = closed_after(conn)
         assert waited < 3 and sent.startswith(b"HTTP/1.1 408 ")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        processes.stop(proc)
 
 
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "1e9"])
@@ -241,7 +240,7 @@ def test_pigeon_serve_help_names_the_timeouts() -> None:
     from tests.cli.test_serve_cmd import PIGEON
 
     wide = {**os.environ, "COLUMNS": "200", "TERM": "dumb"}
-    out = subprocess.run(
+    out = processes.run(
         [*PIGEON, "serve", "--help"], capture_output=True, text=True, env=wide
     ).stdout
     for option in ("--timeout-idle", "--timeout-headers", "--timeout-body"):

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.demo.processes import ServerProcess
 from pigeon.reference.notes import read_ledger
 from pigeon.server.testhooks import DELAY, FAIL, SET_COOKIE
 from pigeon.storage.server import open_server_db
+from tests.processes import ServerProcess
 
 # A duplicate is answered within this (in-process: at once; across PostgreSQL
 # processes: the claim's 0.5 s wait), documented as "within about 1 s".

@@ -16,6 +16,7 @@ from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server.intake import ClaimMode
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 from .conftest import live_server
 
@@ -70,7 +71,7 @@ def crashing_server(
     path: Path | str, die_on: str | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     args = [sys.executable, str(HERE / "crashing_server.py"), str(path)]
-    proc = subprocess.Popen(
+    proc = processes.spawn(
         [*args, *([die_on] if die_on else [])], stdout=subprocess.PIPE, text=True
     )
     try:
@@ -86,8 +87,7 @@ def crashing_server(
                 pass
         yield proc, url
     finally:
-        proc.kill()
-        proc.wait(10)
+        processes.stop(proc, grace=0)
 
 
 @pytest.mark.slow

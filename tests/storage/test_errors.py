@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
 import textwrap
 import threading
@@ -26,6 +25,7 @@ from pigeon.storage.errors import (
 )
 from pigeon.storage.postgres import probe
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 
 def test_postgres_errors_map_to_pigeons() -> None:
@@ -94,7 +94,7 @@ def test_asking_about_driver_errors_does_not_load_psycopg() -> None:
         print(json.dumps([asked, "psycopg" in sys.modules]))
         """
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    run = processes.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(run.stdout) == [[True, 2, 1, True], False]
 
 

@@ -77,7 +77,10 @@ def test_processes_creating_one_file_at_once_all_open_it(tmp_path: Path) -> None
     for trial in range(4):
         path = str(tmp_path / f"shared-{trial}.db")
         ready, out = context.Event(), context.Queue()
-        procs = [context.Process(target=_open, args=(path, ready, out)) for _ in range(5)]
+        # daemonic: multiprocessing's exit handler terminates any left by an interrupt
+        procs = [
+            context.Process(target=_open, args=(path, ready, out), daemon=True) for _ in range(5)
+        ]
         for proc in procs:
             proc.start()
         ready.set()

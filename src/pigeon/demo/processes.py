@@ -54,9 +54,7 @@ class ServerProcess:
         if self.allow_anonymous:
             args.append("--allow-anonymous")
         env = os.environ | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
-        self._proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-        )
+        self._proc = self._spawn(args, env)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
         match = _SERVING.search(line)
@@ -66,6 +64,11 @@ class ServerProcess:
         self.port = int(match.group(1).rsplit(":", 1)[1])
         self._wait_healthy()
         return self
+
+    def _spawn(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        )
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout

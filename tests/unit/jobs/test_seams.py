@@ -5,11 +5,11 @@ a storage transaction; everything else in ``pigeon.jobs`` goes through a ``JobSe
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
 
 import pigeon.jobs
+from tests import processes
 
 JOBS = Path(pigeon.jobs.__file__).parent
 STORES = JOBS / "stores"
@@ -122,5 +122,5 @@ def test_the_scan_finds_what_it_forbids() -> None:
 def test_importing_the_jobs_component_does_not_load_psycopg() -> None:
     """The PostgreSQL store, and the driver with it, load only for a PostgreSQL database."""
     code = "import sys, pigeon.jobs, pigeon.jobs.worker; print('psycopg' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = processes.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
