@@ -1,13 +1,13 @@
-"""pigeon: what a user did is never lost and never done twice."""
+"""pigeon: what a user did is never lost and never done twice.
+
+The names below load their modules on first use: ``import pigeon`` costs a few
+milliseconds, and a device that only queues never imports the sync engine's HTTP client."""
 
 from __future__ import annotations
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
-from pigeon.edge.merge import field_merge, notes_merge
-from pigeon.edge.operation import Operation, OpStatus, OpType
-from pigeon.edge.options import QueueOptions
-from pigeon.edge.queue import OfflineQueue, QueueStats
-from pigeon.edge.retry import RetryPolicy
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pigeon.exceptions import (
     AccessRevoked,
     AuthorizationRequired,
@@ -40,15 +40,51 @@ from pigeon.exceptions import (
     UnknownOperationType,
     UnknownOutcome,
 )
-from pigeon.protocol.http import HttpTransport
-from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.protocol.transport import Transport
-from pigeon.storage.crypto import Keyring
-from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
-from pigeon.sync.engine import SyncEngine
-from pigeon.sync.events import SyncCallbacks
-from pigeon.sync.options import SyncOptions
-from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+
+if TYPE_CHECKING:
+    from pigeon.clock import HLCTimestamp, HybridLogicalClock
+    from pigeon.edge.merge import field_merge, notes_merge
+    from pigeon.edge.operation import Operation, OpStatus, OpType
+    from pigeon.edge.options import QueueOptions
+    from pigeon.edge.queue import OfflineQueue, QueueStats
+    from pigeon.edge.retry import RetryPolicy
+    from pigeon.protocol.http import HttpTransport
+    from pigeon.protocol.inprocess import InProcessTransport
+    from pigeon.protocol.transport import Transport
+    from pigeon.storage.crypto import Keyring
+    from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
+    from pigeon.sync.engine import SyncEngine
+    from pigeon.sync.events import SyncCallbacks
+    from pigeon.sync.options import SyncOptions
+    from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+
+# Each public name (exceptions aside) and the module that defines it.
+_LAZY = {
+    "ConflictResolver": "pigeon.sync.resolver",
+    "ConnectivityMonitor": "pigeon.sync.connectivity",
+    "HLCTimestamp": "pigeon.clock",
+    "HttpTransport": "pigeon.protocol.http",
+    "HybridLogicalClock": "pigeon.clock",
+    "InProcessTransport": "pigeon.protocol.inprocess",
+    "Keyring": "pigeon.storage.crypto",
+    "ManualMonitor": "pigeon.sync.connectivity",
+    "OfflineQueue": "pigeon.edge.queue",
+    "OpStatus": "pigeon.edge.operation",
+    "OpType": "pigeon.edge.operation",
+    "Operation": "pigeon.edge.operation",
+    "Policy": "pigeon.sync.resolver",
+    "ProbeMonitor": "pigeon.sync.connectivity",
+    "QueueOptions": "pigeon.edge.options",
+    "QueueStats": "pigeon.edge.queue",
+    "RetryPolicy": "pigeon.edge.retry",
+    "Strategy": "pigeon.sync.resolver",
+    "SyncCallbacks": "pigeon.sync.events",
+    "SyncEngine": "pigeon.sync.engine",
+    "SyncOptions": "pigeon.sync.options",
+    "Transport": "pigeon.protocol.transport",
+    "field_merge": "pigeon.edge.merge",
+    "notes_merge": "pigeon.edge.merge",
+}
 
 __version__ = "0.1.0"
 
@@ -109,3 +145,16 @@ __all__ = [
     "field_merge",
     "notes_merge",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

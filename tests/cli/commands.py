@@ -18,8 +18,12 @@ def walk(
     """(the words that name it, the command) for the app and everything under it."""
     command = command or typer.main.get_command(app)
     yield path, command
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        yield from walk(sub, (*path, name))
+    if hasattr(command, "list_commands"):  # a group (typer's own click, or click's)
+        context = type(command).context_class(command)
+        for name in sorted(command.list_commands(context)):
+            sub = command.get_command(context, name)
+            assert sub is not None, name
+            yield from walk(sub, (*path, name))
 
 
 def every_command() -> list[tuple[str, ...]]:
@@ -28,4 +32,4 @@ def every_command() -> list[tuple[str, ...]]:
 
 def leaves() -> list[tuple[tuple[str, ...], click.Command]]:
     """The commands that run something (not a group)."""
-    return [(path, cmd) for path, cmd in walk() if not isinstance(cmd, click.Group)]
+    return [(path, cmd) for path, cmd in walk() if not hasattr(cmd, "list_commands")]

@@ -6,6 +6,8 @@ relay --help``) and ``[user:password@]`` a style that silently vanished."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import click
 import pytest
@@ -52,3 +54,31 @@ def test_the_relay_help_shows_the_url_patterns() -> None:
     assert result.exit_code == 0, result.output
     assert "redis://host[:port][/db]" in result.output
     assert "amqp://user:pass@host[:port][/vhost]" in result.output
+
+
+def test_the_commands_line_in_pigeon_help_is_each_commands_own() -> None:
+    """`pigeon --help` lists each command by the line kept beside its module's name
+    (so that it imports none of them); that line is the command's own short help."""
+    from pigeon.cli import COMMANDS, load_command
+
+    for name, (_, _, line) in COMMANDS.items():
+        command = load_command(name)
+        assert command.get_short_help_str(limit=200) == line, name
+
+
+def test_pigeon_help_and_the_queue_commands_load_no_server_module() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from pigeon.cli import app\n"
+        "for args in (['--help'], ['queue', '--help']):\n"
+        "    assert CliRunner().invoke(app, args).exit_code == 0\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('pigeon.')}))\n"
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'psycopg', 'jinja2', 'pycrdt', 'jwt')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "server" not in out[0] and "jobs" not in out[0] and "reference" not in out[0], out
+    assert out[1] == "[]"

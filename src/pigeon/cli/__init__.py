@@ -8,6 +8,7 @@ command, and printed as ``error: <message>`` (shown escaped) with exit status 1.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import typer
@@ -27,7 +28,92 @@ def _user_error(exc: Exception) -> bool:
     return False
 
 
+# Each command: the module that defines it, the attribute (a function, or a Typer of
+# subcommands) and the line `pigeon --help` shows. A command's module is imported when
+# the command runs (or its own --help is asked for), so `pigeon --help` and the edge's
+# `pigeon queue` load neither the server nor the reference app.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": (
+        "pigeon.cli.demo_cmd",
+        "demo",
+        "Edit notes offline, sync through a faulty network, prove every edit landed once.",
+    ),
+    "serve": (
+        "pigeon.cli.serve_cmd",
+        "serve",
+        "Run the reference notes server with the idempotent intake.",
+    ),
+    "worker": (
+        "pigeon.cli.worker_cmd",
+        "worker",
+        "Run jobs until SIGTERM (stop claiming; finish or release within the lease).",
+    ),
+    "plan": (
+        "pigeon.cli.plan_cmd",
+        "plan",
+        "Ideal throughput, net drain and drain time per worker count; the minimum workers.",
+    ),
+    "bench": (
+        "pigeon.cli.bench_cmd",
+        "bench",
+        "Run the benchmarks (bench/ of the checkout in the current folder); exit 1 if a "
+        "target is missed.",
+    ),
+    "relay": (
+        "pigeon.cli.relay_cmd",
+        "relay",
+        "Publish the outbox in order, marking each row only after the broker confirmed it.",
+    ),
+    "queue": ("pigeon.cli.queue_cmd", "app", "Inspect and repair an offline queue file."),
+    "jobs": ("pigeon.cli.jobs_cmd", "app", "Inspect and repair server jobs."),
+    "conflicts": (
+        "pigeon.cli.conflicts_cmd",
+        "app",
+        "List, inspect and resolve conflicts of a queue.",
+    ),
+    "keys": ("pigeon.cli.keys_cmd", "app", "Encryption keys: generate, status, rotate."),
+}  # fmt: skip
+
+
+def load_command(name: str) -> Any:
+    """The click command ``name`` of `COMMANDS`, its module imported now (a command of
+    typer's own click, whose types typer does not export: hence Any)."""
+    module, attribute, _ = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_command(target)
+    else:
+        single = typer.Typer(rich_markup_mode=app.rich_markup_mode)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
 class _Group(TyperGroup):
+    """The ``pigeon`` group: commands loaded on demand; one line for a user's error."""
+
+    _listing = False  # while the group's own help is drawn: each command as its one line
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][2])
+        if cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
     # ctx: typer's own (vendored) click Context, which it does not export; Any keeps the
     # override compatible without importing a private module.
     def invoke(self, ctx: Any) -> Any:
@@ -52,36 +138,10 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    # Imported here so that `import pigeon` stays free of CLI dependencies.
-    from pigeon.cli import demo_cmd, queue_cmd
-
-    app.command("demo")(demo_cmd.demo)
-
-    app.add_typer(queue_cmd.app, name="queue")
-    from pigeon.cli import serve_cmd
-
-    app.command("serve")(serve_cmd.serve)
-    from pigeon.cli import jobs_cmd, plan_cmd, worker_cmd
-
-    app.add_typer(jobs_cmd.app, name="jobs")
-    app.command("worker")(worker_cmd.worker)
-    app.command("plan")(plan_cmd.plan)
-    from pigeon.cli import conflicts_cmd
-
-    app.add_typer(conflicts_cmd.app, name="conflicts")
-    from pigeon.cli import bench_cmd
-
-    app.command("bench")(bench_cmd.bench)
-    from pigeon.cli import relay_cmd
-
-    app.command("relay")(relay_cmd.relay)
-    from pigeon.cli import keys_cmd
-
-    app.add_typer(keys_cmd.app, name="keys")
-
-
-_register()
+@app.callback()
+def _pigeon() -> None:
+    # A callback makes typer build a group, whose commands `_Group` loads on demand.
+    pass
 
 
 def main() -> None:
