@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pigeon.checks import is_finite
+
 Rule = Callable[[str], Any]
 MAX_DEDUP = 365 * 86400  # a year: beyond it the broker's own arithmetic overflows
 
@@ -30,20 +32,20 @@ _REDIS_PREFIX = re.compile(r"[^\s\x00-\x1f\x7f]{1,255}")
 _WHOLE = re.compile(r"[0-9]{1,12}")
 
 
-def seconds_int(text: str) -> int:
+def whole_seconds(text: str) -> int:
     """Whole seconds, 1 to a year (a Redis marker's lifetime: ``SET ... EX``)."""
     if not _WHOLE.fullmatch(text) or not 1 <= int(text) <= MAX_DEDUP:
         raise ValueError(f"expected whole seconds from 1 to {MAX_DEDUP}")
     return int(text)
 
 
-def seconds(text: str) -> float:
+def window_seconds(text: str) -> float:
     """Seconds, more than 0 and at most a year (NATS's duplicate window)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= MAX_DEDUP):
+    if not (is_finite(value) and 0 < value <= MAX_DEDUP):
         raise ValueError(f"expected seconds, more than 0 and at most {MAX_DEDUP}")
     return value
 
@@ -92,8 +94,8 @@ def redis_prefix(text: str) -> str:
 
 # The ?name=value options each broker URL takes, and the rule for each.
 OPTIONS: dict[str, dict[str, Rule]] = {
-    "redis": {"prefix": redis_prefix, "dedup": seconds_int},
-    "nats": {"stream": nats_stream, "subject_prefix": nats_subject_prefix, "dedup": seconds},
+    "redis": {"prefix": redis_prefix, "dedup": whole_seconds},
+    "nats": {"stream": nats_stream, "subject_prefix": nats_subject_prefix, "dedup": window_seconds},
     "amqp": {"exchange": amqp_name, "queue": amqp_name},
 }
 
