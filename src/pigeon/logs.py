@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pigeon.exceptions import ConfigurationError, JobTimeout, StoreError
 from pigeon.storage.errors import SAFE_DRIVER_MESSAGES
+from pigeon.urls import redact_urls
 
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -105,6 +106,7 @@ class Redactor:
         return any(n in lowered for n in self.names)
 
     def text(self, value: str) -> str:
+        value = redact_urls(value)  # a URL's password (a broker's, a DSN's): pigeon.urls
         value = _CREDENTIAL.sub(lambda m: f"{m.group(1)} {REDACTED}", value)
         return self._pairs.sub(lambda m: m.group(1) + REDACTED, value)
 

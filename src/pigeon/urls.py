@@ -39,9 +39,7 @@ _TOKEN = re.compile(rf"://[^{_NOT_INFO}:]*@")  # no ':': the whole user-info is 
 # lookahead scans that run once for a word, and the possessive runs never give back.
 _NAME = r"[^=&?;\s\"'<>`]"
 _WORDS = "|".join(SECRET_PARAMS)
-_SECRET_PARAM = re.compile(
-    rf"(?i)([?&;](?={_NAME}*?(?:{_WORDS})){_NAME}*+)=([^&;\s\"'<>`#]*+)"
-)
+_SECRET_PARAM = re.compile(rf"(?i)([?&;](?={_NAME}*?(?:{_WORDS})){_NAME}*+)=([^&;\s\"'<>`#]*+)")
 
 
 def redact_urls(text: str) -> str:

@@ -119,6 +119,9 @@ class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except typer.TyperException as exc:
+            _scrub(exc)
+            raise
         except Exception as exc:
             if not _user_error(exc):
                 raise
@@ -126,6 +129,22 @@ class _Group(TyperGroup):
 
             error(exc)
             raise typer.Exit(1) from exc
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        # The top level's own parse (a subcommand's happens within invoke above).
+        try:
+            return super().make_context(*args, **kwargs)
+        except typer.TyperException as exc:
+            _scrub(exc)
+            raise
+
+
+def _scrub(exc: typer.TyperException) -> None:
+    """A usage error as typer will print it, with no credential in it: its message may
+    quote what was given (``no such database file: postgresql://user:PW@...``)."""
+    from pigeon.cli.secrets import scrub
+
+    exc.message = scrub(exc.message)
 
 
 app = typer.Typer(

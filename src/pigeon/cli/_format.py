@@ -61,9 +61,11 @@ def console(*, stderr: bool = False) -> Console:
 
 def error(message: Any) -> None:
     """``error: <message>`` on stderr as one line (`one_line`; not wrapped at the
-    terminal's width, so a script reading it gets the line whole)."""
+    terminal's width, so a script reading it gets the line whole), credentials hidden."""
+    from pigeon.cli.secrets import scrub
+
     console(stderr=True).print(
-        f"[red]error:[/red] {one_line(message)}", highlight=False, soft_wrap=True
+        f"[red]error:[/red] {one_line(scrub(str(message)))}", highlight=False, soft_wrap=True
     )
 
 

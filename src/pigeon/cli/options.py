@@ -11,10 +11,23 @@ from typing import Annotated
 
 import typer
 
+from pigeon.cli.secrets import FILE_HELP, secret_url
 from pigeon.logs import REDACT_ENV, LogFormat
 
+# The options that may carry a password take it from the environment or a file too
+# (pigeon.cli.secrets): an argument is visible to every user of the machine.
+DB_ENV = "PIGEON_DB"
+RELAY_TO_ENV = "PIGEON_RELAY_TO"
+
 DbOption = Annotated[
-    str, typer.Option("--db", help="Server database: a SQLite path or postgresql://...")
+    str,
+    typer.Option(
+        "--db",
+        envvar=DB_ENV,
+        callback=secret_url,
+        help=f"Server database: a SQLite path or postgresql://... (with a password: in "
+        f"${DB_ENV}, or {FILE_HELP}).",
+    ),
 ]
 
 KeysFileOption = Annotated[
@@ -47,8 +60,11 @@ RelayToOption = Annotated[
     str | None,
     typer.Option(
         "--relay-to",
+        envvar=RELAY_TO_ENV,
+        callback=secret_url,
         help="Also publish the outbox (e.g. /answers' announcements) to this broker "
         "(redis://, nats:// or amqp://) from a relay thread in this process, stopped "
-        "with it; as `pigeon relay --to` does.",
+        f"with it; as `pigeon relay --to` does. With a password: in ${RELAY_TO_ENV}, or "
+        f"{FILE_HELP}.",
     ),
 ]

@@ -13,6 +13,8 @@ from rich.console import Console
 from pigeon.checks import is_finite
 from pigeon.cli._db import open_db
 from pigeon.cli._format import shown, titled_table
+from pigeon.cli.options import DB_ENV
+from pigeon.cli.secrets import FILE_HELP, secret_url
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
 from pigeon.jobs._db import reading
@@ -77,6 +79,7 @@ def _counts(workers: str | None) -> list[int] | None:
 
 
 def plan(
+    ctx: typer.Context,
     backlog: Annotated[int, typer.Option("--backlog", help="Jobs waiting now (B).")],
     arrival_rate: Annotated[float, typer.Option("--arrival-rate", help="New jobs per second (L).")],
     target: Annotated[float, typer.Option("--target", help="Drain within this many seconds (T).")],
@@ -94,10 +97,12 @@ def plan(
         str | None,
         typer.Option(
             "--db",
+            envvar=DB_ENV,
+            callback=secret_url,
             help="Take S from this server database's history (an existing SQLite file or "
             "postgresql://...): the mean of its latest successful jobs of --queue (the median "
             "and p95 shown beside it). "
-            "Not together with --service-time.",
+            f"Not together with --service-time (which wins over ${DB_ENV}); {FILE_HELP}.",
         ),
     ] = None,
     queue: Annotated[str, typer.Option("--queue", help="Queue whose history gives S.")] = "default",
@@ -112,6 +117,9 @@ def plan(
         if value is not None and not is_finite(value):
             raise typer.BadParameter(f"must be a finite number, got {value}", param_hint=option)
     counts = _counts(workers)
+    source = ctx.get_parameter_source("db")
+    if service_time is not None and source is not None and source.name == "ENVIRONMENT":
+        db = None  # $PIGEON_DB is a default, for the commands that need a database
     if db is not None and service_time is not None:
         # Which one should win is a guess either way: ask for one.
         raise typer.BadParameter(

@@ -11,9 +11,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from pigeon import logs
 from pigeon.cli._db import open_db
 from pigeon.cli.keys_cmd import load_keyring
-from pigeon.cli.options import KeysFileOption
+from pigeon.cli.options import RELAY_TO_ENV, DbOption, KeysFileOption
+from pigeon.cli.secrets import FILE_HELP, scrub, secret_url
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers import broker_kind, check_broker_url
@@ -24,7 +26,8 @@ from pigeon.jobs.stats import relay_lag
 # every command's help as markup).
 TO_HELP = escape(
     "Broker URL: redis://host[:port][/db] (Redis Streams), nats://host[:port] "
-    "(NATS JetStream) or amqp://user:pass@host[:port][/vhost] (RabbitMQ)."
+    "(NATS JetStream) or amqp://user:pass@host[:port][/vhost] (RabbitMQ). With a "
+    f"password: in ${RELAY_TO_ENV}, or {FILE_HELP}."
 )
 
 
@@ -33,7 +36,7 @@ def checked_broker_url(url: str, command: str) -> str:
     try:
         check_broker_url(url)
     except ConfigurationError as exc:
-        typer.echo(f"pigeon {command}: {exc}", err=True)
+        typer.echo(scrub(f"pigeon {command}: {exc}"), err=True)
         raise typer.Exit(2) from None
     return url
 
@@ -54,7 +57,7 @@ def make_runner(
     try:
         return RelayRunner(db, to, batch=batch, interval=interval, keyring=keyring)
     except ConfigurationError as exc:
-        typer.echo(f"pigeon {command}: {exc}", err=True)
+        typer.echo(scrub(f"pigeon {command}: {exc}"), err=True)
         raise typer.Exit(2) from None
 
 
@@ -75,10 +78,10 @@ def stop_before_exit_signals(runner: RelayRunner) -> None:
 
 
 def relay(
-    db: Annotated[
-        str, typer.Option("--db", help="Server database: an existing SQLite file or postgresql://")
+    db: DbOption,
+    to: Annotated[
+        str, typer.Option("--to", envvar=RELAY_TO_ENV, callback=secret_url, help=TO_HELP)
     ],
-    to: Annotated[str, typer.Option("--to", help=TO_HELP)],
     batch: Annotated[int, typer.Option(min=1, help="Rows published per round.")] = 100,
     interval: Annotated[
         float, typer.Option(min=0.01, help="Seconds between looks at an empty outbox.")
@@ -100,7 +103,7 @@ def relay(
     checked_broker_url(to, "relay")
     open_db(db).close()  # a missing file or an unreachable PostgreSQL: exit 2, named
     runner = make_runner(db, to, "relay", batch=batch, interval=interval, keys_file=keys_file)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure("text", logging.INFO)  # redacted, as serve's and worker's logs are
     if once:
         if not runner.lock.acquire():
             typer.echo("pigeon relay: another relay is publishing this outbox", err=True)
@@ -108,7 +111,7 @@ def relay(
             raise typer.Exit(1)
         published = runner.relay.drain()
         if runner.relay.last_error is not None:
-            error = describe(runner.relay.last_error)
+            error = scrub(describe(runner.relay.last_error))
             typer.echo(
                 f"pigeon relay: stopped at a row the broker did not confirm: {error}", err=True
             )

@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 
 from pigeon import logs
 from pigeon.checks import is_finite
+from pigeon.cli._db import check_postgres, is_postgres
 from pigeon.cli.keys_cmd import load_keyring
 from pigeon.cli.options import (
     DbOption,
@@ -33,6 +34,7 @@ from pigeon.cli.options import (
     RelayToOption,
 )
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner, stop_before_exit_signals
+from pigeon.cli.secrets import FILE_HELP, scrub, secret_token
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.ops.session import SessionPolicy
@@ -199,8 +201,9 @@ def serve(
         str | None,
         typer.Option(
             envvar="PIGEON_JWT_SECRET",
-            help="HS256 secret, at least 32 bytes (prefer the environment variable: "
-            "arguments are visible to every user of the machine).",
+            callback=secret_token,
+            help="HS256 secret, at least 32 bytes (prefer the environment variable or "
+            f"{FILE_HELP}: arguments are visible to every user of the machine).",
             show_default=False,
         ),
     ] = None,
@@ -248,8 +251,10 @@ def serve(
         str | None,
         typer.Option(
             envvar="PIGEON_OPERATOR_TOKEN",
+            callback=secret_token,
             help="Operator credential (>= 16 characters), sent as 'Bearer <token>': it alone "
-            "reads the dashboard, the ledger and /metrics. Prefer the environment variable.",
+            f"reads the dashboard, the ledger and /metrics. Prefer the environment variable "
+            f"or {FILE_HELP}.",
             show_default=False,
         ),
     ] = None,
@@ -343,6 +348,8 @@ def serve(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--timeout-*'") from exc
     load_keyring(keys_file)  # a key file or variable the workers could not use: refused now
+    if is_postgres(db):  # an unreachable server: libpq's reason within seconds, not a pool's
+        check_postgres(db)
     settings = {
         # A PostgreSQL URL is passed as is; a SQLite path is made absolute for the workers.
         "DB": db if db.startswith(("postgresql://", "postgres://")) else os.path.abspath(db),
@@ -423,7 +430,7 @@ def _bind_and_open(host: str, port: int, db: str, durability: str) -> socket.soc
             database.close()
     except StoreError as exc:
         sock.close()
-        typer.echo(f"pigeon serve: {exc}", err=True)
+        typer.echo(scrub(f"pigeon serve: {exc}"), err=True)
         raise typer.Exit(2) from exc
     return sock
 

@@ -36,6 +36,7 @@ from pigeon.jobs.stores import store_for
 from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring
+from pigeon.urls import redact_urls
 
 log = logging.getLogger("pigeon.jobs.relay")
 
@@ -158,7 +159,8 @@ class Relay:
             self.last_error = error
             failed = rows[confirmed]
             with self.store.transaction() as session:
-                session.mark_outbox_error(failed["id"], describe(error))
+                # shown on the operations page: no broker password, whatever the client said
+                session.mark_outbox_error(failed["id"], redact_urls(describe(error)))
             log.warning(
                 "publishing outbox message %s (row %s) failed: %s",
                 failed["message_id"],
