@@ -2,7 +2,7 @@
 the same interleaved run, how far a pigeon row could go at best.
 
 * ``EnqueueSQL``: the statements one enqueue of a fresh entity runs (the store's
-  ``get_clock``, ``live_tail``, ``insert_op`` and ``bump_state`` between BEGIN IMMEDIATE
+  ``get_clock``, ``queued_tail``, ``insert_op`` and ``bump_state`` between BEGIN IMMEDIATE
   and COMMIT) on a file made by ``OfflineQueue``, with no Python around them.
   ``enqueue, 1 thread`` can be no faster: what this row lacks of 1.0x is the schema's
   indexes, the rest is the Python around it.
@@ -46,7 +46,7 @@ class EnqueueSQL:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA synchronous = FULL")
         queries = load_queries("sqlite", "edge")
-        self.tail, self.insert = queries["live_tail"], queries["insert_op"]
+        self.tail, self.insert = queries["queued_tail"], queries["insert_op"]
         self.floor, self.bump = queries["get_clock"], queries["bump_state"]
         self.text = json.dumps(PAYLOAD, separators=(",", ":"))
         self.i = 0

@@ -22,6 +22,7 @@ EXPECTED = {
     "SyncEngine",
     "SyncOptions",
     "SyncCallbacks",
+    "DeadTail",
     "QueueOptions",
     "AuthorizationRequired",
     "ConfigurationError",

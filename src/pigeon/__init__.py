@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from pigeon.storage.crypto import Keyring
     from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
     from pigeon.sync.engine import SyncEngine
-    from pigeon.sync.events import SyncCallbacks
+    from pigeon.sync.events import DeadTail, SyncCallbacks
     from pigeon.sync.options import SyncOptions
     from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
 
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "ConflictResolver": "pigeon.sync.resolver",
     "ConnectivityMonitor": "pigeon.sync.connectivity",
+    "DeadTail": "pigeon.sync.events",
     "HLCTimestamp": "pigeon.clock",
     "HttpTransport": "pigeon.protocol.http",
     "HybridLogicalClock": "pigeon.clock",
@@ -97,6 +98,7 @@ __all__ = [
     "ConflictError",
     "ConflictResolver",
     "ConnectivityMonitor",
+    "DeadTail",
     "DeliveryError",
     "EmptyEntity",
     "ForeignDatabase",

@@ -269,3 +269,67 @@ def test_stats_watch_shows_the_delivery_rate(tmp_path: Path) -> None:
 def test_stats_without_watch_has_no_rate(queue_file: tuple[Path, dict[str, str]]) -> None:
     code, output = run("stats", "-f", str(queue_file[0]))
     assert code == 0 and "delivery rate" not in output
+
+
+def _held_behind_a_dead_create(path: Path) -> dict[str, str]:
+    """note:7's create dead (422), two updates of note:7 made after it, and note:8 live."""
+    with OfflineQueue(path) as queue:
+        create = queue.enqueue("create", "note:7", {"title": "t"})
+        queue.next_batch()
+        queue.mark_failed(create.id, "422 unprocessable", kind="permanent")
+        first = queue.enqueue("update", "note:7", {"title": "a"}, method="PATCH")
+        second = queue.enqueue("update", "note:7", {"title": "b"}, method="PATCH")
+        other = queue.enqueue("update", "note:8", {"title": "c"})
+    return {"create": create.id, "first": first.id, "second": second.id, "other": other.id}
+
+
+def _statuses(output: str, ids: dict[str, str]) -> dict[str, str]:
+    """The status column of each named operation's row in a `queue list` table."""
+    found = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        for name, op_id in ids.items():
+            if op_id in cells:
+                found[name] = cells[cells.index(op_id) + 1]
+    return found
+
+
+def test_list_and_stats_show_what_a_dead_letter_holds(tmp_path: Path) -> None:
+    path = tmp_path / "queue.db"
+    ids = _held_behind_a_dead_create(path)
+    code, output = run("list", "-f", str(path))
+    assert code == 0 and "2 held behind a dead letter" in output
+    assert _statuses(output, ids) == {"first": "held", "second": "held", "other": "pending"}
+    code, output = run("show", "-f", str(path), ids["second"])
+    assert code == 0 and "behind its entity's dead letter" in output
+    code, output = run("stats", "-f", str(path))
+    assert code == 0
+    rows = {" ".join(line.strip("│ ").split()) for line in output.splitlines()}
+    assert "held (behind a dead letter) │ 2" in rows and "entities blocked │ 1" in rows
+
+
+def test_retry_puts_the_dead_letter_back_ahead_of_what_it_held(tmp_path: Path) -> None:
+    path = tmp_path / "queue.db"
+    ids = _held_behind_a_dead_create(path)
+    code, _ = run("retry", "-f", str(path), ids["create"])
+    assert code == 0
+    code, output = run("list", "-f", str(path))
+    assert code == 0 and "held" not in output
+    with OfflineQueue(path) as queue:
+        assert [o.id for o in queue.pending] == [
+            ids[k] for k in ("create", "first", "second", "other")
+        ]
+        assert {o.id for o in queue.next_batch()} == {ids["create"], ids["other"]}
+
+
+def test_discard_releases_the_tail_or_drops_it_with_tail(tmp_path: Path) -> None:
+    for with_tail in (False, True):
+        path = tmp_path / f"queue-{with_tail}.db"
+        ids = _held_behind_a_dead_create(path)
+        code, output = run(
+            "discard", "-f", str(path), ids["create"], *(["--with-tail"] * with_tail)
+        )
+        assert code == 0 and ("with 2 held operation(s)" in output) is with_tail
+        with OfflineQueue(path) as queue:
+            sent = {o.id for o in queue.next_batch()}
+        assert sent == ({ids["other"]} if with_tail else {ids["first"], ids["other"]})

@@ -88,27 +88,29 @@ def test_transient_failure_backs_off_with_the_same_key(
     assert again.id == op.id and again.idempotency_key == op.idempotency_key
 
 
-def test_exhausted_and_permanent_failures_are_dead_letters_that_do_not_block(
+def test_exhausted_and_permanent_failures_are_dead_letters_that_block_only_their_entity(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     policy = RetryPolicy(base=1, cap=1, max_attempts=2)
     with OfflineQueue(tmp_path / "q.db", QueueOptions(retry_policy=policy), now=clock) as queue:
         op = queue.enqueue("update", "note:1", 1)
         queue.next_batch()
-        queue.enqueue("update", "note:1", 2)
+        tail = queue.enqueue("update", "note:1", 2)
         queue.mark_failed(op.id, "timeout")
         clock.advance(1)
         queue.next_batch()
         dead = queue.mark_failed(op.id, "timeout again")
         assert dead.status is OpStatus.DEAD and dead.attempts == 2
         assert [h["error"] for h in dead.history] == ["timeout", "timeout again"]
-        [tail] = queue.next_batch()  # the dead letter no longer holds back note:1
-        assert tail.payload == 2
+        other = queue.enqueue("update", "note:2", 1)
+        assert [o.id for o in queue.next_batch()] == [other.id]  # note:1's tail is held
+        assert queue.get(tail.id).held and not queue.get(other.id).held
         perm = queue.enqueue("create", "note:9", {})
         queue.next_batch()
         assert queue.mark_failed(perm.id, "422", kind="permanent").status is OpStatus.DEAD
         assert [o.id for o in queue.dead_letters()] == [op.id, perm.id]
-        assert queue.stats().dead == 2
+        stats = queue.stats()
+        assert (stats.dead, stats.held, stats.entities_blocked) == (2, 1, 2)
 
 
 def test_max_age_dead_letters_old_operations(tmp_path: Path, clock: FakeClock) -> None:
@@ -120,29 +122,54 @@ def test_max_age_dead_letters_old_operations(tmp_path: Path, clock: FakeClock) -
         assert queue.mark_failed(op.id, "still down").status is OpStatus.DEAD
 
 
-def test_retry_dead_rejoins_the_tail_with_its_key(queue: OfflineQueue) -> None:
+def test_retry_dead_goes_back_in_its_place_ahead_of_what_was_held(queue: OfflineQueue) -> None:
     op = queue.enqueue("update", "note:1", 1)
     queue.next_batch()
     queue.mark_failed(op.id, "400", kind="permanent")
-    later = queue.enqueue("update", "note:1", 2)
-    queue.next_batch()
+    later = queue.enqueue("update", "note:1", 2)  # held behind the dead head: never sent
+    assert queue.next_batch() == [] and queue.get(later.id).held
     back = queue.retry_dead(op.id)
-    assert back.status is OpStatus.PENDING and back.attempts == 0
-    assert back.idempotency_key == op.idempotency_key and back.seq > later.seq
-    assert queue.next_batch() == []  # behind the in-flight `later`
-    queue.mark_delivered(later.id)
+    assert back.status is OpStatus.PENDING and back.attempts == 0 and not back.held
+    assert back.idempotency_key == op.idempotency_key and back.seq == op.seq < later.seq
+    assert [o.id for o in queue.pending] == [op.id, later.id]
+    assert not queue.get(later.id).held  # waiting behind a live head, not a dead one
     assert [o.id for o in queue.next_batch()] == [op.id]
     with pytest.raises(InvalidState, match="in_flight"):
         queue.retry_dead(op.id)
+    queue.mark_delivered(op.id)
+    assert [o.id for o in queue.next_batch()] == [later.id]
 
 
-def test_retried_dead_letter_is_never_coalesced_into(queue: OfflineQueue) -> None:
+def test_discarding_a_dead_head_releases_its_entity_or_drops_the_tail_too(
+    queue: OfflineQueue,
+) -> None:
+    for entity in ("note:1", "note:2"):
+        dead = queue.enqueue("create", entity, {"v": 0})
+        queue.next_batch()
+        queue.mark_failed(dead.id, "422", kind="permanent")
+        queue.enqueue("update", entity, {"v": 1}, method="PATCH")
+        queue.enqueue("update", entity, {"v": 2}, method="PATCH")
+    one, two = (o.id for o in queue.dead_letters())
+    assert queue.stats().held == 4 and queue.next_batch() == []
+    assert queue.discard(one) == []
+    released = queue.next_batch()
+    assert [(o.entity, o.payload) for o in released] == [("note:1", {"v": 1})]
+    dropped = queue.discard(two, with_tail=True)
+    assert [o.payload for o in dropped] == [{"v": 1}, {"v": 2}]
+    assert [o.entity for o in queue.pending] == ["note:1", "note:1"]
+    assert queue.stats().held == 0 and queue.dead_letters() == []
+
+
+def test_a_dead_or_retried_head_is_never_coalesced_into(queue: OfflineQueue) -> None:
     op = queue.enqueue("update", "note:1", 1)
     queue.next_batch()
     queue.mark_failed(op.id, "400", kind="permanent")
+    held = queue.enqueue("update", "note:1", 2)  # queues behind the dead head, held
+    assert held.id != op.id and queue.get(op.id).payload == 1
+    folded = queue.enqueue("update", "note:1", 3)  # into the held one: never sent
+    assert folded.id == held.id and queue.get(held.id).payload == 3
     queue.retry_dead(op.id)
-    newer = queue.enqueue("update", "note:1", 2)
-    assert newer.id != op.id and queue.get(op.id).payload == 1
+    assert queue.get(op.id).payload == 1 and [o.id for o in queue.pending] == [op.id, held.id]
 
 
 def test_conflict_holds_the_entity_until_resolved_or_discarded(queue: OfflineQueue) -> None:

@@ -26,8 +26,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 @pytest.fixture
 def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
-    """A queue holding one of everything: delivered, dead, conflict-held, in flight,
-    pending, one send saved by coalescing, and paused."""
+    """A queue holding one of everything: delivered, dead, held behind the dead one,
+    conflict-held, in flight, pending, one send saved by coalescing, and paused."""
     with OfflineQueue(tmp_path / "edge.db") as q:
         ops = {e: q.enqueue("create", f"note:{e}", {"e": e}).id for e in "abcde"}
         q.enqueue("update", "note:a", {"e": "a2"})  # folded into a's create: coalesced
@@ -36,6 +36,7 @@ def queue(tmp_path: Path) -> Iterator[OfflineQueue]:
         q.mark_delivered(ops["a"])
         q.mark_failed(ops["b"], "422: refused", kind="permanent")
         q.mark_failed(ops["c"], "412: changed meanwhile", kind="conflict")
+        q.enqueue("update", "note:b", {"e": "b2"})  # held behind b, the dead letter
         q.pause("authorisation needed")
         yield q
 
@@ -62,11 +63,13 @@ def check(
     value = {metric: v for metric, (_, v) in samples.items()}
     # Everything but the age is the same before and after the scrape; the age in between.
     assert before == dataclasses.replace(after, oldest_age=before.oldest_age)
-    assert value["pigeon_edge_depth"] == before.depth == 3  # c held, d in flight, e pending
+    # b2 held behind dead b, c conflict-held, d in flight, e pending
+    assert value["pigeon_edge_depth"] == before.depth == 4
+    assert value["pigeon_edge_held"] == before.held == 1
     assert value["pigeon_edge_in_flight"] == before.in_flight == 1
     assert value["pigeon_edge_dead"] == before.dead == 1
     assert value["pigeon_edge_conflicts"] == before.conflicts == 1
-    assert value["pigeon_edge_entities_blocked"] == before.entities_blocked >= 1
+    assert value["pigeon_edge_entities_blocked"] == before.entities_blocked == 2  # b and c
     assert value["pigeon_edge_delivered"] == before.delivered == 1
     assert value["pigeon_edge_coalesced_total"] == before.coalesced == 1
     assert before.oldest_age is not None and after.oldest_age is not None

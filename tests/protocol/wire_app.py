@@ -57,6 +57,8 @@ class WireState:
     # A rate limiter before the server: while set, every request (single or batch) is
     # answered 429 with this Retry-After, and nothing reaches the operations.
     rate_limited: str | None = None
+    # Every operation that reached _apply, in order: (entity, key, status answered).
+    received: list[tuple[str, str, int]] = field(default_factory=list)
     limited_requests: int = 0
     batch_requests: int = 0
     single_requests: int = 0
@@ -161,15 +163,19 @@ def create_wire_app(state: WireState) -> Starlette:
         principal = _principal(state, request)
         if principal is None:
             return JSONResponse({"detail": "bad token"}, status_code=401)
+        key = request.headers.get(wire.IDEMPOTENCY_KEY)
+        entity = request.path_params["entity"]
         (status, headers, payload), replayed = await _apply(
             state,
             principal,
-            request.headers.get(wire.IDEMPOTENCY_KEY),
+            key,
             request.method,
-            request.path_params["entity"],
+            entity,
             body,
             request.headers.get(wire.IF_MATCH),
         )
+        with state.lock:
+            state.received.append((entity, key or "", status))
         if replayed:
             headers = {**headers, wire.REPLAYED: "true"}
         return JSONResponse(payload, status_code=status, headers=headers)
@@ -197,6 +203,8 @@ def create_wire_app(state: WireState) -> Starlette:
                 op["body"],
                 op.get("if_match"),
             )
+            with state.lock:
+                state.received.append((entity, op["idempotency_key"] or "", status))
             results.append(
                 {
                     "id": op["id"],

@@ -71,9 +71,17 @@ def _op_id(queue: OfflineQueue, ref: str) -> str:
     return ref  # an id, or nothing: queue.get says "no operation ..." by name
 
 
+def _status(op: Operation) -> str:
+    """The status shown: "held" for a pending operation waiting behind its entity's dead
+    head (never sent until that one is retried or discarded)."""
+    return "held" if op.held else op.status.value
+
+
 def _next_attempt(op: Operation, now: float) -> str:
     if op.status is not OpStatus.PENDING:  # in flight, held, delivered or dead: none due
         return "-"
+    if op.held:
+        return "after its entity's dead letter is retried or discarded"
     wait = op.next_attempt_at - now
     return "due now" if wait <= 0 else f"in {duration(wait)}"
 
@@ -91,7 +99,7 @@ def _table(title: str, ops: list[Operation]) -> Table:
         table.add_row(
             str(op.seq),
             shown(op.id),
-            op.status.value,
+            _status(op),
             shown(op.type),
             shown(op.entity),
             shown(request),
@@ -111,11 +119,14 @@ def list_(
     # min=0: a negative limit sliced rows off the end of the live list instead.
     limit: Annotated[int, typer.Option(min=0, help="At most this many rows.")] = 100,
 ) -> None:
-    """Operations in queue order (by default the live ones: not delivered, not dead)."""
+    """Operations in queue order (by default the live ones: not delivered, not dead).
+    An operation waiting behind its entity's dead letter shows as "held"."""
     with open_queue(file) as queue:
         # typer has checked status is one of StoredStatus
         ops = queue.operations(OpStatus(status), limit) if status else queue.pending[:limit]
-        out.print(_table(f"{file}: {len(ops)} operation(s)", ops))
+        held = sum(op.held for op in ops)
+        extra = f", {held} held behind a dead letter" if held else ""
+        out.print(_table(f"{file}: {len(ops)} operation(s){extra}", ops))
 
 
 @app.command()
@@ -133,6 +144,7 @@ def show(file: QueueFile, op_id: OpId) -> None:
             value = getattr(op, name)
             table.add_row(name, shown(value))
         table.add_row("created_at", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(op.created_at)))
+        table.add_row("held", "yes: behind its entity's dead letter" if op.held else "no")
         table.add_row("next attempt", _next_attempt(op, time.time()))
         payload = json.dumps(op.payload, indent=2, ensure_ascii=False)
         table.add_row("payload", shown(payload, multiline=True))
@@ -159,20 +171,33 @@ def _repair(file: Path, op_id: str, verb: str) -> None:
             op = queue.retry_dead(op_id)
             out.print(f"{shown(op.id)} is pending again (same key {shown(op.idempotency_key)})")
         else:
-            queue.discard(op_id)
-            out.print(f"{shown(op_id)} discarded")
+            dropped = queue.discard(op_id, with_tail=verb == "discard-tail")
+            also = f" with {len(dropped)} held operation(s) behind it" if dropped else ""
+            out.print(f"{shown(op_id)} discarded{also}")
 
 
 @app.command()
 def retry(file: QueueFile, op_id: OpId) -> None:
-    """Send a dead letter again, with its original idempotency key."""
+    """Send a dead letter again, with its original idempotency key, in its own place:
+    ahead of the operations of its entity held behind it."""
     _repair(file, op_id, "retry")
 
 
 @app.command()
-def discard(file: QueueFile, op_id: OpId) -> None:
-    """Drop a dead letter (or a conflict-held operation) for good."""
-    _repair(file, op_id, "discard")
+def discard(
+    file: QueueFile,
+    op_id: OpId,
+    with_tail: Annotated[
+        bool,
+        typer.Option(
+            "--with-tail",
+            help="Also drop the operations of its entity held behind it (never sent).",
+        ),
+    ] = False,
+) -> None:
+    """Drop a dead letter (or a conflict-held operation) for good; the operations of its
+    entity held behind it are sent next (or dropped too, with --with-tail)."""
+    _repair(file, op_id, "discard-tail" if with_tail else "discard")
 
 
 @app.command()
@@ -199,6 +224,7 @@ def _stats_table(title: str, s: QueueStats, rate: float | None) -> Table:
         ("in flight", s.in_flight),
         ("conflicts", s.conflicts),
         ("dead letters", s.dead),
+        ("held (behind a dead letter)", s.held),
         ("entities blocked", s.entities_blocked),
         ("delivered (kept)", s.delivered),
         ("sends saved by coalescing", s.coalesced),
@@ -256,7 +282,8 @@ def stats(
         str, typer.Option(help="The address --metrics-port binds (loopback by default).")
     ] = "127.0.0.1",
 ) -> None:
-    """Depth, oldest age, in flight, dead letters, blocked entities, pause state; with
+    """Depth, oldest age, in flight, dead letters, operations held behind them, blocked
+    entities, pause state; with
     --watch, a live view that adds the delivery rate (deliveries per second between
     refreshes; a purge of old deliveries between two refreshes reads as 0)."""
     title = shown(file)

@@ -53,6 +53,9 @@ class Operation:
     history: list[dict[str, Any]] = field(default_factory=list)
     delivered_at: float | None = None
     response: JSON = None  # the body of the 2xx reply, when the sender passed it on
+    # Pending behind its entity's dead head: not sent until that one is retried (it goes
+    # first) or discarded. Said by the listings (``pending``, ``operations``, ``get``).
+    held: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """The operation as it appears inside a batch request (see pigeon.protocol.wire)."""

@@ -201,7 +201,8 @@ class OfflineQueue:
 
     @property
     def pending(self) -> list[Operation]:
-        """Every live operation (pending, in flight, conflict-held), in queue order."""
+        """Every live operation (pending, in flight, conflict-held), in queue order; those
+        held behind their entity's dead head say so (``held``)."""
         return self._store.live()
 
     def get(self, op_id: str) -> Operation:
@@ -273,7 +274,8 @@ class OfflineQueue:
     ) -> Operation:
         """Record a failed attempt. ``transient``: try again after the policy's delay (or
         ``retry_after``), dead-letter once the policy is exhausted; ``permanent``: dead
-        letter now; ``conflict``: held for the resolver, blocking its entity's tail."""
+        letter now; ``conflict``: held for the resolver. A dead letter or a conflict
+        holds its entity's later operations (see ``retry_dead``, ``discard``)."""
         if kind not in ("transient", "permanent", "conflict"):
             raise InvalidOperation(
                 f"kind must be 'transient', 'permanent' or 'conflict', not {kind!r}"
@@ -322,13 +324,19 @@ class OfflineQueue:
     # -- repair --------------------------------------------------------------------------
 
     def retry_dead(self, op_id: str) -> Operation:
-        """A dead letter back to pending, attempts reset, same key. It rejoins at the tail
-        of the queue: what was made after it has been sent meanwhile."""
+        """A dead letter back to pending, attempts reset, same key, in its own place: a
+        dead operation stays its entity's head, so what was made after it on the entity
+        is held (not sent) until this call, and goes after it."""
         return self._store.resurrect(op_id, self._now())
 
-    def discard(self, op_id: str) -> None:
-        """Drop a dead letter or a conflict-held operation for good."""
-        self._store.remove(op_id, allowed=(OpStatus.DEAD, OpStatus.CONFLICT), action="discard")
+    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]:
+        """Drop a dead letter or a conflict-held operation for good; the operations of
+        its entity held behind it go on. ``with_tail``: drop those too (the ones never
+        sent: from the first that was, the server may hold it, so it stays and goes).
+        Returns the operations dropped with it."""
+        return self._store.remove(
+            op_id, allowed=(OpStatus.DEAD, OpStatus.CONFLICT), action="discard", tail=with_tail
+        )
 
     def cancel(self, op_id: str) -> None:
         """Withdraw a pending operation that was never handed to a sender."""

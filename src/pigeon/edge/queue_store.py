@@ -7,8 +7,9 @@ when delivered ones are purged); the store keeps the rows and their state machin
 method is one transaction (or a savepoint of this thread's ``batch()``), and a method that
 moves an operation checks, in that transaction, that it is in a state it may leave (else
 `InvalidState`; an unknown id: `NotFound`). The invariant every write keeps: on each
-entity exactly the earliest live (pending / in flight / conflict-held) operation is its
-head, and only heads are ever handed out.
+entity exactly the earliest queued (pending / in flight / conflict-held / dead) operation
+is its head, and only pending heads are ever handed out: a dead or conflict-held head
+holds its entity's later operations until it is retried, resolved or discarded.
 
 Also here: `NewOp`, a validated operation on its way in, and `from_new`, the operation it
 becomes once stored, which every implementation returns from ``append``.
@@ -136,12 +137,17 @@ class QueueStore(Protocol):
         ...
 
     def resurrect(self, op_id: str, now: float) -> Operation:
-        """A dead letter back to pending, attempts reset, at the tail of the queue."""
+        """A dead letter back to pending, attempts reset, in its own place (seq kept):
+        ahead of its entity's operations held behind it."""
         ...
 
-    def remove(self, op_id: str, *, allowed: Sequence[OpStatus], action: str) -> None:
+    def remove(
+        self, op_id: str, *, allowed: Sequence[OpStatus], action: str, tail: bool = False
+    ) -> list[Operation]:
         """Delete an operation in one of the ``allowed`` states; a pending one only if it
-        was never sent (``action`` names the caller's verb in the error)."""
+        was never sent (``action`` names the caller's verb in the error). ``tail``: also
+        the never-sent operations waiting behind it (up to the first one sent); returns
+        those."""
         ...
 
     def unhold(self, op_id: str, now: float) -> None:

@@ -18,7 +18,10 @@ Names (label ``queue``: the name given, by default the file's name):
 - ``pigeon_edge_oldest_age_seconds``: age of the oldest live head (0 when the queue is empty);
 - ``pigeon_edge_in_flight``, ``pigeon_edge_dead``, ``pigeon_edge_conflicts``: operations
   being sent, dead-lettered, held for conflict resolution;
-- ``pigeon_edge_entities_blocked``: entities whose head is conflict-held or backing off;
+- ``pigeon_edge_held``: operations held behind their entity's dead letter (not sent until
+  it is retried or discarded);
+- ``pigeon_edge_entities_blocked``: entities whose head is dead, conflict-held or backing
+  off;
 - ``pigeon_edge_delivered``: delivered operations still kept (``keep_delivered``), a gauge:
   the queue purges them, so it can fall;
 - ``pigeon_edge_coalesced_total``: sends saved by coalescing since the file was made;
@@ -61,8 +64,13 @@ GAUGES: tuple[tuple[str, str, Callable[[QueueStats], float]], ...] = (
     ("pigeon_edge_dead", "Dead-lettered operations awaiting retry or discard.", lambda s: s.dead),
     ("pigeon_edge_conflicts", "Operations held for conflict resolution.", lambda s: s.conflicts),
     (
+        "pigeon_edge_held",
+        "Operations held behind their entity's dead letter until it is retried or discarded.",
+        lambda s: s.held,
+    ),
+    (
         "pigeon_edge_entities_blocked",
-        "Entities whose head is conflict-held or backing off.",
+        "Entities whose head is dead, conflict-held or backing off.",
         lambda s: s.entities_blocked,
     ),
     (

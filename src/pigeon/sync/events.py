@@ -12,6 +12,7 @@ delivery or strand an operation in flight.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +30,27 @@ ErrorCallback = Callable[[BaseException], Any]
 EventName = Literal["on_delivered", "on_failed", "on_dead", "on_conflict", "on_paused", "on_error"]
 
 
+class DeadTail(enum.StrEnum):
+    """What ``on_dead`` may return: what becomes of the operations its entity made after
+    the dead one (DESIGN.md, order per entity: a dead operation blocks its own entity).
+
+    ``HOLD`` (or None, the default): they wait, held, until the dead one is retried (it
+    goes first, in its own place) or discarded (`pigeon queue retry` / `discard`).
+    ``RELEASE``: the dead one is discarded (the callback has it) and the rest go.
+    ``DISCARD``: the dead one is discarded with the operations held behind it (those never
+    sent), e.g. the updates of a record whose create the server refused."""
+
+    HOLD = "hold"
+    RELEASE = "release-tail"
+    DISCARD = "discard-tail"
+
+
 @dataclass(slots=True)
 class SyncCallbacks:
     """``on_delivered``: 2xx (the server's body and ETag are on the outcome).
     ``on_failed``: a failed attempt that will be retried (transient, key in progress).
-    ``on_dead``: dead-lettered (permanent, or attempts/age exhausted).
+    ``on_dead``: dead-lettered (permanent, or attempts/age exhausted); it may return a
+    `DeadTail` to say what becomes of its entity's later operations (default: held).
     ``on_conflict``: held for the conflict resolver (the server's version is in the body).
     ``on_paused``: 401/403, or a batch request refused as a whole (no batch route); the
     reason says which. The queue is paused until `SyncEngine.resume()`.
@@ -48,7 +65,8 @@ class SyncCallbacks:
     on_paused: PausedCallback | None = None
     on_error: ErrorCallback | None = None
 
-    def emit(self, name: EventName, *args: Any) -> None:
+    def emit(self, name: EventName, *args: Any) -> Any:
+        """Call the callback of ``name``; what it returned (None if it raised)."""
         callback: Callable[..., Any] | None = {
             "on_delivered": self.on_delivered,
             "on_failed": self.on_failed,
@@ -58,11 +76,12 @@ class SyncCallbacks:
             "on_error": self.on_error,
         }[name]
         if callback is None:
-            return
+            return None
         try:
-            callback(*args)
+            return callback(*args)
         except Exception as exc:
             failure(log, "pigeon sync callback %s raised; delivery continues", name, exc=exc)
+            return None
 
 
 def chain(

@@ -9,12 +9,15 @@ or the transport strands an operation IN_FLIGHT.
 
 Per-entity order is the queue's: ``next_batch`` hands out at most one operation per entity
 and never one that would overtake an earlier one, so everything in a batch is independent
-and a failure holds back only its own entity's tail.
+and a failure holds back only its own entity's tail: a dead operation stays its entity's
+head, holding the rest until it is retried or discarded (or ``on_dead`` says otherwise,
+`DeadTail`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,12 +28,13 @@ from pigeon.edge.conflicts import ConflictStore
 from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.queue import Unsent
 from pigeon.edge.retry import RetryPolicy
-from pigeon.exceptions import NotSent
+from pigeon.exceptions import InvalidState, NotFound, NotSent
 from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify
-from pigeon.sync.events import CycleReport, EventName, SyncCallbacks
+from pigeon.sync.events import CycleReport, DeadTail, EventName, SyncCallbacks
 
 Clock = Callable[[], float]
+log = logging.getLogger("pigeon.sync")
 _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's If-Match
 
 
@@ -99,6 +103,8 @@ class SyncQueue(Protocol):
     def set_base_version(self, entity: str, version: str | None) -> None: ...
 
     def resolve_conflict(self, op_id: str) -> None: ...
+
+    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]: ...
 
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
 
@@ -181,7 +187,7 @@ class Executor:
             maybe_sent = False
             events, self._local.deferred = self._local.deferred or [], None
             for name, args in events:
-                self.callbacks.emit(name, *args)
+                self._fire(name, args)
         finally:
             self._local.deferred = None
             self._release(ops, settled, report, sent=maybe_sent, transmitted=transmitted)
@@ -192,7 +198,28 @@ class Executor:
         if deferred is not None:
             deferred.append((name, args))
         else:
-            self.callbacks.emit(name, *args)
+            self._fire(name, args)
+
+    def _fire(self, name: EventName, args: tuple[Any, ...]) -> None:
+        answer = self.callbacks.emit(name, *args)
+        if name == "on_dead":
+            self._dead_tail(args[0], answer)
+
+    def _dead_tail(self, op: Operation, answer: Any) -> None:
+        """Do what ``on_dead`` answered for the dead ``op``'s entity (`DeadTail`)."""
+        if answer is None:
+            return
+        try:
+            tail = DeadTail(answer)
+        except (ValueError, TypeError):
+            log.warning("on_dead returned %r, not a DeadTail: %s stays held", answer, op.entity)
+            return
+        if tail is DeadTail.HOLD:
+            return
+        try:
+            self.queue.discard(op.id, with_tail=tail is DeadTail.DISCARD)
+        except (InvalidState, NotFound):  # retried or discarded meanwhile (the CLI)
+            log.info("on_dead's %s for %s: it is no longer dead", tail.value, op.id)
 
     def _fill_base_versions(self, ops: Sequence[Operation]) -> None:
         """An update or delete made without a base version is sent against the version of

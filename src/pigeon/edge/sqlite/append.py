@@ -3,13 +3,13 @@
 An operation is written as a new row, or folded into its entity's unsent tail when
 coalescing allows (`pigeon.edge.coalesce.fold_into`). Everything here runs inside the
 caller's open write transaction ``tx`` and keeps the store's invariants: on each entity,
-exactly the earliest live operation has ``head = 1``; and ``edge_state.clock`` is never
-below a stored stamp (operations are stamped here, in queue order, against the file's
-floor: see `pigeon.edge.sqlite.stamps`).
+exactly the earliest queued (live or dead) operation has ``head = 1``; and
+``edge_state.clock`` is never below a stored stamp (operations are stamped here, in queue
+order, against the file's floor: see `pigeon.edge.sqlite.stamps`).
 
 Read top to bottom: `write` is the transaction (stamp a run, write it, take the late
 joiners, record the clock); a run of one goes through `append_one`, a longer run through
-`append_run`, which writes the operations on entities with nothing live with one
+`append_run`, which writes the operations on entities with nothing queued with one
 executemany and the others through `append_one` in their turn.
 """
 
@@ -58,7 +58,7 @@ def append_one(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]
     """Store ``new`` (folded into its entity's tail if allowed). Returns what builds the
     operation as stored (called after the commit, outside the writer's lock) and how
     many sends coalescing saved."""
-    tail = tx.fetchone("live_tail", {"entity": new.entity})
+    tail = tx.fetchone("queued_tail", {"entity": new.entity})
     if coalesce and tail is not None:
         incoming = Step(new.type, new.entity, new.payload, new.endpoint, new.method)
         last = Step(
@@ -110,17 +110,17 @@ def append_run(
     tx: SQLiteTx, run: Sequence[NewOp], built: list[Built | BaseException], *, coalesce: bool
 ) -> int:
     """Several operations (a group commit's batch) in a few statements instead of two
-    each: one query finds which of their entities have live operations, and the rest
+    each: one query finds which of their entities have queued operations, and the rest
     (new entities, each once in the run) go in with one executemany as heads.
     Why it pays: every statement hands the interpreter lock to the threads preparing
     the next batch and must wait to get it back, so under contention the leader's
     statement count, not their work, sets the pace. An operation whose entity has a
-    live operation, or appeared earlier in the run, goes through ``append_one`` in its
+    queued operation, or appeared earlier in the run, goes through ``append_one`` in its
     turn, after the rows before it are written, so seq still follows queue order and
     coalescing sees exactly what it would see one enqueue at a time. Appends to
     ``built``; returns how many sends coalescing saved."""
     names = json.dumps(list({new.entity: None for new in run}))
-    busy = {r["entity"] for r in tx.fetchall("live_entities", {"entities": names})}
+    busy = {r["entity"] for r in tx.fetchall("queued_entities", {"entities": names})}
     seen: set[str] = set()
     heads: list[NewOp] = []
     saved = 0
@@ -139,7 +139,7 @@ def append_run(
 
 
 def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseException]) -> None:
-    """Operations on entities with no live operation: the named single-row ``insert_head``,
+    """Operations on entities with no queued operation: the named single-row ``insert_head``,
     run over all of them by one executemany. Measured against one ``INSERT ... SELECT
     FROM json_each(?)`` of a JSON array of the rows (each ``->>`` parses its row's JSON
     again) on the 8-thread enqueue benchmark: executemany was 3-7% faster, as fast as the

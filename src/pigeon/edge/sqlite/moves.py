@@ -1,8 +1,8 @@
 """The moves of an operation between states, each inside the caller's open write
 transaction ``tx`` (`EdgeStore` opens it): dispatch, delivery, a failed attempt, release,
 resurrection, removal. Each checks, in that transaction, that the operation is in a state
-it may leave, and keeps the store's invariant: on each entity exactly the earliest live
-operation has ``head = 1``."""
+it may leave, and keeps the store's invariant: on each entity exactly the earliest queued
+(live or dead) operation has ``head = 1``."""
 
 from __future__ import annotations
 
@@ -100,8 +100,7 @@ def fail(
         "next_attempt_at": now if isinstance(goes, OpStatus) else goes,
     }
     if goes is OpStatus.DEAD:
-        tx.execute("bury", params)
-        tx.execute("promote_head", {"entity": found["entity"]})
+        tx.execute("bury", params)  # still the head: its entity's later operations wait
     elif goes is OpStatus.CONFLICT:
         tx.execute("hold_conflict", params)
     elif isinstance(goes, OpStatus):
@@ -125,14 +124,24 @@ def release(tx: SQLiteTx, path: str, op_id: str, *, due: float, sent: bool) -> O
 def resurrect(tx: SQLiteTx, path: str, op_id: str, now: float) -> Operation:
     found = row(tx, path, op_id)
     require(found, OpStatus.DEAD, action="retry")
-    alone = tx.fetchone("live_tail", {"entity": found["entity"]}) is None
-    tx.execute("resurrect", {"seq": found["seq"], "now": now, "head": int(alone)})
+    # In its own place: still its entity's head (or behind the head, in a file written
+    # before dead letters kept theirs), ahead of what was made after it.
+    tx.execute("resurrect", {"seq": found["seq"], "now": now})
     return to_operation(row(tx, path, op_id), tx.cipher)
 
 
 def remove(
-    tx: SQLiteTx, path: str, op_id: str, *, allowed: Sequence[OpStatus], action: str
-) -> None:
+    tx: SQLiteTx,
+    path: str,
+    op_id: str,
+    *,
+    allowed: Sequence[OpStatus],
+    action: str,
+    tail: bool = False,
+) -> list[Operation]:
+    """Delete the operation; with ``tail``, also the operations waiting behind it (it
+    must then be its entity's head), up to the first that was ever sent: the server may
+    hold that one, so it stays and goes. Returns the tail operations deleted."""
     found = row(tx, path, op_id)
     require(found, *allowed, action=action)
     if found["status"] == OpStatus.PENDING and was_sent(found):
@@ -140,8 +149,16 @@ def remove(
             f"cannot {action} operation {op_id}: it was already sent "
             f"({found['attempts']} failed attempts); the server may have it"
         )
+    dropped: list[Operation] = []
+    if tail:
+        for waiting in tx.fetchall("tail_behind", {"seq": found["seq"]}):
+            if was_sent(waiting):
+                break
+            dropped.append(to_operation(waiting, tx.cipher))
+            tx.execute("delete_op", {"seq": waiting["seq"]})
     tx.execute("delete_op", {"seq": found["seq"]})
     tx.execute("promote_head", {"entity": found["entity"]})
+    return dropped
 
 
 def unhold(tx: SQLiteTx, path: str, op_id: str, now: float) -> None:

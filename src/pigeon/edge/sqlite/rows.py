@@ -40,6 +40,7 @@ def to_operation(row: Row, cipher: Cipher = PLAIN) -> Operation:
         history=[] if row["history"] == _EMPTY_HISTORY else json.loads(row["history"]),
         delivered_at=row["delivered_at"],
         response=None if response is None else json.loads(response),
+        held=bool(row.get("held")),  # only the listings' queries compute it
     )
 
 

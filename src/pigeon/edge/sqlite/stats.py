@@ -27,6 +27,7 @@ def collect_stats(tx: SQLiteTx, now: float) -> QueueStats:
         conflicts=count("count_heads", status="conflict"),
         delivered=count("count_delivered"),
         entities_blocked=count("count_blocked"),
+        held=count("count_held"),
         paused=state["paused"],
         coalesced=int(state["coalesced"]),
     )

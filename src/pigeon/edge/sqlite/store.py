@@ -183,9 +183,11 @@ class EdgeStore(QueueFile):
         with self.write() as tx:
             return moves.resurrect(tx, self.path, op_id, now)
 
-    def remove(self, op_id: str, *, allowed: Sequence[OpStatus], action: str) -> None:
+    def remove(
+        self, op_id: str, *, allowed: Sequence[OpStatus], action: str, tail: bool = False
+    ) -> list[Operation]:
         with self.write() as tx:
-            moves.remove(tx, self.path, op_id, allowed=allowed, action=action)
+            return moves.remove(tx, self.path, op_id, allowed=allowed, action=action, tail=tail)
 
     def unhold(self, op_id: str, now: float) -> None:
         with self.write() as tx:

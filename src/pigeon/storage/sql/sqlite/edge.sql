@@ -1,5 +1,10 @@
 -- Named queries of the edge offline queue (pigeon.edge.sqlite). SQLite, :name parameters.
 -- "live" = pending, in_flight or conflict: undelivered and not dead.
+-- "queued" = live or dead: every operation that still holds its place in its entity's
+-- order. The head of an entity is its earliest queued operation, so a dead head blocks
+-- (holds) the entity's later operations until it is retried or discarded, as a
+-- conflict-held one does. Queries of the live ones name all four statuses and leave out
+-- 'dead' with a second term: then they read the partial index operations_queued.
 
 -- name: init_state
 INSERT OR IGNORE INTO edge_state (one, node_id) VALUES (1, :node_id);
@@ -30,9 +35,11 @@ RETURNING owners_issued;
 -- name: set_paused
 UPDATE edge_state SET paused = :paused WHERE one = 1;
 
--- name: live_tail
+-- name: queued_tail
+-- The entity's latest queued operation: what an enqueue may fold into (if never sent: a
+-- dead one never folds) and, when there is none, the sign that the new one is the head.
 SELECT * FROM operations
- WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict')
+ WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict', 'dead')
  ORDER BY seq DESC LIMIT 1;
 
 -- name: insert_op
@@ -58,11 +65,11 @@ INSERT INTO operations (
 -- The seq of the last row this connection inserted (executemany reports none).
 SELECT last_insert_rowid();
 
--- name: live_entities
--- Which of these entities (a JSON array) have a live operation.
+-- name: queued_entities
+-- Which of these entities (a JSON array) have a queued operation (a new one is no head).
 SELECT DISTINCT entity FROM operations
  WHERE entity IN (SELECT value FROM json_each(:entities))
-   AND status IN ('pending', 'in_flight', 'conflict');
+   AND status IN ('pending', 'in_flight', 'conflict', 'dead');
 
 -- name: bulk_insert_op
 -- Benchmarks and imports: operations on distinct entities, each its entity's head.
@@ -84,15 +91,18 @@ UPDATE operations
 DELETE FROM operations WHERE seq = :seq;
 
 -- name: promote_head
--- The entity's earliest live operation becomes its head (no-op if it already is).
+-- The entity's earliest queued operation becomes its head (no-op if it already is).
 UPDATE operations SET head = 1
  WHERE seq = (SELECT seq FROM operations
-               WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict')
+               WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict', 'dead')
                ORDER BY seq LIMIT 1)
    AND head = 0;
 
 -- name: get_op
-SELECT * FROM operations WHERE id = :id;
+SELECT *, (head = 0 AND status = 'pending' AND EXISTS (
+           SELECT 1 FROM operations AS d
+            WHERE d.entity = operations.entity AND d.head = 1 AND d.status = 'dead')) AS held
+  FROM operations WHERE id = :id;
 
 -- name: op_id_by_seq
 -- The CLI takes the seq it lists (`pigeon queue show 12`) as well as the id.
@@ -123,7 +133,7 @@ RETURNING entity,
     -- scans the table instead of using operations_live.
     (SELECT CASE WHEN next.head = 0 THEN next.seq END FROM operations AS next
       WHERE next.entity = (SELECT entity FROM operations WHERE id = :id)
-        AND next.status IN ('pending', 'in_flight', 'conflict')
+        AND next.status IN ('pending', 'in_flight', 'conflict', 'dead')
         AND next.id <> :id
       ORDER BY next.seq LIMIT 1) AS promote;
 
@@ -151,7 +161,7 @@ SELECT id, entity, status, dispatches FROM operations WHERE id IN (SELECT value 
 UPDATE operations SET head = 1
  WHERE seq IN (SELECT (SELECT seq FROM operations AS o
                         WHERE o.entity = e.value
-                          AND o.status IN ('pending', 'in_flight', 'conflict')
+                          AND o.status IN ('pending', 'in_flight', 'conflict', 'dead')
                         ORDER BY o.seq LIMIT 1)
                  FROM json_each(:entities) AS e)
    AND head = 0;
@@ -163,8 +173,10 @@ UPDATE operations
  WHERE seq = :seq;
 
 -- name: bury
+-- It stays its entity's head (only heads are ever in flight): the entity's later
+-- operations are held behind it until it is retried or discarded.
 UPDATE operations
-   SET status = 'dead', head = 0, attempts = :attempts, last_error = :last_error,
+   SET status = 'dead', attempts = :attempts, last_error = :last_error,
        history = :history
  WHERE seq = :seq;
 
@@ -185,12 +197,20 @@ UPDATE operations
 UPDATE operations SET status = 'pending', next_attempt_at = :now WHERE seq = :seq;
 
 -- name: resurrect
--- A retried dead letter rejoins at the tail of the queue: the operations made after it
--- have been sent meanwhile, so it is now the latest thing to happen to its entity.
+-- A retried dead letter goes back in its own place (seq and head unchanged): nothing of
+-- its entity made after it was sent meanwhile, they were held behind it.
 UPDATE operations
-   SET seq = (SELECT max(seq) + 1 FROM operations), status = 'pending', attempts = 0,
-       next_attempt_at = :now, head = :head
+   SET status = 'pending', attempts = 0, next_attempt_at = :now
  WHERE seq = :seq;
+
+-- name: tail_behind
+-- The live operations waiting behind the head :seq (none when :seq is no head), in order.
+SELECT o.* FROM operations AS d
+  JOIN operations AS o
+    ON o.entity = d.entity AND o.seq > d.seq
+   AND o.status IN ('pending', 'in_flight', 'conflict', 'dead') AND o.status <> 'dead'
+ WHERE d.seq = :seq AND d.head = 1
+ ORDER BY o.seq;
 
 -- name: recover_in_flight
 -- After a crash, by an opener alone with the file: whatever was in flight is sent again,
@@ -213,19 +233,29 @@ UPDATE operations SET status = 'pending', next_attempt_at = :now
  WHERE head = 1 AND status = 'in_flight' AND owner = :owner;
 
 -- name: pending_ops
-SELECT * FROM operations
- WHERE status IN ('pending', 'in_flight', 'conflict')
+-- ``held``: 1 on an operation waiting behind its entity's dead head (get_op and list_ops
+-- say it too).
+SELECT *, (head = 0 AND status = 'pending' AND EXISTS (
+           SELECT 1 FROM operations AS d
+            WHERE d.entity = operations.entity AND d.head = 1 AND d.status = 'dead')) AS held
+  FROM operations
+ WHERE status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead'
  ORDER BY seq;
 
 -- name: dead_ops
 SELECT * FROM operations WHERE status = 'dead' ORDER BY seq;
 
 -- name: list_ops
-SELECT * FROM operations WHERE status = :status OR :status IS NULL ORDER BY seq LIMIT :n;
+SELECT *, (head = 0 AND status = 'pending' AND EXISTS (
+           SELECT 1 FROM operations AS d
+            WHERE d.entity = operations.entity AND d.head = 1 AND d.status = 'dead')) AS held
+  FROM operations
+ WHERE status = :status OR :status IS NULL
+ ORDER BY seq LIMIT :n;
 
 -- name: count_live
 SELECT count(*) AS n FROM operations
- WHERE status IN ('pending', 'in_flight', 'conflict');
+ WHERE status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead';
 
 -- name: count_dead
 SELECT count(*) AS n FROM operations WHERE status = 'dead';
@@ -237,13 +267,23 @@ SELECT count(*) AS n FROM operations WHERE status = 'delivered';
 SELECT count(*) AS n FROM operations WHERE head = 1 AND status = :status;
 
 -- name: count_blocked
+-- Entities whose head is dead, conflict-held or backing off.
 SELECT count(*) AS n FROM operations
- WHERE head = 1 AND (status = 'conflict' OR (status = 'pending' AND attempts > 0));
+ WHERE head = 1
+   AND (status IN ('dead', 'conflict') OR (status = 'pending' AND attempts > 0));
+
+-- name: count_held
+-- Operations held behind their entity's dead head: the dead heads (operations_dead), then
+-- each one's entity through operations_queued.
+SELECT count(*) AS n FROM operations AS d
+  JOIN operations AS o
+    ON o.entity = d.entity
+   AND o.status IN ('pending', 'in_flight', 'conflict', 'dead') AND o.status <> 'dead'
+ WHERE d.status = 'dead' AND d.head = 1;
 
 -- name: oldest_head
--- The smallest created_at of the live heads, not the first head by seq: a retried dead
--- letter rejoins at the tail with its old created_at, and a device clock that went back
--- makes later operations look older. Reads the heads only, through operations_heads (one
+-- The smallest created_at of the live heads, not the first head by seq: a device clock
+-- that went back makes later operations look older. Reads the heads only, through operations_heads (one
 -- index range per status), never the delivered rows kept for a week.
 SELECT min(created_at) AS created_at FROM operations
  WHERE head = 1 AND status IN ('pending', 'in_flight', 'conflict');

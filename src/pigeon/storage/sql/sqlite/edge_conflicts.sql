@@ -38,5 +38,6 @@ UPDATE conflicts
 -- name: entity_tail
 -- The entity's live operations, oldest first: the conflicted head and what waits behind it.
 SELECT * FROM operations
- WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict')
+ WHERE entity = :entity
+   AND status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead'
  ORDER BY seq;
