@@ -169,7 +169,9 @@ def run(quick: bool = False) -> list[Row]:
     hostile = empty_objects_batch()
     note_bytes = note_bytes_for_limit()
     with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp)) as (url, pid):
-        client = httpx.Client(base_url=url, timeout=120)
+        client = httpx.Client(
+            base_url=url, timeout=120, headers={"Content-Type": "application/json"}
+        )
         client.post(BATCH_PATH, json={"operations": []})  # warm: imports, first connection
         with Prober(url, pid) as prober:
             time.sleep(2.0)

@@ -309,7 +309,9 @@ def test_a_key_in_progress_stops_the_batch(db: Database, clock: FakeClock) -> No
 
 def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
     _, _, client = make(db, clock)
-    assert client.post("/pigeon/v1/batch", content=b"not json").status_code == 400
+    as_json = {"Content-Type": "application/json"}
+    assert client.post("/pigeon/v1/batch", content=b"not json", headers=as_json).status_code == 400
+    assert client.post("/pigeon/v1/batch", content=b"not json").status_code == 415  # no type
     assert client.post("/pigeon/v1/batch", json={"ops": []}).status_code == 400
     assert (
         client.post("/pigeon/v1/batch", json={"operations": ["x"]}).json()["results"][0]["status"]

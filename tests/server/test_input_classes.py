@@ -98,7 +98,7 @@ def test_hostile_json_is_refused_400_naming_it_alone_and_in_a_batch(
     raw = body if isinstance(body, bytes) else body.encode()
     batch = b'{"operations": [{"idempotency_key": "b", "method": "POST", "path": "/notes",'
     batch += b' "body": ' + raw + b"}]}"
-    reply = client.post(BATCH_PATH, content=batch)
+    reply = client.post(BATCH_PATH, content=batch, headers={"Content-Type": "application/json"})
     assert_refused(reply, "bad-json", word)
     assert reply.json()["json_error"] == problem
     assert read_ledger(db) == [] and claims(db) == 0
@@ -221,6 +221,46 @@ def test_every_stored_header_has_a_limit(
 
 
 @pytest.mark.parametrize(
+    "stamp",
+    [
+        "9" * 60 + "-0000000000-n",  # a 60-digit wall: it outranked every real stamp
+        "253402300800000-0000000000-n",  # the first millisecond of year 10000
+        "000000000000005-99999999999-n",  # a counter past its 10 digits
+        "+00000000000005-0000000000-n",
+        "00000000000_005-0000000000-n",
+        "\u0665-0-n",  # an Arabic-Indic digit, which int() reads as 5
+        " 5-0-n",
+    ],
+)
+def test_a_clock_stamp_is_bounded_and_refused_naming_its_header(
+    client: TestClient, db: Database, stamp: str
+) -> None:
+    headers = {"Idempotency-Key": "c", "X-Pigeon-Clock": stamp.encode()}  # as UTF-8 bytes
+    reply = client.post("/notes", json={"id": "c"}, headers=headers)
+    assert_refused(reply, "bad-clock", "X-Pigeon-Clock")
+    [result] = client.post(
+        BATCH_PATH,
+        json={
+            "operations": [
+                {
+                    "idempotency_key": "c",
+                    "method": "POST",
+                    "path": "/notes",
+                    "body": {"id": "c"},
+                    "clock": stamp,
+                }
+            ]
+        },
+    ).json()["results"]
+    assert result["status"] == 400 and result["body"]["type"] == PROBLEM_PREFIX + "bad-clock"
+    assert claims(db) == 0
+    latest = "253402300799999-9999999999-n"  # the bound itself: the end of year 9999
+    assert (
+        send(client, "POST", "/notes", {"id": "c"}, **{"X-Pigeon-Clock": latest}).status_code == 201
+    )
+
+
+@pytest.mark.parametrize(
     ("field", "value", "word"),
     [
         ("id", "x" * (1 << 20), "at most 255"),
@@ -284,7 +324,7 @@ def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(
     entries = (16 << 20) // 3 - 10
     body = b'{"operations": [' + b",".join([b"{}"] * entries) + b"]}"
     started = time.perf_counter()
-    reply = client.post(BATCH_PATH, content=body)
+    reply = client.post(BATCH_PATH, content=body, headers={"Content-Type": "application/json"})
     elapsed = time.perf_counter() - started
     assert_refused(reply, "batch-too-large", "at most 1000")
     assert elapsed < 5, elapsed  # the upload itself in process; decoding 1,001 entries

@@ -49,6 +49,7 @@ from pigeon.server.messages import (
     results_json,
     route_problem,
     sent_in_slices,
+    unsupported_media,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.pathcheck import PathCheck
@@ -150,7 +151,12 @@ class _Endpoints:
 
     async def batch(self, request: Request) -> Response:
         principal = access.principal(request)
-        raw = await read_buffer(request, self.max_batch_body, "a batch request")
+        media = request.headers.get("content-type")
+        raw = unsupported_media(media, None) or await read_buffer(
+            request, self.max_batch_body, "a batch request"
+        )
+        if not isinstance(raw, OpResult):
+            raw = unsupported_media(media, raw) or raw  # a body with no type at all
         if isinstance(raw, OpResult):
             return render_result(raw)
         # Up to 16 MiB: the only reference is handed over (the holder is emptied in the

@@ -8,7 +8,7 @@ No routing and no intake here: ``pigeon.server.app`` puts these around an ``Inta
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Scope
 
 from pigeon.clock import HLCTimestamp
@@ -44,6 +45,11 @@ OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "alre
 # MAX_NODE_LENGTH printable characters, which every ledger row and resource row stores.
 MAX_NODE_LENGTH = 64
 MAX_CLOCK_LENGTH = 27 + MAX_NODE_LENGTH
+# Its wall at most the last millisecond of year 9999 and its counter what the fixed-width
+# encoding holds (10 digits); both in ASCII digits (int() also took "+1", "1_0", "١").
+# Beyond, a stamp was stored as sent and outranked every real one for ever.
+MAX_CLOCK_WALL_MS = 253_402_300_799_999
+MAX_CLOCK_COUNTER = 9_999_999_999
 # Bodies up to this many bytes are decoded on the event loop (a thread hand-off costs
 # more than their decoding); a larger one in a worker thread, so that no request's
 # decoding holds up every other connection (a 2 MiB body takes tens of milliseconds).
@@ -72,6 +78,41 @@ async def decode_body(raw: bytes, what: str) -> Any:
     return bad_json(what, value) if isinstance(value, JsonRefused) else value
 
 
+def is_json_media(content_type: str) -> bool:
+    """Is ``content_type`` JSON, the one thing a write's body may be? ``application/json``
+    or any ``+json`` type (``application/merge-patch+json``), with parameters; a charset,
+    if one is named, only UTF-8 (RFC 8259: JSON is UTF-8)."""
+    media, _, params = content_type.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not (media.endswith("+json") and "/" in media):
+        return False
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            return False
+    return True
+
+
+def unsupported_media(content_type: str | None, body: bytes | bytearray | None) -> OpResult | None:
+    """The 415 refusing a write's body that is not declared JSON (``is_json_media``): a
+    Content-Type of anything else, or a body without one (``body``: None while it is not
+    read yet; an empty body needs no type). Before the claim: nothing runs, nothing kept."""
+    if content_type is None and (body is None or not body.strip()):
+        return None
+    if content_type is not None and is_json_media(content_type):
+        return None
+    shown = "no Content-Type" if content_type is None else f"Content-Type {content_type[:80]!r}"
+    return problem_result(
+        415,
+        "unsupported-media-type",
+        "Unsupported media type",
+        f"a write's body is JSON, sent as application/json (or a +json type); not {shown}",
+    )
+
+
 def render_result(result: OpResult) -> Response:
     # Encoded again here, not only when stored: a response stored before header values
     # were encoded must still replay, not answer 500 on every retry.
@@ -94,9 +135,16 @@ def _clock(value: object) -> str | OpResult:
             raise ValueError(f"a clock stamp is a string, not {type(value).__name__}")
         if len(value) > MAX_CLOCK_LENGTH:
             raise ValueError(f"a clock stamp has at most {MAX_CLOCK_LENGTH} characters")
+        wall, _, rest = value.partition("-")
+        counter = rest.partition("-")[0]
+        if not all(part.isascii() and part.isdigit() for part in (wall, counter)):
+            raise ValueError(f"a clock stamp is <digits>-<digits>-<node>, not {value!r}")
         stamp = HLCTimestamp.decode(value)
-        if stamp.wall_ms < 0 or stamp.counter < 0:
-            raise ValueError(f"a clock stamp counts up from 0: {value!r}")
+        if stamp.wall_ms > MAX_CLOCK_WALL_MS or stamp.counter > MAX_CLOCK_COUNTER:
+            raise ValueError(
+                f"a clock stamp's wall is at most {MAX_CLOCK_WALL_MS} ms (the end of year "
+                f"9999) and its counter at most {MAX_CLOCK_COUNTER}: {value!r}"
+            )
         if not stamp.node.isprintable() or len(stamp.node) > MAX_NODE_LENGTH:
             raise ValueError(
                 f"a clock stamp's node is at most {MAX_NODE_LENGTH} printable characters"
@@ -132,9 +180,15 @@ async def parse_request(
         hooks = TestHooks.parse(request.headers) if test_hooks else None
     except BadTestHook as exc:
         return bad_request("bad-test-hook", str(exc))
-    raw = await read_body(request, max_body, "one operation's request")
+    media = request.headers.get("content-type")
+    raw = unsupported_media(media, None) or await read_body(
+        request, max_body, "one operation's request"
+    )
     if isinstance(raw, OpResult):
         return raw
+    refused = unsupported_media(media, raw)
+    if refused is not None:
+        return refused
     body = await decode_body(raw, "the request body")
     if isinstance(body, OpResult):
         return body
@@ -289,8 +343,11 @@ async def route_problem(request: Request, exc: Exception) -> Response:
     other refusal (Starlette answers them in plain text)."""
     assert isinstance(exc, HTTPException)
     method, path = request.method, request.url.path
+    headers = dict(exc.headers or {})
     if exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        # Every method served at this path, not only the first matching route's: the
+        # intake's writes and the app's reads of /notes/{id} are two routes.
+        allowed = headers["Allow"] = ", ".join(sorted(served_methods(request)))
         result = problem_result(
             405,
             "method-not-allowed",
@@ -303,5 +360,27 @@ async def route_problem(request: Request, exc: Exception) -> Response:
         detail = f"{method} {path}: {exc.detail}"
         result = problem_result(exc.status_code, "http-error", str(exc.detail), detail)
     response = render_result(result)
-    response.headers.update(exc.headers or {})
+    response.headers.update(headers)
     return response
+
+
+def served_methods(request: Request) -> set[str]:
+    """The methods of every route of the app whose path matches the request's."""
+    methods: set[str] = set()
+    # Matched again from the top: a Mount's router left its own root_path in the scope.
+    scope = request.scope
+    top = {**scope, "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
+    _collect_methods(request.app.router.routes, top, methods)
+    return methods
+
+
+def _collect_methods(routes: Iterable[BaseRoute], scope: Scope, methods: set[str]) -> None:
+    for route in routes:
+        match, child = route.matches(scope)
+        if match is Match.NONE:
+            continue
+        inner = getattr(route, "route", route)  # an access.Guarded route's own route
+        if isinstance(inner, Mount):
+            _collect_methods(inner.routes, {**scope, **child}, methods)
+        else:
+            methods.update(getattr(inner, "methods", None) or ())

@@ -57,7 +57,7 @@ from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.identifiers import MAX_PATH_LENGTH, path_problem
 from pigeon.server.intake import WRITE_METHODS
 from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit, read_body
-from pigeon.server.messages import bad_json, render_result
+from pigeon.server.messages import bad_json, is_json_media, render_result
 from pigeon.server.replay import claim_refusal
 from pigeon.server.results import (
     OpResult,
@@ -140,7 +140,7 @@ class IdempotencyMiddleware:
             return
         body = await run_in_threadpool(_fingerprinted_body, raw)
         if isinstance(body, JsonRefused):
-            if _is_json(request.headers.get("content-type", "")):
+            if is_json_media(request.headers.get("content-type", "")):
                 # Declared JSON that the strict decoder refuses: the wrapped app's own
                 # decoder may read it otherwise (the last of two equal keys, NaN), so it
                 # is refused here, before the claim, as the intake refuses it.
@@ -293,11 +293,6 @@ def _fingerprinted_body(raw: bytes) -> Any:
         return strictjson.loads(raw) if raw.strip() else None
     except JsonRefused as exc:
         return exc.with_traceback(None)
-
-
-def _is_json(content_type: str) -> bool:
-    media = content_type.partition(";")[0].strip().lower()
-    return media == "application/json" or media.endswith("+json")
 
 
 def _stored(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> StoredResponse:
