@@ -231,6 +231,21 @@ def test_test_hooks_are_refused_on_a_non_loopback_host(tmp_path: Path) -> None:
     assert not db.exists()
 
 
+def test_test_hooks_need_their_second_key_in_the_environment(tmp_path: Path) -> None:
+    db = tmp_path / "server.db"
+    env = {k: v for k, v in os.environ.items() if k != "PIGEON_TEST_HOOKS"}
+    refused = subprocess.run(
+        [*PIGEON, "serve", "--db", str(db), "--port", "0", "--test-hooks"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert refused.returncode == 2
+    assert "PIGEON_TEST_HOOKS=1" in refused.stderr
+    assert not db.exists()
+
+
 def test_loopback_is_told_by_address_not_by_name() -> None:
     from pigeon.cli.serve_cmd import is_loopback
 

@@ -172,6 +172,18 @@ def test_a_malformed_hook_header_is_refused_before_the_claim(server: ServerProce
     assert post(server.url, "k", {"id": "n1"}).status_code == 201
 
 
+@pytest.mark.parametrize("forwarded", ["X-Forwarded-For", "Forwarded", "X-Real-IP"])
+def test_a_hook_is_refused_on_a_request_that_came_through_a_proxy(
+    server: ServerProcess, server_db_url: str, forwarded: str
+) -> None:
+    # The server listens on loopback, but a proxy there passes on anyone's request.
+    proxied = post(server.url, "k", {"id": "n1"}, **{FAIL: "1", forwarded: "203.0.113.9"})
+    assert proxied.status_code == 400, proxied.text
+    assert proxied.json()["type"].endswith("bad-test-hook") and "proxy" in proxied.text
+    assert effects(server_db_url) == []
+    assert post(server.url, "k", {"id": "n1"}, **{forwarded: "203.0.113.9"}).status_code == 201
+
+
 def test_concurrent_duplicates_make_one_effect(server: ServerProcess, server_db_url: str) -> None:
     barrier = threading.Barrier(8)
 

@@ -44,6 +44,7 @@ from pigeon.server import memory
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import MAX_IN_PROGRESS_WAIT, ClaimMode
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
+from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 from pigeon.server.timeouts import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, ConnectionTimeouts
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
@@ -317,12 +318,8 @@ def serve(
     checked_policy(lock_timeout, response_retention, claim_retention)
     if relay_to is not None:
         checked_broker_url(relay_to, "serve")
-    if test_hooks and not is_loopback(host):
-        raise typer.BadParameter(
-            f"--test-hooks lets any client delay and fail requests at will: it is for tests "
-            f"on a loopback address only, not {host!r}",
-            param_hint="'--test-hooks'",
-        )
+    if test_hooks:
+        _check_test_hooks(host)
     if require_auth and allow_anonymous:
         raise typer.BadParameter("--require-auth and --allow-anonymous contradict each other")
     access = AuthOptions(
@@ -390,6 +387,22 @@ def serve(
     _announce(sock, test_hooks)
     relay = (settings["DB"], relay_to, keys_file) if relay_to else None
     _run(config, sock, relay)
+
+
+def _check_test_hooks(host: str) -> None:
+    """``--test-hooks`` needs a loopback host and its second key in the environment."""
+    if not is_loopback(host):
+        raise typer.BadParameter(
+            f"--test-hooks lets any client delay and fail requests at will: it is for tests "
+            f"on a loopback address only, not {host!r}",
+            param_hint="'--test-hooks'",
+        )
+    if os.environ.get(TEST_HOOKS_KEY) != "1":
+        raise typer.BadParameter(
+            f"--test-hooks also needs {TEST_HOOKS_KEY}=1 in the environment: a second key, "
+            "so that the option alone never turns the fault switch on",
+            param_hint="'--test-hooks'",
+        )
 
 
 def _run(

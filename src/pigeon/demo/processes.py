@@ -24,6 +24,7 @@ import httpx
 import uvicorn
 
 from pigeon.protocol.wire import HEALTH_PATH
+from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 
 _SERVING = re.compile(r"pigeon serving on (http://\S+) \(pid (\d+)\)")
 
@@ -54,6 +55,8 @@ class ServerProcess:
         if self.allow_anonymous:
             args.append("--allow-anonymous")
         env = os.environ | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
+        if "--test-hooks" in self.extra_args:
+            env[TEST_HOOKS_KEY] = "1"  # the fault switch's second key (pigeon.server.testhooks)
         self._proc = self._spawn(args, env)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()

@@ -1,7 +1,11 @@
 """A fault switch for proving the intake's rules from outside: ``pigeon serve --test-hooks``.
 
-Off unless the server is started with it, and then only on a loopback address (the
-command refuses any other host, and says so loudly when it starts). With it on, a
+Off unless the server is started with it, and then only with two keys: the option and
+``PIGEON_TEST_HOOKS=1`` in the environment (one flag pasted into a production unit file is
+not enough), on a loopback address (the command refuses any other host, and says so
+loudly when it starts). A request that came through a proxy (it carries ``Forwarded``,
+``X-Forwarded-For`` or ``X-Real-IP``) is not the test's own: asking it for a hook is
+refused with 400, whatever the address the server listens on. With it on, a
 single-operation request may carry:
 
 - ``X-Pigeon-Test-Delay-Ms: N``: after its key is claimed, the handler holds for N ms
@@ -25,6 +29,8 @@ FAIL = "X-Pigeon-Test-Fail"
 SET_COOKIE = "X-Pigeon-Test-Set-Cookie"
 MAX_DELAY_MS = 120_000
 MAX_COOKIE = 1024
+ENV_KEY = "PIGEON_TEST_HOOKS"  # the second key: "1" in pigeon serve's environment
+FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip")  # a proxy passed the request on
 
 
 class BadTestHook(ValueError):
@@ -53,6 +59,11 @@ class TestHooks:
         cookie = headers.get(SET_COOKIE)
         if delay_text is None and fail_text is None and cookie is None:
             return None
+        if any(name in headers for name in FORWARDED):
+            raise BadTestHook(
+                "test hooks are for the test's own loopback requests, not for one that came "
+                "through a proxy (Forwarded, X-Forwarded-For or X-Real-IP)"
+            )
         delay_ms = 0
         if delay_text is not None:
             if not delay_text.strip().isdigit() or int(delay_text) > MAX_DELAY_MS:
