@@ -83,6 +83,50 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
     assert len(ledger) == 1
 
 
+def _children(pid: int) -> list[int]:
+    """uvicorn's worker processes under ``pid`` (spawned: their command says so)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_worker_replaced_is_one_line_at_the_default_level(tmp_path: Path) -> None:
+    """uvicorn says it at INFO, below pigeon serve's default WARNING: pigeon says it."""
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = processes.spawn(
+            [*PIGEON, "serve", "--db", str(tmp_path / "s.db"), "--port", "0", "--workers", "2"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN},
+        )
+    try:
+        assert proc.stdout is not None and "serving on" in proc.stdout.readline()
+        deadline = time.monotonic() + 30
+        while len(_children(proc.pid)) < 2:
+            assert time.monotonic() < deadline, "no two workers"
+            time.sleep(0.1)
+        victim = _children(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        while "replaced by worker" not in log.read_text():
+            assert time.monotonic() < deadline + 30, log.read_text()
+            time.sleep(0.1)
+    finally:
+        processes.stop(proc)
+    # (a loaded machine may see a slow replacement miss uvicorn's health check: replaced too)
+    lines = [line for line in log.read_text().splitlines() if "replaced by worker" in line]
+    assert f"worker {victim} died" in lines[0], lines
+    assert all(" WARNING pigeon.serve " in line for line in lines), lines
+
+
 def test_serve_refuses_a_foreign_file(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign.db"
     foreign.write_bytes(b"this is not a database at all" * 100)

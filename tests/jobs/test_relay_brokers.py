@@ -5,6 +5,7 @@ gone mid-stream (no loss, no reordering)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -165,9 +166,13 @@ def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def test_one_relay_at_a_time_and_a_stand_by_takes_over(db_url: str) -> None:
+def test_one_relay_at_a_time_and_a_stand_by_takes_over(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Two relays on one outbox (two nodes' workers with --relay-to, say): one publishes,
-    the other stands by, and takes over when the first stops."""
+    the other stands by, and takes over when the first stops, saying so in one line at
+    WARNING (every command's default level)."""
+    caplog.set_level(logging.WARNING, logger="pigeon.jobs.relay")
     target = make_target("redis", require_broker("redis"))
     db = open_server_db(db_url)
     first = RelayRunner(db_url, target.url, interval=0.02, standby=0.05).start()
@@ -183,6 +188,8 @@ def test_one_relay_at_a_time_and_a_stand_by_takes_over(db_url: str) -> None:
         _wait(lambda: relay_lag(db).pending == 0)
         assert second.lock.held()
         assert (first.relay.counts.published, second.relay.counts.published) == (50, 50)
+        took = [r for r in caplog.records if "took over the relay lock" in r.getMessage()]
+        assert [(r.levelno, r.threadName) for r in took] == [(logging.WARNING, "pigeon-relay")]
         assert target.read() == ids
     finally:
         first.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -49,7 +50,10 @@ def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_url: str)
     assert [a["outcome"] for a in info["history"]] == ["succeeded"]
 
 
-def test_supervisor_replaces_recycled_workers(db: Database, db_url: str) -> None:
+def test_supervisor_replaces_recycled_workers(
+    db: Database, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pigeon.jobs.supervisor")
     with db.transaction() as tx:
         for n in range(120):
             enqueue(tx, JobSpec("chaos", "bump", {"n": n * 250}))  # n*250 % 250 != 7
@@ -71,6 +75,10 @@ def test_supervisor_replaces_recycled_workers(db: Database, db_url: str) -> None
         sup.stop(grace=5)
     assert sup.recycled >= 2
     assert statuses(db) == {"succeeded": 120}
+    # each recycle is one line at WARNING, the level every pigeon process shows by default
+    recycled = [r for r in caplog.records if "recycled after" in r.getMessage()]
+    assert len(recycled) == sup.recycled
+    assert {r.levelno for r in recycled} == {logging.WARNING}
 
 
 def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_url: str) -> None:

@@ -15,6 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from pigeon.exceptions import PigeonError
+from pigeon.orphans import adopt_parent_from_env
 from pigeon.storage.errors import is_driver_error
 
 
@@ -164,4 +165,7 @@ def _pigeon() -> None:
 
 
 def main() -> None:
+    # Started by a pigeon process that named itself (pigeon.orphans.child_env, as the
+    # demo's server is): end with it.
+    adopt_parent_from_env()
     app()

@@ -9,8 +9,7 @@ the supervisor does not leave orphans holding the database.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
+import logging
 import os
 import signal
 import socket
@@ -38,6 +37,7 @@ from pigeon.cli.secrets import FILE_HELP, scrub, secret_token
 from pigeon.cli.serve_auth import AuthKind, AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.ops.session import SessionPolicy
+from pigeon.orphans import die_with_parent, watch_parent
 from pigeon.reference.notes import create_notes_app
 from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
@@ -50,6 +50,7 @@ from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import Durability
 
+log = logging.getLogger("pigeon.serve")
 _ENV = "PIGEON_SERVE_"
 TIMED_PROTOCOL = "pigeon.server.timeouts:TimedH11Protocol"
 REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
@@ -89,15 +90,14 @@ def app_from_env() -> Starlette:
 
 
 def _die_with_parent() -> None:
-    if os.environ.get(_ENV + "SUPERVISED") != "1" or not sys.platform.startswith("linux"):
+    """A uvicorn worker ends with its supervisor (pigeon.orphans): SIGTERM, uvicorn's
+    graceful shutdown, when the kernel reports the supervisor's death (uvicorn starts
+    its workers from its main thread), and from a watching thread everywhere."""
+    if os.environ.get(_ENV + "SUPERVISED") != "1":
         return
-    with contextlib.suppress(OSError, AttributeError):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    # A worker still starting when the supervisor died was re-parented before prctl:
-    # the death signal will never come, so leave now instead of serving as an orphan.
-    if str(os.getppid()) != os.environ.get(_ENV + "SUPERVISOR"):
-        os._exit(1)
+    supervisor = int(os.environ[_ENV + "SUPERVISOR"])
+    die_with_parent(supervisor, signal.SIGTERM)
+    watch_parent(supervisor, signal.SIGTERM)
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -420,12 +420,29 @@ def _run(
         stop_before_exit_signals(runner)
     try:
         if config.workers > 1:
-            uvicorn.supervisors.Multiprocess(config, sockets=[sock]).run()
+            _Supervisor(config, sockets=[sock]).run()
         else:
             uvicorn.Server(config).run(sockets=[sock])
     finally:
         if runner is not None:
             runner.stop()
+
+
+class _Supervisor(uvicorn.supervisors.Multiprocess):
+    """uvicorn's supervisor of ``--workers N``, saying at WARNING (``pigeon serve``'s
+    default level; uvicorn says it at INFO) when it replaces a worker that died."""
+
+    def keep_subprocess_alive(self) -> None:
+        before = list(self.processes)
+        super().keep_subprocess_alive()
+        for old, new in zip(before, self.processes, strict=False):
+            if new is not old:
+                log.warning(
+                    "pigeon serve: worker %s died (exit code %s); replaced by worker %s",
+                    old.pid,
+                    old.exitcode,
+                    new.pid,
+                )
 
 
 def _bind_and_open(host: str, port: int, db: str, durability: str) -> socket.socket:

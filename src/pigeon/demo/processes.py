@@ -23,6 +23,7 @@ from typing import Any, Literal
 import httpx
 import uvicorn
 
+from pigeon.orphans import child_env
 from pigeon.protocol.wire import HEALTH_PATH
 from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 
@@ -54,7 +55,8 @@ class ServerProcess:
         args += ["--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
         if self.allow_anonymous:
             args.append("--allow-anonymous")
-        env = os.environ | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
+        # The server ends with this process even if it is SIGKILLed (pigeon.orphans).
+        env = child_env() | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
         if "--test-hooks" in self.extra_args:
             env[TEST_HOOKS_KEY] = "1"  # the fault switch's second key (pigeon.server.testhooks)
         self._proc = self._spawn(args, env)

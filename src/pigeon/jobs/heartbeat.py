@@ -25,6 +25,7 @@ from pigeon.jobs.job import Job
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.logs import summary
+from pigeon.orphans import parent_gone
 
 log = logging.getLogger("pigeon.jobs.worker")
 T = TypeVar("T")
@@ -45,6 +46,7 @@ class Heartbeat:
     name: str
     stats: WorkerStats
     on_stuck: Callable[[], None] | None
+    parent: int | None  # the supervisor's pid: once it is gone, stop (pigeon.orphans)
     _held: dict[tuple[int, str], Held]
     _lock: threading.Lock
     _stop: threading.Event
@@ -63,6 +65,7 @@ class Heartbeat:
         interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
         self._interval = interval
         while not self._threads_done():
+            self._check_parent()
             try:
                 next_deadline = self._beat()
             except Exception:
@@ -79,6 +82,19 @@ class Heartbeat:
             wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
             if self._stop.wait(wait):
                 time.sleep(0.02)
+
+    def _check_parent(self) -> None:
+        """An orphan stops: no more claims; running jobs finish, the others go back. Where
+        the kernel sends no signal when the supervisor dies (pigeon.orphans), this is what
+        keeps a worker from claiming on with no one to replace or stop it."""
+        if self.parent is None or self._stop.is_set() or not parent_gone(self.parent):
+            return
+        log.warning(
+            "worker %s: its supervisor (pid %d) is gone; stopping, its jobs finish or go back",
+            self.name,
+            self.parent,
+        )
+        self.stop()
 
     def _beat(self) -> float:
         """One round: the timeout checks, the started markers due, then every held lease

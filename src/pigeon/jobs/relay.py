@@ -314,6 +314,8 @@ class RelayRunner:
                     waiting = True
                 self._stop.wait(self.standby)
                 continue
+            if waiting:  # WARNING: shown at every command's default level
+                log.warning("outbox relay: took over the relay lock; publishing")
             waiting = False
             self.relay.run(self._stop, interval=self.interval, guard=self.lock.held)
             self.lock.release()

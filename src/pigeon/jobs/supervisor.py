@@ -31,6 +31,7 @@ from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.options import WorkerOptions as WorkerOptions  # its home before options.py
 from pigeon.jobs.worker import RECYCLE, STUCK, Worker
+from pigeon.orphans import die_with_parent
 
 log = logging.getLogger("pigeon.jobs.supervisor")
 
@@ -89,18 +90,30 @@ def child_main(
     queues: dict[str, Budget],
     options: WorkerOptions,
     app_dir: str | None = None,
+    parent: tuple[int, bool] | None = None,
 ) -> None:
-    """Entry point of one worker process."""
+    """Entry point of one worker process. ``parent``: the supervisor's pid, and whether
+    it may ask the kernel for a signal at its death (pigeon.orphans): SIGTERM then, which
+    stops the worker as the supervisor's own would."""
     from pigeon.storage.crypto import Keyring
     from pigeon.storage.server import open_server_db
 
     logs.configure(options.log_format, logging.WARNING, options.log_redact)
+    if parent is not None:
+        die_with_parent(parent[0], signal.SIGTERM, deathsig=parent[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
     add_app_dir(app_dir)
     app = load_app(app_ref)
     keyring = Keyring.from_file(options.keys_file) if options.keys_file else Keyring.from_env()
     db = open_server_db(db_path, durability=options.durability, keyring=keyring)
-    worker = Worker(app, db, queues, options, on_stuck=lambda: os._exit(STUCK))
+    worker = Worker(
+        app,
+        db,
+        queues,
+        options,
+        on_stuck=lambda: os._exit(STUCK),
+        parent=parent[0] if parent is not None else None,
+    )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     code = worker.run()
     db.close()
@@ -145,9 +158,13 @@ class Supervisor:
         self.recycled = 0
 
     def _launch(self, slot: _Slot) -> None:
+        # The kernel's death signal follows the launching thread (pigeon.orphans): asked
+        # for only when that is the main thread, which lives as long as this process.
+        main = threading.current_thread() is threading.main_thread()
+        parent = (os.getpid(), main)
         slot.process = self._ctx.Process(
             target=child_main,
-            args=(self.app_ref, self.db_path, slot.queues, self.options, self.app_dir),
+            args=(self.app_ref, self.db_path, slot.queues, self.options, self.app_dir, parent),
             name="pigeon-worker",
         )
         slot.process.start()
@@ -191,7 +208,11 @@ class Supervisor:
         quick = quick and lived < QUICK_EXIT
         slot.quick_failures = slot.quick_failures + 1 if quick else 0
         wait = _RELAUNCH.ceiling(slot.quick_failures) if quick else 0.0
-        if code != RECYCLE:
+        # One line at WARNING, the level every pigeon process shows by default: a worker
+        # replaced is an event an operator can count, whatever the reason.
+        if code == RECYCLE:
+            log.warning("worker %s recycled after %.1fs; replacing it", proc.pid, lived)
+        else:
             log.warning(
                 "worker %s exited with %s after %.1fs; replacing it in %.1fs",
                 proc.pid,

@@ -88,8 +88,11 @@ class Worker(Heartbeat):
         *,
         name: str | None = None,
         on_stuck: Callable[[], None] | None = None,
+        parent: int | None = None,
     ) -> None:
-        """``options``: how it claims, polls, recycles and maintains (``WorkerOptions``)."""
+        """``options``: how it claims, polls, recycles and maintains (``WorkerOptions``).
+        ``parent``: the pid of the process it must not outlive (its supervisor): once this
+        process has another parent, it stops as on SIGTERM (``heartbeat``)."""
         self.options = options = options or WorkerOptions()
         self.app = app
         self.db = db
@@ -119,6 +122,7 @@ class Worker(Heartbeat):
         self.prefetch = options.prefetch
         self.schedules = options.schedules
         self.on_stuck = on_stuck
+        self.parent = parent
         self.keepalive = options.keepalive
         self.control_every = options.control_every
         self.maintenance = options.maintenance
