@@ -16,7 +16,6 @@ a parent starting children from a short-lived thread must not ask for it (``deat
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -41,6 +40,8 @@ def die_with_parent(parent: int, sig: int = signal.SIGTERM, *, deathsig: bool = 
     died already. True when the kernel took the request."""
     asked = False
     if deathsig and sys.platform.startswith("linux"):
+        import ctypes  # here: most pigeon commands never start as a child
+
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             asked = libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0

@@ -6,7 +6,6 @@ relay --help``) and ``[user:password@]`` a style that silently vanished."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 import click
@@ -15,6 +14,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from pigeon.cli import app
+from tests import processes
 
 from .commands import every_command, walk
 
@@ -77,7 +77,7 @@ def test_pigeon_help_and_the_queue_commands_load_no_server_module() -> None:
         "print(sorted(m for m in ('starlette', 'uvicorn', 'psycopg', 'jinja2', 'pycrdt', 'jwt')"
         " if m in sys.modules))\n"
     )
-    out = subprocess.run(
+    out = processes.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert "server" not in out[0] and "jobs" not in out[0] and "reference" not in out[0], out

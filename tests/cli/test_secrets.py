@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typer.testing import CliRunner, Result
 
 from pigeon.cli import app
 from pigeon.storage.server import open_server_db
+from tests import processes
 
 from ..jobs.brokers import fill
 from .commands import leaves
@@ -192,7 +192,7 @@ def test_a_broker_that_refuses_never_shows_the_password(tmp_path: Path, kind: st
     database.close()
     secret = canary()
     url = f"{kind}://ada:{secret}@127.0.0.1:1"
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "relay", "--db", str(db), "--once"],
         capture_output=True,
         text=True,

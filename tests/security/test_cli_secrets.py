@@ -6,13 +6,14 @@ relay stores on the outbox row shows them. A file open to others is refused."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests import processes
 
 from .conftest import OPERATOR_TOKEN, PIGEON, Deployed, serve, stop
 
@@ -70,7 +71,7 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
     loose = tmp_path / "broker-url"
     loose.write_text("redis://:pw@127.0.0.1:6379/0\n")
     loose.chmod(0o640)
-    result = subprocess.run(
+    result = processes.run(
         [*PIGEON, "serve", "--db", str(tmp_path / "s.db"), "--port", "0", "--relay-to",
          f"@{loose}"],
         capture_output=True, text=True, timeout=60,

@@ -10,7 +10,6 @@ create back in its own place, and the server applies the create, then the update
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.events import DeadTail, SyncCallbacks
 from pigeon.sync.executor import Executor
+from tests import processes
 from tests.clocks import FakeClock
 from tests.security.conftest import PIGEON, Deployed
 
@@ -85,7 +85,7 @@ def test_a_dead_create_holds_its_update_until_retried_in_place(
         assert queue.get(create.id).status is OpStatus.DEAD
         assert queue.get(update.id).held and queue.stats().held == 1
         assert _note(deployed, "n1").status_code == 404 and _ledger(deployed) == []
-        retried = subprocess.run(
+        retried = processes.run(
             [*PIGEON, "queue", "retry", "-f", str(queue.path), create.id],
             capture_output=True,
             text=True,
