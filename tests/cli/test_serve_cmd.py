@@ -278,7 +278,7 @@ def test_test_hooks_are_refused_on_a_non_loopback_host(tmp_path: Path) -> None:
 def test_test_hooks_need_their_second_key_in_the_environment(tmp_path: Path) -> None:
     db = tmp_path / "server.db"
     env = {k: v for k, v in os.environ.items() if k != "PIGEON_TEST_HOOKS"}
-    refused = subprocess.run(
+    refused = processes.run(
         [*PIGEON, "serve", "--db", str(db), "--port", "0", "--test-hooks"],
         capture_output=True,
         text=True,

@@ -5,13 +5,14 @@ and nothing of it is a 5xx."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests import processes
 
 from .conftest import PIGEON, Deployed, serve, stop
 
@@ -97,7 +98,7 @@ def test_test_hooks_take_two_keys_and_no_proxied_request(
 ) -> None:
     db = str(tmp_path / "hooks.db")
     monkeypatch.delenv("PIGEON_TEST_HOOKS", raising=False)
-    alone = subprocess.run(
+    alone = processes.run(
         [*PIGEON, "serve", "--db", db, "--port", "0", "--test-hooks"],
         capture_output=True,
         text=True,
