@@ -205,3 +205,25 @@ def test_a_broker_that_refuses_never_shows_the_password(tmp_path: Path, kind: st
     with sqlite3.connect(db) as conn:
         errors = [row[0] for row in conn.execute("SELECT last_error FROM pigeon_outbox")]
     assert errors[0] and all(secret not in (error or "") for error in errors)
+
+
+def test_a_bug_keeps_its_traceback_but_not_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], server_db: str
+) -> None:
+    """Not a user's error: the traceback stays (the exit status too), the password goes."""
+    from pigeon.cli import main, relay_cmd
+
+    secret = canary()
+
+    def broken(url: str, command: str) -> str:
+        raise RuntimeError(f"bug while reading {url}")
+
+    monkeypatch.setattr(relay_cmd, "checked_broker_url", broken)
+    url = f"redis://:{secret}@127.0.0.1:6379/0"
+    monkeypatch.setattr(sys, "argv", ["pigeon", "relay", "--db", server_db, "--to", url])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: bug while reading redis://:***@" in err
+    assert secret not in err

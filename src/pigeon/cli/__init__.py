@@ -9,6 +9,8 @@ command, and printed as ``error: <message>`` (shown escaped) with exit status 1.
 from __future__ import annotations
 
 import importlib
+import sys
+import traceback
 from typing import Any
 
 import typer
@@ -168,4 +170,12 @@ def main() -> None:
     # Started by a pigeon process that named itself (pigeon.orphans.child_env, as the
     # demo's server is): end with it.
     adopt_parent_from_env()
-    app()
+    try:
+        app()
+    except Exception as exc:
+        # A bug in pigeon keeps its traceback, but not a password its messages may quote
+        # (a DSN in a driver's error): what Python would print, scrubbed, and its status.
+        from pigeon.cli.secrets import scrub
+
+        sys.stderr.write(scrub("".join(traceback.format_exception(exc))))
+        sys.exit(1)
