@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench._report import Row, rate, row
 from bench._writers import PAYLOAD
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.notes import create_note
 from pigeon.reference.schema import attach
@@ -39,7 +40,7 @@ ROUNDS = 30
 
 class _Enqueue:
     def __init__(self, path: Path, keys: Keyring | None) -> None:
-        self.queue = OfflineQueue(path, durability="normal", keys=keys)
+        self.queue = OfflineQueue(path, QueueOptions(durability="normal"), keys=keys)
         self.i = 0
 
     def step(self, k: int) -> float:
@@ -57,7 +58,8 @@ class _Deliver:
     """Fills ``k`` operations untimed, then times handing them out and settling them."""
 
     def __init__(self, path: Path, keys: Keyring | None) -> None:
-        self.queue = OfflineQueue(path, durability="normal", keys=keys, keep_delivered=None)
+        options = QueueOptions(durability="normal", keep_delivered=None)
+        self.queue = OfflineQueue(path, options, keys=keys)
         self.i = 0
 
     def step(self, k: int) -> float:

@@ -17,11 +17,13 @@ import sys
 import time
 from typing import Any
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 
 
 def plan(ops: int, entities: int, seed: int) -> list[tuple[str, str, dict[str, Any]]]:
@@ -58,8 +60,9 @@ def main() -> None:
     # on its own (coalescing has its own law-of-equivalence tests).
     queue = OfflineQueue(
         edge_db,
-        retry_policy=RetryPolicy(base=0.02, cap=0.3, max_attempts=10_000),
-        coalesce=False,
+        QueueOptions(
+            retry_policy=RetryPolicy(base=0.02, cap=0.3, max_attempts=10_000), coalesce=False
+        ),
     )
     logged: list[int] = []
     if os.path.exists(log_path):
@@ -78,7 +81,10 @@ def main() -> None:
         # and two engine batches on the way at once.
         transport = HttpTransport(proxy_url, timeout=3.0, concurrency=4)
         engine = SyncEngine(
-            queue, transport, connectivity=ManualMonitor(True), batch_size=20, pipeline=2
+            queue,
+            transport,
+            SyncOptions(batch_size=20, pipeline=2),
+            connectivity=ManualMonitor(True),
         )
     else:
         transport = HttpTransport(proxy_url, batch=10, timeout=3.0)

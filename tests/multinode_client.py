@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
+from pigeon.sync.options import SyncOptions
 
 ENTITIES = 12  # notes per queue
 Step = tuple[str, str, dict[str, Any], str | None, str | None]  # type, entity, body, path, method
@@ -55,12 +57,16 @@ def plan(q: int, ops: int, seed: int) -> list[Step]:
 def run_queue(edge_dir: Path, proxy: str, q: int, ops: int, seed: int) -> None:
     queue = OfflineQueue(
         edge_dir / f"q{q}.db",
-        retry_policy=RetryPolicy(base=0.05, cap=0.5, max_attempts=10_000),
-        durability="normal",
-        coalesce=False,
+        QueueOptions(
+            retry_policy=RetryPolicy(base=0.05, cap=0.5, max_attempts=10_000),
+            durability="normal",
+            coalesce=False,
+        ),
     )
     transport = HttpTransport(proxy, batch=20, timeout=5.0)
-    engine = SyncEngine(queue, transport, connectivity=ManualMonitor(True), batch_size=20)
+    engine = SyncEngine(
+        queue, transport, SyncOptions(batch_size=20), connectivity=ManualMonitor(True)
+    )
     engine.start()
     try:
         for n, (kind, entity, body, path, method) in enumerate(plan(q, ops, seed)):

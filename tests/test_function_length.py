@@ -24,7 +24,6 @@ TOO_LONG: dict[str, str] = {
     "demo/run.py::run_demo": "the sync demo's script: server, proxy, device, reconciliation",
     "sync/executor.py::Executor._settle": "the sync's settle step (owned by the sync branch)",
     "sync/classify.py::classify": "one table of replies to outcomes (owned by the sync branch)",
-    "sync/engine.py::SyncEngine.__init__": "deprecated keyword arguments kept one release",
     "jobs/worker.py::Worker.__init__": "deprecated keyword arguments kept one release",
 }
 

@@ -140,10 +140,8 @@ def test_the_one_path_segment_answers_as_the_servers_copy_did(value: str) -> Non
 
 # Before the first tagged release a rename fixes its callers: no module keeps an old name
 # alive (a DeprecationWarning, a module that replaces itself in sys.modules; a module
-# ``__getattr__`` only loads names lazily, as pigeon's own does). The edge's option
-# keywords are the last ones left.
-SHIM_ALLOWED = {"pigeon/edge/queue.py", "pigeon/edge/store.py", "pigeon/edge/options.py",
-                "pigeon/sync/engine.py", "pigeon/options.py"}  # fmt: skip
+# ``__getattr__`` only loads names lazily, as pigeon's own does).
+SHIM_ALLOWED: set[str] = set()
 
 
 def _shims(tree: ast.Module) -> list[str]:

@@ -1,5 +1,5 @@
-"""`QueueOptions` and `SyncOptions`: frozen, checked when made; the keyword arguments they
-replace still work for one release, with a DeprecationWarning."""
+"""`QueueOptions` and `SyncOptions`: frozen, checked when made; the only way to give the
+queue's and the engine's settings."""
 
 from __future__ import annotations
 
@@ -87,18 +87,17 @@ def test_queue_takes_its_options(tmp_path: Path) -> None:
             assert queue.keep_delivered is None
 
 
-def test_queue_keyword_arguments_are_deprecated_but_work(tmp_path: Path) -> None:
-    with pytest.deprecated_call(match=r"OfflineQueue\(durability=, coalesce=\)"):
-        queue = OfflineQueue(tmp_path / "q.db", durability="normal", coalesce=False)
-    with queue:
-        assert queue.options == QueueOptions(durability="normal", coalesce=False)
-        queue.enqueue("create", "note:1", {"a": 1})
-        queue.enqueue("update", "note:1", {"a": 2})
-        assert len(queue.pending) == 2  # not folded: coalesce=False took effect
-    with pytest.deprecated_call(), pytest.raises(ConfigurationError):
-        OfflineQueue(tmp_path / "r.db", durability="off")  # type: ignore[typeddict-item]
-    with pytest.raises(TypeError, match="unexpected keyword argument 'durabilty'"):
-        OfflineQueue(tmp_path / "r.db", durabilty="normal")  # type: ignore[call-arg]
+def test_the_settings_are_no_keyword_arguments(tmp_path: Path) -> None:
+    """One way to say each setting: the keyword arguments the options objects replaced
+    are gone (never released), and refusing one writes nothing."""
+    with pytest.raises(TypeError, match="durability"):
+        OfflineQueue(tmp_path / "q.db", durability="normal")  # type: ignore[call-arg]
+    assert not (tmp_path / "q.db").exists()
+    with OfflineQueue(tmp_path / "q.db") as queue:
+        with pytest.raises(TypeError, match="pipeline"):
+            SyncEngine(queue, _transport(), pipeline=2)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="on_dead"):
+            SyncEngine(queue, _transport(), on_dead=print)  # type: ignore[call-arg]
 
 
 def test_engine_takes_its_options_and_callbacks(tmp_path: Path) -> None:
@@ -114,27 +113,6 @@ def test_engine_takes_its_options_and_callbacks(tmp_path: Path) -> None:
         assert (engine.batch_size, engine.pipeline) == (7, 2)
         assert engine.callbacks.on_paused is callbacks.on_paused
         engine.close()
-
-
-def test_engine_keyword_arguments_are_deprecated_but_work(tmp_path: Path) -> None:
-    def on_dead(*_: object) -> None:
-        pass
-
-    with OfflineQueue(tmp_path / "q.db") as queue:
-        with pytest.deprecated_call() as caught:
-            engine = SyncEngine(
-                queue, _transport(), connectivity=ManualMonitor(), pipeline=3, on_dead=on_dead
-            )
-        messages = [str(w.message) for w in caught]
-        assert any("SyncEngine(pipeline=)" in m and "options=SyncOptions" in m for m in messages)
-        assert any("SyncEngine(on_dead=)" in m and "callbacks=SyncCallbacks" in m for m in messages)
-        assert engine.options == SyncOptions(pipeline=3)
-        assert engine.callbacks.on_dead is on_dead
-        engine.close()
-        with pytest.deprecated_call(), pytest.raises(ConfigurationError):
-            SyncEngine(queue, _transport(), batch_size=0)
-        with pytest.raises(TypeError, match="unexpected keyword argument 'on_done'"):
-            SyncEngine(queue, _transport(), on_done=on_dead)  # type: ignore[call-arg]
 
 
 def test_cli_and_library_share_the_inspecting_options(tmp_path: Path) -> None:

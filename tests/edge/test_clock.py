@@ -25,8 +25,9 @@ from tests.clocks import FakeClock
 # its stamp, until stdin closes. It keeps the queue (and its clock) open throughout.
 CHILD = """
 import sys
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-queue = OfflineQueue(sys.argv[1], durability="normal")
+queue = OfflineQueue(sys.argv[1], QueueOptions(durability="normal"))
 for line in sys.stdin:
     op = queue.enqueue("publish", "note:1", {"by": sys.argv[2], "n": int(line)})
     print(op.clock, flush=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,12 +160,3 @@ def test_an_offline_editing_session_shrinks() -> None:
 
 def _routed(step: Step) -> tuple[str | None, str | None]:
     return route(step.type, step.entity, None, None)
-
-
-def test_the_old_names_still_work_with_a_warning() -> None:
-    import pigeon.edge.coalesce as module
-
-    with pytest.deprecated_call(match="fold_into"):
-        assert module.decide is fold_into
-    with pytest.deprecated_call(match="FoldVerdict"):
-        assert module.Decision is FoldVerdict

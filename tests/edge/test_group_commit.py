@@ -235,8 +235,9 @@ def test_many_threads_lose_nothing_and_keep_per_thread_order(tmp_path: Path) -> 
 
 CHILD = """
 import sys
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-with OfflineQueue(sys.argv[1], coalesce=False) as q:
+with OfflineQueue(sys.argv[1], QueueOptions(coalesce=False)) as q:
     for i in range(200):
         q.enqueue("update", f"{sys.argv[2]}:{i % 5}", i)
         if i % 10 == 0:

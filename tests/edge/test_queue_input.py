@@ -78,9 +78,6 @@ def test_bad_configuration(tmp_path: Path, kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         OfflineQueue(tmp_path / "q.db", QueueOptions(**kwargs))
     assert not (tmp_path / "q.db").exists()
-    # the deprecated keyword arguments are checked the same way
-    with pytest.raises(ConfigurationError), pytest.deprecated_call():
-        OfflineQueue(tmp_path / "q.db", **kwargs)
 
 
 def _digest(path: Path) -> str:

@@ -8,14 +8,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import pigeon.edge
 import pigeon.sync
 from pigeon import OfflineQueue
 from pigeon.edge.conflicts import ConflictStore
-from pigeon.edge.queue_store import NewOp, QueueStore
-from pigeon.edge.sqlite import EdgeStore
+from pigeon.edge.queue_store import QueueStore
 
 SQLITE_MODULES = ("sqlite3", "pigeon.storage.sqlite", "pigeon.storage.queries")
 
@@ -52,10 +49,8 @@ def test_edge_reaches_sqlite_only_in_its_sqlite_package() -> None:
 def test_the_queue_moves_operations_only_through_its_store() -> None:
     """OfflineQueue keeps the policy: no transaction, no SQL, no row of its own."""
     source = Path(pigeon.edge.__file__).parent.joinpath("queue.py").read_text()
-    for raw in ("tx.", ".execute(", ".fetchone(", ".fetchall(", ".read()", "_file.write()"):
-        count = source.count(raw)
-        # _file.write() once: the deprecated transaction() hands out the raw transaction
-        assert count == (1 if raw == "_file.write()" else 0), raw
+    for raw in ("tx.", ".execute(", ".fetchone(", ".fetchall(", ".read()", ".write()"):
+        assert source.count(raw) == 0, raw
 
 
 def test_queue_store_declares_what_the_queue_calls() -> None:
@@ -72,15 +67,6 @@ def test_queue_store_declares_what_the_queue_calls() -> None:
     assert called and called <= declared, called - declared
 
 
-def test_old_store_path_still_works_with_a_warning() -> None:
-    import pigeon.edge.store as old
-
-    with pytest.deprecated_call(match="pigeon.edge.sqlite"):
-        assert old.EdgeStore is EdgeStore
-    with pytest.deprecated_call(match="queue_store"):
-        assert old.NewOp is NewOp
-
-
 def test_conflict_records_go_through_the_store(tmp_path: Path) -> None:
     source = Path(pigeon.edge.__file__).parent.joinpath("conflicts.py").read_text()
     assert ".transaction()" not in source and "tx.conn" not in source
@@ -88,12 +74,3 @@ def test_conflict_records_go_through_the_store(tmp_path: Path) -> None:
         assert isinstance(queue.conflicts, ConflictStore)
         queue.conflicts.remember("note:1", "v1", {"a": 1})
         assert queue.store.snapshot("note:1") is not None
-
-
-def test_transaction_is_deprecated(tmp_path: Path) -> None:
-    with (
-        OfflineQueue(tmp_path / "q.db") as queue,
-        pytest.deprecated_call(match="transaction"),
-        queue.transaction() as tx,
-    ):
-        assert tx.fetchone("get_state") is not None

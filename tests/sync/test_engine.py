@@ -358,22 +358,20 @@ def test_a_redirect_pauses_the_queue_instead_of_dead_lettering_every_operation(
     assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in ops)
 
 
-def test_the_deprecated_keyword_arguments_still_sync(
+def test_options_and_callbacks_shape_a_real_sync(
     queue: OfflineQueue, server: LiveServer, state: WireState
 ) -> None:
-    """The keyword arguments SyncOptions and SyncCallbacks replaced (warned for one
-    release) still shape a real sync: their batch size, pipeline and callbacks hold."""
+    """SyncOptions and SyncCallbacks shape a real sync: their batch size, pipeline and
+    callbacks hold."""
     delivered: list[str] = []
     with HttpTransport(server.url, batch=True) as transport:
-        with pytest.deprecated_call(match="SyncEngine"):
-            engine = SyncEngine(
-                queue,
-                transport,
-                connectivity=ManualMonitor(),
-                batch_size=2,
-                pipeline=2,
-                on_delivered=lambda op, _: delivered.append(op.entity),
-            )
+        engine = SyncEngine(
+            queue,
+            transport,
+            SyncOptions(batch_size=2, pipeline=2),
+            callbacks=SyncCallbacks(on_delivered=lambda op, _: delivered.append(op.entity)),
+            connectivity=ManualMonitor(),
+        )
         try:
             for e in range(5):
                 engine.enqueue("update", f"thing:{e}", {"e": e})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal
 
 from pigeon.checks import is_int
 from pigeon.edge import owners, retention
@@ -78,18 +78,3 @@ class QueueOptions:
         """For tools that only look (``pigeon queue``, ``pigeon conflicts``): the file must
         exist, is not migrated, and no operation of a running queue is taken over."""
         return cls(create=False, recover=False, upgrade=False)
-
-
-class LegacyQueueArguments(TypedDict, total=False):
-    """`OfflineQueue`'s keyword arguments before `QueueOptions` (deprecated)."""
-
-    retry_policy: RetryPolicy | None
-    durability: Durability
-    max_payload_bytes: int
-    allowed_types: Collection[str | OpType] | None
-    coalesce: bool
-    keep_delivered: float | None
-    create: bool
-    recover: bool
-    recover_every: float
-    upgrade: bool

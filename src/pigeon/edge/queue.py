@@ -15,10 +15,9 @@ import os
 import random
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Unpack
+from typing import TYPE_CHECKING, Any, Literal
 
 from pigeon.clock import HLCTimestamp
 from pigeon.edge import retention
@@ -26,14 +25,12 @@ from pigeon.edge import validate as v
 from pigeon.edge.commit import CommitBatcher
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.operation import Operation, OpStatus, OpType
-from pigeon.edge.options import LegacyQueueArguments, QueueOptions
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue_store import Built, NewOp, QueueStore
-from pigeon.edge.retry import RetryPolicy
-from pigeon.edge.sqlite import EdgeStore, SQLiteTx
+from pigeon.edge.sqlite import EdgeStore
 from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.subscribers import Subscribers
 from pigeon.exceptions import ConfigurationError, InvalidOperation, PigeonError
-from pigeon.options import with_legacy
 from pigeon.storage.crypto import Keyring, cipher_for
 
 if TYPE_CHECKING:
@@ -71,16 +68,12 @@ class OfflineQueue:
         now: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         keys: Keyring | None = None,
-        **legacy: Unpack[LegacyQueueArguments],
     ) -> None:
         """``options``: how the file is kept (`QueueOptions`, checked when made). ``node_id``
         names this device in its operations' clock stamps (default: the file's own).
         ``now`` and ``rng``: the clock and the jitter's randomness (tests set them).
-        ``keys``: seal payloads and responses in the file (`pigeon.storage.crypto`). The
-        settings as keyword arguments (``durability="normal"``, ...) are deprecated."""
-        if legacy.get("retry_policy", RetryPolicy()) is None:
-            del legacy["retry_policy"]  # None meant the default policy
-        options = with_legacy(options or QueueOptions(), legacy, owner="OfflineQueue")
+        ``keys``: seal payloads and responses in the file (`pigeon.storage.crypto`)."""
+        options = options or QueueOptions()
         self.options = options
         self.keep_delivered = options.keep_delivered
         self._purges = retention.PurgeSchedule()
@@ -92,8 +85,8 @@ class OfflineQueue:
         self._now = now
         self._rng = rng or random.Random()
         # The SQLite file (the only store there is); the policy below goes through the
-        # QueueStore protocol alone. The file is kept apart for transaction() (deprecated).
-        self._file = EdgeStore(
+        # QueueStore protocol alone.
+        self._store: QueueStore = EdgeStore(
             path,
             durability=options.durability,
             create=options.create,
@@ -106,7 +99,6 @@ class OfflineQueue:
             node_id=node_id,
             wall=lambda: int(self._now() * 1000),
         )
-        self._store: QueueStore = self._file
         self.path = self._store.path
         self.node_id: str = self._store.node_id
         # Enqueues of many threads share one transaction: the store's append commits them.
@@ -402,18 +394,6 @@ class OfflineQueue:
     def store(self) -> QueueStore:
         """Where the queue keeps its operations and conflict records (`QueueStore`)."""
         return self._store
-
-    def transaction(self) -> contextlib.AbstractContextManager[SQLiteTx]:
-        """Deprecated: a raw write transaction on the queue file (a savepoint of it inside
-        ``batch()``). Conflict records are reached through ``queue.conflicts`` (or
-        ``queue.store``); ``batch()`` groups several calls into one transaction."""
-        warnings.warn(
-            "OfflineQueue.transaction() is deprecated and will be removed in the next "
-            "release: use queue.conflicts / queue.store, and queue.batch() to group calls",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self._file.write()
 
     def stamp(self) -> HLCTimestamp:
         """A stamp of the queue's clock, the clock its operations are stamped with (e.g. a

@@ -31,11 +31,10 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Unpack
+from typing import Any
 
 from pigeon.edge.operation import Operation, OpType
 from pigeon.logs import failure
-from pigeon.options import with_legacy
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import ConnectivityMonitor, ProbeMonitor
 from pigeon.sync.events import (
@@ -45,7 +44,7 @@ from pigeon.sync.events import (
 from pigeon.sync.executor import Clock, Executor, SyncQueue
 from pigeon.sync.holds import Holds
 from pigeon.sync.lanes import Lanes
-from pigeon.sync.options import LegacySyncArguments, SyncOptions
+from pigeon.sync.options import SyncOptions
 from pigeon.sync.resolver import ConflictResolver, Sweep
 from pigeon.sync.scheduler import Cycles, Notices, Waker, wait_time, within
 
@@ -59,8 +58,7 @@ class SyncEngine:
     ``callbacks``: what the application is told of each transition (`SyncCallbacks`).
     ``connectivity`` defaults to a `ProbeMonitor` over ``transport.probe``. ``resolver``
     settles version conflicts (without one they are held for the user). ``clock``: the
-    time, as the queue's (tests set it). The settings and callbacks as keyword arguments
-    (``pipeline=2``, ``on_dead=...``) are deprecated.
+    time, as the queue's (tests set it).
     """
 
     def __init__(
@@ -73,20 +71,9 @@ class SyncEngine:
         connectivity: ConnectivityMonitor | None = None,
         resolver: ConflictResolver | None = None,
         clock: Clock = time.time,
-        **legacy: Unpack[LegacySyncArguments],
     ) -> None:
-        given = callbacks or SyncCallbacks()
-        callbacks = with_legacy(
-            given,
-            {k: v for k, v in legacy.items() if k.startswith("on_")},
-            owner="SyncEngine",
-            param="callbacks",
-        )
-        options = with_legacy(
-            options or SyncOptions(),
-            {k: v for k, v in legacy.items() if not k.startswith("on_")},
-            owner="SyncEngine",
-        )
+        callbacks = callbacks or SyncCallbacks()
+        options = options or SyncOptions()
         self.options = options
         self.queue = queue
         self.transport = transport

@@ -6,13 +6,11 @@ engine = SyncEngine(queue, transport, SyncOptions(batch_size=50, pipeline=2))
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
 
 from pigeon.checks import is_finite, is_int_in
 from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF
-from pigeon.sync.events import ErrorCallback, OperationCallback, PausedCallback
 
 MAX_PIPELINE = 16
 
@@ -51,19 +49,3 @@ class SyncOptions:
             raise ConfigurationError(
                 f"batch_window must be >= 0 seconds, not {self.batch_window!r}"
             )
-
-
-class LegacySyncArguments(TypedDict, total=False):
-    """`SyncEngine`'s keyword arguments before `SyncOptions` and `SyncCallbacks` (deprecated)."""
-
-    batch_size: int
-    pipeline: int
-    reconnect: RetryPolicy
-    idle_recheck: float
-    batch_window: float
-    on_delivered: OperationCallback | None
-    on_failed: OperationCallback | None
-    on_dead: OperationCallback | None
-    on_conflict: OperationCallback | None
-    on_paused: PausedCallback | None
-    on_error: ErrorCallback | None
