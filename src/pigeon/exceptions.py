@@ -23,6 +23,7 @@ PigeonError
 ├── NotFound                    no such operation / job / record
 ├── InvalidState                the object exists but not in a state that allows this
 ├── ConfigurationError          a policy or config value is out of order
+│   └── MissingExtra            an optional part used without its extra installed
 ├── JobTimeout                  a job overran its timeout; retried like any failure
 └── DeliveryError               the outcome of sending one operation
     ├── RetryableError          send again later with the SAME key
@@ -157,6 +158,11 @@ class InvalidState(PigeonError):
 
 class ConfigurationError(PigeonError, ValueError):
     pass
+
+
+class MissingExtra(ConfigurationError, ImportError):
+    """An optional part of pigeon (the server, PostgreSQL, a broker, CRDT documents) used
+    without its extra installed; the message names the extra to install."""
 
 
 class JobTimeout(PigeonError, TimeoutError):

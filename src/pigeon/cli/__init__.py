@@ -16,7 +16,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from pigeon.exceptions import PigeonError
+from pigeon.exceptions import MissingExtra, PigeonError
+from pigeon.extras import extra_of
 from pigeon.orphans import adopt_parent_from_env
 from pigeon.storage.errors import is_driver_error
 
@@ -82,7 +83,16 @@ def load_command(name: str) -> Any:
     """The click command ``name`` of `COMMANDS`, its module imported now (a command of
     typer's own click, whose types typer does not export: hence Any)."""
     module, attribute, _ = COMMANDS[name]
-    target = getattr(importlib.import_module(module), attribute)
+    try:
+        target = getattr(importlib.import_module(module), attribute)
+    except ModuleNotFoundError as exc:
+        extra = extra_of(exc.name or "")
+        if extra is None:
+            raise
+        raise MissingExtra(
+            f"pigeon {name} needs the {extra!r} extra: pip install 'pigeon[{extra}]' "
+            f"(not installed: {exc.name})"
+        ) from exc
     if isinstance(target, typer.Typer):
         command = typer.main.get_command(target)
     else:

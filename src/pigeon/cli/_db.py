@@ -32,6 +32,9 @@ def check_postgres(url: str, param_hint: str = "--db") -> None:
     """One plain connection before any pool is opened (`pigeon.storage.postgres.probe`):
     an unreachable server or a missing database is a usage error within seconds, naming
     libpq's reason, rather than a pool's 30 s of retries naming only the timeout."""
+    from pigeon.extras import require_extra
+
+    require_extra("postgres", "a PostgreSQL database")
     from pigeon.storage.postgres import probe  # the driver loads only for a PostgreSQL URL
 
     try:

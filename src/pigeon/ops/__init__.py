@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pigeon.ops import _extra  # noqa: F401  (first: one line naming the extra)
 from pigeon.ops.queries import overview
 from pigeon.ops.web import dashboard_app
 

@@ -21,13 +21,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pycrdt import Doc, merge_updates
-
-from pigeon.exceptions import InvalidOperation, ValidationError
+from pigeon.exceptions import InvalidOperation, MissingExtra, ValidationError
 from pigeon.protocol.wire import ETAG, quote_etag
 from pigeon.reference import conflicts as cf
 from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+
+try:
+    from pycrdt import Doc, merge_updates
+except ImportError as exc:
+    raise MissingExtra("CRDT documents need the 'crdt' extra: pip install 'pigeon[crdt]'") from exc
 
 
 def encode(update: bytes) -> str:

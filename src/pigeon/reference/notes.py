@@ -40,7 +40,6 @@ from pigeon.reference.conflicts import (
     read_resource,
     resource_json,
 )
-from pigeon.reference.crdt import CrdtCollection
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
 from pigeon.server import access
@@ -374,6 +373,8 @@ def add_settled_collections(
     for name in lww:
         LwwCollection(name, max_skew=max_skew).register(intake)
     for name in crdt:
+        from pigeon.reference.crdt import CrdtCollection  # pycrdt: only when asked for
+
         CrdtCollection(name, max_skew=max_skew).register(intake)
     add_answers(intake, demo_jobs)
 

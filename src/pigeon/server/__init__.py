@@ -13,6 +13,7 @@ Applications that cannot share the intake's transaction wrap themselves in
 from __future__ import annotations
 
 from pigeon.exceptions import ValidationError
+from pigeon.server import _extra  # noqa: F401  (first: one line naming the extra)
 from pigeon.server.app import create_app
 from pigeon.server.auth import BearerAuth
 from pigeon.server.idempotency import IdempotencyPolicy, IdempotencyStore

@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.extras import require_extra
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.crypto import Keyring, cipher_for
 from pigeon.storage.queries import load_queries
@@ -43,6 +44,7 @@ def open_server_db(
     text = os.fspath(url)
     cipher = cipher_for(keyring)
     if text.startswith(("postgresql://", "postgres://")):
+        require_extra("postgres", "a PostgreSQL database")
         from pigeon.storage.postgres import PostgresDatabase  # psycopg only when asked for
 
         return PostgresDatabase(text, queries=server_queries("postgres"), cipher=cipher)
