@@ -8,8 +8,10 @@ never a 404 (SQLite looked the NUL id up and found nothing)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from starlette.applications import Starlette
@@ -148,3 +150,16 @@ def test_ids_of_any_script_still_pass() -> None:
         assert path_problem(path) is None, path
     assert path_problem("/notes/%EF%BF%BD", b"/notes/%EF%BF%BD") is None  # U+FFFD, encoded
     assert path_problem("/notes/\ufffd", b"/notes/%FF") is not None  # the same, decoded from junk
+
+
+def test_the_check_is_linear_in_the_longest_path_a_request_head_can_carry() -> None:
+    """It runs on the event loop for every request: bounded by the 16 KiB head (h11)."""
+    for raw in (
+        "/" + "%FF" * 5400,
+        "/a" + "/%FF" * 5400,
+        "/" + "a/" * 8000,
+        "/" + "%E2%80%AE" * 1800,
+    ):
+        started = time.perf_counter()
+        path_problem(unquote(raw), raw.encode())
+        assert time.perf_counter() - started < 0.1, raw[:20]

@@ -94,17 +94,18 @@ def path_problem(path: str, raw: str | bytes | None = None) -> str | None:
     resource id (``resource_id``: 1 to ``MAX_ID_LENGTH`` printable characters, not ``.``
     or ``..``), and ``raw`` (the path as sent, percent-encoded), when given, must decode
     to UTF-8: ``%FF`` or an encoded surrogate (``%ED%A0%80``) decodes to U+FFFD, which
-    would otherwise pass as printable."""
-    if raw is not None:
-        try:
-            unquote_to_bytes(raw).decode("utf-8")
-        except UnicodeDecodeError:
-            return "the path is not UTF-8 once percent-decoded"
+    would otherwise pass as printable. (Only then is ``raw`` decoded again: a path without
+    U+FFFD came from valid UTF-8.)"""
     for segment in path.split("/"):
         if segment:
             problem = id_problem(segment, "path segment")
             if problem is not None:
                 return problem
+    if raw is not None and "\ufffd" in path:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            return "the path is not UTF-8 once percent-decoded"
     return None
 
 
