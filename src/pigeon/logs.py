@@ -10,11 +10,16 @@ What is never written, whatever the caller logged:
   Authorization header, cookies, tokens, the operator token, passwords, secrets, API keys,
   payloads and bodies; plus the configured names), at any depth of a structured value;
 * the same names as ``name=value`` / ``name: value`` / ``"name": "value"`` inside a message
-  (a query string, a header dump), and ``Bearer``/``Basic`` credentials anywhere;
+  (a query string, a header dump; the listed word within `MAX_NAME_TAIL` characters of the
+  name's end), and ``Bearer``/``Basic`` credentials anywhere;
 * the message of an exception, unless its type is one whose message pigeon writes about
   infrastructure (`SAFE_MESSAGES`: a store, the configuration, the OS). An application's
   exception (a request handler's, a task's, a hook's) may quote the data it failed on, so
   its type and traceback are logged, its message is not.
+
+Every pattern runs in linear time on whatever it is given, and a record's message is cut
+short (`MAX_LOGGED_ARGUMENT`, `MAX_LOGGED_MESSAGE`) before anything reads it: the text is
+often a request's, and it is formatted on the server's event loop.
 
 pigeon's own log calls are written not to need this (they name ids, never payloads or
 tokens: see the log test); this is the net under them, and under the applications and
@@ -68,7 +73,23 @@ SAFE_MESSAGES: tuple[type[BaseException], ...] = (
 _STANDARD = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys() | {"message", "asctime"}
 )
-_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;\"']+")
+# Every pattern here runs on text an outsider controls (a request line, a header), on the
+# event loop: none may backtrack. Each runs on the text lower-cased (`_lower`: a search
+# for literal words then skips ahead in C, where (?i) tried every position), starts at a
+# literal word, and takes what follows with possessive quantifiers (``++``, ``*+``), which
+# never give back what they took: linear. tests/test_hostile_input.py feeds each 1 MiB of
+# hostile text; keep any pattern added here the same.
+_CREDENTIAL = re.compile(r"\b(?:bearer|basic)(\s++[^\s,;\"']++)")
+_SCHEMES = ("bearer", "basic")
+# A name's listed word is at most this many characters from the end of the name
+# (``token`` in ``x-pigeon-operator-token``, ``secret`` in ``client_secret_value``): the
+# bound keeps a run of listed words (``tokentoken...``) from being scanned once per word.
+MAX_NAME_TAIL = 32
+# What a record's message is cut to before anything reads it: each string argument
+# (uvicorn's access line: the request target), then the whole message. A request of
+# megabytes must not be redacted, escaped and written on the event loop.
+MAX_LOGGED_ARGUMENT = 4096
+MAX_LOGGED_MESSAGE = 16384
 # A text line's message keeps to one line: a CR/LF (or another control character) taken
 # from a request would otherwise forge a log line of its own. JSON escapes them anyway.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -93,11 +114,14 @@ class Redactor:
         self.names = redaction_list(names)
         words = "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True))
         # name=value, name: value, "name": "value", 'name'='value'; the name may be part
-        # of a longer one (X-Operator-Token, access_token) as for fields.
+        # of a longer one (X-Operator-Token, access_token) as for fields. A match starts at
+        # the listed word (what precedes it in the name is kept anyway). A quoted value
+        # that never closes is scanned to the end once at most: any later value's opening
+        # quote follows ':', '=' or a space, never a backslash, so that scan stopped at it.
         self._pairs = re.compile(
-            rf"""(?ix)
-            (["']?[\w.-]*(?:{words})[\w.-]*["']?\s*[:=]\s*)
-            ("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&}}\]]+)
+            rf"""(?x)
+            (?:{words})[\w.-]{{0,{MAX_NAME_TAIL}}}+["']?+\s*+[:=]\s*+
+            ("(?:[^"\\]|\\.)*+"|'(?:[^'\\]|\\.)*+'|[^\s,;&}}\]]++)
             """
         )
 
@@ -106,9 +130,16 @@ class Redactor:
         return any(n in lowered for n in self.names)
 
     def text(self, value: str) -> str:
+        """``value`` with ``Bearer``/``Basic`` credentials and listed ``name=value``
+        pairs redacted. Linear in the length of ``value``, whatever it holds."""
         value = redact_urls(value)  # a URL's password (a broker's, a DSN's): pigeon.urls
-        value = _CREDENTIAL.sub(lambda m: f"{m.group(1)} {REDACTED}", value)
-        return self._pairs.sub(lambda m: m.group(1) + REDACTED, value)
+        lowered = _lower(value)
+        if any(scheme in lowered for scheme in _SCHEMES):
+            value = _spliced(value, _CREDENTIAL.finditer(lowered), " " + REDACTED)
+            lowered = _lower(value)
+        if any(name in lowered for name in self.names):
+            value = _spliced(value, self._pairs.finditer(lowered), REDACTED)
+        return value
 
     def value(self, value: Any, depth: int = 0) -> Any:
         """A structured value with every hidden field's value replaced, and text redacted."""
@@ -157,11 +188,18 @@ class Redactor:
         return "".join(parts)
 
     def message(self, record: logging.LogRecord) -> str:
+        """The record's message, its string arguments and then itself cut short
+        (`MAX_LOGGED_ARGUMENT`, `MAX_LOGGED_MESSAGE`) before it is redacted."""
+        args: Any = record.args
+        if isinstance(args, Mapping):  # logging's one-mapping form: "%(name)s"
+            args = {k: bounded(v, MAX_LOGGED_ARGUMENT) for k, v in args.items()}
+        elif args:
+            args = tuple(bounded(v, MAX_LOGGED_ARGUMENT) for v in args)
         try:
-            text = record.getMessage()
+            text = str(record.msg) % args if args else str(record.msg)
         except Exception:  # a bad format string: the template, not a crash in logging
             text = str(record.msg)
-        return self.text(text)
+        return self.text(bounded(text, MAX_LOGGED_MESSAGE))
 
     def fields(self, record: logging.LogRecord) -> dict[str, Any]:
         """The record's ``extra=`` fields, redacted."""
@@ -170,6 +208,35 @@ class Redactor:
             for key, value in vars(record).items()
             if key not in _STANDARD and key not in _DROPPED and not key.startswith("_")
         }
+
+
+def bounded(value: Any, limit: int) -> Any:
+    """A string cut to ``limit`` characters, saying how many were left out; any other
+    value as it is. Cut before redaction: a cut name or value is hidden all the same."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}...[{len(value) - limit} more characters]"
+    return value
+
+
+def _lower(text: str) -> str:
+    """``text`` lower-cased character for character, so that offsets in it are offsets in
+    ``text``: ``str.lower`` makes two characters of one, 'İ' (U+0130, the only one)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.replace("\u0130", "i").lower()
+
+
+def _spliced(text: str, matches: Iterable[re.Match[str]], filler: str) -> str:
+    """``text`` with the span of each match's first group replaced by ``filler``."""
+    parts: list[str] = []
+    done = 0
+    for match in matches:
+        start, end = match.span(1)
+        parts += (text[done:start], filler)
+        done = end
+    if not parts:
+        return text
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 _DEFAULT = Redactor()
@@ -233,20 +300,32 @@ def summary(exc: BaseException) -> str:
 
 
 def failure(
-    logger: logging.Logger, msg: str, *args: object, exc: BaseException, level: int = logging.ERROR
+    logger: logging.Logger,
+    msg: str,
+    *args: object,
+    exc: BaseException,
+    level: int = logging.ERROR,
+    error_id: str | None = None,
 ) -> None:
     """Log that application code (a hook, a callback, a publisher) raised ``exc``: its type
     in the message, its traceback (messages redacted, see `Redactor.exception`) in the
     record's ``exception`` field, and its message nowhere. Not ``exc_info``: a handler
-    with another formatter (the embedding app's, pytest's) would print the message."""
-    logger.log(
-        level,
-        msg + " (%s)",
-        *args,
-        summary(exc),
-        extra={"exception": _DEFAULT.exception(exc)},
-        stacklevel=2,
-    )
+    with another formatter (the embedding app's, pytest's) would print the message.
+    ``error_id``: the id an answer gave the client for this failure, in the message and
+    in an ``error_id`` field, so the one line is found from the answer."""
+    extra: dict[str, object] = {"exception": _DEFAULT.exception(exc)}
+    if error_id is not None:
+        msg += f" [error {error_id}]"
+        extra["error_id"] = error_id
+    logger.log(level, msg + " (%s)", *args, summary(exc), extra=extra, stacklevel=2)
+
+
+def redact_text(text: str | None) -> str | None:
+    """``text`` with what the logs hide hidden (`DEFAULT_REDACT` and ``$PIGEON_LOG_REDACT``
+    as ``name=value`` pairs, ``Bearer``/``Basic`` credentials): for error text that is
+    shown or exported elsewhere (a failed job's error on the page, in the CLI, in the
+    dashboard's JSON and metrics), so that no view shows what the logs leave out."""
+    return None if text is None else _DEFAULT.text(text)
 
 
 def formatter(fmt: LogFormat = "text", redact: Iterable[str] = ()) -> logging.Formatter:

@@ -26,7 +26,7 @@ from pigeon.jobs.job import FailedJob as FailedJob  # its home before job.py
 from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.jobs.store import JobSession, JobStore
 from pigeon.jobs.stores import session_for, store_for
-from pigeon.logs import failure
+from pigeon.logs import failure, redact_text
 from pigeon.storage.base import Database, Tx
 
 Clock = Callable[[], float]
@@ -92,7 +92,11 @@ class AttemptOutcome:
 
 
 def describe(error: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
+    """``error`` as a job's or an outbox row's recorded error: its type and message, cut
+    to 2,000 characters, with what the logs hide hidden (`pigeon.logs.redact_text`): the
+    text is shown on the page, in the CLI, in the dashboard's JSON and the alert hook."""
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()[:2000]
+    return redact_text(text) or ""
 
 
 class JobManager:

@@ -21,6 +21,7 @@ from pigeon.jobs.ledger import ACCEPTED, complete
 from pigeon.jobs.manager import enqueue
 from pigeon.jobs.store import JobSession, JobStore
 from pigeon.jobs.stores import session_for, store_for
+from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
 
 RecordId = str
@@ -97,6 +98,14 @@ def get(db: Database | JobStore, record_id: str, *, principal: str | None = None
         return view(session, record_id, principal=principal)
 
 
+def _shown(detail: Any) -> Any:
+    """An event's detail with its ``error`` (a job's, quoted by an attempt or a failed
+    obligation) redacted as the logs redact it: recorded before errors were."""
+    if isinstance(detail, dict) and isinstance(detail.get("error"), str):
+        return {**detail, "error": redact_text(detail["error"])}
+    return detail
+
+
 def view(tx: Tx | JobSession, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
     """``get`` inside a transaction the caller already holds (e.g. the intake's replay)."""
     session = session_for(tx)
@@ -121,7 +130,7 @@ def view(tx: Tx | JobSession, record_id: str, *, principal: str | None = None) -
             {
                 "state": e["state"],
                 "obligation": e["obligation"],
-                "detail": loads(e["detail"]),
+                "detail": _shown(loads(e["detail"])),
                 "at": e["at"],
             }
             for e in events

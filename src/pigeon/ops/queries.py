@@ -28,7 +28,6 @@ entries and, past that, is the planner's estimate (``EXPLAIN``), named in
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any
 from pigeon.jobs._db import loads, reading
 from pigeon.jobs.app import App
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
+from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.queries import QuerySet
 from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR
@@ -123,12 +123,20 @@ def error_class(error: str | None) -> str:
     text = error.rsplit("; last error: ", 1)[-1]
     text = text.removeprefix("permanent error: ")
     head = text.split(":", 1)[0].strip()
-    if " " in head or not head:  # a sentence, not a type: drop its counts "(3 of 3)"
-        return _COUNTS.sub("", head)[:80] or "-"
-    return head.rsplit(".", 1)[-1]
+    # A sentence, not a type: without its counts "(3 of 3)"; a type: without its module.
+    sentence = " " in head or not head
+    label = (_without_counts(head) if sentence else head.rsplit(".", 1)[-1])[:80]
+    # A label on the page, in the JSON and in the metrics: hidden as the logs hide it.
+    return redact_text(label) or "-"
 
 
-_COUNTS = re.compile(r"\s*\(.*\)\s*$")
+def _without_counts(head: str) -> str:
+    r"""``head`` without a trailing parenthesis (from its first '(' on, if it ends in ')').
+    No pattern: the text is a job's error, and r"\s*\(.*\)\s*$" was quadratic on it."""
+    if not head.endswith(")"):
+        return head
+    start = head.find("(")
+    return head if start < 0 else head[:start].rstrip()
 
 
 def window_bounds(now: float, window: float) -> tuple[float, float]:
@@ -296,7 +304,8 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     opened = r.tx.cipher.open  # errors are sealed at rest when the server has keys
     for job in r.all("failed_rows", {"limit": FAILED_ROWS}):
-        job["last_error"] = opened(job["last_error"], *JOB_ERROR.ad, str(job["id"]))
+        # Redacted as the logs redact (errors recorded by older versions were not).
+        job["last_error"] = redact_text(opened(job["last_error"], *JOB_ERROR.ad, str(job["id"])))
         key = (job["owner"], job["queue"], error_class(job["last_error"]))
         group = groups.get(key)
         if group is None:
@@ -310,26 +319,7 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
             }
         group["count"] += 1
         if history and len(group["jobs"]) < GROUP_JOBS:
-            group["jobs"].append(
-                {
-                    "job_id": job["id"],
-                    "task": job["task"],
-                    "attempts": job["attempts"],
-                    "error": job["last_error"],
-                    "failed_at": job["finished_at"],
-                    "record_id": job["record_id"],
-                    "obligation": job["obligation"],
-                    "history": [
-                        {
-                            **a,
-                            "error": opened(
-                                a["error"], *ATTEMPT_ERROR.ad, str(job["id"]), str(a["attempt"])
-                            ),
-                        }
-                        for a in r.all("attempts_of", {"job_id": job["id"]})
-                    ],
-                }
-            )
+            group["jobs"].append(_failed_job(r, job))
     for (owner, queue), n in counts.items():
         seen = sum(g["count"] for k, g in groups.items() if k[:2] == (owner, queue))
         if n > seen:
@@ -345,6 +335,24 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
         groups.values(), key=lambda g: (-g["count"], g["owner"], g["queue"], g["error_class"])
     )
     return {"total": sum(counts.values()), "groups": ordered}
+
+
+def _failed_job(r: _Reader, job: dict[str, Any]) -> dict[str, Any]:
+    """A failed job of a group, with its attempts, their errors opened and redacted."""
+    attempts = r.all("attempts_of", {"job_id": job["id"]})
+    for a in attempts:
+        ad = (*ATTEMPT_ERROR.ad, str(job["id"]), str(a["attempt"]))
+        a["error"] = redact_text(r.tx.cipher.open(a["error"], *ad))
+    return {
+        "job_id": job["id"],
+        "task": job["task"],
+        "attempts": job["attempts"],
+        "error": job["last_error"],
+        "failed_at": job["finished_at"],
+        "record_id": job["record_id"],
+        "obligation": job["obligation"],
+        "history": attempts,
+    }
 
 
 def _group_key(group: Mapping[str, Any]) -> dict[str, Any]:

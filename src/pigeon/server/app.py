@@ -40,6 +40,7 @@ from pigeon.server.limits import (
     read_buffer,
 )
 from pigeon.server.messages import (
+    Unhandled,
     bad_json,
     bad_request,
     decode_batch,
@@ -112,7 +113,7 @@ def create_app(
         routes=all_routes,
         lifespan=_lifespan(intake, purge_interval),
         exception_handlers={HTTPException: route_problem},
-        middleware=[Middleware(PathCheck)],  # every path's one identifier check
+        middleware=[Middleware(Unhandled), Middleware(PathCheck)],  # an error: an id, always
     )
     # No "/metrics/" -> "/metrics" redirect: it would confirm a route before its rule.
     app.router.redirect_slashes = False

@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from pigeon.clock import HLCTimestamp
 from pigeon.exceptions import ValidationError
-from pigeon.logs import failure
 from pigeon.protocol.wire import canonical_json
 from pigeon.server import testhooks
 from pigeon.server.idempotency import Claim, ClaimDecision, IdempotencyStore, StoredResponse
 from pigeon.server.identifiers import loggable
 from pigeon.server.operations import Failed, IntakeContext, OperationRequest, OperationRoute
 from pigeon.server.replay import ReplayInfo, claim_refusal, hooked_refusal
-from pigeon.server.results import OpResult, lost_claim, normalise, problem_result, stored
+from pigeon.server.results import OpResult, lost_claim, normalise, server_error, stored
 from pigeon.server.validation import invalid
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down
@@ -60,7 +59,8 @@ def run_handler(
                 time.sleep(hooks.delay)  # in progress, its claim held: the test's gap
             status, body, headers = normalise(route.handler(ctx))
             if hooks is not None and hooks.fail:
-                raise RuntimeError(f"{testhooks.FAIL}: failing after the handler wrote")
+                # Quoting the request, as an application's exception may: the 500 must not.
+                raise RuntimeError(f"{testhooks.FAIL}: failed after writing, key {op.key}")
             if hooks is not None and hooks.set_cookie is not None:
                 headers = (*headers, ("set-cookie", hooks.set_cookie))
             result = OpResult(
@@ -93,12 +93,16 @@ def run_handler(
     except Exception as exc:
         if store_down(exc):  # not this operation's fault: the caller answers 503
             raise
-        # The handler is application code: its message may quote the request's data.
-        failure(log, "handler for %s %s failed", op.method, loggable(op.path), exc=exc)
+        result = _handler_failed(op, exc)
         intake.store.release(tx, claim)
-        raise Failed(
-            problem_result(500, "handler-failed", "Internal error", f"{type(exc).__name__}: {exc}")
-        ) from exc
+        raise Failed(result) from exc
+
+
+def _handler_failed(op: OperationRequest, exc: Exception) -> OpResult:
+    """The 500 of a handler that raised: application code, whose message may quote the
+    request's data, so the answer gives an error id and the log the type and traceback."""
+    message, path = "handler for %s %s failed", loggable(op.path)
+    return server_error("handler-failed", "the handler failed", exc, log, message, op.method, path)
 
 
 def _context(

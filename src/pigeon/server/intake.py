@@ -90,6 +90,7 @@ from pigeon.server.results import (
     OpResult,
     lost_claim,
     problem_result,
+    server_error,
     store_unavailable,
 )
 from pigeon.server.validation import RequestCheck, Validator
@@ -335,9 +336,14 @@ class Intake:
         try:
             return self._execute(principal, op)
         except Exception as exc:
-            failure(log, "%s %s failed", op.method, loggable(op.path), exc=exc)
-            return problem_result(
-                500, "intake-failed", "Internal error", f"{type(exc).__name__}: {exc}"
+            return server_error(
+                "intake-failed",
+                "the operation could not be applied",
+                exc,
+                log,
+                "%s %s failed",
+                op.method,
+                loggable(op.path),
             )
 
     def apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:

@@ -8,6 +8,7 @@ No routing and no intake here: ``pigeon.server.app`` puts these around an ``Inta
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -17,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Mount
-from starlette.types import Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pigeon.clock import HLCTimestamp
 from pigeon.protocol import strictjson
@@ -32,14 +33,16 @@ from pigeon.server.identifiers import (
     MAX_PATH_LENGTH,
     InvalidIdentifier,
     header_value,
+    loggable,
     optional_token,
     path_problem,
 )
 from pigeon.server.intake import OperationRequest
 from pigeon.server.limits import DEFAULT_MAX_BODY, read_body
-from pigeon.server.results import OpResult, problem_result
+from pigeon.server.results import OpResult, problem_result, server_error
 from pigeon.server.testhooks import BadTestHook, TestHooks
 
+log = logging.getLogger(__name__)
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
 # A clock stamp is "<15-digit wall>-<10-digit counter>-<node>": room for a node name of
 # MAX_NODE_LENGTH printable characters, which every ledger row and resource row stores.
@@ -336,6 +339,43 @@ def _decode(raw: bytes) -> Any:
         return strictjson.loads(raw)
     except JsonRefused as exc:
         return exc.with_traceback(None)
+
+
+class Unhandled:
+    """ASGI middleware: an exception no route answered (an application's read route, a
+    bug) is answered 500 with problem+json and an error id, logged once with that id, and
+    ends here. Starlette's own answer is plain text without an id, and it raises the
+    exception on to uvicorn, which logs it again, without one."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for an answer: the server ends the connection
+                raise
+            result = server_error(
+                "internal-error",
+                "the request failed",
+                exc,
+                log,
+                "%s %s failed",
+                scope.get("method", "?"),
+                loggable(route_path(scope)),
+            )
+            await render_result(result)(scope, receive, send)
 
 
 async def route_problem(request: Request, exc: Exception) -> Response:

@@ -1,5 +1,6 @@
-"""What one operation answers: an ``OpResult``, the problem+json refusals, and when the
-store is down, the fail-closed 503."""
+"""What one operation answers: an ``OpResult``, the problem+json refusals, when the store
+is down the fail-closed 503, and the 500 of a failure (`server_error`): no 5xx body holds
+an exception's text, each holds an error id that its log line holds too."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import dataclasses
 import json
 import logging
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pigeon.logs import failure
 from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
 from pigeon.server.identifiers import header_value
 from pigeon.server.problems import problem
@@ -55,9 +58,34 @@ def problem_result(status: int, slug: str, title: str, detail: str, **extra: Any
     return OpResult(status, body, (("content-type", PROBLEM_JSON),), transient=status >= 500)
 
 
+def new_error_id() -> str:
+    """An id for one failure, given in the 5xx answer and in its log line."""
+    return secrets.token_hex(8)
+
+
+def server_error(
+    slug: str,
+    what: str,
+    exc: BaseException,
+    logger: logging.Logger,
+    msg: str,
+    *args: object,
+) -> OpResult:
+    """The 500 answering ``exc``: ``what`` failed, in general terms, and an error id, which
+    the log line (``msg``, the exception's type and traceback) carries too. Never the
+    exception's text: a handler's may quote the request, a driver's the data or schema."""
+    error_id = new_error_id()
+    failure(logger, msg, *args, exc=exc, error_id=error_id)
+    detail = f"{what}; the server's log has it under error id {error_id}"
+    return problem_result(500, slug, "Internal error", detail, error_id=error_id)
+
+
 def store_unavailable(exc: BaseException) -> OpResult:
     """Fail closed: without the store there is no dedup, so nothing may run."""
-    log.warning("idempotency store unavailable: %s", exc)
+    error_id = new_error_id()
+    log.warning(
+        "idempotency store unavailable [error %s]: %s", error_id, exc, extra={"error_id": error_id}
+    )
     if contended(exc):  # still a deadlock victim after CONTENTION_RETRIES runs
         detail = (
             "the database aborted the transaction to break a deadlock or serialization "
@@ -65,7 +93,10 @@ def store_unavailable(exc: BaseException) -> OpResult:
         )
     else:
         detail = "the idempotency store cannot be reached; nothing was executed"
-    result = problem_result(503, "store-unavailable", "Service unavailable", detail)
+    detail += f" (error id {error_id})"
+    result = problem_result(
+        503, "store-unavailable", "Service unavailable", detail, error_id=error_id
+    )
     return dataclasses.replace(result, headers=(*result.headers, ("retry-after", "1")))
 
 

@@ -66,11 +66,15 @@ class TestHooks:
             )
         delay_ms = 0
         if delay_text is not None:
-            if not delay_text.strip().isdigit() or int(delay_text) > MAX_DELAY_MS:
+            # ASCII digits, and few: isdigit() passes '²', which int() refuses with a 500.
+            digits = delay_text.strip()
+            if not (digits.isascii() and digits.isdigit() and len(digits) <= 9) or (
+                int(digits) > MAX_DELAY_MS
+            ):
                 raise BadTestHook(
                     f"{DELAY} must be a whole number of milliseconds from 0 to {MAX_DELAY_MS}"
                 )
-            delay_ms = int(delay_text)
+            delay_ms = int(digits)
         if fail_text not in (None, "0", "1"):
             raise BadTestHook(f"{FAIL} must be 0 or 1")
         if cookie is not None and (

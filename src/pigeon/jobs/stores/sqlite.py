@@ -17,6 +17,7 @@ from pigeon.jobs.job import Job, JobId
 from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
 from pigeon.jobs.store import Row
 from pigeon.jobs.wakeup import Wakeup
+from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.sealed import (
     ATTEMPT_ERROR,
@@ -47,7 +48,8 @@ class SqlJobSession:
         cipher = self._tx.cipher
         row["payload"] = cipher.open(row["payload"], *JOB_PAYLOAD.ad, row["task"])
         if "last_error" in row:
-            row["last_error"] = cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
+            error = cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
+            row["last_error"] = redact_text(error)  # recorded before errors were redacted
         return row
 
     def insert_job(self, params: Mapping[str, Any]) -> JobId:
@@ -227,7 +229,7 @@ class SqlJobSession:
         rows = self._tx.fetchall("job_attempts", {"job_id": job_id})
         for row in rows:
             ad = (str(job_id), str(row["attempt"]))
-            row["error"] = self._tx.cipher.open(row["error"], *ATTEMPT_ERROR.ad, *ad)
+            row["error"] = redact_text(self._tx.cipher.open(row["error"], *ATTEMPT_ERROR.ad, *ad))
         return rows
 
     def reviews_of(self, job_id: JobId) -> list[Row]:
@@ -287,9 +289,8 @@ class SqlJobSession:
     def failed_recent(self, limit: int) -> list[Row]:
         rows = self._tx.fetchall("job_failed_recent", {"limit": limit})
         for row in rows:
-            row["last_error"] = self._tx.cipher.open(
-                row["last_error"], *JOB_ERROR.ad, str(row["id"])
-            )
+            error = self._tx.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
+            row["last_error"] = redact_text(error)
         return rows
 
     def service_times(self, queue: str, limit: int) -> list[float]:
