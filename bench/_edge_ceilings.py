@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 from bench._writers import PAYLOAD, Writers, raw_table
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.storage.queries import load_queries

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.faultproxy import FAULT_KINDS, FaultPlan, FaultProxy
 from tests.processes import ServerProcess

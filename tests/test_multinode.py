@@ -26,7 +26,7 @@ import httpx
 import psycopg
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.storage.server import open_server_db

@@ -42,12 +42,12 @@ from pigeon.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from pigeon.clock import HLCTimestamp, HybridLogicalClock
+    from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
+    from pigeon.core.operation import Operation, OpStatus, OpType
+    from pigeon.core.retry import RetryPolicy
     from pigeon.edge.merge import field_merge, notes_merge
-    from pigeon.edge.operation import Operation, OpStatus, OpType
     from pigeon.edge.options import QueueOptions
     from pigeon.edge.queue import OfflineQueue, QueueStats
-    from pigeon.edge.retry import RetryPolicy
     from pigeon.protocol.http import HttpTransport
     from pigeon.protocol.inprocess import InProcessTransport
     from pigeon.protocol.transport import Transport
@@ -63,21 +63,21 @@ _LAZY = {
     "ConflictResolver": "pigeon.sync.resolver",
     "ConnectivityMonitor": "pigeon.sync.connectivity",
     "DeadTail": "pigeon.sync.events",
-    "HLCTimestamp": "pigeon.clock",
+    "HLCTimestamp": "pigeon.core.clock",
     "HttpTransport": "pigeon.protocol.http",
-    "HybridLogicalClock": "pigeon.clock",
+    "HybridLogicalClock": "pigeon.core.clock",
     "InProcessTransport": "pigeon.protocol.inprocess",
     "Keyring": "pigeon.storage.crypto",
     "ManualMonitor": "pigeon.sync.connectivity",
     "OfflineQueue": "pigeon.edge.queue",
-    "OpStatus": "pigeon.edge.operation",
-    "OpType": "pigeon.edge.operation",
-    "Operation": "pigeon.edge.operation",
+    "OpStatus": "pigeon.core.operation",
+    "OpType": "pigeon.core.operation",
+    "Operation": "pigeon.core.operation",
     "Policy": "pigeon.sync.resolver",
     "ProbeMonitor": "pigeon.sync.connectivity",
     "QueueOptions": "pigeon.edge.options",
     "QueueStats": "pigeon.edge.queue",
-    "RetryPolicy": "pigeon.edge.retry",
+    "RetryPolicy": "pigeon.core.retry",
     "Strategy": "pigeon.sync.resolver",
     "SyncCallbacks": "pigeon.sync.events",
     "SyncEngine": "pigeon.sync.engine",

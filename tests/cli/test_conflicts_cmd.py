@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pigeon.cli import app
+from pigeon.core.operation import OpStatus
 from pigeon.edge.conflicts import ConflictStore
-from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 
 runner = CliRunner()

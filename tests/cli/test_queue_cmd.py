@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pigeon.cli import app
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from tests.clocks import FakeClock
 
 

@@ -12,9 +12,9 @@ import random
 import sys
 import threading
 
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from tests import processes

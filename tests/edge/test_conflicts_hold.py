@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pigeon.core.operation import OpStatus
 from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
-from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 
 

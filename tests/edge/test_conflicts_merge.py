@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pigeon.core.operation import Operation
 from pigeon.edge.conflicts import DELETED, local_state
 from pigeon.edge.merge import SEPARATOR, field_merge, notes_merge
-from pigeon.edge.operation import Operation
 from pigeon.exceptions import ConfigurationError, InvalidOperation
 from pigeon.sync.resolver import Policy, Resolution, Strategy, resolution_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from tests import processes
 

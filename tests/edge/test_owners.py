@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge import owners
-from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID

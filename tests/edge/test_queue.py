@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.operation import OpStatus, OpType
+from pigeon.core.operation import OpStatus, OpType
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound, StoreUnavailable
 from tests.clocks import FakeClock
 

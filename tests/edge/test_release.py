@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import APPLICATION_ID
 from pigeon.exceptions import InvalidOperation, InvalidState

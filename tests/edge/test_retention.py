@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.retention import PurgeSchedule

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
 from pigeon.exceptions import ConfigurationError, PermanentError
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.transport import Reply, Transport

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.reference.faultproxy import FaultPlan, FaultProxy
 from pigeon.sync.classify import ReplyOutcome

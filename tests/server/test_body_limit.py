@@ -16,7 +16,7 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.conflicts import BoundedClock, Stamped, corrected, read_outcomes
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pycrdt import Doc, Text
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.crdt import decode, encode
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database

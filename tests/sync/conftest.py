@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.classify import ReplyKind, classify

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pycrdt import Doc, Text
 
+from pigeon.core.operation import OpStatus
 from pigeon.edge.merge import SEPARATOR, notes_merge
-from pigeon.edge.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport

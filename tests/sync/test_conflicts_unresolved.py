@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pigeon.cli import app
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.conflicts import NO_RESOLVER, ConflictStore
-from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport

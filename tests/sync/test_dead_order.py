@@ -30,10 +30,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.events import DeadTail, SyncCallbacks

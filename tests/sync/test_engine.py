@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol import wire
 from pigeon.protocol.http import HttpTransport

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.protocol.transport import Exchange

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.sync.classify import ReplyOutcome

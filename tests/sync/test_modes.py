@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
 from pigeon.edge.queue import OfflineQueue
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
@@ -117,7 +117,7 @@ def test_offline_holds_everything_until_set_online(
 def test_server_outage_releases_without_spending_attempts_and_probe_brings_it_back(
     make_engine: MakeEngine, queue: OfflineQueue, state: WireState, server: LiveServer
 ) -> None:
-    from pigeon.edge.retry import RetryPolicy
+    from pigeon.core.retry import RetryPolicy
     from pigeon.protocol.http import HttpTransport
     from pigeon.sync.connectivity import ProbeMonitor
 
@@ -144,7 +144,7 @@ def test_a_5xx_from_the_health_route_is_a_working_network_not_an_outage(
     # server, or a server with no such route) is the executor's business (transient,
     # backoff, same key). Read as "offline", it stranded the background loop for as long
     # as the health route answered 5xx, although the operation routes worked.
-    from pigeon.edge.retry import RetryPolicy
+    from pigeon.core.retry import RetryPolicy
     from pigeon.protocol.http import HttpTransport
     from pigeon.sync.connectivity import ProbeMonitor
 

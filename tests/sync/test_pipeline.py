@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport

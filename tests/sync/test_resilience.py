@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import NotSent
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport

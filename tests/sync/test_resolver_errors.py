@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport

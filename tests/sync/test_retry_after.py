@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.edge.operation import OpStatus
+from pigeon.core.operation import OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

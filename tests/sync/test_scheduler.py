@@ -10,7 +10,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.sync.connectivity import ConnectivityMonitor, ManualMonitor, ProbeMonitor
 from pigeon.sync.events import CycleReport
 from pigeon.sync.scheduler import Waker, wait_time

@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pigeon.cli._format import console, duration, error, shown, titled_table
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.stats import QueueStats

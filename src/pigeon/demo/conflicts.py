@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 from pycrdt import Doc, Text
 
+from pigeon.core.retry import RetryPolicy
 from pigeon.demo.processes import serve_in_thread
 from pigeon.edge.merge import SEPARATOR, notes_merge
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.protocol.http import HttpTransport
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.server import open_server_db

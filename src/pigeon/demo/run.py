@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
+from pigeon.core.operation import OpStatus
+from pigeon.core.retry import RetryPolicy
 from pigeon.demo.processes import ServerProcess
 from pigeon.demo.session import Edit, expected_state, offline_session
-from pigeon.edge.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
 from pigeon.reference.faultproxy import FaultPlan, FaultProxy

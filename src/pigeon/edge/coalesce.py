@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pigeon.edge.operation import OpType
+from pigeon.core.operation import OpType
 from pigeon.edge.validate import DEFAULT_METHODS, path_segment
 
 _CREATE, _UPDATE, _DELETE = OpType.CREATE.value, OpType.UPDATE.value, OpType.DELETE.value

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.merge import merge_patch
-from pigeon.edge.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.queue_store import Record
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound

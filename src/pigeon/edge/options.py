@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pigeon.checks import is_int
+from pigeon.core.operation import OpType
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge import owners, retention
-from pigeon.edge.operation import OpType
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 
 Durability = Literal["full", "normal"]

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
+from pigeon.core.operation import Operation, OpStatus, OpType
 from pigeon.edge import retention
 from pigeon.edge import validate as v
 from pigeon.edge.commit import CommitBatcher
 from pigeon.edge.ids import uuid4, uuid7
-from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue_store import Built, NewOp, QueueStore
 from pigeon.edge.sqlite import EdgeStore

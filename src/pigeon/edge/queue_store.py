@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pigeon.clock import HLCTimestamp
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.clock import HLCTimestamp
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.stats import QueueStats
 
 Record = Mapping[str, Any]  # one stored row, by column name

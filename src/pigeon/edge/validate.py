@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pigeon.checks import is_finite, is_int_in
-from pigeon.edge.operation import OpStatus, OpType
+from pigeon.core.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
     InvalidOperation,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 
 

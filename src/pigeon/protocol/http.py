@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from pigeon.checks import is_int_in
-from pigeon.edge.operation import Operation, OpType
+from pigeon.core.operation import Operation, OpType
 from pigeon.exceptions import (
     BatchRefused,
     ConfigurationError,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.reference import schema as ref
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Row

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.exceptions import ValidationError
 from pigeon.protocol.wire import canonical_json
 from pigeon.server import testhooks

@@ -52,7 +52,7 @@ from contextvars import Context
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from pigeon.clock import HybridLogicalClock
+from pigeon.core.clock import HybridLogicalClock
 from pigeon.exceptions import ConfigurationError, InvalidOperation
 from pigeon.logs import failure
 from pigeon.server import handler_run, intake_batch

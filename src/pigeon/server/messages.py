@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
 from pigeon.protocol import strictjson
 from pigeon.protocol.strictjson import JsonRefused
 from pigeon.protocol.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.logs import failure
 
 log = logging.getLogger("pigeon.sync")

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any
 
-from pigeon.edge.operation import Operation, OpType
+from pigeon.core.operation import Operation, OpType
 from pigeon.logs import failure
 from pigeon.protocol.transport import Transport
 from pigeon.sync.connectivity import ConnectivityMonitor, ProbeMonitor

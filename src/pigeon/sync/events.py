@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pigeon.edge.operation import Operation
+from pigeon.core.operation import Operation
 from pigeon.logs import failure
 from pigeon.sync.classify import ReplyOutcome
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
-from pigeon.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp
+from pigeon.core.operation import Operation, OpStatus, OpType
+from pigeon.core.retry import RetryPolicy
 from pigeon.edge.conflicts import ConflictStore
-from pigeon.edge.operation import Operation, OpStatus, OpType
 from pigeon.edge.queue import Unsent
-from pigeon.edge.retry import RetryPolicy
 from pigeon.exceptions import InvalidState, NotFound, NotSent
 from pigeon.protocol.transport import Reply, Transport
 from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify

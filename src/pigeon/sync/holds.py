@@ -12,7 +12,7 @@ the next request would only earn another 429 and spend another attempt.
 
 from __future__ import annotations
 
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.sync.events import CycleReport
 from pigeon.sync.executor import Clock
 

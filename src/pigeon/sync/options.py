@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pigeon.checks import is_finite, is_int_in
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 from pigeon.sync.connectivity import DEFAULT_PROBE_BACKOFF
 

@@ -43,9 +43,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.conflicts import DELETED, NO_RESOLVER
 from pigeon.edge.merge import MergeFunction, TieBreak, field_merge
-from pigeon.edge.operation import Operation, OpStatus
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
 from pigeon.sync.classify import ReplyOutcome

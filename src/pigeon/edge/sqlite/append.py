@@ -19,8 +19,8 @@ import functools
 import json
 from collections.abc import Sequence
 
+from pigeon.core.operation import OpStatus
 from pigeon.edge.coalesce import Fold, Step, fold_into
-from pigeon.edge.operation import OpStatus
 from pigeon.edge.queue_store import Built, More, NewOp, from_new
 from pigeon.edge.sqlite.rows import PAYLOAD_AD, to_operation, was_sent
 from pigeon.edge.sqlite.stamps import FileClock

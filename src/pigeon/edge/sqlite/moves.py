@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.queue_store import Delivery, NextAttempt
 from pigeon.edge.sqlite.rows import operations, require, response_text, to_operation, was_sent
 from pigeon.exceptions import InvalidState, NotFound

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.exceptions import InvalidState
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.sqlite import Row

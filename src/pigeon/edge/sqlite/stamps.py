@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.storage.sqlite import SQLiteTx
 
 

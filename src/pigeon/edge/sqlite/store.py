@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pigeon.clock import HLCTimestamp
-from pigeon.edge.operation import Operation, OpStatus
+from pigeon.core.clock import HLCTimestamp
+from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.queue_store import Built, Delivery, More, NewOp, NextAttempt
 from pigeon.edge.sqlite import moves
 from pigeon.edge.sqlite.append import append_one, write

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.edge.retry import RetryPolicy
+from pigeon.core.retry import RetryPolicy
 from pigeon.exceptions import ConfigurationError
 
 policies = st.builds(

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
 
 walls = st.integers(min_value=0, max_value=10**13)
 events = st.lists(
