@@ -25,9 +25,9 @@ from tests.server.conftest import OPERATOR, live_server, operator_token
 
 from bench._report import Row, row
 from bench.jobs_pg_bench import fresh_database
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.queries import overview
 from pigeon.server.app import create_app
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from pigeon.clock import HLCTimestamp
 from starlette.datastructures import QueryParams
 from starlette.requests import HTTPConnection, cookie_parser
 
 from pigeon.cli._format import markup_escaped, shown
-from pigeon.clock import HLCTimestamp
 from pigeon.jobs.manager import describe
 from pigeon.logs import (
     MAX_LOGGED_MESSAGE,

@@ -12,9 +12,9 @@ import pytest
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.ops import actions
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.session import csrf_token
 from pigeon.server.app import create_app
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from tests.ops.scenario import APP, seed

@@ -15,9 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pigeon import OfflineQueue
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.edge_metrics import serve_edge_metrics
 from pigeon.server.app import create_app
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.server import open_server_db
 from tests import processes

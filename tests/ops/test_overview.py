@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from pigeon.cli import app as cli
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.queries import overview
 from pigeon.server.app import create_app
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from pigeon.jobs.failed import show_job
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.queries import overview
 from pigeon.server.app import create_app
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from tests.ops.scenario import APP, figures, seed

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from pigeon.ops import _extra  # noqa: F401  (first: one line naming the extra)
+from pigeon.ops.dashboard import dashboard_app
 from pigeon.ops.queries import overview
-from pigeon.ops.web import dashboard_app
 
 __all__ = ["dashboard_app", "overview"]

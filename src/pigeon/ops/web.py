@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jinja2
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -26,7 +25,6 @@ from pigeon.ops import actions, session
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
 from pigeon.ops.signin_limit import SignInLimit, SignInLimiter, client_key
 from pigeon.server import access
-from pigeon.server.auth import Authenticator
 from pigeon.storage.base import Database
 
 PAGE_PREFIX = "/pigeon"
@@ -321,34 +319,3 @@ def page_routes(
         access.public(html("/login", login_form, "GET")),
         access.public(html("/login", sign_in.handle, "POST")),
     ]
-
-
-def dashboard_app(
-    db: Database,
-    app: App | None = None,
-    *,
-    operator: access.OperatorCheck,
-    authenticate: Authenticator | None = None,
-    metrics: bool = True,
-    sessions: session.SessionPolicy | None = None,
-) -> Starlette:
-    """The page (at ``/``), its JSON (``/v1/dashboard``) and ``/metrics`` as an ASGI app of
-    their own, to mount in any app: ``Mount("/ops", dashboard_app(db, jobs_app,
-    operator=access.OperatorToken(token)))`` serves the page at ``/ops/``. ``operator``
-    decides who is the operator (every route here is the operator's); ``authenticate``
-    names your users, who get 404 like any route that is not there; ``sessions``: how long
-    a browser stays signed in (`page_routes`)."""
-    from pigeon.server.dashboard import dashboard_routes
-
-    routes = page_routes(db, app, prefix="", sessions=sessions)
-    if metrics:
-        routes += dashboard_routes(db, app, page=False, json_path="/v1/dashboard")
-    policy = access.AccessPolicy(authenticate or _nobody, operator=operator)
-    access.bind(routes, policy)
-    starlette = Starlette(routes=routes)
-    starlette.router.redirect_slashes = False
-    return starlette
-
-
-def _nobody(conn: HTTPConnection) -> str | None:
-    return None

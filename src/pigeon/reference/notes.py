@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute, Route
 
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
+from pigeon.ops.dashboard import dashboard_routes
 from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.reference import schema as ref
 from pigeon.reference.answers import add_answers, answers_routes
@@ -46,7 +47,6 @@ from pigeon.server import access
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator
-from pigeon.server.dashboard import dashboard_routes
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.identifiers import id_problem, path_segment, resource_id
 from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext

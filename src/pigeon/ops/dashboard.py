@@ -1,4 +1,4 @@
-"""The 9 a.m. dashboard and the metrics: what was received, what is still owed, who owns
+"""The 9 a.m. dashboard, the metrics and the mountable page app: what was received, what is still owed, who owns
 what failed, and whether each queue keeps its freshness objective.
 
 ``GET /pigeon/v1/dashboard`` answers in JSON, ``GET /metrics`` in Prometheus exposition,
@@ -15,15 +15,19 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from pigeon.jobs.app import App
+from pigeon.ops import session
 from pigeon.ops.metrics import OpsCollector
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
+from pigeon.ops.web import page_routes
 from pigeon.server import access
+from pigeon.server.auth import Authenticator
 from pigeon.storage.base import Database
 
 DASHBOARD_PATH = "/pigeon/v1/dashboard"
@@ -76,7 +80,34 @@ def dashboard_routes(
         access.operator(Route(METRICS_PATH, get_metrics, methods=["GET"], name="pigeon_metrics")),
     ]
     if page:
-        from pigeon.ops.web import page_routes
-
         routes += page_routes(db, app)
     return routes
+
+
+def dashboard_app(
+    db: Database,
+    app: App | None = None,
+    *,
+    operator: access.OperatorCheck,
+    authenticate: Authenticator | None = None,
+    metrics: bool = True,
+    sessions: session.SessionPolicy | None = None,
+) -> Starlette:
+    """The page (at ``/``), its JSON (``/v1/dashboard``) and ``/metrics`` as an ASGI app of
+    their own, to mount in any app: ``Mount("/ops", dashboard_app(db, jobs_app,
+    operator=access.OperatorToken(token)))`` serves the page at ``/ops/``. ``operator``
+    decides who is the operator (every route here is the operator's); ``authenticate``
+    names your users, who get 404 like any route that is not there; ``sessions``: how long
+    a browser stays signed in (`page_routes`)."""
+    routes = page_routes(db, app, prefix="", sessions=sessions)
+    if metrics:
+        routes += dashboard_routes(db, app, page=False, json_path="/v1/dashboard")
+    policy = access.AccessPolicy(authenticate or _nobody, operator=operator)
+    access.bind(routes, policy)
+    starlette = Starlette(routes=routes)
+    starlette.router.redirect_slashes = False
+    return starlette
+
+
+def _nobody(conn: HTTPConnection) -> str | None:
+    return None
