@@ -179,7 +179,7 @@ def test_a_password_in_a_job_error_is_on_no_view(deployed: Deployed, tmp_path: P
         for path in ("/pigeon/", "/pigeon/v1/dashboard", "/metrics")
     }
     env = os.environ | {"PIGEON_KEYS_FILE": str(keys)}
-    cli = subprocess.run(
+    cli = processes.run(
         [*PIGEON, "jobs", "failed", "--db", deployed.db],
         capture_output=True,
         text=True,
