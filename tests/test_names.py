@@ -34,7 +34,7 @@ SHARED_FUNCTIONS: dict[str, str] = {
     "from_url": "each broker publisher's constructor from its URL (pigeon.jobs.publishers."
     "amqp / nats / redis), the one way a publisher is made: one meaning, three brokers",
     "loads": "a JSON document's value, as json.loads: strictjson's refuses what the wire "
-    "protocol forbids (at the trust boundary), jobs._db's lets a NULL column through; "
+    "protocol forbids (at the trust boundary), jobs.rows' lets a NULL column through; "
     "the jobs' one could say so in its name (loads_column), a jobs/ change left to it",
 }
 

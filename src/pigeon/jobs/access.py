@@ -15,7 +15,7 @@ Revocation is by exact principal, compared as the authenticator gives it (no cas
 
 These run in the caller's transaction by design (a revocation is written with the
 application's own change of the account; the re-check reads in the worker's): a storage
-``Tx`` or a jobs session, written and read through the jobs store's session on it.
+``Tx``, written and read through the jobs store's session on it (an ``AccessSession``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from __future__ import annotations
 import time
 
 from pigeon.exceptions import InvalidOperation
-from pigeon.jobs.store import JobSession
+from pigeon.jobs.store import AccessSession
 from pigeon.jobs.stores import session_for
 from pigeon.storage.base import Tx
+
+
+def _session(tx: Tx) -> AccessSession:
+    return session_for(tx)
 
 
 def _principal(value: object) -> str:
@@ -34,20 +38,20 @@ def _principal(value: object) -> str:
     return value
 
 
-def revoke(tx: Tx | JobSession, principal: str, *, reason: str, now: float | None = None) -> None:
+def revoke(tx: Tx, principal: str, *, reason: str, now: float | None = None) -> None:
     """Record that ``principal`` lost access (again: the latest reason and time win)."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidOperation("revoking a principal needs a reason")
     now = time.time() if now is None else now
-    session_for(tx).revoke_principal(_principal(principal), reason, now)
+    _session(tx).revoke_principal(_principal(principal), reason, now)
 
 
-def restore(tx: Tx | JobSession, principal: str) -> None:
+def restore(tx: Tx, principal: str) -> None:
     """Give ``principal`` its access back (jobs already failed stay in the failed store,
     where a reviewed retry runs them)."""
-    session_for(tx).restore_principal(_principal(principal))
+    _session(tx).restore_principal(_principal(principal))
 
 
-def revoked(tx: Tx | JobSession, principal: str) -> str | None:
+def revoked(tx: Tx, principal: str) -> str | None:
     """Why ``principal`` lost access, or None while it has it."""
-    return session_for(tx).principal_revoked(principal)
+    return _session(tx).principal_revoked(principal)

@@ -39,7 +39,7 @@ from pigeon.jobs.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from pigeon.jobs.job import FailedJob, Job
-    from pigeon.jobs.store import JobStore
+    from pigeon.jobs.store import CallbackSession, JobStore
     from pigeon.storage.base import Database, Tx
 
 AlertHook = Callable[["FailedJob"], None]
@@ -125,7 +125,7 @@ class Task:
             f"{', '.join(map(repr, extra))} (its fields: {', '.join(sorted(self.fields))})"
         )
 
-    def before_run(self, db: Database | JobStore, job: Job) -> None:
+    def before_run(self, db: Database | JobStore[CallbackSession], job: Job) -> None:
         """What the worker checks before the work: the payload carries only declared
         fields (a job written by a producer without the app), and the access re-check
         lets it run. Raises PayloadInvalid / AccessRevoked, never retried."""

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pigeon.exceptions import InvalidOperation
-from pigeon.jobs._db import dumps, loads
-from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.rows import dumps, loads
+from pigeon.jobs.store import EffectSession, JobStore
 from pigeon.jobs.stores import session_for, store_for
 from pigeon.storage.base import Database, Tx
 
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 
 def effect(
-    db: Database | JobStore,
+    db: Database | JobStore[EffectSession],
     scope: str,
     key: str,
     mutation: Callable[[Tx], T],
@@ -56,7 +56,7 @@ def _check(scope: str, key: str) -> None:
 
 
 def _claim_and_run(
-    session: JobSession, scope: str, key: str, mutation: Callable[[Tx], T], now: float
+    session: EffectSession, scope: str, key: str, mutation: Callable[[Tx], T], now: float
 ) -> T:
     if not session.claim_effect(scope, key, now):
         stored = session.effect_result(scope, key)
@@ -71,10 +71,11 @@ def _claim_and_run(
 def effect_result(tx: Tx, scope: str, key: str) -> Any:
     """The stored result of the effect (scope, key), read in ``tx`` (opened if sealed);
     None if it has not run (or stored None)."""
-    stored = session_for(tx).effect_result(scope, key)
+    session: EffectSession = session_for(tx)
+    stored = session.effect_result(scope, key)
     return None if stored is None else loads(stored)
 
 
-def applied(db: Database | JobStore, scope: str, key: str) -> bool:
+def applied(db: Database | JobStore[EffectSession], scope: str, key: str) -> bool:
     with store_for(db).transaction() as session:
         return session.effect_result(scope, key) is not None

@@ -12,17 +12,19 @@ from collections.abc import Callable
 from typing import Any
 
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
-from pigeon.jobs._db import loads
 from pigeon.jobs.job import JobId
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.rows import loads
+from pigeon.jobs.store import FailedSession, JobStore
 from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
 
 class FailedStore:
-    def __init__(self, db: Database | JobStore, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, db: Database | JobStore[FailedSession], *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.db = db
-        self.store = store_for(db)
+        self.store: JobStore[FailedSession] = store_for(db)
         self.clock = clock
 
     def list(self, *, queue: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
@@ -67,7 +69,7 @@ class FailedStore:
 
 
 def list_jobs(
-    db: Database | JobStore,
+    db: Database | JobStore[FailedSession],
     *,
     status: str | None = None,
     queue: str | None = None,
@@ -80,7 +82,7 @@ def list_jobs(
     return rows
 
 
-def show_job(db: Database | JobStore, job_id: JobId) -> dict[str, Any]:
+def show_job(db: Database | JobStore[FailedSession], job_id: JobId) -> dict[str, Any]:
     with store_for(db).reading() as session:
         job = session.get_job(job_id)
         if job is None:

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pigeon.jobs import ledger
 from pigeon.jobs.app import App
 from pigeon.jobs.job import FailedJob as FailedJob  # its home before job.py
 from pigeon.jobs.job import Job, JobId, JobSpec
-from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.rows import ATTEMPT
+from pigeon.jobs.store import EnqueueSession, JobStore, LeaseSession
 from pigeon.jobs.stores import session_for, store_for
 from pigeon.logs import failure, redact_text
 from pigeon.storage.base import Database, Tx
@@ -34,7 +34,7 @@ log = logging.getLogger("pigeon.jobs.manager")
 
 
 def enqueue(
-    tx: Tx | JobSession,
+    tx: Tx,
     spec: JobSpec | None = None,
     *,
     queue: str | None = None,
@@ -58,6 +58,21 @@ def enqueue(
     if spec is None:
         spec = JobSpec(queue or "", task or "", payload or {}, **options)
     now = time.time() if now is None else now
+    return write_job(
+        session_for(tx), spec, record_id=record_id, obligation=obligation, now=now, app=app
+    )
+
+
+def write_job(
+    session: EnqueueSession,
+    spec: JobSpec,
+    *,
+    now: float,
+    app: App | None,
+    record_id: str | None = None,
+    obligation: str | None = None,
+) -> JobId:
+    """``enqueue`` in a session the caller holds (a manager's, a schedule's, a record's)."""
     if app is not None:
         app.check_spec(spec.queue, spec.task, spec.payload)
     registered = app.tasks.get(spec.task) if app is not None else None
@@ -78,7 +93,7 @@ def enqueue(
         "obligation": obligation,
         "unique_key": spec.unique_key,
     }
-    return session_for(tx).insert_job(params)
+    return session.insert_job(params)
 
 
 @dataclass(frozen=True)
@@ -105,14 +120,14 @@ class JobManager:
 
     def __init__(
         self,
-        db: Database | JobStore,
+        db: Database | JobStore[LeaseSession],
         app: App | None = None,
         *,
         clock: Clock = time.time,
         rng: random.Random | None = None,
     ) -> None:
         self.db = db
-        self.store = store_for(db)
+        self.store: JobStore[LeaseSession] = store_for(db)
         # Without an app there is nothing to check a job against: enqueue then writes what
         # it is given (a producer that does not import the tasks), with default policies.
         self._checks = app
@@ -122,7 +137,7 @@ class JobManager:
 
     def enqueue(self, spec: JobSpec) -> JobId:
         with self.store.transaction() as session:
-            return enqueue(session, spec, now=self.clock(), app=self._checks)
+            return write_job(session, spec, now=self.clock(), app=self._checks)
 
     def lease_jobs(
         self, queue: str, worker: str, n: int, lease: float, *, start: int | None = None
@@ -218,7 +233,7 @@ class JobManager:
         self._alert(alerts)
         return [results[i] for i in range(len(outcomes))]
 
-    def _record_success(self, session: JobSession, job: Job, now: float) -> None:
+    def _record_success(self, session: LeaseSession, job: Job, now: float) -> None:
         """The ledger side of a success: the attempt event, then the obligation."""
         self._attempt_event(session, job, "succeeded", None, now)
         if job.record_id and job.obligation:
@@ -240,7 +255,7 @@ class JobManager:
         return released
 
     def _finish_failed(
-        self, session: JobSession, outcome: AttemptOutcome, error: BaseException, now: float
+        self, session: LeaseSession, outcome: AttemptOutcome, error: BaseException, now: float
     ) -> tuple[bool, FailedJob | None]:
         job = outcome.job
         message = describe(error)
@@ -290,13 +305,13 @@ class JobManager:
         return None
 
     def _attempt_done(
-        self, session: JobSession, job: Job, outcome: str, error: str | None, now: float
+        self, session: LeaseSession, job: Job, outcome: str, error: str | None, now: float
     ) -> None:
         session.finish_attempt(job, outcome=outcome, error=error, now=now)
         self._attempt_event(session, job, outcome, error, now)
 
     def _attempt_event(
-        self, session: JobSession, job: Job, outcome: str, error: str | None, now: float
+        self, session: LeaseSession, job: Job, outcome: str, error: str | None, now: float
     ) -> None:
         if job.record_id:
             detail: dict[str, Any] = {
@@ -307,11 +322,11 @@ class JobManager:
             }
             if error:
                 detail["error"] = error
-            session.ledger_event(job.record_id, job.obligation, ledger.ATTEMPT, detail, now)
+            session.ledger_event(job.record_id, job.obligation, ATTEMPT, detail, now)
 
     def _fail(
         self,
-        session: JobSession,
+        session: LeaseSession,
         job: Job,
         reason: str,
         now: float,

@@ -16,23 +16,24 @@ import uuid
 from typing import Any
 
 from pigeon.jobs.job import dump_payload
-from pigeon.jobs.store import JobSession
+from pigeon.jobs.store import OutboxSession
 from pigeon.jobs.stores import session_for
 from pigeon.storage.base import Tx
 
 
 def add(
-    tx: Tx | JobSession,
+    tx: Tx,
     topic: str,
     payload: Any,
     *,
     message_id: str | None = None,
     now: float | None = None,
 ) -> str:
-    """Queue ``payload`` for ``topic`` in the caller's transaction (a storage ``Tx``, or a
-    jobs session); returns the message id."""
+    """Queue ``payload`` for ``topic`` in the caller's transaction (a storage ``Tx``);
+    returns the message id."""
     mid = message_id or str(uuid.uuid4())
-    session_for(tx).add_outbox(
+    session: OutboxSession = session_for(tx)
+    session.add_outbox(
         message_id=mid,
         topic=topic,
         payload=dump_payload(payload, f"outbox message for {topic!r}"),

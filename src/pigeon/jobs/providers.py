@@ -15,9 +15,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pigeon.exceptions import PermanentError, RetryableError, UnknownOutcome
-from pigeon.jobs import ledger
-from pigeon.jobs._db import dumps, loads
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.rows import PROVIDER_RESULT, dumps, loads
+from pigeon.jobs.store import JobStore, ProviderSession
 from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
@@ -36,7 +35,7 @@ class Provider(Protocol):
 
 
 def call_provider(
-    db: Database | JobStore,
+    db: Database | JobStore[ProviderSession],
     provider: Provider,
     reference: str,
     request: Any,
@@ -49,7 +48,7 @@ def call_provider(
 
     Raises RetryableError when the outcome is still unknown after a lookup (run the job
     again later: it will reuse the key), PermanentError when the provider refused."""
-    store = store_for(db)
+    store: JobStore[ProviderSession] = store_for(db)
     with store.transaction() as session:
         row = session.provider_call(reference)
         if row is None:
@@ -93,7 +92,7 @@ def call_provider(
 
 
 def _settle(
-    store: JobStore,
+    store: JobStore[ProviderSession],
     reference: str,
     status: str,
     result: Any,
@@ -106,18 +105,14 @@ def _settle(
     with store.transaction() as session:
         session.settle_provider_call(reference, status, dumps(result), now)
         if record_id:
-            ledger.event(
-                session,
-                record_id,
-                obligation,
-                ledger.PROVIDER_RESULT,
-                {"reference": reference, "status": status, "via": via, "result": result},
-                now=now,
-            )
+            detail = {"reference": reference, "status": status, "via": via, "result": result}
+            session.ledger_event(record_id, obligation, PROVIDER_RESULT, detail, now)
     return result
 
 
-def provider_call(db: Database | JobStore, reference: str) -> dict[str, Any] | None:
+def provider_call(
+    db: Database | JobStore[ProviderSession], reference: str
+) -> dict[str, Any] | None:
     with store_for(db).reading() as session:
         row = session.provider_call(reference)
     if row is not None:

@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from pigeon.exceptions import InvalidOperation, NotFound
-from pigeon.jobs._db import loads
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec, dump_payload
-from pigeon.jobs.ledger import ACCEPTED, complete
-from pigeon.jobs.manager import enqueue
-from pigeon.jobs.store import JobSession, JobStore
+from pigeon.jobs.ledger import record_completed
+from pigeon.jobs.manager import write_job
+from pigeon.jobs.rows import ACCEPTED, loads
+from pigeon.jobs.store import JobStore, RecordSession
 from pigeon.jobs.stores import session_for, store_for
 from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
@@ -28,7 +28,7 @@ RecordId = str
 
 
 def accept(
-    tx: Tx | JobSession,
+    tx: Tx,
     *,
     kind: str,
     data: Any,
@@ -54,7 +54,7 @@ def accept(
     promises its own follow-up work."""
     if not kind:
         raise InvalidOperation("a record needs a kind")
-    session = session_for(tx)
+    session: RecordSession = session_for(tx)
     obligations = dict(obligations or {})
     _check_unique_keys(session, obligations)
     now = time.time() if now is None else now
@@ -63,14 +63,14 @@ def accept(
     session.insert_record(record_id=rid, kind=kind, data=data_json, principal=principal, now=now)
     session.ledger_event(rid, None, ACCEPTED, {"pending": sorted(obligations)}, now)
     for name, spec in sorted(obligations.items()):
-        job_id = enqueue(session, spec, record_id=rid, obligation=name, now=now, app=app)
+        job_id = write_job(session, spec, record_id=rid, obligation=name, now=now, app=app)
         session.insert_obligation(rid, name, job_id, now)
     if not obligations:
-        complete(session, rid, now=now)
+        record_completed(session, rid, now)
     return rid
 
 
-def _check_unique_keys(session: JobSession, obligations: Mapping[str, JobSpec]) -> None:
+def _check_unique_keys(session: RecordSession, obligations: Mapping[str, JobSpec]) -> None:
     seen: dict[str, str] = {}
     for name, spec in sorted(obligations.items()):
         key = spec.unique_key
@@ -89,13 +89,16 @@ def _check_unique_keys(session: JobSession, obligations: Mapping[str, JobSpec]) 
             )
 
 
-def get(db: Database | JobStore, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
+def get(
+    db: Database | JobStore[RecordSession], record_id: str, *, principal: str | None = None
+) -> dict[str, Any]:
     """The record as the world may see it: data, status, obligations and every state.
 
     ``principal``: the record must be this principal's, else NotFound, the very error of
     a record that does not exist (a user must not learn that another's exists)."""
-    with store_for(db).reading() as session:
-        return view(session, record_id, principal=principal)
+    store: JobStore[RecordSession] = store_for(db)
+    with store.reading() as session:
+        return _view(session, record_id, principal)
 
 
 def _shown(detail: Any) -> Any:
@@ -106,9 +109,12 @@ def _shown(detail: Any) -> Any:
     return detail
 
 
-def view(tx: Tx | JobSession, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
+def view(tx: Tx, record_id: str, *, principal: str | None = None) -> dict[str, Any]:
     """``get`` inside a transaction the caller already holds (e.g. the intake's replay)."""
-    session = session_for(tx)
+    return _view(session_for(tx), record_id, principal)
+
+
+def _view(session: RecordSession, record_id: str, principal: str | None) -> dict[str, Any]:
     row = session.get_record(record_id)
     if row is None or (principal is not None and row["principal"] != principal):
         raise NotFound(f"no record {record_id!r}")

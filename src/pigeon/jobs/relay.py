@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.store import JobStore, OutboxSession
 from pigeon.jobs.stores import store_for
 from pigeon.logs import failure, summary
 from pigeon.storage.base import Database
@@ -113,7 +113,9 @@ class RelayCounts:
 
 @dataclass
 class Relay:
-    db: Database | JobStore  # the outbox's rows are read and marked through its jobs store
+    db: (
+        Database | JobStore[OutboxSession]
+    )  # the outbox's rows are read and marked through its jobs store
     publisher: Publisher
     batch: int = 100
     retention: float = 86400.0
@@ -126,7 +128,7 @@ class Relay:
         self._die_after = int(die_after) if die_after else None
         self._confirmed_total = 0
         self.last_error: Exception | None = None
-        self.store = store_for(self.db)
+        self.store: JobStore[OutboxSession] = store_for(self.db)
 
     def run_once(self) -> int:
         """Publish one batch of pending rows in order; stops at the first message the

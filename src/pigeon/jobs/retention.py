@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import Schedule
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.store import JobStore, MaintenanceSession
 from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
@@ -30,7 +30,7 @@ DEFAULT_BATCH = 500
 
 
 def purge_finished(
-    db: Database | JobStore,
+    db: Database | JobStore[MaintenanceSession],
     older_than: float,
     *,
     batch: int = DEFAULT_BATCH,
@@ -43,7 +43,7 @@ def purge_finished(
         raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
     if batch < 1:
         raise ConfigurationError(f"purge batch must be >= 1, got {batch}")
-    store = store_for(db)
+    store: JobStore[MaintenanceSession] = store_for(db)
     before = clock() - older_than
     total = 0
     done = 0
@@ -58,7 +58,7 @@ def purge_finished(
 
 
 def purge_ticks(
-    db: Database | JobStore,
+    db: Database | JobStore[MaintenanceSession],
     schedules: Iterable[Schedule],
     older_than: float,
     *,
@@ -71,7 +71,7 @@ def purge_ticks(
     returns how many. Without it the ticks table grows by one row per period forever."""
     if not older_than > 0:
         raise ConfigurationError(f"retention must be > 0 seconds, got {older_than}")
-    store = store_for(db)
+    store: JobStore[MaintenanceSession] = store_for(db)
     now = clock()
     total = 0
     for schedule in schedules:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from pigeon.jobs.app import App, Schedule
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import enqueue
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.manager import write_job
+from pigeon.jobs.store import JobStore, MaintenanceSession
 from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
 
@@ -25,11 +25,15 @@ log = logging.getLogger("pigeon.jobs.schedule")
 
 class Scheduler:
     def __init__(
-        self, app: App, db: Database | JobStore, *, clock: Callable[[], float] = time.time
+        self,
+        app: App,
+        db: Database | JobStore[MaintenanceSession],
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
         self.db = db
-        self.store = store_for(db)
+        self.store: JobStore[MaintenanceSession] = store_for(db)
         self.clock = clock
 
     def tick_once(self) -> list[tuple[str, int]]:
@@ -58,7 +62,7 @@ class Scheduler:
             if not session.take_tick(schedule.name, tick, now):
                 return False
             payload = dict(schedule.payload)
-            job_id = enqueue(
+            job_id = write_job(
                 session,
                 JobSpec(
                     task.queue,

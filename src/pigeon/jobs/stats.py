@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs.app import App, QueueConfig
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.store import JobStore, StatsSession
 from pigeon.jobs.stores import store_for
 from pigeon.logs import failure
 from pigeon.storage.base import Database
@@ -73,7 +73,7 @@ def ready_age(oldest_ready_at: float | None, now: float) -> float | None:
 
 
 def queue_stats(
-    db: Database | JobStore, app: App | None = None, *, now: float | None = None
+    db: Database | JobStore[StatsSession], app: App | None = None, *, now: float | None = None
 ) -> list[JobQueueStats]:
     """One row per queue that has jobs or is declared in ``app``, sorted by name."""
     app = app or App()
@@ -117,7 +117,7 @@ class RelayLag:
         return {"pending": self.pending, "oldest_age": self.oldest_age}
 
 
-def relay_lag(db: Database | JobStore, *, now: float | None = None) -> RelayLag:
+def relay_lag(db: Database | JobStore[StatsSession], *, now: float | None = None) -> RelayLag:
     """The relay's lag, for ``/metrics``, the page and alerts: one indexed read of the
     unpublished outbox rows (a relay that is down, or a broker that refuses, shows as a
     growing age)."""
@@ -137,13 +137,17 @@ def percentiles(samples: Sequence[float], points: Iterable[int] = (50, 90, 99)) 
     return {f"p{p}": float(ordered[max(0, math.ceil(p * n / 100) - 1)]) for p in points}
 
 
-def service_times(db: Database | JobStore, queue: str, *, limit: int = 1000) -> list[float]:
+def service_times(
+    db: Database | JobStore[StatsSession], queue: str, *, limit: int = 1000
+) -> list[float]:
     """Occupied time of the latest successful attempts of ``queue``, in seconds."""
     with store_for(db).reading() as session:
         return session.service_times(queue, limit)
 
 
-def failed_by_owner(db: Database | JobStore, *, recent: int = 5) -> dict[str, dict[str, Any]]:
+def failed_by_owner(
+    db: Database | JobStore[StatsSession], *, recent: int = 5
+) -> dict[str, dict[str, Any]]:
     """Failed jobs awaiting review, by owner: how many per queue and the latest errors."""
     with store_for(db).reading() as session:
         counts = session.failed_counts()
@@ -179,11 +183,15 @@ class FreshnessMonitor:
     """
 
     def __init__(
-        self, app: App, db: Database | JobStore, *, clock: Callable[[], float] = time.time
+        self,
+        app: App,
+        db: Database | JobStore[StatsSession],
+        *,
+        clock: Callable[[], float] = time.time,
     ):
         self.app = app
         self.db = db
-        self.store = store_for(db)
+        self.store: JobStore[StatsSession] = store_for(db)
         self.clock = clock
         self._open: set[str] = set()  # episodes this monitor has seen open
         # Queues observed at least once. An episode may have been opened by a monitor that
@@ -231,7 +239,7 @@ class FreshnessMonitor:
         return fired
 
 
-def open_breaches(db: Database | JobStore) -> list[dict[str, Any]]:
+def open_breaches(db: Database | JobStore[StatsSession]) -> list[dict[str, Any]]:
     """The breach episodes open now (queue, since, age, objective), by queue."""
     with store_for(db).reading() as session:
         return session.breaches()

@@ -1,42 +1,66 @@
-"""The jobs component's store protocol: everything the job manager, the worker, the
-failed store, retention, schedules and wakeups ask of the database.
+"""The jobs component's store, split by role: what each consumer asks of the database.
 
-``JobStore`` opens work on the database (``transaction``, ``reading``) or joins a
-transaction it was handed (``session(tx)``: the intake's open transaction, in which
-``records.accept`` writes its jobs; later an application's own connection). Either way the
-work is done through a ``JobSession``, whose methods are the job component's statements.
-The implementations live in ``pigeon.jobs.stores``: SQLite, PostgreSQL (lock ordering,
-array binds, LISTEN wakeups) and in-memory (the unit tier). The policy code never asks
+A ``JobStore`` opens work on the database (``transaction``, ``reading``); the work is done
+through its session, whose methods are the job component's statements. No consumer sees
+every statement: each declares the role it uses (the job manager a ``LeaseSession``, the
+failed store a ``FailedSession``, ...) and takes a ``JobStore[ThatRole]``. A session class
+of ``pigeon.jobs.stores`` (SQLite, PostgreSQL, in memory) implements every role, so one
+store serves them all; ``tests/unit/jobs/test_roles.py`` keeps each role small and every
+session class complete.
+
+The helpers that run in a transaction the caller opened (``records.accept``, ``outbox.add``,
+``access.*``, ``ledger.*``, ``effects.effect_in``) take that storage ``Tx`` and reach the
+jobs session on it through ``pigeon.jobs.stores.session_for``. The policy code never asks
 which backend it runs on.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pigeon.jobs.job import Job, JobId
 
 if TYPE_CHECKING:
     from pigeon.jobs.wakeup import Wakeup
+    from pigeon.storage.base import Tx
 
 Row = dict[str, Any]
 
 
-class JobSession(Protocol):
-    """The jobs store inside one open transaction (its own, or one it was handed)."""
+class LedgerSession(Protocol):
+    """The obligations ledger (``ledger.py``, and every role that settles obligations)."""
 
-    @property
-    def tx(self) -> Any:
-        """What application callbacks (an access re-check, an effect) receive as their
-        transaction: the storage ``Tx`` on SQL stores."""
+    def ledger_event(
+        self, record_id: str, obligation: str | None, kind: str, detail: Any, now: float
+    ) -> None:
+        """A recorded state of the record; ``detail`` JSON-able, or None."""
         ...
 
-    # -- writing and claiming --------------------------------------------------------
+    def settle_obligation(
+        self, record_id: str, obligation: str, status: str, detail: Any, now: float
+    ) -> None:
+        """Move one obligation to ``status``, with its ledger event; the record completes
+        (and says so in the ledger) when no obligation is left open."""
+        ...
+
+    def complete_record(self, record_id: str, now: float) -> bool:
+        """Mark the record completed; False if it already was."""
+        ...
+
+
+class EnqueueSession(Protocol):
+    """Writing a job (``manager.enqueue`` and whoever enqueues in its transaction)."""
+
     def insert_job(self, params: Mapping[str, Any]) -> JobId:
         """Insert a job; a ``unique_key`` already used returns the existing job's id."""
         ...
+
+
+class LeaseSession(EnqueueSession, LedgerSession, Protocol):
+    """A job's life: claims, starts, leases and finishes (the ``JobManager``)."""
 
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
@@ -82,7 +106,10 @@ class JobSession(Protocol):
 
     def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
 
-    # -- records and the ledger ------------------------------------------------------
+
+class RecordSession(EnqueueSession, LedgerSession, Protocol):
+    """Records and their obligations (``records.accept``, ``get``, ``view``)."""
+
     def insert_record(
         self, *, record_id: str, kind: str, data: str, principal: str | None, now: float
     ) -> None:
@@ -93,24 +120,7 @@ class JobSession(Protocol):
         """A pending obligation of the record, settled by its job."""
         ...
 
-    def complete_record(self, record_id: str, now: float) -> bool:
-        """Mark the record completed; False if it already was."""
-        ...
-
     def job_by_unique_key(self, unique_key: str) -> JobId | None: ...
-
-    def ledger_event(
-        self, record_id: str, obligation: str | None, kind: str, detail: Any, now: float
-    ) -> None:
-        """A recorded state of the record; ``detail`` JSON-able, or None."""
-        ...
-
-    def settle_obligation(
-        self, record_id: str, obligation: str, status: str, detail: Any, now: float
-    ) -> None:
-        """Move one obligation to ``status``, with its ledger event; the record completes
-        (and says so in the ledger) when no obligation is left open."""
-        ...
 
     def get_record(self, record_id: str) -> Row | None:
         """id, kind, data (JSON text, in clear), status, created_at, completed_at,
@@ -125,7 +135,10 @@ class JobSession(Protocol):
         """obligation, state, detail (JSON text in clear, or None), at; oldest first."""
         ...
 
-    # -- the failed store ------------------------------------------------------------
+
+class FailedSession(LedgerSession, Protocol):
+    """The failed store: its reads and its reviewed retries and cancels (``failed.py``)."""
+
     def get_job(self, job_id: JobId) -> Row | None: ...
 
     def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]: ...
@@ -142,7 +155,14 @@ class JobSession(Protocol):
         self, job_id: JobId, *, action: str, reviewer: str, reason: str, now: float
     ) -> None: ...
 
-    # -- retention and schedules ---------------------------------------------------------
+    def notify_ready(self, queue: str) -> None:
+        """A job of ``queue`` became ready other than by insert: wake idle workers."""
+        ...
+
+
+class MaintenanceSession(EnqueueSession, Protocol):
+    """Retention and schedules (``retention.py``, ``schedule.py``)."""
+
     def purge_finished(self, *, before: float, limit: int) -> int: ...
 
     def purge_ticks(self, *, schedule: str, before_tick: int, limit: int) -> int: ...
@@ -151,16 +171,10 @@ class JobSession(Protocol):
 
     def set_tick_job(self, schedule: str, tick: int, job_id: JobId) -> None: ...
 
-    # -- freshness -------------------------------------------------------------------
-    def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool: ...
 
-    def close_breach(self, queue: str) -> None: ...
+class OutboxSession(Protocol):
+    """The outbox: written by ``outbox.add``, read and marked by the ``Relay``."""
 
-    def breaches(self) -> list[Row]:
-        """The open breach episodes (queue, since, age, objective), by queue."""
-        ...
-
-    # -- the outbox and its relay -----------------------------------------------------
     def add_outbox(self, *, message_id: str, topic: str, payload: str, now: float) -> None:
         """An outbox message; ``payload`` its JSON text (the store seals it)."""
         ...
@@ -181,7 +195,21 @@ class JobSession(Protocol):
         bounds the batch); how many went."""
         ...
 
-    # -- effects, provider calls, revoked principals ---------------------------------
+
+class CallbackSession(Protocol):
+    """What hands application callbacks (a task's access re-check, an effect's mutation)
+    their transaction (``App``'s tasks, ``effects.py``)."""
+
+    @property
+    def tx(self) -> Tx:
+        """The storage ``Tx`` this session works in (on the in-memory store, one that runs
+        no SQL, which the jobs helpers still accept)."""
+        ...
+
+
+class EffectSession(CallbackSession, Protocol):
+    """Effect claims and their results (``effects.py``)."""
+
     def claim_effect(self, scope: str, key: str, now: float) -> bool:
         """Claim (scope, key) for an effect; False if it was claimed already."""
         ...
@@ -191,6 +219,10 @@ class JobSession(Protocol):
         ...
 
     def set_effect_result(self, scope: str, key: str, result: str) -> None: ...
+
+
+class ProviderSession(LedgerSession, Protocol):
+    """Provider calls made safe to repeat (``providers.py``)."""
 
     def provider_call(self, reference: str) -> Row | None:
         """reference, provider, idempotency_key, request and result (JSON text in clear,
@@ -207,6 +239,10 @@ class JobSession(Protocol):
         """``status`` succeeded or failed; ``result`` JSON text (the store seals it)."""
         ...
 
+
+class AccessSession(Protocol):
+    """Revoked principals (``access.py``)."""
+
     def revoke_principal(self, principal: str, reason: str, now: float) -> None: ...
 
     def restore_principal(self, principal: str) -> None: ...
@@ -215,11 +251,16 @@ class JobSession(Protocol):
         """Why ``principal`` lost access, or None."""
         ...
 
-    # -- reads: stats, the dashboard, the planner ------------------------------------
+
+class StatsSession(Protocol):
+    """The figures: stats, the dashboard, the planner, freshness (``stats.py``)."""
+
     def queue_counts(self, now: float) -> list[Row]:
         """One row per queue that has jobs, by queue: ready, delayed, reserved, stuck,
         succeeded, failed, cancelled, and ``oldest_ready_at`` (None: nothing ready)."""
         ...
+
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
 
     def failed_counts(self) -> list[Row]:
         """Failed jobs awaiting review per (owner, queue): ``n`` and the ``latest``
@@ -241,23 +282,47 @@ class JobSession(Protocol):
         time (``oldest``, None when none waits)."""
         ...
 
+    def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool: ...
 
-class JobStore(Protocol):
-    """Where jobs live. Every method of the policy code goes through one of these."""
+    def close_breach(self, queue: str) -> None: ...
 
-    def transaction(self) -> AbstractContextManager[JobSession]:
-        """A write transaction of the store's own; commits on leaving, rolls back on error."""
+    def breaches(self) -> list[Row]:
+        """The open breach episodes (queue, since, age, objective), by queue."""
         ...
 
-    def reading(self) -> AbstractContextManager[JobSession]:
+
+# Every role, for the test that keeps them small and the session classes complete.
+ROLES: tuple[type, ...] = (
+    LedgerSession,
+    EnqueueSession,
+    LeaseSession,
+    RecordSession,
+    FailedSession,
+    MaintenanceSession,
+    OutboxSession,
+    CallbackSession,
+    EffectSession,
+    ProviderSession,
+    AccessSession,
+    StatsSession,
+)
+
+S_co = TypeVar("S_co", covariant=True)
+
+
+class JobStore(ABC, Generic[S_co]):
+    """Where jobs live; its sessions serve the role ``S_co``. A consumer takes the store of
+    the role it uses (``JobStore[FailedSession]``); pigeon's stores serve every role."""
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[S_co]:
+        """A write transaction of the store's own; commits on leaving, rolls back on error."""
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[S_co]:
         """A read-only transaction (on SQLite a deferred BEGIN, never queued for the write
         lock)."""
-        ...
 
-    def session(self, tx: Any) -> JobSession:
-        """Work inside a transaction the store does not own (the caller commits it)."""
-        ...
-
+    @abstractmethod
     def wakeup(self, queues: Iterable[str]) -> Wakeup:
         """How idle workers of ``queues`` are woken: LISTEN/NOTIFY or polling."""
-        ...

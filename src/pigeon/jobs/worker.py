@@ -66,8 +66,7 @@ from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
-from pigeon.jobs.store import JobStore
-from pigeon.jobs.stores import store_for
+from pigeon.jobs.stores import BuiltinStore, store_for
 from pigeon.logs import summary
 from pigeon.storage.base import Database
 
@@ -82,7 +81,7 @@ class Worker(Heartbeat):
     def __init__(
         self,
         app: App,
-        db: Database | JobStore,
+        db: Database | BuiltinStore,
         queues: Mapping[str, int | Budget],
         options: WorkerOptions | None = None,
         *,
@@ -96,7 +95,7 @@ class Worker(Heartbeat):
         self.options = options = options or WorkerOptions()
         self.app = app
         self.db = db
-        self.store = store_for(db)
+        self.store: BuiltinStore = store_for(db)
         # This process's share of each queue's budget: a bare number is a maximum, with
         # the queue's minimum (capped by it) as the floor; a maximum above the queue's
         # max_workers is refused (ConfigurationError), as the supervisor refuses it. The

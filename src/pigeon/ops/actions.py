@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
-from pigeon.jobs._db import dumps, reading
+from pigeon.jobs._db import reading
 from pigeon.jobs.failed import FailedStore
+from pigeon.jobs.rows import dumps
 from pigeon.ops.queries import OPS, error_class
 from pigeon.storage.base import Database
 from pigeon.storage.sealed import JOB_ERROR

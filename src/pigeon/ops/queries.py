@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pigeon.jobs._db import loads, reading
+from pigeon.jobs._db import reading
 from pigeon.jobs.app import App
+from pigeon.jobs.rows import loads
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
 from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pigeon.jobs.store import JobStore
-from pigeon.jobs.stores import store_for
+from pigeon.jobs.stores import BuiltinStore, store_for
 from pigeon.jobs.stores.memory import MemoryJobStore
 from pigeon.storage.server import open_server_db
 
@@ -17,7 +16,7 @@ STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgre
 
 
 @pytest.fixture(params=STORES)
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuiltinStore]:
     """A jobs store: in memory, or on a fresh SQLite / PostgreSQL server database."""
     if request.param == "memory":
         yield MemoryJobStore()

@@ -16,14 +16,14 @@ from pigeon.jobs.job import FailedJob, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.jobs.retention import purge_finished
 from pigeon.jobs.schedule import Scheduler
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import BuiltinStore
 from pigeon.jobs.stores.memory import MemoryJobStore
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 
 
 def make(
-    store: Database | JobStore, clock: FakeClock, **app_options: object
+    store: Database | BuiltinStore, clock: FakeClock, **app_options: object
 ) -> tuple[App, JobManager]:
     """An app with queue "q" (backoff 1 s doubling to 8 s, owner team-q) and its task "t",
     and a manager on ``store`` with a seeded jitter."""
@@ -33,7 +33,9 @@ def make(
     return app, JobManager(store, app, clock=clock, rng=random.Random(7))
 
 
-def test_claim_leases_and_finish_is_compare_and_set(any_store: JobStore, clock: FakeClock) -> None:
+def test_claim_leases_and_finish_is_compare_and_set(
+    any_store: BuiltinStore, clock: FakeClock
+) -> None:
     _, m = make(any_store, clock)
     job_id = m.enqueue(JobSpec("q", "t", {"n": 1}))
     (job,) = m.lease_jobs("q", "w1", 10, lease=5)
@@ -52,7 +54,7 @@ def test_claim_leases_and_finish_is_compare_and_set(any_store: JobStore, clock: 
     ]
 
 
-def test_claims_come_in_due_order_and_respect_n(any_store: JobStore, clock: FakeClock) -> None:
+def test_claims_come_in_due_order_and_respect_n(any_store: BuiltinStore, clock: FakeClock) -> None:
     # A batch runs in the order the claim returns it. PostgreSQL sorts by (scheduled_at,
     # id); SQLite's UPDATE ... RETURNING promises no order (in practice by id), so a job due
     # earlier but enqueued later ("second", due before "late") ran after an older one.
@@ -66,7 +68,7 @@ def test_claims_come_in_due_order_and_respect_n(any_store: JobStore, clock: Fake
     assert m.pressure("q", 10) == (0, None)
 
 
-def test_renew_keeps_the_lease(any_store: JobStore, clock: FakeClock) -> None:
+def test_renew_keeps_the_lease(any_store: BuiltinStore, clock: FakeClock) -> None:
     _, m = make(any_store, clock)
     m.enqueue(JobSpec("q", "t"))
     (job,) = m.lease_jobs("q", "w1", 1, lease=5)
@@ -81,7 +83,7 @@ def test_renew_keeps_the_lease(any_store: JobStore, clock: FakeClock) -> None:
 
 
 def test_retry_with_backoff_then_failed_store_with_owner_and_review(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     alerts: list[FailedJob] = []
     _, m = make(any_store, clock, alert=alerts.append)
@@ -114,7 +116,7 @@ def test_retry_with_backoff_then_failed_store_with_owner_and_review(
     assert [r["action"] for r in show_job(any_store, job_id)["reviews"]] == ["retry", "cancel"]
 
 
-def test_backoff_is_full_jitter_within_ceiling(any_store: JobStore, clock: FakeClock) -> None:
+def test_backoff_is_full_jitter_within_ceiling(any_store: BuiltinStore, clock: FakeClock) -> None:
     _, m = make(any_store, clock)
     m.enqueue(JobSpec("q", "t", max_attempts=10))
     for attempt in range(1, 6):  # the ceiling doubles from 1 s up to the cap, 8 s
@@ -126,7 +128,7 @@ def test_backoff_is_full_jitter_within_ceiling(any_store: JobStore, clock: FakeC
         clock.advance(8.01)  # beyond the cap: always ready again
 
 
-def test_permanent_errors_fail_at_once(any_store: JobStore, clock: FakeClock) -> None:
+def test_permanent_errors_fail_at_once(any_store: BuiltinStore, clock: FakeClock) -> None:
     # PermanentError is permanent by default (App(permanent=...)), KeyError by the task's own.
     app, m = make(any_store, clock)
     app.task(lambda: None, queue="q", name="p", permanent=(KeyError,))
@@ -143,7 +145,7 @@ def test_permanent_errors_fail_at_once(any_store: JobStore, clock: FakeClock) ->
     assert "permanent error" in show_job(any_store, b)["last_error"]
 
 
-def test_total_age_limit(any_store: JobStore, clock: FakeClock) -> None:
+def test_total_age_limit(any_store: BuiltinStore, clock: FakeClock) -> None:
     _, m = make(any_store, clock)
     job_id = m.enqueue(JobSpec("q", "t", max_attempts=100, max_age=60))
     (job,) = m.lease_jobs("q", "w", 1, lease=5)
@@ -153,7 +155,7 @@ def test_total_age_limit(any_store: JobStore, clock: FakeClock) -> None:
 
 
 def test_a_lease_lost_on_the_last_attempt_fails_at_the_claim(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     alerts: list[FailedJob] = []
     _, m = make(any_store, clock, alert=alerts.append)
@@ -167,7 +169,7 @@ def test_a_lease_lost_on_the_last_attempt_fails_at_the_claim(
 
 
 def test_release_refunds_the_attempt_and_announces_the_queue(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     _, m = make(any_store, clock)
     m.enqueue(JobSpec("q", "t", max_attempts=1))
@@ -181,7 +183,7 @@ def test_release_refunds_the_attempt_and_announces_the_queue(
 
 
 def test_scoped_payload_fields_are_refused_at_enqueue(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     app, m = make(any_store, clock)
     app.task(lambda answer_id: None, queue="q", name="grade", fields=("answer_id",))
@@ -190,19 +192,21 @@ def test_scoped_payload_fields_are_refused_at_enqueue(
     assert list_jobs(any_store) == []  # nothing written
 
 
-def test_a_transaction_that_raises_leaves_nothing(any_store: JobStore, clock: FakeClock) -> None:
+def test_a_transaction_that_raises_leaves_nothing(
+    any_store: BuiltinStore, clock: FakeClock
+) -> None:
     _, m = make(any_store, clock)
     with pytest.raises(RuntimeError), any_store.transaction() as session:
-        enqueue(session, JobSpec("q", "t"), now=clock())
+        enqueue(session.tx, JobSpec("q", "t"), now=clock())
         raise RuntimeError("roll back")
     assert list_jobs(any_store) == [] and m.lease_jobs("q", "w", 1, lease=5) == []
 
 
-def test_unique_keys_schedules_and_retention(any_store: JobStore, clock: FakeClock) -> None:
+def test_unique_keys_schedules_and_retention(any_store: BuiltinStore, clock: FakeClock) -> None:
     app, m = make(any_store, clock)
     with any_store.transaction() as session:  # the second insert sees the first, uncommitted
-        a = enqueue(session, queue="q", task="t", unique_key="k", now=clock())
-        assert enqueue(session, queue="q", task="t", unique_key="k", now=clock()) == a
+        a = enqueue(session.tx, queue="q", task="t", unique_key="k", now=clock())
+        assert enqueue(session.tx, queue="q", task="t", unique_key="k", now=clock()) == a
     assert m.enqueue(JobSpec("q", "t", unique_key="k")) == a  # and a later transaction does
     assert len(list_jobs(any_store)) == 1
     app.periodic(every=60, task="t", name="tick")

@@ -26,7 +26,7 @@ from pigeon.jobs.stats import (
     relay_lag,
     service_times,
 )
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import BuiltinStore
 from tests.clocks import FakeClock
 
 
@@ -40,7 +40,7 @@ def _app(**options: object) -> App:
 
 
 def test_queue_stats_service_times_and_failed_by_owner(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     app = _app()
     m = JobManager(any_store, app, clock=clock, rng=random.Random(1))
@@ -79,7 +79,7 @@ def test_queue_stats_service_times_and_failed_by_owner(
 
 
 def test_the_breach_episode_opens_once_and_closes_when_fresh(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     alerts: list[tuple[str, float, float]] = []
     app = App(on_freshness_breach=lambda q, age, objective: alerts.append((q, age, objective)))
@@ -101,7 +101,7 @@ def test_the_breach_episode_opens_once_and_closes_when_fresh(
     assert alerts == [("q", 15.0, 10.0)]
 
 
-def test_failed_store_reads_and_reviews(any_store: JobStore, clock: FakeClock) -> None:
+def test_failed_store_reads_and_reviews(any_store: BuiltinStore, clock: FakeClock) -> None:
     app = _app()
     m = JobManager(any_store, app, clock=clock)
     job_id = m.enqueue(JobSpec("grading", "old", {"n": 1}, max_attempts=1))
@@ -123,11 +123,11 @@ def test_failed_store_reads_and_reviews(any_store: JobStore, clock: FakeClock) -
         failed.show(job_id + 1000)
 
 
-def test_records_accept_and_get(any_store: JobStore, clock: FakeClock) -> None:
+def test_records_accept_and_get(any_store: BuiltinStore, clock: FakeClock) -> None:
     app = _app()
     with any_store.transaction() as session:
         rid = records.accept(
-            session,
+            session.tx,
             kind="answer",
             data={"text": "42"},
             obligations={"grading": JobSpec("grading", "old")},
@@ -136,7 +136,7 @@ def test_records_accept_and_get(any_store: JobStore, clock: FakeClock) -> None:
             principal="ada",
         )
         with pytest.raises(InvalidOperation, match="a record needs a kind"):
-            records.accept(session, kind="", data={})
+            records.accept(session.tx, kind="", data={})
     view = records.get(any_store, rid, principal="ada")
     assert (view["data"], view["status"], view["pending"]) == (
         {"text": "42"},
@@ -161,11 +161,11 @@ def test_records_accept_and_get(any_store: JobStore, clock: FakeClock) -> None:
     ]
 
 
-def test_the_outbox_lag_and_the_relay(any_store: JobStore, clock: FakeClock) -> None:
+def test_the_outbox_lag_and_the_relay(any_store: BuiltinStore, clock: FakeClock) -> None:
     assert relay_lag(any_store, now=clock()) == RelayLag(0, None)
     with any_store.transaction() as session:
         for n in range(3):
-            outbox.add(session, "grades", {"n": n}, message_id=f"m{n}", now=clock())
+            outbox.add(session.tx, "grades", {"n": n}, message_id=f"m{n}", now=clock())
     clock.advance(12)
     assert relay_lag(any_store, now=clock()) == RelayLag(3, 12.0)
     sent: list[Message] = []

@@ -1,6 +1,7 @@
 """The jobs component's seam to the database: only the store implementations
 (``pigeon/jobs/stores/``) know which backend they run on, and only they run statements on
-a storage transaction; everything else in ``pigeon.jobs`` goes through a ``JobSession``."""
+a storage transaction; everything else in ``pigeon.jobs`` goes through a session, by the
+role it uses (``pigeon.jobs.store``)."""
 
 from __future__ import annotations
 

@@ -15,11 +15,11 @@ from pigeon.jobs.effects import applied, effect, effect_result
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.providers import call_provider, provider_call
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores import BuiltinStore
 from tests.clocks import FakeClock
 
 
-def test_an_effect_runs_once_and_a_failed_one_leaves_no_claim(any_store: JobStore) -> None:
+def test_an_effect_runs_once_and_a_failed_one_leaves_no_claim(any_store: BuiltinStore) -> None:
     calls: list[int] = []
 
     def mutation(tx: object) -> dict[str, int]:
@@ -69,9 +69,13 @@ class Refusing(Bank):
         raise PermanentError("card declined")
 
 
-def test_a_provider_call_is_reconciled_and_recorded(any_store: JobStore, clock: FakeClock) -> None:
+def test_a_provider_call_is_reconciled_and_recorded(
+    any_store: BuiltinStore, clock: FakeClock
+) -> None:
     with any_store.transaction() as session:
-        rid = records.accept(session, kind="order", data={}, obligations={"pay": JobSpec("p", "t")})
+        rid = records.accept(
+            session.tx, kind="order", data={}, obligations={"pay": JobSpec("p", "t")}
+        )
     bank = Bank()
     result = call_provider(any_store, bank, "order:1", {"amount": 5}, record_id=rid, clock=clock)
     assert result == {"charge": next(iter(bank.charges))} and len(bank.charges) == 1
@@ -94,7 +98,7 @@ def test_a_provider_call_is_reconciled_and_recorded(any_store: JobStore, clock: 
 
 
 def test_the_access_re_check_reads_the_revoked_principals(
-    any_store: JobStore, clock: FakeClock
+    any_store: BuiltinStore, clock: FakeClock
 ) -> None:
     app = App()
     app.queue("q")
@@ -106,14 +110,14 @@ def test_the_access_re_check_reads_the_revoked_principals(
     m = JobManager(any_store, app, clock=clock)
     m.enqueue(JobSpec("q", "t", {"principal": "eve"}))
     with any_store.transaction() as session:
-        access.revoke(session, "eve", reason="account closed", now=clock())
+        access.revoke(session.tx, "eve", reason="account closed", now=clock())
         with pytest.raises(InvalidOperation, match="needs a reason"):
-            access.revoke(session, "eve", reason=" ")
+            access.revoke(session.tx, "eve", reason=" ")
     (job,) = m.lease_jobs("q", "w", 1, lease=60)
     with pytest.raises(AccessRevoked, match="account closed"):
         app.tasks["t"].before_run(any_store, job)
     with any_store.transaction() as session:
-        access.restore(session, "eve")
-        assert access.revoked(session, "eve") is None
+        access.restore(session.tx, "eve")
+        assert access.revoked(session.tx, "eve") is None
     app.tasks["t"].before_run(any_store, job)  # allowed again
     assert m.finish([AttemptOutcome(job)]) == [True]

@@ -14,26 +14,76 @@ import copy
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from pigeon.exceptions import InvalidOperation
-from pigeon.jobs._db import dumps
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
-from pigeon.jobs.store import Row
+from pigeon.jobs.rows import COMPLETED, SETTLED_STATE, dumps
+from pigeon.jobs.store import JobStore, Row
 from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Tables, TableStatements
 from pigeon.jobs.wakeup import Wakeup
+from pigeon.storage.base import Tx
+from pigeon.storage.crypto import PLAIN
+
+
+class MemoryJobTx:
+    """The transaction a memory session hands application callbacks (an access re-check,
+    an effect's mutation) and the jobs helpers (``access.revoked(tx, ...)``): a storage
+    ``Tx`` that runs no SQL. Its savepoint restores the tables on error."""
+
+    backend = "memory"
+    cipher = PLAIN
+
+    def __init__(self, session: MemoryJobSession) -> None:
+        self.session = session
+
+    def _no_sql(self, name: str) -> NoReturn:
+        raise InvalidOperation(f"the in-memory jobs store runs no SQL ({name!r})")
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._no_sql(name)
+
+    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        return self._no_sql(name)
+
+    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return self._no_sql(name)
+
+    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+        self._no_sql(name)
+
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._no_sql(statement)
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        store = self.session.store
+        saved = copy.deepcopy(store.tables)
+        try:
+            yield
+        except BaseException:
+            store.tables = saved
+            raise
+
+
+def memory_session(tx: Tx) -> MemoryJobSession:
+    """The memory session of a ``MemoryJobTx`` (``session_for``'s entry for "memory")."""
+    if not isinstance(tx, MemoryJobTx):
+        raise TypeError(f"the in-memory jobs store cannot join a {type(tx).__name__}")
+    return tx.session
 
 
 class MemoryJobSession(TableStatements):
-    """The jobs statements on the in-memory tables; the caller holds the store's lock."""
+    """The jobs statements on the in-memory tables; the caller holds the store's lock.
+    Every role of ``pigeon.jobs.store``."""
 
     def __init__(self, store: MemoryJobStore) -> None:
         self.store = store
+        self._tx = MemoryJobTx(self)
 
     @property
-    def tx(self) -> MemoryJobSession:
-        return self
+    def tx(self) -> Tx:
+        return self._tx
 
     @property
     def _t(self) -> Tables:
@@ -345,7 +395,7 @@ class MemoryJobSession(TableStatements):
         return [dict(self._t.breaches[q]) for q in sorted(self._t.breaches)]
 
 
-class MemoryJobStore:
+class MemoryJobStore(JobStore[MemoryJobSession]):
     """Jobs in this process's memory; lost when it ends. Thread-safe (one writer)."""
 
     def __init__(self) -> None:
@@ -364,11 +414,6 @@ class MemoryJobStore:
                 raise
 
     reading = transaction
-
-    def session(self, tx: Any) -> MemoryJobSession:
-        if isinstance(tx, MemoryJobSession):
-            return tx
-        raise TypeError(f"the in-memory jobs store cannot join a {type(tx).__name__}")
 
     def wakeup(self, queues: Iterable[str]) -> Wakeup:
         return Wakeup(queues)

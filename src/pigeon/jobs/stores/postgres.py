@@ -17,7 +17,7 @@ from psycopg import sql
 
 from pigeon.exceptions import StoreError
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.store import Row
+from pigeon.jobs.store import JobStore, Row
 from pigeon.jobs.stores.sqlite import SqlJobSession
 from pigeon.jobs.wakeup import Wakeup, channel
 from pigeon.logs import summary
@@ -86,7 +86,7 @@ class PostgresJobSession(SqlJobSession):
         return len(self.tx.fetchall("job_purge_finished", params))
 
 
-class PostgresJobStore:
+class PostgresJobStore(JobStore[PostgresJobSession]):
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -96,9 +96,6 @@ class PostgresJobStore:
             yield PostgresJobSession(tx)
 
     reading = transaction
-
-    def session(self, tx: Any) -> PostgresJobSession:
-        return PostgresJobSession(tx)
 
     def wakeup(self, queues: Iterable[str]) -> Wakeup:
         if isinstance(self.db, PostgresDatabase):

@@ -12,10 +12,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pigeon.jobs._db import dumps, rowcount
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.ledger import COMPLETED, SETTLED_STATE
-from pigeon.jobs.store import Row
+from pigeon.jobs.rows import COMPLETED, SETTLED_STATE, dumps
+from pigeon.jobs.store import JobStore, Row
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
@@ -33,8 +32,14 @@ from pigeon.storage.sealed import (
 from pigeon.storage.sqlite import SQLiteDatabase
 
 
+def rowcount(cursor: Any) -> int:
+    """How many rows a statement touched (a driver's cursor; 0 if it cannot say)."""
+    return int(getattr(cursor, "rowcount", 0) or 0)
+
+
 class SqlJobSession:
-    """The jobs statements on an open storage ``Tx`` (owned by the store or handed to it)."""
+    """The jobs statements on an open storage ``Tx`` (owned by the store or handed to it);
+    every role of ``pigeon.jobs.store``."""
 
     def __init__(self, tx: Tx) -> None:
         self._tx = tx
@@ -376,7 +381,7 @@ class SqlJobSession:
         return row if row is not None else {"pending": 0, "oldest": None}
 
 
-class SqliteJobStore:
+class SqliteJobStore(JobStore[SqlJobSession]):
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -394,9 +399,6 @@ class SqliteJobStore:
         else:
             with db.transaction() as tx:
                 yield SqlJobSession(tx)
-
-    def session(self, tx: Any) -> SqlJobSession:
-        return SqlJobSession(tx)
 
     def wakeup(self, queues: Iterable[str]) -> Wakeup:
         return Wakeup(queues)
