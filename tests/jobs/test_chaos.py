@@ -45,6 +45,9 @@ def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
     )
     rng = random.Random(2024)
     sup.start()
+    # The first children take their time to import and claim on a loaded machine (over the
+    # 5 s a round waits): the rounds start once one of them works, so each kill can land.
+    assert _wait_for_lease(db, timeout=60), "no worker leased a job within 60 s"
     kills = mid_work = 0
     started = time.monotonic()
     try:
