@@ -1,5 +1,5 @@
-"""The 9 a.m. dashboard, the metrics and the mountable page app: what was received, what is still owed, who owns
-what failed, and whether each queue keeps its freshness objective.
+"""The 9 a.m. dashboard, the metrics and the mountable page app: what was received, what
+is still owed, who owns what failed, and whether each queue keeps its freshness objective.
 
 ``GET /pigeon/v1/dashboard`` answers in JSON, ``GET /metrics`` in Prometheus exposition,
 ``GET /pigeon/`` with the operations page (`pigeon.ops.web`); all three, and ``pigeon jobs

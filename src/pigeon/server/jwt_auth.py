@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from starlette.requests import HTTPConnection
 
+from pigeon.checks import is_number
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.server.auth import bearer_token
 
@@ -253,9 +254,7 @@ class JwtAuth:
         for name in NUMERIC_DATES:
             value = claims.get(name)
             if name in claims and (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 <= value <= MAX_NUMERIC_DATE  # nan fails too
+                not is_number(value) or not 0 <= value <= MAX_NUMERIC_DATE  # nan fails too
             ):
                 raise _refused(
                     f"the token's {name!r} claim is not a number of seconds from 1970 to 9999"
