@@ -118,10 +118,12 @@ class Redactor:
         # the listed word (what precedes it in the name is kept anyway). A quoted value
         # that never closes is scanned to the end once at most: any later value's opening
         # quote follows ':', '=' or a space, never a backslash, so that scan stopped at it.
+        # A value already hidden is taken whole: text redacted twice (a job's error, when
+        # it is recorded and when it is shown) reads as once, not "[redacted]]".
         self._pairs = re.compile(
             rf"""(?x)
             (?:{words})[\w.-]{{0,{MAX_NAME_TAIL}}}+["']?+\s*+[:=]\s*+
-            ("(?:[^"\\]|\\.)*+"|'(?:[^'\\]|\\.)*+'|[^\s,;&}}\]]++)
+            ({re.escape(REDACTED)}|"(?:[^"\\]|\\.)*+"|'(?:[^'\\]|\\.)*+'|[^\s,;&}}\]]++)
             """
         )
 

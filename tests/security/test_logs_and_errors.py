@@ -3,7 +3,9 @@
 1. Request lines built to make the log redactor backtrack (``GET /notes?`` and 16,000
    characters: the redactor then held the event loop for minutes) arrive from several
    clients at once, without credentials, while the health probe is asked: it answers
-   within 100 ms each time, and the access lines are written, cut short.
+   within 100 ms (19 times in 20, and never over a second: a loaded machine may not
+   schedule the server for a moment; the redactor held the loop for seconds to minutes),
+   and the access lines are written, cut short.
 2. A handler that fails with the request's data in its exception's message (the
    ``--test-hooks`` fail switch quotes the Idempotency-Key, here a canary) answers 500
    with an error id and without the message; the log line has the id.
@@ -88,7 +90,8 @@ def test_the_health_probe_answers_while_hostile_request_lines_arrive(
         processes.stop(flood)
     arrived = deployed.log.read_text().count("GET /notes?")
     assert arrived >= 2 * len(SHAPES), arrived  # they did arrive meanwhile, every shape
-    assert max(waits) < 0.1, sorted(waits)[-5:]
+    waits.sort()
+    assert waits[int(0.95 * len(waits))] < 0.1 and waits[-1] < 1.0, waits[-5:]
     assert "more characters]" in deployed.log.read_text()  # logged, and cut short
 
 
@@ -130,7 +133,9 @@ def test_a_failing_handler_answers_an_error_id_and_not_its_message(with_hooks: D
 
 
 def passwords() -> tuple[str, str]:
-    return "hunter2-" + uuid.uuid4().hex, "hunter3-" + uuid.uuid4().hex
+    # Short: an error shown whole in one cell of the CLI's table, never folded across lines
+    # (a folded secret would not be found in the output whether it was hidden or not).
+    return "hunter2-" + uuid.uuid4().hex[:8], "hunter3-" + uuid.uuid4().hex[:8]
 
 
 def fail_a_job(db: Database, secret: str) -> int:
@@ -139,7 +144,7 @@ def fail_a_job(db: Database, secret: str) -> int:
 
     @app.task(queue="billing", max_attempts=1)
     def charge() -> None:
-        raise RuntimeError(f"gateway refused: password={secret} user=ada")
+        raise RuntimeError(f"refused: password={secret} u=ada")
 
     job_id = JobManager(db, app).enqueue(JobSpec("billing", "charge", {}))
     worker = Worker(app, db, {"billing": 1}, WorkerOptions(poll=0.01, schedules=False))
@@ -178,7 +183,7 @@ def test_a_password_in_a_job_error_is_on_no_view(deployed: Deployed, tmp_path: P
         path: httpx.get(deployed.url + path, headers=deployed.operator)
         for path in ("/pigeon/", "/pigeon/v1/dashboard", "/metrics")
     }
-    env = os.environ | {"PIGEON_KEYS_FILE": str(keys)}
+    env = os.environ | {"PIGEON_KEYS_FILE": str(keys), "COLUMNS": "300"}
     cli = processes.run(
         [*PIGEON, "jobs", "failed", "--db", deployed.db],
         capture_output=True,
@@ -191,5 +196,7 @@ def test_a_password_in_a_job_error_is_on_no_view(deployed: Deployed, tmp_path: P
         assert reply.status_code == 200, (path, reply.text[:300])
         assert new not in reply.text and old not in reply.text, path
     assert "[redacted]" in views["/pigeon/v1/dashboard"].text
-    assert "gateway refused" in views["/pigeon/v1/dashboard"].text  # the error is shown
-    assert new not in cli.stdout and old not in cli.stdout and "[redacted]" in cli.stdout
+    assert "refused: password=[redacted] u=ada" in views["/pigeon/v1/dashboard"].text
+    assert new not in cli.stdout and old not in cli.stdout
+    assert "password=[redacted] u=ada" in cli.stdout  # shown, one line, hidden
+    assert "login password=[redacted]" in cli.stdout
