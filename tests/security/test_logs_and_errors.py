@@ -11,7 +11,7 @@
    with an error id and without the message; the log line has the id.
 3. A job whose error quotes a password (recorded now, and recorded by an older version
    without redaction) shows it on no view: the page, the dashboard's JSON, the metrics,
-   ``pigeon jobs failed``.
+   ``pigeon jobs failed``, a record's events.
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pigeon.jobs import records
 from pigeon.jobs.app import App
 from pigeon.jobs.failed import show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
 from pigeon.jobs.options import WorkerOptions
+from pigeon.jobs.stores import session_for
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from pigeon.storage.crypto import Keyring
@@ -200,3 +202,20 @@ def test_a_password_in_a_job_error_is_on_no_view(deployed: Deployed, tmp_path: P
     assert new not in cli.stdout and old not in cli.stdout
     assert "password=[redacted] u=ada" in cli.stdout  # shown, one line, hidden
     assert "login password=[redacted]" in cli.stdout
+
+
+def test_a_password_in_a_records_events_is_not_served(deployed: Deployed, tmp_path: Path) -> None:
+    """A record's events quote its job's errors (an attempt's, a failed obligation's):
+    one written by an older version, in clear text, is served redacted."""
+    _, old = passwords()
+    db = open_server_db(deployed.db, keyring=Keyring.from_file(tmp_path / "keys.json"))
+    try:
+        with db.transaction() as tx:
+            record_id = records.accept(tx, kind="order", data={"n": 1})
+            detail = {"job_id": 1, "error": f"RuntimeError: login password={old}"}
+            session_for(tx).ledger_event(record_id, "charge", "attempt", detail, time.time())
+    finally:
+        db.close()
+    reply = httpx.get(f"{deployed.url}/pigeon/v1/records/{record_id}", headers=deployed.operator)
+    assert reply.status_code == 200, reply.text
+    assert old not in reply.text and "login password=[redacted]" in reply.text
