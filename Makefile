@@ -24,6 +24,7 @@ lint: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports   # the layers of docs/design.md ([tool.importlinter] in pyproject.toml)
 
 test: lint tools
 	# Two workers: most tests wait on processes, sockets and fsyncs, so two share the

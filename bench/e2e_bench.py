@@ -36,11 +36,11 @@ import httpx
 
 from bench._report import Row, rate, row
 from bench._servers import process, timed_clients, uvicorn_app
+from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
-from pigeon.protocol.wire import HEALTH_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.options import SyncOptions

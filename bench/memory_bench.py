@@ -27,7 +27,7 @@ import httpx
 
 from bench._report import Row, row
 from bench._servers import free_port, wait_until_up
-from pigeon.protocol.wire import BATCH_PATH, HEALTH_PATH, MAX_BATCH
+from pigeon.core.wire import BATCH_PATH, HEALTH_PATH, MAX_BATCH
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY
 
 GROWTH_TARGET_MIB = 64.0

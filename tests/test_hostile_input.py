@@ -24,6 +24,8 @@ from starlette.datastructures import QueryParams
 from starlette.requests import HTTPConnection, cookie_parser
 
 from pigeon.cli._format import markup_escaped, shown
+from pigeon.core import strictjson
+from pigeon.core.wire import unquote_etag
 from pigeon.jobs.manager import describe
 from pigeon.logs import (
     MAX_LOGGED_MESSAGE,
@@ -34,8 +36,6 @@ from pigeon.logs import (
     summary,
 )
 from pigeon.ops.queries import error_class
-from pigeon.protocol import strictjson
-from pigeon.protocol.wire import unquote_etag
 from pigeon.server import identifiers
 from pigeon.server.access import same_origin
 from pigeon.server.auth import bearer_token

@@ -123,7 +123,7 @@ def test_the_scan_sees_the_package() -> None:
 
 
 def test_one_path_segment_helper_for_the_edge_and_the_server() -> None:
-    from pigeon.edge.validate import path_segment as edge
+    from pigeon.core.identifiers import path_segment as edge
     from pigeon.server.identifiers import path_segment as server
 
     assert server is edge
@@ -133,7 +133,7 @@ def test_one_path_segment_helper_for_the_edge_and_the_server() -> None:
 def test_the_one_path_segment_answers_as_the_servers_copy_did(value: str) -> None:
     """The server's copy was ``quote(value, safe="")``; the edge's skips quote() for a
     plain segment (its hot path), which must change nothing."""
-    from pigeon.edge.validate import path_segment
+    from pigeon.core.identifiers import path_segment
 
     assert path_segment(value) == quote(value, safe="")
 

@@ -50,7 +50,7 @@ class InvalidOperation(PigeonError, ValueError):
 
 class PayloadInvalid(InvalidOperation):
     """A payload that cannot be stored or sent as it is: nested deeper than the wire
-    allows (``pigeon.protocol.wire.MAX_JSON_DEPTH``), or carrying a field its job task
+    allows (``pigeon.core.wire.MAX_JSON_DEPTH``), or carrying a field its job task
     does not declare. The parent of the other payload errors."""
 
 

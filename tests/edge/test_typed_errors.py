@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from pigeon.core import wire
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.validate import json_depth
 from pigeon.exceptions import InvalidOperation, PayloadInvalid, StorageFull
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
-from pigeon.protocol import wire
 from pigeon.storage.server import open_server_db
 
 

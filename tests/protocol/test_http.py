@@ -246,7 +246,7 @@ def test_an_operation_too_large_alone_is_permanent_and_the_split_stops_there() -
 
 
 def test_batches_never_exceed_the_servers_limit() -> None:
-    from pigeon.protocol.wire import MAX_BATCH
+    from pigeon.core.wire import MAX_BATCH
 
     sizes: list[int] = []
 

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from pigeon.core import wire
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol import wire
 from pigeon.protocol.inprocess import InProcessTransport
 from tests.protocol.test_http import op
 from tests.protocol.wire_app import Fault, WireState, create_wire_app

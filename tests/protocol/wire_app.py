@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from pigeon.protocol import wire
+from pigeon.core import wire
 
 
 @dataclass

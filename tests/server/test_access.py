@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 
+from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import access
 from pigeon.server.access import AccessPolicy, OperatorToken, Rule, route_rules

@@ -17,11 +17,11 @@ import pytest
 from openapi_spec_validator import validate
 
 from pigeon.core.operation import OpStatus
+from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
-from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake

@@ -22,7 +22,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 
-from pigeon.protocol.wire import BATCH_PATH
+from pigeon.core.wire import BATCH_PATH
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.reference import schema as reference
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import access

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.applications import Starlette
 
+from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server import jwt_auth
 from pigeon.server.jwt_auth import JwtAuth

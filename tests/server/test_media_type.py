@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from starlette.applications import Starlette
 
-from pigeon.protocol.wire import BATCH_PATH, PROBLEM_PREFIX
+from pigeon.core.wire import BATCH_PATH, PROBLEM_PREFIX
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server.messages import is_json_media
 from pigeon.storage.base import Database

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import AuthorizationRequired
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.reference.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.server.auth import BearerAuth
 from pigeon.storage.base import Database

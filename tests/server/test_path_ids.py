@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
-from pigeon.protocol.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.reference.notes import create_notes_app
 from pigeon.server import access
 from pigeon.server.access import OperatorToken, Rule

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pigeon.core import wire
 from pigeon.exceptions import (
     AuthorizationRequired,
     BatchRefused,
@@ -18,7 +19,6 @@ from pigeon.exceptions import (
     RetryableError,
     UnknownOutcome,
 )
-from pigeon.protocol import wire
 from pigeon.sync.classify import ReplyKind, classify, parse_retry_after
 
 NOW = 1_700_000_000.0

@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
+from pigeon.core import wire
 from pigeon.core.operation import Operation, OpStatus
 from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol import wire
 from pigeon.protocol.http import HttpTransport
 from pigeon.sync.classify import ReplyKind, ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor

@@ -59,7 +59,7 @@ def test_key_in_progress_with_retry_after_zero_is_not_resent_in_a_tight_loop(
 ) -> None:
     # 409 "key in progress" spends no attempt, so nothing ever ended a loop of instant
     # resends while the server (a third-party one, saying 0) worked on the key.
-    from pigeon.protocol import wire
+    from pigeon.core import wire
 
     in_progress = Fault(409, retry_after="0", problem=wire.PROBLEM_KEY_IN_PROGRESS)
     state.faults["a"] = [in_progress for _ in range(30)]

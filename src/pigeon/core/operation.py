@@ -58,7 +58,7 @@ class Operation:
     held: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        """The operation as it appears inside a batch request (see pigeon.protocol.wire)."""
+        """The operation as it appears inside a batch request (see pigeon.core.wire)."""
         wire: dict[str, Any] = {
             "id": self.id,
             "idempotency_key": self.idempotency_key,

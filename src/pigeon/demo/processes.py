@@ -23,8 +23,8 @@ from typing import Any, Literal
 import httpx
 import uvicorn
 
+from pigeon.core.wire import HEALTH_PATH
 from pigeon.orphans import child_env
-from pigeon.protocol.wire import HEALTH_PATH
 from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 
 _SERVING = re.compile(r"pigeon serving on (http://\S+) \(pid (\d+)\)")

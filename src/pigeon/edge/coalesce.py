@@ -41,8 +41,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pigeon.core.identifiers import path_segment
 from pigeon.core.operation import OpType
-from pigeon.edge.validate import DEFAULT_METHODS, path_segment
+from pigeon.edge.validate import DEFAULT_METHODS
 
 _CREATE, _UPDATE, _DELETE = OpType.CREATE.value, OpType.UPDATE.value, OpType.DELETE.value
 

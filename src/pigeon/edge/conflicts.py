@@ -17,16 +17,16 @@ and closes records whose operation left the queue another way (``pigeon queue di
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pigeon.core.operation import Operation, OpStatus
+from pigeon.core.operation import Operation, OpStatus, OpType
 from pigeon.edge.merge import merge_patch
-from pigeon.edge.queue import OfflineQueue
-from pigeon.edge.queue_store import Record
+from pigeon.edge.queue_store import QueueStore, Record
 from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 
 RecordOutcome = Literal["held", "merged", "won", "lost", "resolved", "superseded"]
@@ -135,10 +135,44 @@ def _route(op: Operation, *, delete: bool) -> tuple[str, str | None, str | None]
     return ("delete" if delete else "update"), ("DELETE" if delete else "PUT"), endpoint
 
 
+class ConflictQueue(Protocol):
+    """What a `ConflictStore` asks of its queue (`pigeon.edge.queue.OfflineQueue`), so that
+    the queue can build its store without the two modules importing each other."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def store(self) -> QueueStore: ...
+
+    def enqueue(
+        self,
+        type: str | OpType,
+        entity: str,
+        payload: Any,
+        *,
+        endpoint: str | None = None,
+        method: str | None = None,
+        base_version: str | None = None,
+    ) -> Operation: ...
+
+    def batch(self) -> contextlib.AbstractContextManager[None]: ...
+
+    def operations(
+        self, status: OpStatus | str | None = None, limit: int = 1000
+    ) -> list[Operation]: ...
+
+    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]: ...
+
+    def cancel(self, op_id: str) -> None: ...
+
+    def set_base_version(self, entity: str, version: str | None) -> None: ...
+
+
 class ConflictStore:
     """Conflict records and base snapshots of one `OfflineQueue`."""
 
-    def __init__(self, queue: OfflineQueue, *, now: Callable[[], float] = time.time) -> None:
+    def __init__(self, queue: ConflictQueue, *, now: Callable[[], float] = time.time) -> None:
         self.queue = queue
         self._store = queue.store  # where the records are kept, in the queue's file
         self._now = now

@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pigeon.core.clock import HLCTimestamp
 from pigeon.core.operation import Operation, OpStatus, OpType
 from pigeon.edge import retention
 from pigeon.edge import validate as v
 from pigeon.edge.commit import CommitBatcher
+from pigeon.edge.conflicts import ConflictStore
 from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue_store import Built, NewOp, QueueStore
@@ -32,9 +33,6 @@ from pigeon.edge.stats import QueueStats as QueueStats
 from pigeon.edge.subscribers import Subscribers
 from pigeon.exceptions import ConfigurationError, InvalidOperation, PigeonError
 from pigeon.storage.crypto import Keyring, cipher_for
-
-if TYPE_CHECKING:
-    from pigeon.edge.conflicts import ConflictStore
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 
@@ -385,8 +383,6 @@ class OfflineQueue:
         """This queue's conflict records and base snapshots (`pigeon.edge.conflicts`)."""
         store = self._conflicts
         if store is None:
-            from pigeon.edge.conflicts import ConflictStore  # it builds on this module
-
             store = self._conflicts = ConflictStore(self)
         return store
 

@@ -7,12 +7,12 @@ bad operation fails alone, with a typed error naming the problem, and nothing is
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection
 from typing import Any
-from urllib.parse import quote
 
 from pigeon.checks import is_finite, is_int_in
+from pigeon.core import wire
+from pigeon.core.identifiers import path_segment
 from pigeon.core.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
@@ -22,13 +22,10 @@ from pigeon.exceptions import (
     PayloadTooLarge,
     UnknownOperationType,
 )
-from pigeon.protocol import wire
 
 # An operation is sent with one of wire.WRITE_METHODS. Any other was stored, sent,
 # answered 405 and dead-lettered; a typo ("PTU") is refused at enqueue, naming it.
 # What quote(..., safe="") leaves as it is: most entity names, which then skip quote().
-_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]+")
-_plain = _UNRESERVED.fullmatch  # hot path: path_segment runs twice an enqueue
 # One encoder, built once: json.dumps with any option builds a new one on every call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -207,8 +204,3 @@ def route(
         segment = path_segment(kind)
         endpoint = f"/{segment}s/{path_segment(ident)}" if names_id else f"/{segment}s"
     return endpoint, method if method is not None else default_method
-
-
-def path_segment(segment: str) -> str:
-    """``segment`` quoted for a URL path, as the default routes quote an entity's parts."""
-    return segment if _plain(segment) else quote(segment, safe="")

@@ -26,10 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
+from pigeon.jobs.publishers.messages import BatchPublisher, Message, PartialPublish, Publisher
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
 from pigeon.jobs.store import JobStore, OutboxSession
 from pigeon.jobs.stores import store_for
@@ -54,44 +55,6 @@ __all__ = [
     "Relay",
     "RelayRunner",
 ]
-
-
-@dataclass(frozen=True)
-class Message:
-    id: str  # the outbox message id, minted once: every re-publication carries it
-    topic: str
-    payload: Any
-    created_at: float
-    seq: int | None = None  # the outbox row id: the order the relay publishes in
-
-    def body(self) -> bytes:
-        return json.dumps(self.payload, sort_keys=True, separators=(",", ":")).encode()
-
-
-class Publisher(Protocol):
-    def publish(self, message: Message) -> None:
-        """Deliver or raise. Must be safe to call twice with the same message id."""
-
-
-@runtime_checkable
-class BatchPublisher(Protocol):
-    def publish(self, message: Message) -> None: ...
-
-    def publish_many(self, messages: Sequence[Message]) -> int:
-        """Publish in order, several on the wire at once; return how many of them the
-        broker dropped as duplicates. If one is not confirmed, raise ``PartialPublish``
-        saying how many from the start were."""
-
-
-class PartialPublish(Exception):
-    """``confirmed`` messages from the start of a batch were confirmed; the next one was
-    not (``__cause__`` says why)."""
-
-    def __init__(self, confirmed: int, cause: BaseException, duplicates: int = 0) -> None:
-        super().__init__(f"{confirmed} confirmed, then: {describe(cause)}")
-        self.confirmed = confirmed
-        self.cause = cause
-        self.duplicates = duplicates  # of the confirmed ones
 
 
 class CallablePublisher:

@@ -2,7 +2,7 @@
 
 Two modes. Single-operation mode sends each operation with its own method and path, so
 any HTTP API that honours ``Idempotency-Key`` can be the server. Batch mode POSTs
-``/pigeon/v1/batch`` (see `pigeon.protocol.wire`) and costs the server one commit per
+``/pigeon/v1/batch`` (see `pigeon.core.wire`) and costs the server one commit per
 batch. In both modes the operation's idempotency key goes out unchanged on every attempt.
 """
 
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from pigeon.checks import is_int_in
+from pigeon.core import wire
 from pigeon.core.operation import Operation, OpType
 from pigeon.exceptions import (
     BatchRefused,
@@ -24,7 +25,6 @@ from pigeon.exceptions import (
     PermanentError,
     UnknownOutcome,
 )
-from pigeon.protocol import wire
 from pigeon.protocol.transport import Exchange, KeepGoing, Reply
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)

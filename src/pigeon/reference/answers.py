@@ -25,11 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import NotFound, ValidationError
 from pigeon.jobs import effects, outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.reference.jobs import GRADE_SCOPE, grade_key
 from pigeon.server import access
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext

@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pigeon.core.wire import ETAG, quote_etag
 from pigeon.exceptions import InvalidOperation, MissingExtra, ValidationError
-from pigeon.protocol.wire import ETAG, quote_etag
 from pigeon.reference import conflicts as cf
 from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext

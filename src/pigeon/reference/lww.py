@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pigeon.core.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.exceptions import ValidationError
-from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.reference import conflicts as cf
 from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext

@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from pigeon.core.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
 from pigeon.ops.dashboard import dashboard_routes
-from pigeon.protocol.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.reference import schema as ref
 from pigeon.reference.answers import add_answers, answers_routes
 from pigeon.reference.conflicts import (

@@ -44,8 +44,8 @@ from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketClose
 
+from pigeon.core.wire import PROBLEM_JSON, canonical_json
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
-from pigeon.protocol.wire import PROBLEM_JSON, canonical_json
 from pigeon.server.auth import ANONYMOUS, Authenticator, bearer_token, principal_of
 from pigeon.server.problems import problem
 

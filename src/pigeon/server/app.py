@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from pigeon.protocol.strictjson import JsonRefused, TooManyItems
-from pigeon.protocol.wire import (
+from pigeon.core.strictjson import JsonRefused, TooManyItems
+from pigeon.core.wire import (
     BATCH_PATH,
     HEALTH_PATH,
     MAX_BATCH,

@@ -11,8 +11,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH, canonical_json
 from pigeon.exceptions import InvalidIdempotencyKey
-from pigeon.protocol.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH, canonical_json
 
 __all__ = ["InvalidIdempotencyKey", "check_key", "fingerprint", "validate_key"]
 

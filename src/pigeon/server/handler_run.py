@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from pigeon.core.clock import HLCTimestamp
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.wire import canonical_json
 from pigeon.exceptions import ValidationError
-from pigeon.protocol.wire import canonical_json
 from pigeon.server import testhooks
 from pigeon.server.idempotency import Claim, ClaimDecision, IdempotencyStore, StoredResponse
 from pigeon.server.identifiers import loggable
+from pigeon.server.inflight import InFlight
 from pigeon.server.operations import Failed, IntakeContext, OperationRequest, OperationRoute
 from pigeon.server.replay import ReplayInfo, claim_refusal, hooked_refusal
 from pigeon.server.results import OpResult, lost_claim, normalise, server_error, stored
@@ -28,8 +29,18 @@ from pigeon.server.validation import invalid
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down
 
-if TYPE_CHECKING:
-    from pigeon.server.intake import Intake
+
+class HandlerHost(Protocol):
+    """What running a claimed operation reads of the intake that claimed it
+    (`pigeon.server.intake.Intake`): its store, clocks, route timings and test hooks."""
+
+    store: IdempotencyStore
+    clock: HybridLogicalClock
+    inflight: InFlight
+    test_hooks: bool
+
+    def now(self) -> float: ...
+
 
 log = logging.getLogger("pigeon.server.intake")
 
@@ -38,7 +49,7 @@ NOT_REPLAYED = frozenset({"set-cookie"})
 
 
 def run_handler(
-    intake: Intake,
+    intake: HandlerHost,
     tx: Tx,
     claim: Claim,
     route: OperationRoute,
@@ -106,7 +117,7 @@ def _handler_failed(op: OperationRequest, exc: Exception) -> OpResult:
 
 
 def _context(
-    intake: Intake, tx: Tx, params: dict[str, Any], principal: str, op: OperationRequest
+    intake: HandlerHost, tx: Tx, params: dict[str, Any], principal: str, op: OperationRequest
 ) -> IntakeContext:
     """What the handler is given; the server clock is moved past the operation's stamp."""
     # Keep the server clock ahead of every operation it applied; the operation's own

@@ -28,10 +28,8 @@ from urllib.parse import quote, unquote_to_bytes
 
 from pigeon.checks import is_int
 
-# One helper for a value percent-encoded as one path segment (every reserved character
-# too), shared with the edge's default routes, which build the same paths. Re-exported
-# here for the server's handlers.
-from pigeon.edge.validate import path_segment as path_segment
+# Re-exported for the server's handlers: the one path-segment encoder (pigeon.core).
+from pigeon.core.identifiers import path_segment as path_segment
 from pigeon.exceptions import ValidationError
 
 MAX_ID_LENGTH = 255  # a resource id: part of a primary key (PostgreSQL: 2704 bytes an entry)

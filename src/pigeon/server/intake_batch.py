@@ -6,25 +6,48 @@ as if alone). The policy of one operation (claim, run, store) stays in ``Intake`
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import Context, copy_context
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol, TypeVar
 
-from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, KeyBusy
+from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore, KeyBusy
 from pigeon.server.operations import OperationRequest
 from pigeon.server.replay import claim_refusal, refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down_errors
 
-if TYPE_CHECKING:
-    from pigeon.server.intake import Intake
+T = TypeVar("T")
+
+
+class BatchHost(Protocol):
+    """What the batch and group paths ask of the intake (`pigeon.server.intake.Intake`):
+    its store and claim mode, one operation's policy, and its transactions."""
+
+    store: IdempotencyStore
+    claim_mode: Literal["inline", "separate"]
+    batch_chunk: int | None
+
+    def admit(
+        self, principal: str, op: OperationRequest, owner: object, *, wait: float | None = None
+    ) -> OpResult | None: ...
+
+    def release(self, principal: str, op: OperationRequest, owner: object) -> None: ...
+
+    def execute_alone(self, principal: str, op: OperationRequest) -> OpResult: ...
+
+    def apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult: ...
+
+    def transact(self, work: Callable[[Tx], T]) -> T: ...
+
+    def notify(self, results: list[OpResult]) -> None: ...
+
 
 log = logging.getLogger("pigeon.server.intake")
 
 
 def execute_group(
-    intake: Intake,
+    intake: BatchHost,
     items: Sequence[tuple[str, OperationRequest]],
     contexts: Sequence[Context] | None = None,
 ) -> list[OpResult]:
@@ -65,7 +88,7 @@ def execute_group(
 
 
 def execute_batch(
-    intake: Intake, principal: str, ops: list[OperationRequest | OpResult]
+    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
     """Apply ops in order, each under its own key and savepoint, in ONE transaction
     (in transactions of ``batch_chunk`` operations when it is set).
@@ -93,7 +116,7 @@ def execute_batch(
 
 
 def _execute_admitted(
-    intake: Intake, principal: str, ops: list[OperationRequest | OpResult]
+    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
     results: list[OpResult] = []
     chunk = intake.batch_chunk or len(ops) or 1
@@ -110,7 +133,7 @@ def _execute_admitted(
 
 
 def _chunk(
-    intake: Intake, principal: str, ops: list[OperationRequest | OpResult]
+    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
     busy_at: list[int] = []
 

@@ -20,10 +20,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pigeon.core import strictjson
 from pigeon.core.clock import HLCTimestamp
-from pigeon.protocol import strictjson
-from pigeon.protocol.strictjson import JsonRefused
-from pigeon.protocol.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag
+from pigeon.core.strictjson import JsonRefused
+from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.identifiers import (
     MAX_ENTITY_LENGTH,
@@ -220,7 +220,7 @@ async def parse_request(
 
 
 def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
-    """One entry of a batch (see ``pigeon.protocol.wire``), or its permanent refusal."""
+    """One entry of a batch (see ``pigeon.core.wire``), or its permanent refusal."""
     if not isinstance(entry, dict):
         return bad_request("bad-batch-entry", f"operations[{index}] is not an object")
     try:

@@ -39,10 +39,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pigeon.core import strictjson
+from pigeon.core.strictjson import JsonRefused
+from pigeon.core.wire import IDEMPOTENCY_KEY, REPLAYED
 from pigeon.exceptions import AuthorizationRequired
-from pigeon.protocol import strictjson
-from pigeon.protocol.strictjson import JsonRefused
-from pigeon.protocol.wire import IDEMPOTENCY_KEY, REPLAYED
 from pigeon.server.auth import Authenticator, BearerAuth, principal_of
 from pigeon.server.fingerprint import InvalidIdempotencyKey, fingerprint, validate_key
 from pigeon.server.idempotency import (

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Route
 
-from pigeon.protocol.strictjson import MAX_JSON_DEPTH
-from pigeon.protocol.wire import (
+from pigeon.core.strictjson import MAX_JSON_DEPTH
+from pigeon.core.wire import (
     BATCH_PATH,
     CLOCK,
     HEALTH_PATH,

@@ -10,8 +10,8 @@ from typing import Any
 from starlette.convertors import Convertor
 from starlette.routing import compile_path
 
+from pigeon.core import wire
 from pigeon.exceptions import InvalidOperation
-from pigeon.protocol import wire
 from pigeon.server.replay import ReplayHook
 from pigeon.server.results import OpResult, problem_result
 from pigeon.server.testhooks import TestHooks

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from pigeon.protocol.wire import PROBLEM_JSON, PROBLEM_PREFIX
+from pigeon.core.wire import PROBLEM_JSON, PROBLEM_PREFIX
 
 
 def problem(status: int, slug: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import NotFound
 from pigeon.jobs import records
-from pigeon.protocol.wire import PROBLEM_JSON
 from pigeon.server import access
 from pigeon.storage.base import Database
 

@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pigeon.core.wire import REPLAYED, canonical_json
 from pigeon.logs import failure
-from pigeon.protocol.wire import REPLAYED, canonical_json
 from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore
 from pigeon.server.results import OpResult, problem_result
 from pigeon.storage.base import Tx

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pigeon.core.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
 from pigeon.logs import failure
-from pigeon.protocol.wire import AUTH_STATUSES, PROBLEM_JSON, TRANSIENT_4XX, canonical_json
 from pigeon.server.identifiers import header_value
 from pigeon.server.problems import problem
 from pigeon.storage.base import Tx

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import httpx
 
+from pigeon.core import wire
 from pigeon.exceptions import (
     AuthorizationRequired,
     BatchRefused,
@@ -27,7 +28,6 @@ from pigeon.exceptions import (
     PermanentError,
     RetryableError,
 )
-from pigeon.protocol import wire
 
 FailureKind = Literal["transient", "permanent", "conflict"]
 

@@ -31,7 +31,7 @@ class LoopThread:
         """``run`` one publish of a batch: on any failure the connection is dropped first
         (the next batch connects anew), and a failure that does not say how much the
         broker confirmed becomes a ``PartialPublish`` that confirmed nothing."""
-        from pigeon.jobs.relay import PartialPublish  # the relay imports the publishers
+        from pigeon.jobs.publishers.messages import PartialPublish
 
         try:
             return self.run(coro, timeout)

@@ -28,7 +28,7 @@ from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 from pigeon.jobs.publishers._loop import LoopThread
 
 if TYPE_CHECKING:
-    from pigeon.jobs.relay import Message
+    from pigeon.jobs.publishers.messages import Message
 
 DEFAULT_EXCHANGE = "pigeon"
 
@@ -81,7 +81,7 @@ class AmqpPublisher:
     async def _publish_many(self, messages: Sequence[Message]) -> None:
         from aiormq import spec
 
-        from pigeon.jobs.relay import PartialPublish
+        from pigeon.jobs.publishers.messages import PartialPublish
 
         underlay = await self._connect()
         confirms: list[asyncio.Task[Any]] = []

@@ -23,7 +23,7 @@ from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 from pigeon.jobs.publishers._loop import LoopThread
 
 if TYPE_CHECKING:
-    from pigeon.jobs.relay import Message
+    from pigeon.jobs.publishers.messages import Message
 
 log = logging.getLogger("pigeon.jobs.relay")
 
@@ -87,7 +87,7 @@ class NatsJetStreamPublisher:
         return js
 
     async def _publish_many(self, messages: Sequence[Message]) -> int:
-        from pigeon.jobs.relay import PartialPublish
+        from pigeon.jobs.publishers.messages import PartialPublish
 
         js = await self._connect()
         acks: list[asyncio.Future[Any]] = []

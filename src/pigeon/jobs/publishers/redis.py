@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pigeon.jobs.publishers import OPTIONS, strip_query, url_options
 
 if TYPE_CHECKING:
-    from pigeon.jobs.relay import Message
+    from pigeon.jobs.publishers.messages import Message
 
 # KEYS: stream, marker for each message; ARGV[1]: marker lifetime, then 5 per message.
 # Returns how many entries were added (the rest were repeats).

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pigeon.protocol.strictjson import (
+from pigeon.core.strictjson import (
     MAX_JSON_DEPTH,
     JsonRefused,
     TooManyItems,
