@@ -1,0 +1,116 @@
+"""Issue 21, item 13, replayed from outside on both backends: lifecycle events were silent
+at the default level. A ``pigeon worker`` process recycled, one SIGKILLed, and a ``pigeon
+serve --workers 2`` worker SIGKILLed are each one line at the default level (at WARNING),
+naming the process replaced, and the service goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import processes
+
+from .conftest import Deployed, serve
+
+
+def children(pid: int) -> list[int]:
+    """The multiprocessing children of ``pid``, alive."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if int(stat[1]) == pid and stat[0] != "Z" and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def until(what: str, seconds: float, check: Callable[[], object]) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def answer(deployed: Deployed) -> None:
+    """A graded answer: one job on the ``grading`` queue."""
+    reply = httpx.post(
+        deployed.url + "/answers",
+        json={"question": "q1", "answer": "4"},
+        headers={"Idempotency-Key": str(uuid.uuid4())} | deployed.user("ada"),
+        timeout=10,
+    )
+    assert reply.status_code == 202, reply.text
+
+
+def test_a_worker_recycled_or_killed_is_one_line_at_the_default_level(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.json"  # the deployment's (serve() made it there)
+    args = ["--db", deployed.db, "--keys-file", str(keys), "--queue", "grading=1"]
+    args += ["--processes", "1", "--recycle-jobs", "1"]
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:  # no --log-level: the default
+        supervisor = processes.spawn(
+            [sys.executable, "-m", "pigeon", "worker", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        until("a worker process", 30, lambda: len(children(supervisor.pid)) == 1)
+        [first] = children(supervisor.pid)
+        answer(deployed)  # its one job, then it is recycled
+        until(
+            "the recycled worker replaced",
+            60,
+            lambda: children(supervisor.pid) not in ([], [first]),
+        )
+        [second] = children(supervisor.pid)
+        os.kill(second, signal.SIGKILL)
+        until(
+            "the killed worker replaced", 30, lambda: children(supervisor.pid) not in ([], [second])
+        )
+    finally:
+        processes.stop(supervisor)
+    lines = log.read_text().splitlines()
+    recycled = [line for line in lines if f"worker {first} recycled after" in line]
+    killed = [line for line in lines if f"worker {second} exited with -9" in line]
+    assert len(recycled) == 1 and len(killed) == 1, lines
+    assert "replacing it" in recycled[0] and "replacing it" in killed[0]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_serve_worker_replaced_is_one_line_at_the_default_level(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    db = request.getfixturevalue("pg_url") if backend == "postgres" else str(tmp_path / "s.db")
+    # As deployed, but at the default level (the last --log-level given wins).
+    proc, url, log = serve(db, tmp_path, "--workers", "2", "--log-level", "warning")
+    try:
+        until("two workers", 30, lambda: len(children(proc.pid)) == 2)
+        victim = children(proc.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        until("the worker replaced", 30, lambda: len(set(children(proc.pid)) - {victim}) == 2)
+        until("the health probe", 30, lambda: _healthy(url))
+    finally:
+        processes.stop(proc)
+    lines = [line for line in log.read_text().splitlines() if f"worker {victim} died" in line]
+    assert len(lines) == 1 and "replaced by worker" in lines[0], log.read_text()[-3000:]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
