@@ -5,7 +5,7 @@ import pigeon
 EXPECTED = {
     "AccessRevoked",
     "ConflictResolver",
-    "Policy",
+    "ConflictPolicy",
     "Strategy",
     "field_merge",
     "notes_merge",

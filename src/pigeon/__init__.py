@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from pigeon.sync.engine import SyncEngine
     from pigeon.sync.events import DeadTail, SyncCallbacks
     from pigeon.sync.options import SyncOptions
-    from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+    from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 
 # Each public name (exceptions aside) and the module that defines it.
 _LAZY = {
@@ -73,7 +73,7 @@ _LAZY = {
     "OpStatus": "pigeon.core.operation",
     "OpType": "pigeon.core.operation",
     "Operation": "pigeon.core.operation",
-    "Policy": "pigeon.sync.resolver",
+    "ConflictPolicy": "pigeon.sync.resolver",
     "ProbeMonitor": "pigeon.sync.connectivity",
     "QueueOptions": "pigeon.edge.options",
     "QueueStats": "pigeon.edge.queue",
@@ -96,6 +96,7 @@ __all__ = [
     "CiphertextInvalid",
     "ConfigurationError",
     "ConflictError",
+    "ConflictPolicy",
     "ConflictResolver",
     "ConnectivityMonitor",
     "DeadTail",
@@ -125,7 +126,6 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "PigeonError",
-    "Policy",
     "ProbeMonitor",
     "QueueOptions",
     "QueueStats",

@@ -12,7 +12,7 @@ from pigeon.core.operation import Operation
 from pigeon.edge.conflicts import DELETED, local_state
 from pigeon.edge.merge import SEPARATOR, field_merge, notes_merge
 from pigeon.exceptions import ConfigurationError, InvalidOperation
-from pigeon.sync.resolver import Policy, Resolution, Strategy, resolution_for
+from pigeon.sync.resolver import ConflictPolicy, Resolution, Strategy, resolution_for
 
 names = st.sampled_from(["title", "body", "tags", "done", "colour"])
 values = st.one_of(st.integers(0, 3), st.text("ab", max_size=2), st.booleans())
@@ -78,7 +78,7 @@ def test_bad_merge_input_is_refused() -> None:
     with pytest.raises(InvalidOperation, match="tie"):
         field_merge({}, {}, {}, "mine")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="merge"):
-        Policy(Strategy.CUSTOM)
+        ConflictPolicy(Strategy.CUSTOM)
 
 
 def op(type_: str, payload: Any, method: str | None = None) -> Operation:
@@ -96,19 +96,19 @@ def test_local_state_folds_the_live_tail() -> None:
 
 policies = st.sampled_from(
     [
-        Policy(Strategy.FIELD_MERGE),
-        Policy(Strategy.FIELD_MERGE, tie="local"),
-        Policy(Strategy.CUSTOM, merge=notes_merge),
-        Policy(Strategy.USER),
-        Policy(Strategy.LWW),
-        Policy(Strategy.CRDT),
+        ConflictPolicy(Strategy.FIELD_MERGE),
+        ConflictPolicy(Strategy.FIELD_MERGE, tie="local"),
+        ConflictPolicy(Strategy.CUSTOM, merge=notes_merge),
+        ConflictPolicy(Strategy.USER),
+        ConflictPolicy(Strategy.LWW),
+        ConflictPolicy(Strategy.CRDT),
     ]
 )
 
 
 @given(policies, objects, st.one_of(objects, st.just(DELETED)), st.one_of(objects, st.none()))
 def test_every_conflict_ends_in_exactly_one_outcome(
-    policy: Policy, base: Any, local: Any, remote: Any
+    policy: ConflictPolicy, base: Any, local: Any, remote: Any
 ) -> None:
     decision = resolution_for(policy, base, local, remote)
     assert isinstance(decision, Resolution)

@@ -27,12 +27,12 @@ from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
-from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 from tests.sync.conftest import FAST
 
-POLICIES: dict[str, Strategy | Policy] = {
+POLICIES: dict[str, Strategy | ConflictPolicy] = {
     "card": Strategy.FIELD_MERGE,
-    "note": Policy(Strategy.CUSTOM, merge=notes_merge),
+    "note": ConflictPolicy(Strategy.CUSTOM, merge=notes_merge),
     "draft": Strategy.USER,
     "lww-note": Strategy.LWW,
     "doc": Strategy.CRDT,

@@ -26,7 +26,7 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
-from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 from tests.protocol.wire_app import LiveServer
 from tests.sync.conftest import FAST, wait_until
 
@@ -194,7 +194,7 @@ def test_an_engine_started_later_with_a_resolver_settles_what_was_held_without_o
         merges.append((base, local, remote))
         return {**remote, "title": local["title"]}
 
-    resolver = ConflictResolver(phone, {"note": Policy(Strategy.CUSTOM, merge=merge)})
+    resolver = ConflictResolver(phone, {"note": ConflictPolicy(Strategy.CUSTOM, merge=merge)})
     later = devices.engine(phone, resolver=resolver)
     if mode == "drain":
         assert later.drain(timeout=10)

@@ -21,7 +21,7 @@ from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.events import SyncCallbacks
-from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 from tests.sync.conftest import FAST
 
 
@@ -52,7 +52,9 @@ def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
     laptop_q = OfflineQueue(tmp_path / "laptop.db", QueueOptions(retry_policy=FAST))
     errors: list[BaseException] = []
     told: list[str] = []
-    resolver = ConflictResolver(laptop_q, {"note": Policy(Strategy.CUSTOM, merge=broken_merge)})
+    resolver = ConflictResolver(
+        laptop_q, {"note": ConflictPolicy(Strategy.CUSTOM, merge=broken_merge)}
+    )
     with (
         InProcessTransport(app, token="alice.phone", batch=True) as phone_t,
         InProcessTransport(app, token="alice.laptop", batch=True) as laptop_t,

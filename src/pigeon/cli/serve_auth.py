@@ -1,7 +1,7 @@
 """Who ``pigeon serve`` lets in: its authentication options, checked before it listens,
 and handed to each uvicorn worker process through the environment.
 
-The safe defaults (DESIGN.md, "Trust boundary"): a request without credentials is refused
+The safe defaults (docs/design.md, "Trust boundary"): a request without credentials is refused
 (401) unless ``--allow-anonymous``; the ``demo`` authenticator (the ``Bearer
 <principal>.<x>`` stand-in, which verifies nothing) serves loopback only, unless
 ``--insecure``; the operator routes answer only to ``--operator-token``.

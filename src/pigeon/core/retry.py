@@ -89,7 +89,7 @@ class RetryPolicy:
     ) -> float:
         """Seconds to wait after the ``attempts``-th failure when the server named
         ``retry_after``: exactly that when it is a positive wait (the server knows best;
-        it overrides the backoff, as DESIGN.md's retry rule says), otherwise this
+        it overrides the backoff, as docs/design.md's retry rule says), otherwise this
         policy's own jittered draw.
 
         ``Retry-After: 0`` (or a date already past) names no wait. Taken literally, a

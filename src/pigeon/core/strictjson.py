@@ -1,4 +1,4 @@
-"""The one strict JSON decoder for every body pigeon reads (DESIGN.md, "Trust boundary").
+"""The one strict JSON decoder for every body pigeon reads (docs/design.md, "Trust boundary").
 
 Python's ``json.loads`` takes more than JSON (RFC 8259) and more than the stores can keep:
 ``NaN`` and ``Infinity`` (echoed back as bare ``NaN``, which is not JSON), ``1e400`` (read
@@ -25,12 +25,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from pigeon.core.wire import MAX_JSON_DEPTH as MAX_JSON_DEPTH  # one limit, the wire's
+
 __all__ = ["MAX_JSON_DEPTH", "JsonRefused", "TooManyItems", "loads", "loads_members"]
 
-# JSON nesting a request may have: far beyond any operation's data, far below Python's
-# recursion limit, which json.loads reaches with a RecursionError (not a ValueError) and
-# canonical_json, encoding the fingerprint deeper in the stack, reaches sooner still.
-MAX_JSON_DEPTH = 200
 _SHOWN = 60  # characters of an offending key or number quoted in a message
 
 

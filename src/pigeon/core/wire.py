@@ -1,4 +1,4 @@
-"""Names and shapes of the wire protocol (DESIGN.md, "Wire protocol"). No I/O here.
+"""Names and shapes of the wire protocol (docs/design.md, "Wire protocol"). No I/O here.
 
 One operation: the operation's own method and path, JSON body, headers
 ``Idempotency-Key`` (always), ``If-Match: "<v>"`` (update/delete with a known base

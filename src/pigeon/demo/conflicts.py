@@ -31,11 +31,11 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
-from pigeon.sync.resolver import ConflictResolver, Policy, Strategy
+from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 
-POLICIES: dict[str, Strategy | Policy] = {
+POLICIES: dict[str, Strategy | ConflictPolicy] = {
     "card": Strategy.FIELD_MERGE,
-    "note": Policy(Strategy.CUSTOM, merge=notes_merge),
+    "note": ConflictPolicy(Strategy.CUSTOM, merge=notes_merge),
     "draft": Strategy.USER,
     "lww-note": Strategy.LWW,
     "doc": Strategy.CRDT,

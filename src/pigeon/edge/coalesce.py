@@ -1,6 +1,6 @@
 """Coalescing: fold a new operation into its entity's pending, never-sent tail. Pure.
 
-The rules (DESIGN.md, "Coalescing"), where ``last`` is the entity's latest undelivered
+The rules (docs/design.md, "Coalescing"), where ``last`` is the entity's latest undelivered
 operation and may be folded into only if it has never been handed to a sender:
 
 =================  ===========================================================

@@ -1,4 +1,5 @@
-"""``OfflineQueue``: the durable outbox of the edge (DESIGN.md, "Edge side").
+"""``OfflineQueue``: the durable outbox of the edge (docs/design.md, "Edge: queue, sync,
+transport").
 
 Operations are kept in a SQLite file (WAL) until a 2xx says the server has them. They
 leave in the order they were made; a later operation on an entity never overtakes an

@@ -1,5 +1,5 @@
 """`QueueStore`: everything the edge queue (`OfflineQueue`), and through it the sync
-executor, needs from storage, declared beside them (DESIGN.md, "Seams").
+executor, needs from storage, declared beside them (docs/design.md, "Edge: queue, sync, transport").
 `pigeon.edge.sqlite.EdgeStore` is the implementation, one SQLite file.
 
 The queue keeps the policy (what is valid input, when a failed operation is due again,

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.routing import BaseRoute, Route
 
-from pigeon.core.strictjson import MAX_JSON_DEPTH
 from pigeon.core.wire import (
     BATCH_PATH,
     CLOCK,
@@ -20,6 +19,7 @@ from pigeon.core.wire import (
     IDEMPOTENCY_KEY,
     IF_MATCH,
     MAX_BATCH,
+    MAX_JSON_DEPTH,
     MAX_KEY_LENGTH,
     PROBLEM_JSON,
     PROBLEM_KEY_IN_PROGRESS,

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 # 4xx answers that mean "not now" rather than "no": the client sends the same key again
-# (408, 425 and 429 are transient in DESIGN.md's classification; on 401/403 the queue
+# (408, 425 and 429 are transient in docs/design.md's classification; on 401/403 the queue
 # pauses until the user is signed in again, then resumes). Stored, such an answer would be
 # replayed to every retry and the operation could never run, so, like a 5xx, it releases
 # the key and nothing is kept.

@@ -1,4 +1,4 @@
-"""What one reply means for the operation that was sent (DESIGN.md, "Classification").
+"""What one reply means for the operation that was sent (docs/design.md, "Sync").
 
 Pure code: a reply (status, headers, body) or the exception that stood in for one goes in,
 an `ReplyOutcome` comes out. The executor turns outcomes into queue transitions; nothing here

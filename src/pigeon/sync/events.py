@@ -32,7 +32,7 @@ EventName = Literal["on_delivered", "on_failed", "on_dead", "on_conflict", "on_p
 
 class DeadTail(enum.StrEnum):
     """What ``on_dead`` may return: what becomes of the operations its entity made after
-    the dead one (DESIGN.md, order per entity: a dead operation blocks its own entity).
+    the dead one (docs/design.md, "Order": a dead operation blocks its own entity).
 
     ``HOLD`` (or None, the default): they wait, held, until the dead one is retried (it
     goes first, in its own place) or discarded (`pigeon queue retry` / `discard`).

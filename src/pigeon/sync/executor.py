@@ -225,7 +225,7 @@ class Executor:
         """An update or delete made without a base version is sent against the version of
         its entity known NOW, not when it was made: the entity's earlier operations,
         delivered meanwhile, moved it on (a stale If-Match would make it conflict with
-        itself). Only those two (DESIGN.md, wire protocol): an app-defined operation (a
+        itself). Only those two (docs/design.md, "Wire protocol"): an app-defined operation (a
         comment on a note, a "like") does not replace the entity, so a version check it
         did not ask for would fail it with 412 whenever anyone else touched the entity.
         One made with an explicit base version keeps it: the app asked for the check."""

@@ -2,7 +2,7 @@
 
     resolver = ConflictResolver(queue, {
         "card": Strategy.FIELD_MERGE,                      # different fields both survive
-        "note": Policy(Strategy.CUSTOM, merge=notes_merge),  # (base, local, remote) -> merged
+        "note": ConflictPolicy(Strategy.CUSTOM, merge=notes_merge),  # 3-way: base, local, remote
         "draft": Strategy.USER,                            # conflicted copy, the user decides
         "lww-note": Strategy.LWW,                          # settled on the server
         "doc": Strategy.CRDT,                              # merged on the server
@@ -68,7 +68,7 @@ SERVER_SIDE = frozenset({Strategy.LWW, Strategy.CRDT})
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class ConflictPolicy:
     """How one entity type resolves. ``tie``: for FIELD_MERGE, who wins a field both sides
     changed ("local", "remote" or a function). ``merge``: the CUSTOM function."""
 
@@ -94,7 +94,7 @@ class Resolution:
     value: Any = None  # what to send (merged / won); the server's value when lost
 
 
-def resolution_for(policy: Policy, base: Any, local: Any, remote: Any) -> Resolution:
+def resolution_for(policy: ConflictPolicy, base: Any, local: Any, remote: Any) -> Resolution:
     """What to do about one version conflict (pure). ``local`` may be `DELETED`; ``remote``
     None means the server's state is unknown (only the user can resolution_for then)."""
     if policy.strategy is Strategy.USER or policy.strategy in SERVER_SIDE or remote is None:
@@ -139,9 +139,9 @@ class ConflictResolver:
     def __init__(
         self,
         queue: SyncQueue,
-        policies: Mapping[str, Strategy | Policy] | None = None,
+        policies: Mapping[str, Strategy | ConflictPolicy] | None = None,
         *,
-        default: Strategy | Policy = Strategy.USER,
+        default: Strategy | ConflictPolicy = Strategy.USER,
         on_resolved: Callable[[Operation, Resolution], Any] | None = None,
     ) -> None:
         self.queue = queue
@@ -150,7 +150,7 @@ class ConflictResolver:
         self.default = _policy(default)
         self.on_resolved = on_resolved
 
-    def policy_for(self, entity: str) -> Policy:
+    def policy_for(self, entity: str) -> ConflictPolicy:
         return self.policies.get(entity_type(entity), self.default)
 
     @property
@@ -331,9 +331,9 @@ class Sweep:
                     turns.release()
 
 
-def _policy(value: Strategy | Policy) -> Policy:
-    if isinstance(value, Policy):
+def _policy(value: Strategy | ConflictPolicy) -> ConflictPolicy:
+    if isinstance(value, ConflictPolicy):
         return value
     if isinstance(value, Strategy):
-        return Policy(value)
-    raise ConfigurationError(f"a policy is a Strategy or a Policy, not {value!r}")
+        return ConflictPolicy(value)
+    raise ConfigurationError(f"a policy is a Strategy or a ConflictPolicy, not {value!r}")

@@ -1,4 +1,4 @@
--- A dead operation keeps its place in its entity's order (DESIGN.md, "Order": a failing
+-- A dead operation keeps its place in its entity's order (docs/design.md, "Order": a failing
 -- operation blocks its own entity's tail): it stays the entity's head, so the operations
 -- made after it are held until it is retried (in its own place) or discarded.
 
