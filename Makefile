@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup tools demo test lint bench clean
+.PHONY: setup tools demo test test-fast lint bench clean
 
 $(BIN)/pigeon: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: lint tools
 	# Two workers: most tests wait on processes, sockets and fsyncs, so two share the
 	# machine's two cores well; worksteal evens out the long chaos and crash tests.
 	$(BIN)/pytest -n 2 --dist worksteal
+
+# The unit tier: pure logic and the policy code on the in-memory stores and SQLite, no
+# PostgreSQL, broker, browser or server process; about 30 s on a quiet 2-core machine.
+test-fast: setup
+	$(BIN)/pytest -q -m "not postgres and not slow" tests/unit tests/core
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
