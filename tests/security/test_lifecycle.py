@@ -1,7 +1,7 @@
 """Issue 21, item 13, replayed from outside on both backends: lifecycle events were silent
 at the default level. A ``pigeon worker`` process recycled, one SIGKILLed, and a ``pigeon
-serve --workers 2`` worker SIGKILLed are each one line at the default level (at WARNING),
-naming the process replaced, and the service goes on."""
+serve --workers 2`` worker SIGKILLed, and a relay taking over the outbox's lock from one
+SIGKILLed are each one line at the default level (at WARNING), and the service goes on."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests import processes
+from tests.conftest import require_broker
 
 from .conftest import Deployed, serve
 
@@ -114,3 +115,29 @@ def _healthy(url: str) -> bool:
         return httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_relay_taking_over_the_lock_says_so_at_the_default_level(
+    deployed: Deployed, tmp_path: Path
+) -> None:
+    """Two ``pigeon relay`` on the deployment's outbox: one publishes, one stands by; the
+    first SIGKILLed, the second takes over the lock and says so in one line."""
+    broker = require_broker("redis") + f"?prefix=audit-{uuid.uuid4().hex[:8]}"
+    args = [sys.executable, "-m", "pigeon", "relay", "--db", deployed.db, "--to", broker]
+    args += ["--keys-file", str(tmp_path / "keys.json")]
+    logs = [tmp_path / "relay-1.log", tmp_path / "relay-2.log"]
+    relays = []
+    try:
+        for log in logs:  # no --log-level: the default
+            with log.open("w") as err:
+                relays.append(processes.spawn(args, stdout=subprocess.DEVNULL, stderr=err))
+            time.sleep(3)  # the first holds the lock before the second asks
+        until("the second to stand by", 30, lambda: "standing by" in logs[1].read_text())
+        os.kill(relays[0].pid, signal.SIGKILL)
+        until("the take-over", 30, lambda: "took over the relay lock" in logs[1].read_text())
+    finally:
+        for relay in relays:
+            processes.stop(relay)
+    assert "took over" not in logs[0].read_text()
+    took = [line for line in logs[1].read_text().splitlines() if "took over the relay lock" in line]
+    assert len(took) == 1, took
