@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests import processes
+from tests.ops.scrape import lifecycle_counts
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
@@ -97,6 +98,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _replaced(url: str) -> float:
+    """``pigeon_lifecycle_events_total{kind="serve_worker_replaced"}`` from the server's
+    /metrics (0 while no worker answers)."""
+    try:
+        text = httpx.get(url + "/metrics", headers=OPERATOR, timeout=5).text
+    except httpx.TransportError:
+        return 0.0
+    return lifecycle_counts(text).get("serve_worker_replaced", 0.0)
+
+
 def test_a_worker_replaced_is_one_line_at_the_default_level(tmp_path: Path) -> None:
     """uvicorn says it at INFO, below pigeon serve's default WARNING: pigeon says it."""
     log = tmp_path / "serve.log"
@@ -109,15 +120,22 @@ def test_a_worker_replaced_is_one_line_at_the_default_level(tmp_path: Path) -> N
             env=os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN},
         )
     try:
-        assert proc.stdout is not None and "serving on" in proc.stdout.readline()
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line, line
         deadline = time.monotonic() + 30
         while len(_children(proc.pid)) < 2:
             assert time.monotonic() < deadline, "no two workers"
             time.sleep(0.1)
+        url = line.split()[3]
         victim = _children(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)
         while "replaced by worker" not in log.read_text():
             assert time.monotonic() < deadline + 30, log.read_text()
+            time.sleep(0.1)
+        # and counted in the database: the surviving or new worker's /metrics shows it
+        while _replaced(url) < 1:
+            assert time.monotonic() < deadline + 60, log.read_text()
             time.sleep(0.1)
     finally:
         processes.stop(proc)

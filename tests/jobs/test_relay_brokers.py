@@ -24,6 +24,7 @@ from pigeon.jobs.stats import relay_lag
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.ops.scrape import lifecycle_counts, metrics_text
 
 from ..conftest import require_broker
 from .brokers import CutProxy, OwnBroker, Target, fill, first_occurrences, make_target
@@ -190,6 +191,8 @@ def test_one_relay_at_a_time_and_a_stand_by_takes_over(
         assert (first.relay.counts.published, second.relay.counts.published) == (50, 50)
         took = [r for r in caplog.records if "took over the relay lock" in r.getMessage()]
         assert [(r.levelno, r.threadName) for r in took] == [(logging.WARNING, "pigeon-relay")]
+        # and counted in the database, as /metrics shows it
+        assert lifecycle_counts(metrics_text(db))["relay_lock_takeover"] == 1
         assert target.read() == ids
     finally:
         first.stop()

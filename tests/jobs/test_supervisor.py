@@ -14,6 +14,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, enqueue
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions, split
 from pigeon.storage.base import Database
+from tests.ops.scrape import lifecycle_counts, metrics_text
 
 from .test_worker import statuses, wait_for
 
@@ -79,6 +80,8 @@ def test_supervisor_replaces_recycled_workers(
     recycled = [r for r in caplog.records if "recycled after" in r.getMessage()]
     assert len(recycled) == sup.recycled
     assert {r.levelno for r in recycled} == {logging.WARNING}
+    # and counted in the database, as /metrics shows it (written off the supervisor's loop)
+    wait_for(lambda: lifecycle_counts(metrics_text(db))["worker_recycled"] == sup.recycled)
 
 
 def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_url: str) -> None:

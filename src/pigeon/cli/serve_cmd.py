@@ -21,7 +21,7 @@ import typer
 import uvicorn
 from starlette.applications import Starlette
 
-from pigeon import logs
+from pigeon import lifecycle, logs
 from pigeon.checks import is_finite
 from pigeon.cli._db import check_postgres, is_postgres
 from pigeon.cli.keys_cmd import load_keyring
@@ -386,7 +386,7 @@ def serve(
     )
     _announce(sock, test_hooks)
     relay = (settings["DB"], relay_to, keys_file) if relay_to else None
-    _run(config, sock, relay)
+    _run(config, sock, settings["DB"], relay)
 
 
 def _check_test_hooks(host: str) -> None:
@@ -406,21 +406,25 @@ def _check_test_hooks(host: str) -> None:
 
 
 def _run(
-    config: uvicorn.Config, sock: socket.socket, relay: tuple[str, str, str | None] | None
+    config: uvicorn.Config,
+    sock: socket.socket,
+    db: str,
+    relay: tuple[str, str, str | None] | None,
 ) -> None:
     """uvicorn on ``sock`` until it stops, in this process or under its supervisor of
-    ``config.workers`` processes; with ``relay`` (db, broker, keys file) a relay beside it.
+    ``config.workers`` processes (a worker it replaces is counted in ``db``); with
+    ``relay`` (db, broker, keys file) a relay beside it.
 
     The relay runs in this process (uvicorn's workers are spawned, not forked), on its
     own connection, and stops after the server did."""
     runner = None
     if relay is not None:
-        db, broker, keys_file = relay
-        runner = make_runner(db, broker, "serve", keys_file=keys_file).start()
+        relay_db, broker, keys_file = relay
+        runner = make_runner(relay_db, broker, "serve", keys_file=keys_file).start()
         stop_before_exit_signals(runner)
     try:
         if config.workers > 1:
-            _Supervisor(config, sockets=[sock]).run()
+            _Supervisor(config, sockets=[sock], db=db).run()
         else:
             uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -430,7 +434,12 @@ def _run(
 
 class _Supervisor(uvicorn.supervisors.Multiprocess):
     """uvicorn's supervisor of ``--workers N``, saying at WARNING (``pigeon serve``'s
-    default level; uvicorn says it at INFO) when it replaces a worker that died."""
+    default level; uvicorn says it at INFO) when it replaces a worker that died, and
+    counting it in the database (``pigeon.lifecycle``: ``/metrics`` reads it there)."""
+
+    def __init__(self, config: uvicorn.Config, sockets: list[socket.socket], db: str) -> None:
+        super().__init__(config, sockets=sockets)
+        self.db = db
 
     def keep_subprocess_alive(self) -> None:
         before = list(self.processes)
@@ -442,6 +451,9 @@ class _Supervisor(uvicorn.supervisors.Multiprocess):
                     old.pid,
                     old.exitcode,
                     new.pid,
+                )
+                lifecycle.count_event_at(
+                    self.db, lifecycle.SERVE_WORKER_REPLACED, lifecycle.event_origin(old.pid)
                 )
 
 

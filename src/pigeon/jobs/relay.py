@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pigeon import lifecycle
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.messages import BatchPublisher, Message, PartialPublish, Publisher
@@ -279,8 +280,9 @@ class RelayRunner:
                     waiting = True
                 self._stop.wait(self.standby)
                 continue
-            if waiting:  # WARNING: shown at every command's default level
+            if waiting:  # WARNING: shown at every command's default level; and counted
                 log.warning("outbox relay: took over the relay lock; publishing")
+                lifecycle.count_event(self.db, lifecycle.RELAY_LOCK_TAKEOVER)
             waiting = False
             self.relay.run(self._stop, interval=self.interval, guard=self.lock.held)
             self.lock.release()

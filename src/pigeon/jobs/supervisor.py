@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from pigeon import logs
+from pigeon import lifecycle, logs
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget
@@ -212,6 +212,9 @@ class Supervisor:
         # replaced is an event an operator can count, whatever the reason.
         if code == RECYCLE:
             log.warning("worker %s recycled after %.1fs; replacing it", proc.pid, lived)
+            lifecycle.count_event_at(
+                self.db_path, lifecycle.WORKER_RECYCLED, lifecycle.event_origin(proc.pid)
+            )
         else:
             log.warning(
                 "worker %s exited with %s after %.1fs; replacing it in %.1fs",

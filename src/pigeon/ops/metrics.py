@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 
 from pigeon.ops.queries import DURATION_BUCKETS, JOB_STATES, OBLIGATION_STATES
 
@@ -25,6 +30,7 @@ class OpsCollector:
         yield from _queues(view)
         yield from _failed(view)
         yield from _health(view)
+        yield from _lifecycle(view)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -152,3 +158,17 @@ def _health(view: dict[str, Any]) -> Iterator[Metric]:
     )
     orphans.add_metric([], view["reconciliation"]["without_job"]["count"])
     yield from (relay, lag, orphans)
+
+
+def _lifecycle(view: dict[str, Any]) -> Iterator[Metric]:
+    # A counter: the database's count only grows (pigeon.lifecycle), on every node alike.
+    events = CounterMetricFamily(
+        "pigeon_lifecycle_events",
+        "Lifecycle events, by kind: worker_recycled (a worker recycled by its supervisor), "
+        "relay_lock_takeover (a relay took over the relay lock), serve_worker_replaced "
+        "(a pigeon serve worker died and was replaced).",
+        labels=["kind"],
+    )
+    for kind, entry in sorted(view["lifecycle"].items()):
+        events.add_metric([kind], entry["count"])
+    yield events

@@ -16,7 +16,9 @@ What it answers (the 9 a.m. question):
 - reconciliation for the window: obligations created vs completed, effects recorded,
   outbox notifications created vs confirmed by the broker, and obligations or records
   that no job will ever settle (must be zero);
-- the relay's lag (``pigeon.jobs.stats.relay_lag``) and the operator action log.
+- the relay's lag (``pigeon.jobs.stats.relay_lag``) and the operator action log;
+- lifecycle events counted (``pigeon.lifecycle``): workers recycled, relay lock takeovers,
+  ``pigeon serve`` workers replaced.
 
 Cost. Every figure is read through an index and none scans a large table: counts of live
 states use the claim indexes; on PostgreSQL, once ``pigeon_jobs`` holds more than
@@ -37,6 +39,7 @@ from pigeon.jobs._db import reading
 from pigeon.jobs.app import App
 from pigeon.jobs.rows import loads
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
+from pigeon.lifecycle import KINDS
 from pigeon.logs import redact_text
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.queries import QuerySet
@@ -184,6 +187,7 @@ def overview(
         failed = _failed(r, history=history)
         reconciliation = _reconcile(r, win, list(obligations), received)
         actions = _action_log(r) if history else []
+        events = _lifecycle(r)
     lag = relay_lag(db, now=now)
     return {
         "at": now,
@@ -197,6 +201,7 @@ def overview(
         "reconciliation": reconciliation,
         "relay": lag.as_dict(),
         "actions": actions,
+        "lifecycle": events,
     }
 
 
@@ -437,6 +442,18 @@ def _action_log(r: _Reader) -> list[dict[str, Any]]:
     for row in rows:
         row["selection"] = loads(row["selection"])
     return rows
+
+
+def _lifecycle(r: _Reader) -> dict[str, dict[str, Any]]:
+    """Lifecycle events counted (``pigeon.lifecycle``), every kind (0 if never seen)."""
+    events = {kind: {"count": 0, "last_at": None, "last_detail": None} for kind in KINDS}
+    for row in r.all("lifecycle_counts", {}):
+        events[row["kind"]] = {
+            "count": int(row["count"]),
+            "last_at": row["last_at"],
+            "last_detail": row["last_detail"],
+        }
+    return events
 
 
 __all__ = ["DEFAULT_WINDOW", "WINDOWS", "error_class", "overview", "window_bounds"]

@@ -210,3 +210,7 @@ RETURNING id
 -- name: action_log
 SELECT id, at, actor, action, reason, selection, matched, done, skipped
 FROM pigeon_operator_actions ORDER BY id DESC LIMIT :limit
+
+-- name: lifecycle_counts
+-- Lifecycle events counted (pigeon.lifecycle): a few rows, one per kind seen.
+SELECT kind, count, last_at, last_detail FROM pigeon_lifecycle_events ORDER BY kind
