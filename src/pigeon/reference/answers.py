@@ -104,12 +104,19 @@ def _invalid(detail: str) -> ValidationError:
     return ValidationError(detail, slug="invalid-answer", status=422)
 
 
-_TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}
+# A character that is not white space by str.isspace, which validate_answer's strip()
+# uses: "\\S" means other characters in Python's, Rust's and ECMA-262's expressions.
+_NOT_SPACE = (
+    "[^\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a"
+    "\\u2028\\u2029\\u202f\\u205f\\u3000]"
+)
+_TEXT = {"type": "string", "pattern": _NOT_SPACE}
 _OPTIONAL_TEXT = {"type": ["string", "null"]}
 # What `validate_answer` checks, enforced before the claim and published in the OpenAPI.
 ANSWER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["question", "answer"],
+    "additionalProperties": False,
     "properties": {
         "question": _TEXT,
         "answer": _TEXT,

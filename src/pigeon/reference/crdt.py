@@ -24,6 +24,7 @@ from typing import Any
 from pigeon.core.wire import ETAG, quote_etag
 from pigeon.exceptions import InvalidOperation, MissingExtra, ValidationError
 from pigeon.reference import conflicts as cf
+from pigeon.server import contract
 from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 
@@ -126,15 +127,24 @@ def _bad(detail: str) -> ValidationError:
     return ValidationError(detail, slug="bad-update")
 
 
+# The update's format, "yjs-update", is what no pattern can say (`decode` and `merge`
+# check it): the base64 of a Yjs update.
+_UPDATE = {"type": "string", "format": "yjs-update", "description": "a Yjs update, base64"}
 UPDATE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["update"],
+    "additionalProperties": False,
     "properties": {
-        "id": {"type": ["string", "integer"]},
-        "update": {"type": "string", "description": "a Yjs update, base64"},
+        "id": {"type": ["string", "integer"], "description": "unread: the path names it"},
+        "update": _UPDATE,
     },
 }
-CREATE_SCHEMA: dict[str, Any] = UPDATE_SCHEMA | {"required": ["id", "update"]}
+CREATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "update"],
+    "additionalProperties": False,
+    "properties": {"id": {"anyOf": [contract.RESOURCE_ID, contract.INTEGER_ID]}, "update": _UPDATE},
+}
 
 
 def validate_update(body: Any, path_params: Mapping[str, Any]) -> None:

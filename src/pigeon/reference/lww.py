@@ -18,6 +18,7 @@ from typing import Any
 from pigeon.core.wire import ETAG, PROBLEM_JSON, quote_etag
 from pigeon.exceptions import ValidationError
 from pigeon.reference import conflicts as cf
+from pigeon.server import contract
 from pigeon.server import identifiers as ids
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.problems import problem
@@ -27,12 +28,15 @@ def _bad(detail: str) -> ValidationError:
     return ValidationError(detail, slug="bad-resource")
 
 
-# A resource is a JSON object; on POST its "id" names it (a string or a number).
+# A resource is a JSON object; on POST its "id" names it (a string or a number); on PUT
+# the body's id, when given, is the path's (x-pigeon-path-id).
+_ID = {"anyOf": [contract.RESOURCE_ID, contract.INTEGER_ID]}
 RESOURCE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"id": {"type": ["string", "integer"]}},
+    "properties": {"id": _ID},
+    "x-pigeon-path-id": "id",
 }
-CREATE_SCHEMA: dict[str, Any] = RESOURCE_SCHEMA | {"required": ["id"]}
+CREATE_SCHEMA: dict[str, Any] = {"type": "object", "required": ["id"], "properties": {"id": _ID}}
 
 
 def validate_resource(body: Any, path_params: Mapping[str, Any]) -> None:

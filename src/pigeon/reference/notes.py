@@ -43,7 +43,7 @@ from pigeon.reference.conflicts import (
 )
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
-from pigeon.server import access
+from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator
@@ -60,12 +60,16 @@ from pigeon.storage.sealed import NOTE_DATA
 LEDGER_PATH = "/pigeon/v1/ledger"
 
 
-# A note is any JSON object; "id", if given, names it (a string or a number, as the path).
+# A note is any JSON object; "id", if given, names it (a string or a number, as the path;
+# "" is no id). At /notes/{id} the body's id, when given, is the path's (x-pigeon-path-id).
 NOTE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"id": {"type": ["string", "integer"]}},
+    "properties": {
+        "id": {"anyOf": [contract.RESOURCE_ID, contract.INTEGER_ID, {"const": ""}]},
+    },
     "additionalProperties": True,
 }
+NOTE_AT_ID_SCHEMA: dict[str, Any] = NOTE_SCHEMA | {"x-pigeon-path-id": "id"}
 
 
 # notes.data is sealed when a keyring is configured, bound to the note's (principal, id).
@@ -348,17 +352,17 @@ def create_notes_app(
 def add_note_writes(intake: Intake) -> None:
     """The writes of ``/notes``: create, replace, patch (each schema-checked before the
     claim) and delete, each answering a purged conflict's replay with the note now."""
-    for method, path, handler in (
-        ("POST", "/notes", create_note),
-        ("PUT", "/notes/{id}", replace_note),
-        ("PATCH", "/notes/{id}", patch_note),
+    for method, path, handler, schema in (
+        ("POST", "/notes", create_note, NOTE_SCHEMA),
+        ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA),
+        ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA),
     ):
         intake.add_operation(
             method,
             path,
             handler,
             on_replay=current_note,
-            request_schema=NOTE_SCHEMA,
+            request_schema=schema,
             validate=validate_note,
         )
     intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)

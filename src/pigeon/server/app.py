@@ -188,7 +188,9 @@ class _Endpoints:
     def answer_batch(self, principal: str, held: list[Any], size: int) -> Response:
         entries: list[Any] = held.pop()["operations"]
         ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
-        ids = [entry.get("id") if isinstance(entry, dict) else None for entry in entries]
+        # An entry's id is given back as it came only when it is one (a string): the
+        # answer's schema says so, whatever an entry refused for its shape held.
+        ids = [_entry_id(entry) for entry in entries]
         del entries
         try:
             results = self.intake.execute_batch(principal, ops)
@@ -206,6 +208,11 @@ class _Endpoints:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.spec)
+
+
+def _entry_id(entry: object) -> str | None:
+    op_id = entry.get("id") if isinstance(entry, dict) else None
+    return op_id if isinstance(op_id, str) else None
 
 
 def _intake_routes(intake: Intake, endpoints: _Endpoints) -> list[BaseRoute]:

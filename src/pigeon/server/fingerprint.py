@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from pigeon.core.printable import printable
 from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH, canonical_json
 from pigeon.exceptions import InvalidIdempotencyKey
 
@@ -33,22 +34,23 @@ def validate_key(values: Sequence[str]) -> str:
 
 
 def check_key(key: object) -> str:
-    """A key taken from a header or a batch entry: a non-empty string of at most 255 chars."""
+    """A key taken from a header or a batch entry: 1 to 255 printable characters, not only
+    spaces, as sent or in double quotes (``pigeon.server.contract.IDEMPOTENCY_KEY_SCHEMA``
+    publishes this rule)."""
     if not isinstance(key, str):
         raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must be a string, not {type(key).__name__}")
-    stripped = key.strip()
-    if len(stripped) >= 2 and stripped[0] == stripped[-1] == '"':
+    if len(key) >= 2 and key[0] == key[-1] == '"':
         # The IETF draft sends the key as a structured-field string: "abc" is abc.
-        stripped = stripped[1:-1]
-    if not stripped:
-        raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must not be empty")
-    if len(stripped) > MAX_KEY_LENGTH:
+        key = key[1:-1]
+    if not key.strip(" "):
+        raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must not be empty (nor only spaces)")
+    if len(key) > MAX_KEY_LENGTH:
         raise InvalidIdempotencyKey(
-            f"{IDEMPOTENCY_KEY} is {len(stripped)} characters, at most {MAX_KEY_LENGTH} allowed"
+            f"{IDEMPOTENCY_KEY} is {len(key)} characters, at most {MAX_KEY_LENGTH} allowed"
         )
-    if not stripped.isprintable():
+    if not printable(key):
         raise InvalidIdempotencyKey(f"{IDEMPOTENCY_KEY} must be printable text")
-    return stripped
+    return key
 
 
 def fingerprint(method: str, path: str, body: Any) -> str:

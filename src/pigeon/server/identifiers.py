@@ -30,6 +30,7 @@ from pigeon.checks import is_int
 
 # Re-exported for the server's handlers: the one path-segment encoder (pigeon.core).
 from pigeon.core.identifiers import path_segment as path_segment
+from pigeon.core.printable import printable
 from pigeon.exceptions import ValidationError
 
 MAX_ID_LENGTH = 255  # a resource id: part of a primary key (PostgreSQL: 2704 bytes an entry)
@@ -53,6 +54,10 @@ class InvalidIdentifier(ValidationError, ValueError):
 
 def resource_id(value: object, what: str = "id") -> str:
     """``value`` as a resource id, or ``InvalidIdentifier`` naming what is wrong."""
+    if isinstance(value, float) and value.is_integer():
+        # JSON has one kind of number: 42.0 is the integer 42 to JSON Schema, and to the
+        # published contract (`pigeon.server.contract.INTEGER_ID`), so the note "42" here.
+        value = int(value)
     if is_int(value):
         value = str(value)
     if not isinstance(value, str):
@@ -67,7 +72,7 @@ def resource_id(value: object, what: str = "id") -> str:
         raise InvalidIdentifier(
             f"the {what} {value!r} cannot be a path segment ('/', '.' and '..' are refused)"
         )
-    if not value.isprintable():
+    if not printable(value):
         raise InvalidIdentifier(
             f"the {what} {value!r} holds a control, separator or format character"
         )
@@ -115,7 +120,7 @@ def token(value: object, what: str, max_length: int) -> str:
         raise InvalidIdentifier(f"{what} must not be empty")
     if len(value) > max_length:
         raise InvalidIdentifier(f"{what} is {len(value)} characters, at most {max_length} allowed")
-    if not value.isprintable():
+    if not printable(value):
         raise InvalidIdentifier(f"{what} must be printable text")
     return value
 

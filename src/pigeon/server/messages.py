@@ -22,8 +22,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pigeon.core import strictjson
 from pigeon.core.clock import HLCTimestamp
+from pigeon.core.printable import printable
 from pigeon.core.strictjson import JsonRefused
 from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag
+from pigeon.server import contract
+from pigeon.server.contract import (
+    MAX_CLOCK_COUNTER,
+    MAX_CLOCK_LENGTH,
+    MAX_CLOCK_WALL_MS,
+    MAX_NODE_LENGTH,
+    OPERATION_ID,
+)
 from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
 from pigeon.server.identifiers import (
     MAX_ENTITY_LENGTH,
@@ -43,16 +52,6 @@ from pigeon.server.results import OpResult, problem_result, server_error
 from pigeon.server.testhooks import BadTestHook, TestHooks
 
 log = logging.getLogger(__name__)
-OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
-# A clock stamp is "<15-digit wall>-<10-digit counter>-<node>": room for a node name of
-# MAX_NODE_LENGTH printable characters, which every ledger row and resource row stores.
-MAX_NODE_LENGTH = 64
-MAX_CLOCK_LENGTH = 27 + MAX_NODE_LENGTH
-# Its wall at most the last millisecond of year 9999 and its counter what the fixed-width
-# encoding holds (10 digits); both in ASCII digits (int() also took "+1", "1_0", "١").
-# Beyond, a stamp was stored as sent and outranked every real one for ever.
-MAX_CLOCK_WALL_MS = 253_402_300_799_999
-MAX_CLOCK_COUNTER = 9_999_999_999
 # Bodies up to this many bytes are decoded on the event loop (a thread hand-off costs
 # more than their decoding); a larger one in a worker thread, so that no request's
 # decoding holds up every other connection (a 2 MiB body takes tens of milliseconds).
@@ -148,7 +147,7 @@ def _clock(value: object) -> str | OpResult:
                 f"a clock stamp's wall is at most {MAX_CLOCK_WALL_MS} ms (the end of year "
                 f"9999) and its counter at most {MAX_CLOCK_COUNTER}: {value!r}"
             )
-        if not stamp.node.isprintable() or len(stamp.node) > MAX_NODE_LENGTH:
+        if not printable(stamp.node) or len(stamp.node) > MAX_NODE_LENGTH:
             raise ValueError(
                 f"a clock stamp's node is at most {MAX_NODE_LENGTH} printable characters"
             )
@@ -207,6 +206,9 @@ async def parse_request(
         if_match = optional_token(request.headers.get(IF_MATCH) or None, IF_MATCH, MAX_ETAG_LENGTH)
     except InvalidIdentifier as exc:
         return bad_request("bad-header", str(exc))
+    header = contract.header_refusal(request.headers)  # what the document publishes
+    if header is not None:
+        return bad_request(*header)
     return OperationRequest(
         method=request.method,
         path=path,
@@ -265,6 +267,9 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
         )
     except InvalidIdentifier as exc:
         return bad_request("bad-batch-entry", str(exc))
+    refused = contract.entry_refusal(entry, index)  # the published BatchOperation
+    if refused is not None:
+        return bad_request("bad-batch-entry", refused)
     return OperationRequest(
         method=method.upper(),
         path=path,

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jsonschema
 from starlette.routing import BaseRoute, Route
 
 from pigeon.core.wire import (
@@ -26,7 +27,9 @@ from pigeon.core.wire import (
     REPLAYED,
     RETRY_AFTER,
 )
+from pigeon.server import contract
 from pigeon.server.access import Guarded, Rule
+from pigeon.server.contract import OPERATION_ID, SCHEMA_REF
 from pigeon.server.idempotency import CLAIM_WAIT
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 
@@ -101,10 +104,54 @@ def _access_responses(rule: Rule | None) -> dict[str, Any]:
 
 
 def _path_params(path: str) -> list[dict[str, Any]]:
+    # Every path parameter is one identifier (`pigeon.server.identifiers`): 400 otherwise.
     return [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {"$ref": SCHEMA_REF + "ResourceId"},
+        }
         for name in _PARAM.findall(path)
     ]
+
+
+_USER: list[dict[str, list[str]]] = [{"user": []}]
+_OPERATOR: list[dict[str, list[str]]] = [{"operator": []}]
+
+
+def _security(rule: Rule | None) -> list[dict[str, list[str]]]:
+    if rule is Rule.OPERATOR:
+        return _OPERATOR
+    if rule is Rule.OWNER:
+        return [*_USER, *_OPERATOR]
+    return _USER if rule is Rule.USER else []
+
+
+def _body(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A route's request body: its declared schema (any JSON without one), required when
+    the schema refuses no body at all. What the strict decoder takes anywhere in a body
+    is the ``JsonValue`` component (``x-pigeon-json``): a schema of its own, not folded
+    into each body's, whose recursion made generating test data slow and unreliable."""
+    if schema is None:
+        return {"required": False, "schema": {}}
+    required = not jsonschema.Draft202012Validator(schema).is_valid(None)
+    return {"required": required, "schema": _referenced(schema)}
+
+
+_SHARED = {id(contract.RESOURCE_ID): "ResourceId", id(contract.INTEGER_ID): "IntegerId"}
+
+
+def _referenced(schema: Any) -> Any:
+    """``schema`` with each of the contract's shared schemas (the very objects a route's
+    schema holds) as a ``$ref`` to its component: the 4 KB id rule is published once."""
+    if id(schema) in _SHARED:
+        return {"$ref": SCHEMA_REF + _SHARED[id(schema)]}
+    if isinstance(schema, Mapping):
+        return {key: _referenced(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_referenced(item) for item in schema]
+    return schema
 
 
 def _too_large(limit: int, what: str) -> dict[str, Any]:
@@ -117,23 +164,37 @@ def _too_large(limit: int, what: str) -> dict[str, Any]:
 def _write_operation(
     method: str, path: str, max_body: int, schema: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    return {
+    body = _body(schema)
+    operation: dict[str, Any] = {
         "operationId": f"{method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
         "summary": f"{method} {path} (idempotent write)",
+        "security": _USER,
         "parameters": [
             {"$ref": "#/components/parameters/IdempotencyKey"},
             {"$ref": "#/components/parameters/IfMatch"},
             {"$ref": "#/components/parameters/Clock"},
+            {"$ref": "#/components/parameters/OperationId"},
             *_path_params(path),
         ],
         "requestBody": {
-            "required": False,
+            "required": body["required"],
             "description": f"At most {max_body} bytes",
-            "content": {"application/json": {"schema": dict(schema or {})}},
+            "content": {"application/json": {"schema": body["schema"]}},
         },
         "responses": _write_responses(max_body),
         "x-pigeon-idempotent": True,
+        "x-pigeon-json": {"$ref": SCHEMA_REF + "JsonValue"},
     }
+    if schema is not None and "x-pigeon-path-id" in schema:
+        # What no JSON Schema can say: the body's id, when given, is the path's.
+        operation["x-pigeon-path-id"] = schema["x-pigeon-path-id"]
+    return operation
+
+
+_UNSUPPORTED = _problem(
+    "A body that is not declared JSON: a Content-Type other than application/json or a "
+    "+json type, or none at all; nothing ran, the key is not taken"
+)
 
 
 def _write_responses(max_body: int) -> dict[str, Any]:
@@ -152,7 +213,8 @@ def _write_responses(max_body: int) -> dict[str, Any]:
             "request schema): checked before the key is claimed, so nothing is stored "
             "and the corrected request runs under the same key"
         ),
-        "401": _problem("Authentication required"),
+        "401": _problem("Authentication required, or the credentials are not valid"),
+        "404": _problem("No such entity (the operation's own answer, stored and replayed)"),
         "409": _problem(
             f"The same key is still in progress (type {PROBLEM_KEY_IN_PROGRESS}, with "
             f"{RETRY_AFTER}: send it again later); any other 409 is the operation's own "
@@ -160,6 +222,7 @@ def _write_responses(max_body: int) -> dict[str, Any]:
             RETRY_AFTER,
         ),
         "413": _too_large(max_body, "one operation"),
+        "415": _UNSUPPORTED,
         "422": _problem(
             "The key was used for a different request (type key-reused), or the "
             "operation's own validation refused the body (not stored, as for 400)"
@@ -225,12 +288,16 @@ def _add_read_routes(paths: dict[str, dict[str, Any]], extra_routes: Sequence[Ba
         for method in sorted((read.methods or set()) - {"HEAD"}):
             paths.setdefault(path, {})[method.lower()] = {
                 "summary": f"{method} {path} (read, no key needed)",
+                "security": _security(rule),
                 "parameters": _path_params(path),
                 # Every status a read route answers: a problem for each refusal, and
                 # what the access layer answers for its rule (`pigeon.server.access`).
                 "responses": {
                     "200": {"description": "OK"},
-                    "400": _problem("A query parameter that is not an integer in its range"),
+                    "400": _problem(
+                        "A path parameter that is no identifier, or a query parameter that "
+                        "is not an integer in its range"
+                    ),
                     "404": _problem("No such resource (or not this principal's)"),
                     **_access_responses(rule),
                 },
@@ -247,10 +314,13 @@ def _batch_operation(intake: Intake, max_batch_body: int) -> dict[str, Any]:
     return {
         "post": {
             "operationId": "pigeon_batch",
+            "security": _USER,
             "summary": "Apply operations in order, one transaction, one savepoint and key each",
             "description": (
                 "Each entry carries its own `idempotency_key` and gets the same treatment as "
-                "a single request. Permanent failures (4xx) roll back to their savepoint and "
+                "a single request. An entry is judged on its own: one outside "
+                "`BatchOperation` (`x-pigeon-entry`) gets a 400 result and the others run. "
+                "Permanent failures (4xx) roll back to their savepoint and "
                 "the batch goes on; the first transient failure (5xx, 409 in progress, "
                 "401/403/408/425/429) ends "
                 "it, so `results` may be shorter than `operations`."
@@ -258,8 +328,10 @@ def _batch_operation(intake: Intake, max_batch_body: int) -> dict[str, Any]:
             "requestBody": {
                 "required": True,
                 "description": f"At most {max_batch_body} bytes",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Batch"}}},
+                "content": {"application/json": {"schema": {"$ref": SCHEMA_REF + "Batch"}}},
             },
+            "x-pigeon-json": {"$ref": SCHEMA_REF + "JsonValue"},
+            "x-pigeon-entry": {"$ref": SCHEMA_REF + "BatchOperation"},
             "responses": {
                 "200": {
                     "description": "One result per processed operation, in order",
@@ -277,6 +349,7 @@ def _batch_operation(intake: Intake, max_batch_body: int) -> dict[str, Any]:
                 "413": _too_large(
                     max_batch_body, "a batch; send its operations in smaller batches"
                 ),
+                "415": _UNSUPPORTED,
                 "503": _problem(unavailable, RETRY_AFTER),
             },
         }
@@ -287,6 +360,7 @@ def _health() -> dict[str, Any]:
     return {
         "get": {
             "operationId": "pigeon_health",
+            "security": [],
             "summary": "Cheap liveness probe for connectivity monitors",
             "responses": {"200": {"description": "The server is reachable"}},
         }
@@ -338,8 +412,24 @@ _TEXT = {"type": "string"}
 
 
 def _components() -> dict[str, Any]:
-    """The parameters, headers and schemas the operations refer to by ``$ref``."""
-    return {"parameters": _parameters(), "headers": _headers(), "schemas": _schemas()}
+    """The parameters, headers, schemas and credentials the operations refer to."""
+    return {
+        "parameters": _parameters(),
+        "headers": _headers(),
+        "schemas": _schemas(),
+        "securitySchemes": {
+            "user": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "A user's token (`pigeon serve --auth`): names the principal",
+            },
+            "operator": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "The operator token (`pigeon serve --operator-token`)",
+            },
+        },
+    }
 
 
 def _parameters() -> dict[str, Any]:
@@ -348,22 +438,32 @@ def _parameters() -> dict[str, Any]:
             "name": IDEMPOTENCY_KEY,
             "in": "header",
             "required": True,
-            "description": "Made once per operation by the client, resent unchanged on retries",
-            "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            "description": (
+                "Made once per operation by the client, resent unchanged on retries (one "
+                "header line): 1-255 printable characters, or those in double quotes"
+            ),
+            "schema": contract.HEADERS[IDEMPOTENCY_KEY],
         },
         "IfMatch": {
             "name": IF_MATCH,
             "in": "header",
             "required": False,
-            "description": 'The base version the change was made against: "<n>"',
-            "schema": _TEXT,
+            "description": 'The base version the change was made against: "<n>"; empty: none',
+            "schema": contract.HEADERS[IF_MATCH],
         },
         "Clock": {
             "name": CLOCK,
             "in": "header",
             "required": False,
-            "description": "The operation's hybrid logical clock stamp",
-            "schema": _TEXT,
+            "description": "The operation's hybrid logical clock stamp, <wall ms>-<counter>-<node>",
+            "schema": contract.HEADERS[CLOCK],
+        },
+        "OperationId": {
+            "name": OPERATION_ID,
+            "in": "header",
+            "required": False,
+            "description": "Names the operation in an 'already applied' answer (default: the key)",
+            "schema": contract.HEADERS[OPERATION_ID],
         },
     }
 
@@ -379,7 +479,7 @@ def _headers() -> dict[str, Any]:
 
 
 def _schemas() -> dict[str, Any]:
-    return {
+    return contract.components() | {
         "Problem": {
             "type": "object",
             "required": ["type", "title", "status"],
@@ -390,32 +490,15 @@ def _schemas() -> dict[str, Any]:
                 "detail": _TEXT,
             },
         },
-        "BatchOperation": {
-            "type": "object",
-            "required": ["idempotency_key", "method", "path"],
-            "properties": {
-                "id": _TEXT,
-                "idempotency_key": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_KEY_LENGTH,
-                },
-                "type": _TEXT,
-                "entity": _TEXT,
-                "method": _TEXT,
-                "path": _TEXT,
-                "body": {},
-                "clock": _TEXT,
-                "if_match": _TEXT,
-            },
-        },
         "Batch": {
             "type": "object",
             "required": ["operations"],
             "properties": {
                 "operations": {
                     "type": "array",
-                    "items": {"$ref": "#/components/schemas/BatchOperation"},
+                    "maxItems": MAX_BATCH,
+                    "description": "Entries, each judged against BatchOperation on its own",
+                    "items": {},
                 }
             },
         },
@@ -427,7 +510,7 @@ def _schemas() -> dict[str, Any]:
                     "items": {
                         "type": "object",
                         "properties": {
-                            "id": {"type": ["string", "null"]},
+                            "id": {"type": ["string", "null"], "description": "The entry's id"},
                             "status": {"type": "integer"},
                             "body": {},
                             "replayed": {"type": "boolean"},
