@@ -43,7 +43,7 @@ GUARD_ALLOWED = {
     # The JSON parser's range check on a float it just made with float(text): "1e999" is
     # inf, beyond a double. The value can never be a bool, and this runs once per number
     # of every request body.
-    "protocol/strictjson.py": "parses a float's range, not a caller's value",
+    "core/strictjson.py": "parses a float's range, not a caller's value",
     # Retry-After parsing: a header's text read as float; an unreadable or infinite one
     # means "no header".
     "sync/classify.py": "Retry-After header parsing",
