@@ -77,9 +77,7 @@ def list_jobs(
 ) -> list[dict[str, Any]]:
     with store_for(db).reading() as session:
         rows = session.list_jobs(status=status, queue=queue, limit=limit)
-    for row in rows:
-        row["payload"] = loads(row["payload"])
-    return rows
+    return [{**row, "payload": loads(row["payload"])} for row in rows]
 
 
 def show_job(db: Database | JobStore[FailedSession], job_id: JobId) -> dict[str, Any]:
@@ -87,7 +85,6 @@ def show_job(db: Database | JobStore[FailedSession], job_id: JobId) -> dict[str,
         job = session.get_job(job_id)
         if job is None:
             raise NotFound(f"no job {job_id}")
-        job["payload"] = loads(job["payload"])
-        job["history"] = session.attempts_of(job_id)
-        job["reviews"] = session.reviews_of(job_id)
-    return job
+        history = session.attempts_of(job_id)
+        reviews = session.reviews_of(job_id)
+    return {**job, "payload": loads(job["payload"]), "history": history, "reviews": reviews}

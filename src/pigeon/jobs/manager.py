@@ -23,7 +23,7 @@ from typing import Any
 from pigeon.jobs.app import App
 from pigeon.jobs.job import FailedJob as FailedJob  # its home before job.py
 from pigeon.jobs.job import Job, JobId, JobSpec
-from pigeon.jobs.rows import ATTEMPT
+from pigeon.jobs.rows import ATTEMPT, NewJob
 from pigeon.jobs.store import EnqueueSession, JobStore, LeaseSession
 from pigeon.jobs.stores import session_for, store_for
 from pigeon.logs import failure, redact_text
@@ -80,20 +80,20 @@ def write_job(
         max_attempts, max_age = spec.policy(registered.max_attempts, registered.max_age)
     else:
         max_attempts, max_age = spec.policy()
-    params = {
-        "queue": spec.queue,
-        "task": spec.task,
-        "payload": spec.payload_json(),
-        "max_attempts": max_attempts,
-        "max_age": max_age,
-        "now": now,
-        "scheduled_at": now + spec.delay,
-        "owner": spec.owner,
-        "record_id": record_id,
-        "obligation": obligation,
-        "unique_key": spec.unique_key,
-    }
-    return session.insert_job(params)
+    job = NewJob(
+        queue=spec.queue,
+        task=spec.task,
+        payload=spec.payload_json(),
+        max_attempts=max_attempts,
+        max_age=max_age,
+        now=now,
+        scheduled_at=now + spec.delay,
+        owner=spec.owner,
+        record_id=record_id,
+        obligation=obligation,
+        unique_key=spec.unique_key,
+    )
+    return session.insert_job(job)
 
 
 @dataclass(frozen=True)
@@ -152,15 +152,15 @@ class JobManager:
         token = uuid.uuid4().hex
         alerts: list[FailedJob | None] = []
         with self.store.transaction() as session:
-            rows = session.claim_due(
+            claimed = session.claim_due(
                 queue=queue, worker=worker, token=token, now=now, until=now + lease, n=n,
                 start=n if start is None else start,
             )  # fmt: skip
-            if not rows:
+            if not claimed:
                 return []
             runnable = []
             doomed: list[tuple[Job, str]] = []
-            for job in (Job.from_row(row, now) for row in rows):
+            for job in claimed:
                 if job.attempt > 1:
                     session.mark_attempt_lost(job.id, job.attempt, now)
                 reason = self._out_of_budget(job, now, starting=True)

@@ -52,7 +52,7 @@ def call_provider(
     with store.transaction() as session:
         row = session.provider_call(reference)
         if row is None:
-            key = str(uuid.uuid4())
+            key, attempts = str(uuid.uuid4()), 0
             session.insert_provider_call(
                 reference=reference,
                 provider=provider.name,
@@ -60,15 +60,15 @@ def call_provider(
                 request=dumps(request),
                 now=clock(),
             )
-            row = {"idempotency_key": key, "status": "pending", "attempts": 0, "result": None}
         elif row["status"] == "succeeded":
             return loads(row["result"])
         elif row["status"] == "failed":
             refusal = row["result"]
             raise PermanentError(f"provider {provider.name} refused {reference}: {refusal}")
+        else:
+            key, attempts = row["idempotency_key"], int(row["attempts"])
         session.count_provider_attempt(reference, clock())
-    key = row["idempotency_key"]
-    if int(row["attempts"]) > 0:
+    if attempts > 0:
         # An earlier attempt may have applied: ask before calling again.
         found = provider.lookup(reference)
         if found is not None:
@@ -115,7 +115,6 @@ def provider_call(
 ) -> dict[str, Any] | None:
     with store_for(db).reading() as session:
         row = session.provider_call(reference)
-    if row is not None:
-        row["request"] = loads(row["request"])
-        row["result"] = loads(row["result"])
-    return row
+    if row is None:
+        return None
+    return {**row, "request": loads(row["request"]), "result": loads(row["result"])}

@@ -26,13 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from pigeon import lifecycle
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.manager import describe
 from pigeon.jobs.publishers.messages import BatchPublisher, Message, PartialPublish, Publisher
 from pigeon.jobs.publishers.redis import RedisStreamPublisher
+from pigeon.jobs.rows import OutboxRow
 from pigeon.jobs.store import JobStore, OutboxSession
 from pigeon.jobs.stores import store_for
 from pigeon.logs import failure, summary
@@ -135,7 +135,7 @@ class Relay:
             )
         return published
 
-    def _message(self, row: Any) -> Message:
+    def _message(self, row: OutboxRow) -> Message:
         """The message of an outbox row: its payload read back as ``outbox.add`` wrote it
         (the store has opened it)."""
         payload = json.loads(row["payload"])
@@ -158,7 +158,7 @@ class Relay:
         if self._die_after is not None and self._confirmed_total >= self._die_after:
             os.kill(os.getpid(), signal.SIGKILL)  # tests: die between confirm and mark
 
-    def _mark(self, rows: Sequence[Any]) -> int:
+    def _mark(self, rows: Sequence[OutboxRow]) -> int:
         """Mark ``rows`` published, in one transaction (one round trip on PostgreSQL).
         Each by its id: a range would also take a row that became visible after it was
         read (committed late) and was never published."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs.app import App, QueueConfig
+from pigeon.jobs.rows import Breach, QueueCounts
 from pigeon.jobs.store import JobStore, StatsSession
 from pigeon.jobs.stores import store_for
 from pigeon.logs import failure
@@ -72,6 +73,14 @@ def ready_age(oldest_ready_at: float | None, now: float) -> float | None:
     return None if oldest_ready_at is None else max(0.0, now - float(oldest_ready_at))
 
 
+def _no_jobs(queue: str) -> QueueCounts:
+    """The counts of a queue declared in the app that has no job yet."""
+    return QueueCounts(
+        queue=queue, ready=0, delayed=0, reserved=0, stuck=0, succeeded=0, failed=0,
+        cancelled=0, oldest_ready_at=None,
+    )  # fmt: skip
+
+
 def queue_stats(
     db: Database | JobStore[StatsSession], app: App | None = None, *, now: float | None = None
 ) -> list[JobQueueStats]:
@@ -79,25 +88,25 @@ def queue_stats(
     app = app or App()
     now = time.time() if now is None else now
     with store_for(db).reading() as session:
-        rows = {r["queue"]: r for r in session.queue_counts(now)}
-        owners_rows = session.failed_counts()
+        counts = {r["queue"]: r for r in session.queue_counts(now)}
+        failed = session.failed_counts()
     owners: dict[str, dict[str, int]] = {}
-    for row in owners_rows:
-        owners.setdefault(row["queue"], {})[row["owner"] or "-"] = int(row["n"])
+    for group in failed:
+        owners.setdefault(group["queue"], {})[group["owner"] or "-"] = int(group["n"])
     result = []
-    for queue in sorted(rows.keys() | app.queues.keys()):
-        row = rows.get(queue) or {}
+    for queue in sorted(counts.keys() | app.queues.keys()):
+        row = counts.get(queue) or _no_jobs(queue)
         result.append(
             JobQueueStats(
                 queue=queue,
-                ready=int(row.get("ready") or 0),
-                delayed=int(row.get("delayed") or 0),
-                reserved=int(row.get("reserved") or 0),
-                stuck=int(row.get("stuck") or 0),
-                succeeded=int(row.get("succeeded") or 0),
-                failed=int(row.get("failed") or 0),
-                cancelled=int(row.get("cancelled") or 0),
-                oldest_ready_age=ready_age(row.get("oldest_ready_at"), now),
+                ready=int(row["ready"] or 0),
+                delayed=int(row["delayed"] or 0),
+                reserved=int(row["reserved"] or 0),
+                stuck=int(row["stuck"] or 0),
+                succeeded=int(row["succeeded"] or 0),
+                failed=int(row["failed"] or 0),
+                cancelled=int(row["cancelled"] or 0),
+                oldest_ready_age=ready_age(row["oldest_ready_at"], now),
                 objective=app.queues[queue].freshness if queue in app.queues else DEFAULT_OBJECTIVE,
                 owners=owners.get(queue, {}),
             )
@@ -153,10 +162,10 @@ def failed_by_owner(
         counts = session.failed_counts()
         latest = session.failed_recent(200)
     owners: dict[str, dict[str, Any]] = {}
-    for row in counts:
-        entry = owners.setdefault(row["owner"] or "-", {"failed": 0, "queues": {}, "recent": []})
-        entry["failed"] += int(row["n"])
-        entry["queues"][row["queue"]] = int(row["n"])
+    for group in counts:
+        entry = owners.setdefault(group["owner"] or "-", {"failed": 0, "queues": {}, "recent": []})
+        entry["failed"] += int(group["n"])
+        entry["queues"][group["queue"]] = int(group["n"])
     for row in latest:
         found = owners.get(row["owner"] or "-")
         if found is not None and len(found["recent"]) < recent:
@@ -239,7 +248,7 @@ class FreshnessMonitor:
         return fired
 
 
-def open_breaches(db: Database | JobStore[StatsSession]) -> list[dict[str, Any]]:
+def open_breaches(db: Database | JobStore[StatsSession]) -> list[Breach]:
     """The breach episodes open now (queue, since, age, objective), by queue."""
     with store_for(db).reading() as session:
         return session.breaches()

@@ -17,17 +17,32 @@ which backend it runs on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.rows import (
+    AttemptRow,
+    Breach,
+    EventRow,
+    FailedCount,
+    FailedRecent,
+    JobRow,
+    NewJob,
+    ObligationRow,
+    OutboxLag,
+    OutboxRow,
+    Pressure,
+    ProviderCall,
+    QueueCounts,
+    RecordRow,
+    ReviewRow,
+)
 
 if TYPE_CHECKING:
     from pigeon.jobs.wakeup import Wakeup
     from pigeon.storage.base import Tx
-
-Row = dict[str, Any]
 
 
 class LedgerSession(Protocol):
@@ -54,7 +69,7 @@ class LedgerSession(Protocol):
 class EnqueueSession(Protocol):
     """Writing a job (``manager.enqueue`` and whoever enqueues in its transaction)."""
 
-    def insert_job(self, params: Mapping[str, Any]) -> JobId:
+    def insert_job(self, job: NewJob) -> JobId:
         """Insert a job; a ``unique_key`` already used returns the existing job's id."""
         ...
 
@@ -65,9 +80,9 @@ class LeaseSession(EnqueueSession, LedgerSession, Protocol):
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
         start: int,
-    ) -> list[Row]:  # fmt: skip
+    ) -> list[Job]:  # fmt: skip
         """Lease up to ``n`` eligible jobs (ready, or with an expired lease), their attempts
-        opened; the rows in due order (scheduled_at, id), each with its ``last_error``. The
+        opened; the jobs in due order (scheduled_at, id), each with its ``last_error``. The
         first ``start`` are marked started now (the caller runs them at once); the others
         are claimed, not started, and still count as waiting until ``mark_started``."""
         ...
@@ -104,7 +119,7 @@ class LeaseSession(EnqueueSession, LedgerSession, Protocol):
         """A job of ``queue`` became ready other than by insert: wake idle workers."""
         ...
 
-    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Pressure | None: ...
 
 
 class RecordSession(EnqueueSession, LedgerSession, Protocol):
@@ -122,30 +137,27 @@ class RecordSession(EnqueueSession, LedgerSession, Protocol):
 
     def job_by_unique_key(self, unique_key: str) -> JobId | None: ...
 
-    def get_record(self, record_id: str) -> Row | None:
-        """id, kind, data (JSON text, in clear), status, created_at, completed_at,
-        principal."""
+    def get_record(self, record_id: str) -> RecordRow | None: ...
+
+    def obligations_of(self, record_id: str) -> list[ObligationRow]:
+        """The record's obligations, by name."""
         ...
 
-    def obligations_of(self, record_id: str) -> list[Row]:
-        """name, job_id, status, updated_at of each obligation, by name."""
-        ...
-
-    def events_of(self, record_id: str) -> list[Row]:
-        """obligation, state, detail (JSON text in clear, or None), at; oldest first."""
+    def events_of(self, record_id: str) -> list[EventRow]:
+        """The record's recorded states, oldest first."""
         ...
 
 
 class FailedSession(LedgerSession, Protocol):
     """The failed store: its reads and its reviewed retries and cancels (``failed.py``)."""
 
-    def get_job(self, job_id: JobId) -> Row | None: ...
+    def get_job(self, job_id: JobId) -> JobRow | None: ...
 
-    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]: ...
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[JobRow]: ...
 
-    def attempts_of(self, job_id: JobId) -> list[Row]: ...
+    def attempts_of(self, job_id: JobId) -> list[AttemptRow]: ...
 
-    def reviews_of(self, job_id: JobId) -> list[Row]: ...
+    def reviews_of(self, job_id: JobId) -> list[ReviewRow]: ...
 
     def review(self, job_id: JobId, action: str, now: float) -> bool:
         """``action`` "retry" or "cancel"; False if the job's status does not allow it."""
@@ -179,9 +191,8 @@ class OutboxSession(Protocol):
         """An outbox message; ``payload`` its JSON text (the store seals it)."""
         ...
 
-    def outbox_pending(self, limit: int) -> list[Row]:
-        """Up to ``limit`` unpublished rows in outbox order (id, message_id, topic,
-        payload as JSON text in clear, created_at, attempts)."""
+    def outbox_pending(self, limit: int) -> list[OutboxRow]:
+        """Up to ``limit`` unpublished rows in outbox order."""
         ...
 
     def mark_published(self, row_ids: Sequence[int], now: float) -> None:
@@ -224,10 +235,7 @@ class EffectSession(CallbackSession, Protocol):
 class ProviderSession(LedgerSession, Protocol):
     """Provider calls made safe to repeat (``providers.py``)."""
 
-    def provider_call(self, reference: str) -> Row | None:
-        """reference, provider, idempotency_key, request and result (JSON text in clear,
-        result None until settled), status, attempts, created_at, updated_at."""
-        ...
+    def provider_call(self, reference: str) -> ProviderCall | None: ...
 
     def insert_provider_call(
         self, *, reference: str, provider: str, idempotency_key: str, request: str, now: float
@@ -255,21 +263,19 @@ class AccessSession(Protocol):
 class StatsSession(Protocol):
     """The figures: stats, the dashboard, the planner, freshness (``stats.py``)."""
 
-    def queue_counts(self, now: float) -> list[Row]:
-        """One row per queue that has jobs, by queue: ready, delayed, reserved, stuck,
-        succeeded, failed, cancelled, and ``oldest_ready_at`` (None: nothing ready)."""
+    def queue_counts(self, now: float) -> list[QueueCounts]:
+        """One row per queue that has jobs, by queue (``oldest_ready_at`` None: nothing
+        ready)."""
         ...
 
-    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None: ...
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Pressure | None: ...
 
-    def failed_counts(self) -> list[Row]:
-        """Failed jobs awaiting review per (owner, queue): ``n`` and the ``latest``
-        finish, ordered by owner then queue."""
+    def failed_counts(self) -> list[FailedCount]:
+        """Failed jobs awaiting review per (owner, queue), ordered by owner then queue."""
         ...
 
-    def failed_recent(self, limit: int) -> list[Row]:
-        """The latest failed jobs (id, queue, task, owner, attempts, last_error in clear,
-        finished_at, record_id), newest first."""
+    def failed_recent(self, limit: int) -> list[FailedRecent]:
+        """The latest failed jobs, newest first."""
         ...
 
     def service_times(self, queue: str, limit: int) -> list[float]:
@@ -277,17 +283,14 @@ class StatsSession(Protocol):
         newest first."""
         ...
 
-    def outbox_lag(self) -> Row:
-        """Outbox rows not yet published (``pending``) and the oldest one's creation
-        time (``oldest``, None when none waits)."""
-        ...
+    def outbox_lag(self) -> OutboxLag: ...
 
     def open_breach(self, *, queue: str, now: float, age: float, objective: float) -> bool: ...
 
     def close_breach(self, queue: str) -> None: ...
 
-    def breaches(self) -> list[Row]:
-        """The open breach episodes (queue, since, age, objective), by queue."""
+    def breaches(self) -> list[Breach]:
+        """The open breach episodes, by queue."""
         ...
 
 

@@ -18,9 +18,22 @@ from typing import Any, NoReturn
 
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.rows import COMPLETED, SETTLED_STATE, dumps
-from pigeon.jobs.store import JobStore, Row
-from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Tables, TableStatements
+from pigeon.jobs.rows import (
+    COMPLETED,
+    SETTLED_STATE,
+    AttemptRow,
+    Breach,
+    EventRow,
+    JobRow,
+    NewJob,
+    ObligationRow,
+    Pressure,
+    RecordRow,
+    ReviewRow,
+    dumps,
+)
+from pigeon.jobs.store import JobStore
+from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Row, Tables, TableStatements, pick
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.storage.base import Tx
 from pigeon.storage.crypto import PLAIN
@@ -100,8 +113,8 @@ class MemoryJobSession(TableStatements):
             return None
         return row
 
-    def insert_job(self, params: Mapping[str, Any]) -> JobId:
-        key = params["unique_key"]
+    def insert_job(self, job: NewJob) -> JobId:
+        key = job.unique_key
         if key is not None:
             for row in self._t.jobs.values():
                 if row["unique_key"] == key:
@@ -110,12 +123,10 @@ class MemoryJobSession(TableStatements):
         self._t.next_id += 1
         row = dict.fromkeys(JOB_COLUMNS)
         row.update(
-            id=job_id, queue=params["queue"], task=params["task"], payload=params["payload"],
-            status="queued", attempts=0, max_attempts=params["max_attempts"], attempt_base=0,
-            max_age=params["max_age"], created_at=params["now"],
-            budget_start=params["scheduled_at"], scheduled_at=params["scheduled_at"],
-            owner=params["owner"], record_id=params["record_id"],
-            obligation=params["obligation"], unique_key=key,
+            id=job_id, queue=job.queue, task=job.task, payload=job.payload, status="queued",
+            attempts=0, max_attempts=job.max_attempts, attempt_base=0, max_age=job.max_age,
+            created_at=job.now, budget_start=job.scheduled_at, scheduled_at=job.scheduled_at,
+            owner=job.owner, record_id=job.record_id, obligation=job.obligation, unique_key=key,
         )  # fmt: skip
         self._t.jobs[job_id] = row
         return job_id
@@ -123,7 +134,7 @@ class MemoryJobSession(TableStatements):
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
         start: int,
-    ) -> list[Row]:  # fmt: skip
+    ) -> list[Job]:  # fmt: skip
         due = sorted(
             (
                 r
@@ -146,7 +157,7 @@ class MemoryJobSession(TableStatements):
                 "attempt": row["attempts"], "worker": worker, "started_at": now,
                 "finished_at": None, "outcome": "running", "error": None,
             }  # fmt: skip
-        return [dict(row) for row in due]
+        return [Job.from_row(row, now) for row in due]
 
     def mark_started(self, job: Job, now: float) -> bool:
         row = self._held(job)
@@ -214,7 +225,7 @@ class MemoryJobSession(TableStatements):
     def notify_ready(self, queue: str) -> None:
         self.store.announced.append(queue)
 
-    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Pressure | None:
         # As jobs.sql's job_queue_pressure: waiting is queued and due, claimed but not
         # started, or with an expired lease.
         mine = [r for r in self._t.jobs.values() if r["queue"] == queue]
@@ -286,43 +297,37 @@ class MemoryJobSession(TableStatements):
         if not still_open and self.complete_record(record_id, now):
             self.ledger_event(record_id, None, COMPLETED, None, now)
 
-    def get_record(self, record_id: str) -> Row | None:
+    def get_record(self, record_id: str) -> RecordRow | None:
         row = self._t.records.get(record_id)
-        return None if row is None else dict(row)
+        return None if row is None else pick(RecordRow, row)
 
-    def obligations_of(self, record_id: str) -> list[Row]:
-        return [dict(o) for (rid, _), o in sorted(self._t.obligations.items()) if rid == record_id]
+    def obligations_of(self, record_id: str) -> list[ObligationRow]:
+        mine = sorted(self._t.obligations.items())  # by (record, name): the primary key
+        return [pick(ObligationRow, o) for (rid, _), o in mine if rid == record_id]
 
-    def events_of(self, record_id: str) -> list[Row]:
-        return [
-            {k: e[k] for k in ("id", "obligation", "state", "detail", "at")}
-            for e in self._t.events
-            if e["record_id"] == record_id
-        ]
+    def events_of(self, record_id: str) -> list[EventRow]:
+        return [pick(EventRow, e) for e in self._t.events if e["record_id"] == record_id]
 
     # -- the failed store ------------------------------------------------------------
 
-    def get_job(self, job_id: JobId) -> Row | None:
+    def get_job(self, job_id: JobId) -> JobRow | None:
         row = self._t.jobs.get(job_id)
-        return None if row is None else dict(row)
+        return None if row is None else pick(JobRow, row)
 
-    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]:
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[JobRow]:
         rows = [
-            dict(r)
+            pick(JobRow, r)
             for r in self._t.jobs.values()
             if (status is None or r["status"] == status) and (queue is None or r["queue"] == queue)
         ]
         return sorted(rows, key=lambda r: -r["id"])[:limit]
 
-    def attempts_of(self, job_id: JobId) -> list[Row]:
-        return [dict(r) for (jid, _), r in sorted(self._t.attempts.items()) if jid == job_id]
+    def attempts_of(self, job_id: JobId) -> list[AttemptRow]:
+        mine = sorted(self._t.attempts.items())  # by (job, attempt): the primary key
+        return [pick(AttemptRow, r) for (jid, _), r in mine if jid == job_id]
 
-    def reviews_of(self, job_id: JobId) -> list[Row]:
-        return [
-            {k: r[k] for k in ("action", "reviewer", "reason", "at")}
-            for r in self._t.reviews
-            if r["job_id"] == job_id
-        ]
+    def reviews_of(self, job_id: JobId) -> list[ReviewRow]:
+        return [pick(ReviewRow, r) for r in self._t.reviews if r["job_id"] == job_id]
 
     def review(self, job_id: JobId, action: str, now: float) -> bool:
         row = self._t.jobs.get(job_id)
@@ -391,8 +396,8 @@ class MemoryJobSession(TableStatements):
     def close_breach(self, queue: str) -> None:
         self._t.breaches.pop(queue, None)
 
-    def breaches(self) -> list[Row]:
-        return [dict(self._t.breaches[q]) for q in sorted(self._t.breaches)]
+    def breaches(self) -> list[Breach]:
+        return [pick(Breach, self._t.breaches[q]) for q in sorted(self._t.breaches)]
 
 
 class MemoryJobStore(JobStore[MemoryJobSession]):

@@ -10,11 +10,22 @@ they could not store fails here too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from pigeon.exceptions import InvalidOperation
-from pigeon.jobs.store import Row
+from pigeon.jobs.rows import (
+    FailedCount,
+    FailedRecent,
+    OutboxLag,
+    OutboxRow,
+    ProviderCall,
+    QueueCounts,
+)
+
+Row = dict[str, Any]  # a row of the live tables (the typed rows are read from them)
+R = TypeVar("R")
 
 JOB_COLUMNS = (
     "id", "queue", "task", "payload", "status", "attempts", "max_attempts", "attempt_base",
@@ -22,6 +33,12 @@ JOB_COLUMNS = (
     "worker", "claimed_at", "started_at", "finished_at", "last_error", "owner", "record_id",
     "obligation", "unique_key",
 )  # fmt: skip
+
+
+def pick(kind: type[R], row: Mapping[str, Any]) -> R:
+    """``row`` as the typed row ``kind`` (a TypedDict of ``pigeon.jobs.rows``): a copy with
+    exactly its keys, as the SQL stores' statements select them."""
+    return cast(R, {key: row[key] for key in kind.__annotations__})
 
 
 def _empty_counts(queue: str) -> Row:
@@ -58,7 +75,7 @@ class TableStatements:
 
     # -- reads: stats, the dashboard, the planner (the SQL blocks' semantics) ------------
 
-    def queue_counts(self, now: float) -> list[Row]:
+    def queue_counts(self, now: float) -> list[QueueCounts]:
         counts: dict[str, Row] = {}
         for r in self._t.jobs.values():
             row = counts.setdefault(r["queue"], _empty_counts(r["queue"]))
@@ -77,9 +94,9 @@ class TableStatements:
                 row[("ready" if unstarted else "reserved") if live else "stuck"] += 1
             elif status in ("succeeded", "failed", "cancelled"):
                 row[status] += 1
-        return [counts[q] for q in sorted(counts)]
+        return [pick(QueueCounts, counts[q]) for q in sorted(counts)]
 
-    def failed_counts(self) -> list[Row]:
+    def failed_counts(self) -> list[FailedCount]:
         groups: dict[tuple[str, str], Row] = {}
         for r in self._t.jobs.values():
             if r["status"] != "failed":
@@ -93,24 +110,13 @@ class TableStatements:
                 row["latest"] = r["finished_at"]
         # NULL owners sort first, as SQLite orders them (never NULL in practice: a failure
         # always records its owner).
-        return [
-            groups[k] for k in sorted(groups, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
-        ]
+        order = sorted(groups, key=lambda k: (k[0] is not None, k[0] or "", k[1]))
+        return [pick(FailedCount, groups[k]) for k in order]
 
-    def failed_recent(self, limit: int) -> list[Row]:
+    def failed_recent(self, limit: int) -> list[FailedRecent]:
         failed = [r for r in self._t.jobs.values() if r["status"] == "failed"]
         failed.sort(key=lambda r: (r["finished_at"], r["id"]), reverse=True)
-        columns = (
-            "id",
-            "queue",
-            "task",
-            "owner",
-            "attempts",
-            "last_error",
-            "finished_at",
-            "record_id",
-        )
-        return [{c: r[c] for c in columns} for r in failed[:limit]]
+        return [pick(FailedRecent, r) for r in failed[:limit]]
 
     def service_times(self, queue: str, limit: int) -> list[float]:
         done = [
@@ -134,10 +140,9 @@ class TableStatements:
             "created_at": now, "published_at": None, "attempts": 0, "last_error": None,
         }  # fmt: skip
 
-    def outbox_pending(self, limit: int) -> list[Row]:
+    def outbox_pending(self, limit: int) -> list[OutboxRow]:
         pending = [m for _, m in sorted(self._t.outbox.items()) if m["published_at"] is None]
-        columns = ("id", "message_id", "topic", "payload", "created_at", "attempts")
-        return [{c: m[c] for c in columns} for m in pending[:limit]]
+        return [pick(OutboxRow, m) for m in pending[:limit]]
 
     def mark_published(self, row_ids: Sequence[int], now: float) -> None:
         for row_id in row_ids:
@@ -160,7 +165,7 @@ class TableStatements:
             del self._t.outbox[row["id"]]
         return len(doomed)
 
-    def outbox_lag(self) -> Row:
+    def outbox_lag(self) -> OutboxLag:
         pending = [m for m in self._t.outbox.values() if m["published_at"] is None]
         return {
             "pending": len(pending),
@@ -182,9 +187,9 @@ class TableStatements:
         if (scope, key) in self._t.effects:
             self._t.effects[scope, key] = result
 
-    def provider_call(self, reference: str) -> Row | None:
+    def provider_call(self, reference: str) -> ProviderCall | None:
         row = self._t.provider_calls.get(reference)
-        return None if row is None else dict(row)
+        return None if row is None else pick(ProviderCall, row)
 
     def insert_provider_call(
         self, *, reference: str, provider: str, idempotency_key: str, request: str, now: float

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from pigeon.exceptions import StoreError
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.store import JobStore, Row
+from pigeon.jobs.store import JobStore
 from pigeon.jobs.stores.sqlite import SqlJobSession
 from pigeon.jobs.wakeup import Wakeup, channel
 from pigeon.logs import summary
@@ -42,10 +42,11 @@ class PostgresJobSession(SqlJobSession):
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
         start: int,
-    ) -> list[Row]:  # fmt: skip
+    ) -> list[Job]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
         params.update(n=n, start=start)
-        return [self._open(row) for row in self.tx.fetchall("job_claim_start", params)]
+        rows = self.tx.fetchall("job_claim_start", params)
+        return [Job.from_row(self._open(row), now) for row in rows]
 
     def lock_in_order(self, jobs: Sequence[Job], *, jobs_held: bool = False) -> None:
         """Take the row locks a transaction about ``jobs`` will need before it writes

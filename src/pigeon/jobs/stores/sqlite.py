@@ -8,16 +8,36 @@ policy code above sees clear values only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import asdict
+from typing import Any, cast
 
 from pigeon.jobs.job import Job, JobId
-from pigeon.jobs.rows import COMPLETED, SETTLED_STATE, dumps
-from pigeon.jobs.store import JobStore, Row
+from pigeon.jobs.rows import (
+    COMPLETED,
+    SETTLED_STATE,
+    AttemptRow,
+    Breach,
+    EventRow,
+    FailedCount,
+    FailedRecent,
+    JobRow,
+    NewJob,
+    ObligationRow,
+    OutboxLag,
+    OutboxRow,
+    Pressure,
+    ProviderCall,
+    QueueCounts,
+    RecordRow,
+    ReviewRow,
+    dumps,
+)
+from pigeon.jobs.store import JobStore
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.logs import redact_text
-from pigeon.storage.base import Database, Tx
+from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.sealed import (
     ATTEMPT_ERROR,
     EFFECT_RESULT,
@@ -57,11 +77,11 @@ class SqlJobSession:
             row["last_error"] = redact_text(error)  # recorded before errors were redacted
         return row
 
-    def insert_job(self, params: Mapping[str, Any]) -> JobId:
-        payload = self._tx.cipher.seal(params["payload"], *JOB_PAYLOAD.ad, params["task"])
-        row = self._tx.fetchone("job_insert", {**params, "payload": payload})
+    def insert_job(self, job: NewJob) -> JobId:
+        payload = self._tx.cipher.seal(job.payload, *JOB_PAYLOAD.ad, job.task)
+        row = self._tx.fetchone("job_insert", {**asdict(job), "payload": payload})
         if row is None:
-            existing = self._tx.fetchone("job_by_unique_key", {"unique_key": params["unique_key"]})
+            existing = self._tx.fetchone("job_by_unique_key", {"unique_key": job.unique_key})
             assert existing is not None
             return int(existing["id"])
         return int(row["id"])
@@ -69,7 +89,7 @@ class SqlJobSession:
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
         start: int,
-    ) -> list[Row]:  # fmt: skip
+    ) -> list[Job]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
         params["n"] = n
         # SQLite returns an UPDATE's rows in no promised order: the batch runs in due
@@ -94,7 +114,7 @@ class SqlJobSession:
                     for r in rows
                 ],
             )
-        return rows
+        return [Job.from_row(row, now) for row in rows]
 
     def mark_started(self, job: Job, now: float) -> bool:
         return bool(rowcount(self._tx.execute("job_start", {**job.key(), "now": now})))
@@ -150,8 +170,9 @@ class SqlJobSession:
     def notify_ready(self, queue: str) -> None:
         """Workers poll: nothing to announce."""
 
-    def queue_pressure(self, queue: str, now: float, cap: int) -> Row | None:
-        return self._tx.fetchone("job_queue_pressure", {"queue": queue, "now": now, "cap": cap})
+    def queue_pressure(self, queue: str, now: float, cap: int) -> Pressure | None:
+        params = {"queue": queue, "now": now, "cap": cap}
+        return cast("Pressure | None", self._tx.fetchone("job_queue_pressure", params))
 
     def insert_record(
         self, *, record_id: str, kind: str, data: str, principal: str | None, now: float
@@ -207,38 +228,38 @@ class SqlJobSession:
             if row is not None and int(row["n"]) == 0 and self.complete_record(record_id, now):
                 self.ledger_event(record_id, None, COMPLETED, None, now)
 
-    def get_record(self, record_id: str) -> Row | None:
+    def get_record(self, record_id: str) -> RecordRow | None:
         row = self._tx.fetchone("rec_get", {"id": record_id})
         if row is not None:
             row["data"] = self._tx.cipher.open(row["data"], *RECORD_DATA.ad, record_id)
-        return row
+        return cast("RecordRow | None", row)
 
-    def obligations_of(self, record_id: str) -> list[Row]:
-        return self._tx.fetchall("obl_list", {"record_id": record_id})
+    def obligations_of(self, record_id: str) -> list[ObligationRow]:
+        return cast("list[ObligationRow]", self._tx.fetchall("obl_list", {"record_id": record_id}))
 
-    def events_of(self, record_id: str) -> list[Row]:
+    def events_of(self, record_id: str) -> list[EventRow]:
         rows = self._tx.fetchall("rec_events", {"record_id": record_id})
         for row in rows:
             row["detail"] = self._tx.cipher.open(row["detail"], *EVENT_DETAIL.ad, record_id)
-        return rows
+        return cast("list[EventRow]", rows)
 
-    def get_job(self, job_id: JobId) -> Row | None:
+    def get_job(self, job_id: JobId) -> JobRow | None:
         row = self._tx.fetchone("job_get", {"id": job_id})
-        return None if row is None else self._open(row)
+        return None if row is None else cast("JobRow", self._open(row))
 
-    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[Row]:
+    def list_jobs(self, *, status: str | None, queue: str | None, limit: int) -> list[JobRow]:
         params = {"status": status, "queue": queue, "limit": limit}
-        return [self._open(row) for row in self._tx.fetchall("job_list", params)]
+        return [cast("JobRow", self._open(row)) for row in self._tx.fetchall("job_list", params)]
 
-    def attempts_of(self, job_id: JobId) -> list[Row]:
+    def attempts_of(self, job_id: JobId) -> list[AttemptRow]:
         rows = self._tx.fetchall("job_attempts", {"job_id": job_id})
         for row in rows:
             ad = (str(job_id), str(row["attempt"]))
             row["error"] = redact_text(self._tx.cipher.open(row["error"], *ATTEMPT_ERROR.ad, *ad))
-        return rows
+        return cast("list[AttemptRow]", rows)
 
-    def reviews_of(self, job_id: JobId) -> list[Row]:
-        return self._tx.fetchall("job_reviews", {"job_id": job_id})
+    def reviews_of(self, job_id: JobId) -> list[ReviewRow]:
+        return cast("list[ReviewRow]", self._tx.fetchall("job_reviews", {"job_id": job_id}))
 
     def review(self, job_id: JobId, action: str, now: float) -> bool:
         query = {"retry": "job_review_retry", "cancel": "job_review_cancel"}[action]
@@ -282,21 +303,21 @@ class SqlJobSession:
     def close_breach(self, queue: str) -> None:
         self._tx.execute("breach_close", {"queue": queue})
 
-    def breaches(self) -> list[Row]:
-        return self._tx.fetchall("breach_list", {})
+    def breaches(self) -> list[Breach]:
+        return cast("list[Breach]", self._tx.fetchall("breach_list", {}))
 
-    def queue_counts(self, now: float) -> list[Row]:
-        return self._tx.fetchall("job_queue_stats", {"now": now})
+    def queue_counts(self, now: float) -> list[QueueCounts]:
+        return cast("list[QueueCounts]", self._tx.fetchall("job_queue_stats", {"now": now}))
 
-    def failed_counts(self) -> list[Row]:
-        return self._tx.fetchall("job_failed_by_owner", {})
+    def failed_counts(self) -> list[FailedCount]:
+        return cast("list[FailedCount]", self._tx.fetchall("job_failed_by_owner", {}))
 
-    def failed_recent(self, limit: int) -> list[Row]:
+    def failed_recent(self, limit: int) -> list[FailedRecent]:
         rows = self._tx.fetchall("job_failed_recent", {"limit": limit})
         for row in rows:
             error = self._tx.cipher.open(row["last_error"], *JOB_ERROR.ad, str(row["id"]))
             row["last_error"] = redact_text(error)
-        return rows
+        return cast("list[FailedRecent]", rows)
 
     def service_times(self, queue: str, limit: int) -> list[float]:
         rows = self._tx.fetchall("job_service_times", {"queue": queue, "limit": limit})
@@ -307,12 +328,12 @@ class SqlJobSession:
         params = {"message_id": message_id, "topic": topic, "payload": sealed, "now": now}
         self._tx.execute("outbox_insert", params)
 
-    def outbox_pending(self, limit: int) -> list[Row]:
+    def outbox_pending(self, limit: int) -> list[OutboxRow]:
         rows = self._tx.fetchall("outbox_pending", {"limit": limit})
         for row in rows:
             ad = (*OUTBOX_PAYLOAD.ad, row["message_id"])
             row["payload"] = self._tx.cipher.open(row["payload"], *ad)
-        return rows
+        return cast("list[OutboxRow]", rows)
 
     def mark_published(self, row_ids: Sequence[int], now: float) -> None:
         if row_ids:
@@ -339,13 +360,13 @@ class SqlJobSession:
         sealed = self._tx.cipher.seal(result, *EFFECT_RESULT.ad, scope, key)
         self._tx.execute("effect_set_result", {"scope": scope, "key": key, "result": sealed})
 
-    def provider_call(self, reference: str) -> Row | None:
+    def provider_call(self, reference: str) -> ProviderCall | None:
         row = self._tx.fetchone("provider_get", {"reference": reference})
         if row is not None:
             opened = self._tx.cipher.open
             row["request"] = opened(row["request"], *PROVIDER_REQUEST.ad, reference)
             row["result"] = opened(row["result"], *PROVIDER_RESULT.ad, reference)
-        return row
+        return cast("ProviderCall | None", row)
 
     def insert_provider_call(
         self, *, reference: str, provider: str, idempotency_key: str, request: str, now: float
@@ -376,9 +397,9 @@ class SqlJobSession:
         row = self._tx.fetchone("principal_revoked", {"principal": principal})
         return None if row is None else str(row["reason"])
 
-    def outbox_lag(self) -> Row:
+    def outbox_lag(self) -> OutboxLag:
         row = self._tx.fetchone("outbox_lag", {})
-        return row if row is not None else {"pending": 0, "oldest": None}
+        return cast("OutboxLag", row) if row is not None else {"pending": 0, "oldest": None}
 
 
 class SqliteJobStore(JobStore[SqlJobSession]):
