@@ -126,7 +126,7 @@ def _pigeon(
         engine = SyncEngine(
             queue,
             transport,
-            SyncOptions(batch_size=size, pipeline=pipeline),
+            SyncOptions(cycle_size=size, pipeline=pipeline),
             connectivity=ManualMonitor(True),
         )
         started = time.perf_counter()

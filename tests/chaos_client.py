@@ -83,7 +83,7 @@ def main() -> None:
         engine = SyncEngine(
             queue,
             transport,
-            SyncOptions(batch_size=20, pipeline=2),
+            SyncOptions(cycle_size=20, pipeline=2),
             connectivity=ManualMonitor(True),
         )
     else:

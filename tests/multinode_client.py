@@ -65,7 +65,7 @@ def run_queue(edge_dir: Path, proxy: str, q: int, ops: int, seed: int) -> None:
     )
     transport = HttpTransport(proxy, batch=20, timeout=5.0)
     engine = SyncEngine(
-        queue, transport, SyncOptions(batch_size=20), connectivity=ManualMonitor(True)
+        queue, transport, SyncOptions(cycle_size=20), connectivity=ManualMonitor(True)
     )
     engine.start()
     try:

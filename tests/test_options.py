@@ -52,8 +52,8 @@ def test_queue_options_refuse_bad_values_when_made(bad: dict[str, object]) -> No
         {"pipeline": 0},
         {"pipeline": 17},
         {"pipeline": True},
-        {"batch_size": 0},
-        {"batch_size": 1.5},
+        {"cycle_size": 0},
+        {"cycle_size": 1.5},
         {"idle_recheck": 0},
         {"idle_recheck": math.inf},
         {"batch_window": -0.1},
@@ -102,7 +102,7 @@ def test_the_settings_are_no_keyword_arguments(tmp_path: Path) -> None:
 
 def test_engine_takes_its_options_and_callbacks(tmp_path: Path) -> None:
     seen: list[str] = []
-    options = SyncOptions(batch_size=7, pipeline=2)
+    options = SyncOptions(cycle_size=7, pipeline=2)
     callbacks = SyncCallbacks(on_paused=seen.append)
     with OfflineQueue(tmp_path / "q.db") as queue, warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -110,7 +110,7 @@ def test_engine_takes_its_options_and_callbacks(tmp_path: Path) -> None:
             queue, _transport(), options, callbacks=callbacks, connectivity=ManualMonitor()
         )
         assert engine.options is options
-        assert (engine.batch_size, engine.pipeline) == (7, 2)
+        assert (engine.cycle_size, engine.pipeline) == (7, 2)
         assert engine.callbacks.on_paused is callbacks.on_paused
         engine.close()
 

@@ -43,7 +43,7 @@ def get_token() -> str:
 
 queue = OfflineQueue("notes-outbox.db", QueueOptions(durability="full"))
 transport = HttpTransport(sys.argv[1], token=get_token, batch=50)
-engine = SyncEngine(queue, transport, SyncOptions(batch_size=50))
+engine = SyncEngine(queue, transport, SyncOptions(cycle_size=50))
 op = engine.enqueue("create", "note:42", {"id": "42", "title": "Groceries", "body": "eggs"})
 engine.enqueue("update", "note:42", {"id": "42", "title": "Groceries", "body": "eggs, milk"})
 engine.start()

@@ -91,7 +91,7 @@ def test_batch_mode_maps_results_and_leaves_the_tail_unattempted(
     assert [e["entity"] for e in state.effects()] == ["a"]
 
 
-def test_batch_size_splits_requests_and_stops_after_a_short_chunk(
+def test_batch_splits_requests_and_stops_after_a_short_chunk(
     server: LiveServer, state: WireState
 ) -> None:
     ops = [op(f"e{i}") for i in range(5)]

@@ -231,8 +231,8 @@ def test_bad_options_are_refused(queue: OfflineQueue, server: LiveServer) -> Non
     from pigeon.sync.engine import SyncEngine
 
     with HttpTransport(server.url) as transport:
-        with pytest.raises(ConfigurationError, match="batch_size"):
-            SyncEngine(queue, transport, SyncOptions(batch_size=0))
+        with pytest.raises(ConfigurationError, match="cycle_size"):
+            SyncEngine(queue, transport, SyncOptions(cycle_size=0))
         with pytest.raises(ConfigurationError, match="idle_recheck"):
             SyncEngine(queue, transport, SyncOptions(idle_recheck=0))
 
@@ -368,7 +368,7 @@ def test_options_and_callbacks_shape_a_real_sync(
         engine = SyncEngine(
             queue,
             transport,
-            SyncOptions(batch_size=2, pipeline=2),
+            SyncOptions(cycle_size=2, pipeline=2),
             callbacks=SyncCallbacks(on_delivered=lambda op, _: delivered.append(op.entity)),
             connectivity=ManualMonitor(),
         )
@@ -377,7 +377,7 @@ def test_options_and_callbacks_shape_a_real_sync(
                 engine.enqueue("update", f"thing:{e}", {"e": e})
             assert engine.flush(timeout=10)
             assert sorted(delivered) == [f"thing:{e}" for e in range(5)]
-            assert engine.options == SyncOptions(batch_size=2, pipeline=2)
+            assert engine.options == SyncOptions(cycle_size=2, pipeline=2)
             assert engine.totals.delivered == 5
             assert all(bodies(state, f"{e}") == [{"e": e}] for e in range(5))
         finally:

@@ -66,7 +66,7 @@ def test_cancelling_the_asyncio_task_stops_the_sync_after_its_cycle(
         queue.enqueue("update", f"thing:e{i}", {"i": i})
 
     async def main() -> None:
-        engine = make_engine(batch_size=5)
+        engine = make_engine(cycle_size=5)
         task = asyncio.create_task(engine.run())
         await asyncio.sleep(0.3)  # a few cycles in, the worker thread busy with one
         task.cancel()

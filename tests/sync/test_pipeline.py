@@ -55,7 +55,7 @@ def test_two_batches_on_the_way_deliver_everything_once_in_entity_order(
 ) -> None:
     state.delay = 0.05  # a server slow enough for the second batch to leave meanwhile
     transport = Watched(server.url, batch=True)
-    engine = make_engine(transport, batch_size=10, pipeline=2)
+    engine = make_engine(transport, cycle_size=10, pipeline=2)
     for i in range(5):  # 40 entities, 5 operations each, interleaved
         for e in range(40):
             queue.enqueue("update", f"thing:e{e}", {"i": i})
@@ -72,7 +72,7 @@ def test_a_failing_entity_still_holds_back_only_itself_with_a_pipeline(
     make_engine: MakeEngine, queue: OfflineQueue, server: LiveServer, state: WireState
 ) -> None:
     state.faults["e0"] += [Fault(503, retry_after="0.2"), Fault(500, after_effect=True)]
-    engine = make_engine(HttpTransport(server.url, batch=True), batch_size=5, pipeline=3)
+    engine = make_engine(HttpTransport(server.url, batch=True), cycle_size=5, pipeline=3)
     for i in range(3):
         for e in range(20):
             queue.enqueue("update", f"thing:e{e}", {"i": i})
@@ -87,7 +87,7 @@ def test_background_thread_with_a_pipeline(
 ) -> None:
     with HttpTransport(server.url, batch=True) as transport:
         engine = SyncEngine(
-            queue, transport, SyncOptions(batch_size=4, pipeline=2), connectivity=ManualMonitor()
+            queue, transport, SyncOptions(cycle_size=4, pipeline=2), connectivity=ManualMonitor()
         )
         with engine:
             for e in range(30):

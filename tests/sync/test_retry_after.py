@@ -88,7 +88,7 @@ def test_a_429_holds_the_whole_queue_back_not_just_its_operation(
     ]
     with HttpTransport(server.url, batch=batch) as transport:
         engine = SyncEngine(
-            slow_queue, transport, SyncOptions(batch_size=5), connectivity=ManualMonitor()
+            slow_queue, transport, SyncOptions(cycle_size=5), connectivity=ManualMonitor()
         )
         with engine:
             time.sleep(0.5)

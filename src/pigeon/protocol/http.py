@@ -107,7 +107,7 @@ class HttpTransport:
         if client is not None and str(client.base_url):
             # A client without a base_url is left alone: its routes may give whole URLs.
             _check_base_url(client.base_url, "the client's base_url")
-        self.batch_size: int | None = None if batch is False else (0 if batch is True else batch)
+        self.per_request: int | None = None if batch is False else (0 if batch is True else batch)
         self._token = token
         self._headers = headers
         self._route = route
@@ -119,7 +119,7 @@ class HttpTransport:
 
     @property
     def batched(self) -> bool:
-        return self.batch_size is not None
+        return self.per_request is not None
 
     def send(
         self, operations: Sequence[Operation], *, keep_going: KeepGoing | None = None
@@ -137,13 +137,13 @@ class HttpTransport:
             # operation marked sent (never folded into or cancelled again). Nothing was.
             closed = Reply(error=NotSent("the transport is closed; nothing was sent"), shared=True)
             return Exchange([(op, closed) for op in operations])
-        if self.batch_size is None:
+        if self.per_request is None:
             return self._run(
                 list(operations),
                 lambda op: [(op, self._send_one(op))],
                 lambda _op, answered: not keep(answered[0][1]),
             )
-        size = min(self.batch_size or len(operations), wire.MAX_BATCH)
+        size = min(self.per_request or len(operations), wire.MAX_BATCH)
         chunks = [operations[i : i + size] for i in range(0, len(operations), size)]
         return self._run(
             chunks,

@@ -77,7 +77,7 @@ class SyncEngine:
         self.options = options
         self.queue = queue
         self.transport = transport
-        self.batch_size = options.batch_size
+        self.cycle_size = options.cycle_size
         self.pipeline = options.pipeline
         on_delivered, on_conflict = callbacks.on_delivered, callbacks.on_conflict
         if resolver is not None:  # it sees every delivery and conflict before the app does
@@ -108,7 +108,7 @@ class SyncEngine:
         self._lanes = Lanes(
             queue,
             self.executor,
-            batch_size=options.batch_size,
+            cycle_size=options.cycle_size,
             pipeline=options.pipeline,
             connectivity=self.connectivity,
             holds=self._holds,

@@ -33,7 +33,7 @@ class Lanes:
         queue: SyncQueue,
         executor: Executor,
         *,
-        batch_size: int,
+        cycle_size: int,
         pipeline: int,
         connectivity: ConnectivityMonitor,
         holds: Holds,
@@ -45,7 +45,7 @@ class Lanes:
     ) -> None:
         self.queue = queue
         self.executor = executor
-        self.batch_size = batch_size
+        self.cycle_size = cycle_size
         self.pipeline = pipeline
         self.connectivity = connectivity
         self.totals = CycleReport()  # everything done so far (counters only)
@@ -97,7 +97,7 @@ class Lanes:
                     report: CycleReport | None = None
                     self._cycles.begin()  # before next_batch: see SyncEngine.drain
                     try:
-                        report = self.executor.run_once(self.batch_size)
+                        report = self.executor.run_once(self.cycle_size)
                     finally:
                         self.turns.release()
                         # A flush or drain in another thread may wait for these operations.

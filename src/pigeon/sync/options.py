@@ -1,6 +1,6 @@
 """`SyncOptions`: how a `SyncEngine` paces itself, one frozen value checked when it is made.
 
-engine = SyncEngine(queue, transport, SyncOptions(batch_size=50, pipeline=2))
+engine = SyncEngine(queue, transport, SyncOptions(cycle_size=50, pipeline=2))
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ MAX_PIPELINE = 16
 
 @dataclass(frozen=True, slots=True)
 class SyncOptions:
-    """``batch_size``: how many operations one cycle takes from the queue (at most one per
+    """``cycle_size``: how many operations one cycle takes from the queue (at most one per
     entity). ``pipeline``: how many batches may be on the way at once (1 to 16; with 2 the
     next batch is taken and sent while the server works on the previous one: per-entity
     order holds, the order in which different entities reach the server is given up).
@@ -28,7 +28,7 @@ class SyncOptions:
     a backoff timer fires late on purpose, so operations due within it leave in one
     batch."""
 
-    batch_size: int = 100
+    cycle_size: int = 100
     pipeline: int = 1
     reconnect: RetryPolicy = DEFAULT_PROBE_BACKOFF
     idle_recheck: float = 1.0
@@ -39,8 +39,8 @@ class SyncOptions:
             raise ConfigurationError(
                 f"pipeline must be an integer from 1 to {MAX_PIPELINE}, not {self.pipeline!r}"
             )
-        if not is_int_in(self.batch_size, 1):
-            raise ConfigurationError(f"batch_size must be an integer >= 1, not {self.batch_size!r}")
+        if not is_int_in(self.cycle_size, 1):
+            raise ConfigurationError(f"cycle_size must be an integer >= 1, not {self.cycle_size!r}")
         if not isinstance(self.reconnect, RetryPolicy):
             raise ConfigurationError(f"reconnect must be a RetryPolicy, not {self.reconnect!r}")
         if not is_finite(self.idle_recheck) or self.idle_recheck <= 0:
