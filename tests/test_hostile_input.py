@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 
 import pytest
-from pigeon.clock import HLCTimestamp
 from starlette.datastructures import QueryParams
 from starlette.requests import HTTPConnection, cookie_parser
 
 from pigeon.cli._format import markup_escaped, shown
 from pigeon.core import strictjson
+from pigeon.core.clock import HLCTimestamp
 from pigeon.core.wire import unquote_etag
 from pigeon.jobs.manager import describe
 from pigeon.logs import (

@@ -107,13 +107,13 @@ def test_a_run_of_new_entities_is_one_named_statement_run_over_them(tmp_path: Pa
     with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal")) as queue:
         queue.enqueue("create", "note:old", {})
         statements: list[str] = []
-        conn = queue._file.db.connection()
+        conn = queue.store.db.connection()
         news = [_new(queue, n, "update", f"note:{n}") for n in range(5)]
         conn.set_trace_callback(statements.append)
         ops = [built() for built in queue.store.append(news, tuple)]  # type: ignore[operator]
         conn.set_trace_callback(None)
         inserts = [s for s in statements if "INSERT INTO operations" in s]
-        named = queue._file.db.queries["insert_head"].partition("VALUES")[0]
+        named = queue.store.db.queries["insert_head"].partition("VALUES")[0]
         assert len(inserts) == 5  # the trace shows each row's run, its values bound
         assert {s.partition("VALUES")[0] for s in inserts} == {named}
         assert sum("live_entities" in s or "json_each" in s for s in statements) == 1

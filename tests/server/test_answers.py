@@ -266,7 +266,9 @@ def test_answer_jobs_are_checked_against_the_job_app_and_take_its_retry_policy(
         [job] = list_jobs(db)
         assert (job["task"], job["max_attempts"]) == ("grade", 3)
         refused = _post(url, "k2", ANSWER)  # its "notify" task is not in the app
-        assert refused.status_code == 500 and "send" in refused.text
+        # 500, naming no task (what failed is in the log, under the answer's error id)
+        assert refused.status_code == 500 and refused.json()["type"].endswith("handler-failed")
+        assert "send" not in refused.text and refused.json()["error_id"]
     assert _count(db, "rec_counts") == 1 and len(list_jobs(db)) == 1
 
 

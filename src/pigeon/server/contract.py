@@ -116,7 +116,8 @@ def _clock(char: str) -> dict[str, Any]:
         "type": "string",
         "maxLength": MAX_CLOCK_LENGTH,
         "pattern": (
-            f"^(?:{at_most(MAX_CLOCK_WALL_MS)}-{at_most(MAX_CLOCK_COUNTER)}"
+            # Leading zeros as the server's check takes them: the bound is on the value.
+            f"^(?:0*{at_most(MAX_CLOCK_WALL_MS)}-0*{at_most(MAX_CLOCK_COUNTER)}"
             f"-{char}{{0,{MAX_NODE_LENGTH}}})?$"
         ),
         "not": {"pattern": "\n"},
