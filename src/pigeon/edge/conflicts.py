@@ -135,15 +135,9 @@ def _route(op: Operation, *, delete: bool) -> tuple[str, str | None, str | None]
     return ("delete" if delete else "update"), ("DELETE" if delete else "PUT"), endpoint
 
 
-class ConflictQueue(Protocol):
-    """What a `ConflictStore` asks of its queue (`pigeon.edge.queue.OfflineQueue`), so that
-    the queue can build its store without the two modules importing each other."""
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def store(self) -> QueueStore: ...
+class QueueWrites(Protocol):
+    """The writes every user of a queue makes: `ConflictQueue` and the sync side's
+    `SyncQueue` both extend it, so the signatures are declared once."""
 
     def enqueue(
         self,
@@ -158,15 +152,26 @@ class ConflictQueue(Protocol):
 
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
 
+    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]: ...
+
+    def set_base_version(self, entity: str, version: str | None) -> None: ...
+
+
+class ConflictQueue(QueueWrites, Protocol):
+    """What a `ConflictStore` asks of its queue (`pigeon.edge.queue.OfflineQueue`), so that
+    the queue can build its store without the two modules importing each other."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def store(self) -> QueueStore: ...
+
     def operations(
         self, status: OpStatus | str | None = None, limit: int = 1000
     ) -> list[Operation]: ...
 
-    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]: ...
-
     def cancel(self, op_id: str) -> None: ...
-
-    def set_base_version(self, entity: str, version: str | None) -> None: ...
 
 
 class ConflictStore:

@@ -16,7 +16,6 @@ head, holding the rest until it is retried or discarded (or ``on_dead`` says oth
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any, Literal, Protocol
 from pigeon.core.clock import HLCTimestamp
 from pigeon.core.operation import Operation, OpStatus, OpType
 from pigeon.core.retry import RetryPolicy
-from pigeon.edge.conflicts import ConflictStore
+from pigeon.edge.conflicts import ConflictStore, QueueWrites
 from pigeon.edge.queue import Unsent
 from pigeon.exceptions import InvalidState, NotFound, NotSent
 from pigeon.protocol.transport import Reply, Transport
@@ -41,7 +40,7 @@ _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's
 Delivery = tuple[str, Any, str | None]  # (op_id, response, etag) for mark_delivered_many
 
 
-class SyncQueue(Protocol):
+class SyncQueue(QueueWrites, Protocol):
     """Everything `SyncEngine`, its `Executor` and its conflict handling call on a queue:
     `pigeon.edge.queue.OfflineQueue` is the one implementation (a test's subclass of it
     may override any of these)."""
@@ -58,17 +57,6 @@ class SyncQueue(Protocol):
     def conflicts(self) -> ConflictStore:
         """The queue's conflict records and base snapshots."""
         ...
-
-    def enqueue(
-        self,
-        type: str | OpType,
-        entity: str,
-        payload: Any,
-        *,
-        endpoint: str | None = None,
-        method: str | None = None,
-        base_version: str | None = None,
-    ) -> Operation: ...
 
     def get(self, op_id: str) -> Operation: ...
 
@@ -100,13 +88,7 @@ class SyncQueue(Protocol):
 
     def base_version(self, entity: str) -> str | None: ...
 
-    def set_base_version(self, entity: str, version: str | None) -> None: ...
-
     def resolve_conflict(self, op_id: str) -> None: ...
-
-    def discard(self, op_id: str, *, with_tail: bool = False) -> list[Operation]: ...
-
-    def batch(self) -> contextlib.AbstractContextManager[None]: ...
 
     def stamp(self) -> HLCTimestamp:
         """A stamp of the queue's clock (a request's device clock header)."""
