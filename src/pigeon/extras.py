@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "relay": ("redis", "nats", "aio_pika"),
     "crdt": ("pycrdt",),
+    "fastapi": ("fastapi", "sqlalchemy"),
 }
 
 

@@ -76,6 +76,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "List, inspect and resolve conflicts of a queue.",
     ),
     "keys": ("pigeon.cli.keys_cmd", "app", "Encryption keys: generate, status, rotate."),
+    "migrate": (
+        "pigeon.cli.migrate_cmd",
+        "migrate",
+        "Create or upgrade pigeon's tables (pigeon_*) in an application's own database.",
+    ),
 }  # fmt: skip
 
 

@@ -110,6 +110,10 @@ def borrowable(conn: object) -> bool:
     return isinstance(conn, psycopg.Connection)
 
 
+def borrowable_async(conn: object) -> bool:
+    return isinstance(conn, psycopg.AsyncConnection)
+
+
 def in_transaction(conn: psycopg.Connection[Any]) -> bool:
     """Will the next statement run in a transaction the application ends? (Not when the
     connection commits each statement by itself.)"""

@@ -1,0 +1,25 @@
+"""FastAPI + SQLAlchemy 2: exactly once inside the application's own session.
+
+    from pigeon.integrations.fastapi import Pigeon, defer
+
+    pigeon = Pigeon(principal=current_user)
+
+    @app.post("/orders", status_code=201)
+    @pigeon.idempotent
+    def create_order(order: OrderIn, session: Session = Depends(get_session)) -> OrderOut:
+        ...                                   # ORM writes, defer(session, ...) for jobs
+    pigeon.install(app)
+
+The key's claim, the handler's ORM writes, the jobs it defers and the stored response
+commit in one transaction of the session (`pigeon.integrations.fastapi.routes`); pigeon's
+tables come from the application's migrations (`pigeon.integrations.migrations`, or
+``pigeon migrate --db URL``).
+"""
+
+from __future__ import annotations
+
+from pigeon.integrations.fastapi import _extra  # noqa: F401  (first: one line naming the extra)
+from pigeon.integrations.fastapi.routes import Pigeon
+from pigeon.integrations.fastapi.sessions import defer, defer_async, session_tx
+
+__all__ = ["Pigeon", "defer", "defer_async", "session_tx"]

@@ -1,0 +1,270 @@
+"""``@pigeon.idempotent``: a FastAPI route whose effect happens once per Idempotency-Key.
+
+    pigeon = Pigeon(principal=current_user)      # a dependency naming the caller
+
+    @app.post("/orders", status_code=201)
+    @pigeon.idempotent
+    def create_order(order: OrderIn, session: Session = Depends(get_session)) -> OrderOut:
+        row = Order(**order.model_dump()); session.add(row); session.flush()
+        defer(session, queue="payments", task="charge", payload={"order": row.id})
+        return OrderOut.model_validate(row)
+
+    pigeon.install(app)    # the refusals and the header in the OpenAPI document
+
+The request is read as the intake reads it (`pigeon.server.messages.parse_request`: the
+key, the strict JSON body, the headers' rules; a refusal there stores nothing), then
+`pigeon.integrations.claims` claims the key in the handler's own session (the parameter
+annotated ``Session`` or ``AsyncSession``), runs the handler, stores its answer and
+commits. A replay answers the stored response without calling the handler.
+
+What the handler returns is what is stored and sent: a ``Response`` as it is, anything
+else as FastAPI's ``JSONResponse`` of it with the route's status code (``response_model``
+filtering does not apply: return the model you mean to send). An ``HTTPException`` is
+FastAPI's ``{"detail": ...}`` answer, stored or not by its status like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH
+from pigeon.integrations.claims import Claims
+from pigeon.integrations.fastapi.answers import PROBLEMS, answer, result_of
+from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
+from pigeon.server.auth import ANONYMOUS
+from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
+from pigeon.server.limits import DEFAULT_MAX_BODY
+from pigeon.server.messages import parse_request
+from pigeon.server.operations import OperationRequest
+from pigeon.server.results import OpResult
+from pigeon.storage.crypto import Keyring
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+INCOMING = "pigeon_incoming_"  # the hidden parameter the decorator adds to the handler
+KEY_DOC = (
+    "Required. The same key for every retry of one operation, a new one for the next "
+    "operation (1-255 printable characters)."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One request as the claims read it, or the refusal that answers it first."""
+
+    principal: str
+    op: OperationRequest | OpResult
+    status_code: int  # the route's default status
+
+
+def _anonymous() -> str:
+    return ANONYMOUS
+
+
+class Pigeon:
+    """The idempotent routes of one application: their policy, principal and keyring.
+
+    ``principal``: a FastAPI dependency returning who calls (keys are scoped by it);
+    without one every caller is ``anonymous``. ``keyring``: seal the stored responses and
+    job payloads as the database's other openers do. ``after_commit(keys)``: called after
+    the commit that stored their answers, before the reply (the crash tests' gap)."""
+
+    def __init__(
+        self,
+        *,
+        principal: Callable[..., Any] | None = None,
+        policy: IdempotencyPolicy | None = None,
+        keyring: Keyring | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        claim_wait: float = CLAIM_WAIT,
+        after_commit: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        self.claims = Claims(
+            policy or IdempotencyPolicy(), claim_wait=claim_wait, after_commit=after_commit
+        )
+        self.keyring = keyring
+        self._incoming = _incoming_dependency(principal or _anonymous, max_body)
+        self.guarded: set[Callable[..., Any]] = set()
+
+    def idempotent(self, endpoint: F | None = None, *, session: str | None = None) -> Any:
+        """Decorate a route's endpoint (below ``@app.post(...)``); ``session``: the name of
+        its session parameter when its annotation does not say ``Session``."""
+
+        def decorate(fn: F) -> F:
+            wrapper = self._wrap(fn, session)
+            self.guarded.add(wrapper)
+            return wrapper
+
+        return decorate if endpoint is None else decorate(endpoint)
+
+    def _wrap(self, fn: F, session_name: str | None) -> F:
+        signature = _typed_signature(fn)
+        name = session_name or _session_parameter(signature)
+        hidden = inspect.Parameter(
+            INCOMING,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[Any, Depends(self._incoming)],
+        )
+        if asyncio.iscoroutinefunction(fn):
+            wrapper: Callable[..., Any] = self._async_wrapper(fn, name)
+        else:
+            wrapper = self._sync_wrapper(fn, name)
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(wrapper, attribute, getattr(fn, attribute, None))
+        wrapper.__signature__ = _with(signature, hidden)  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    def _sync_wrapper(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Response:
+            incoming: Incoming = kwargs.pop(INCOMING)
+            if isinstance(incoming.op, OpResult):
+                return answer(incoming.op)
+            work = SessionWork(kwargs[name], self.keyring)
+
+            def handler() -> OpResult:
+                return _called(fn, args, kwargs, incoming.status_code)
+
+            return answer(self.claims.run(work, incoming.principal, incoming.op, handler))
+
+        return wrapper
+
+    def _async_wrapper(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        async def wrapper(*args: Any, **kwargs: Any) -> Response:
+            incoming: Incoming = kwargs.pop(INCOMING)
+            if isinstance(incoming.op, OpResult):
+                return answer(incoming.op)
+            work = AsyncSessionWork(kwargs[name], self.keyring)
+
+            async def handler() -> OpResult:
+                try:
+                    returned = await fn(*args, **kwargs)
+                except HTTPException as exc:
+                    return _http_exception(exc)
+                return result_of(returned, incoming.status_code)
+
+            op = incoming.op
+            return answer(await self.claims.run_async(work, incoming.principal, op, handler))
+
+        return wrapper
+
+    def install(self, app: FastAPI) -> None:
+        """Put the refusals (problem+json) and the required Idempotency-Key header of
+        every route this ``Pigeon`` guards into ``app``'s OpenAPI document."""
+        guarded = {
+            (route.path_format, method.lower())
+            for route in app.routes
+            if isinstance(route, APIRoute) and route.endpoint in self.guarded
+            for method in route.methods or ()
+        }
+        generate = app.openapi
+
+        def openapi() -> dict[str, Any]:
+            document = generate()
+            for path, operations in document.get("paths", {}).items():
+                for method, operation in operations.items():
+                    if (path, method) in guarded:
+                        _document(operation)
+            return document
+
+        app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _called(fn: Callable[..., Any], args: Any, kwargs: Any, status: int) -> OpResult:
+    try:
+        returned = fn(*args, **kwargs)
+    except HTTPException as exc:
+        return _http_exception(exc)
+    return result_of(returned, status)
+
+
+def _http_exception(exc: HTTPException) -> OpResult:
+    """FastAPI's own answer to ``exc`` (its default handler's)."""
+    response = JSONResponse(
+        {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+    )
+    return result_of(response, exc.status_code)
+
+
+def _incoming_dependency(principal: Callable[..., Any], max_body: int) -> Callable[..., Any]:
+    async def incoming(request: Request, caller: Any, key: str | None = None) -> Incoming:
+        op = await parse_request(request, max_body=max_body)
+        route = request.scope.get("route")
+        status = getattr(route, "status_code", None) or 200
+        return Incoming(str(caller), op, status)
+
+    # Said with objects, not with this module's postponed annotations, which FastAPI would
+    # evaluate where ``principal`` is no name. The header is read (every line of it) by
+    # ``parse_request``: declared here for the OpenAPI document.
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    incoming.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("request", keyword, annotation=Request),
+            inspect.Parameter("caller", keyword, annotation=Annotated[Any, Depends(principal)]),
+            inspect.Parameter(
+                "key",
+                keyword,
+                default=None,
+                annotation=Annotated[
+                    str | None, Header(alias=IDEMPOTENCY_KEY, description=KEY_DOC)
+                ],
+            ),
+        ]
+    )
+    return incoming
+
+
+def _typed_signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``fn``'s signature with its annotations evaluated where ``fn`` was written."""
+    signature = inspect.signature(fn)
+    hints = get_type_hints(fn, include_extras=True)
+    params = [
+        p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()
+    ]
+    return signature.replace(
+        parameters=params, return_annotation=hints.get("return", signature.return_annotation)
+    )
+
+
+def _session_parameter(signature: inspect.Signature) -> str:
+    for param in signature.parameters.values():
+        annotation = param.annotation
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+        if isinstance(annotation, type) and issubclass(annotation, Session | AsyncSession):
+            return param.name
+    raise TypeError(
+        "an @idempotent endpoint takes its SQLAlchemy Session or AsyncSession as a "
+        "parameter annotated so (or name it: @idempotent(session='db'))"
+    )
+
+
+def _with(signature: inspect.Signature, hidden: inspect.Parameter) -> inspect.Signature:
+    """``signature`` with ``hidden`` added, before a ``**kwargs`` if there is one."""
+    params = list(signature.parameters.values())
+    at = len(params)
+    if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        at -= 1
+    return signature.replace(parameters=[*params[:at], hidden, *params[at:]])
+
+
+def _document(operation: dict[str, Any]) -> None:
+    """One guarded operation's refusals (beside FastAPI's own answers of the same
+    status: another media type) and its Idempotency-Key header, required."""
+    responses = operation.setdefault("responses", {})
+    for status, problem in PROBLEMS.items():
+        entry = responses.setdefault(str(status), {"description": problem["description"]})
+        entry.setdefault("content", {}).update(problem["content"])
+    for parameter in operation.get("parameters", []):
+        if parameter.get("in") == "header" and parameter.get("name") == IDEMPOTENCY_KEY:
+            parameter["required"] = True
+            parameter["schema"] = {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH}
