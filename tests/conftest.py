@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 
 from tests.clocks import FakeClock
 
@@ -29,6 +30,11 @@ BACKENDS = ["sqlite", "postgres"]
 # The CLI's tables are read by substring: a wide console, so that no cell is folded,
 # whatever the terminal of the run or of a pytest-xdist worker (whose stdio is a pipe).
 os.environ["COLUMNS"] = "1000"
+
+# No per-example deadline: on a shared 2-core machine an example's wall time measures the
+# neighbours. Property tests bound their sizes instead; pytest-timeout bounds the test.
+settings.register_profile("pigeon", deadline=None)
+settings.load_profile("pigeon")
 
 _pg_error: str | None = None
 _pg_checked = False

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import stat
@@ -52,7 +53,15 @@ __all__ = ["PLAIN", "Cipher", "CiphertextInvalid", "KeyMissing", "Keyring", "cip
 
 def _ad(parts: tuple[str, ...]) -> bytes:
     # Length-prefixed, so no two different tuples give the same bytes ("a|b", "c" vs
-    # "a", "b|c"), whatever characters principals or ids contain.
+    # "a", "b|c"), whatever characters principals or ids contain. The table and column
+    # come from a handful of constants: their prefix is built once.
+    *head, row = parts
+    tail = f"{len(row)}:{row}".encode("utf-8", "surrogatepass")
+    return _prefix(tuple(head)) + tail
+
+
+@functools.lru_cache(maxsize=256)
+def _prefix(parts: tuple[str, ...]) -> bytes:
     return "".join([f"{len(p)}:{p}" for p in parts]).encode("utf-8", "surrogatepass")
 
 
@@ -216,7 +225,8 @@ class Cipher:
         kid = ring.current
         nonce = os.urandom(NONCE_BYTES)
         sealed = ring._aead[kid].encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
-        return f"{SEALED}{kid}:{base64.b64encode(nonce + sealed).decode('ascii')}"
+        text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
+        return f"{SEALED}{kid}:{text}"
 
     @overload
     def open(self, value: str, *ad: str) -> str: ...
@@ -230,19 +240,20 @@ class Cipher:
         if value.startswith(ESCAPED):
             return value[len(ESCAPED) :]
         kid, sep, b64 = value[len(SEALED) :].partition(":")
-        where = ".".join(ad[:2])
         aead = None if self.keyring is None else self.keyring.aead(kid)
         if aead is None:
-            raise KeyMissing(kid, where)
+            raise KeyMissing(kid, ".".join(ad[:2]))
         try:
-            blob = base64.b64decode(b64, validate=True)
+            # strict_mode: the C check of the alphabet and padding, where
+            # b64decode(validate=True) runs a regular expression over the whole value.
+            blob = binascii.a2b_base64(b64, strict_mode=True)
             if not sep or len(blob) < NONCE_BYTES + 16:
                 raise ValueError("too short")
             clear = aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], _ad(ad))
         except (InvalidTag, ValueError, binascii.Error) as exc:
             raise CiphertextInvalid(
-                f"a value sealed with key {kid!r} ({where}) failed authentication: "
-                "tampered, truncated, or moved from another row"
+                f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
+                "authentication: tampered, truncated, or moved from another row"
             ) from exc
         return clear.decode("utf-8", "surrogatepass")
 
