@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -47,7 +48,7 @@ from pigeon.server.identifiers import (
     path_problem,
 )
 from pigeon.server.intake import OperationRequest
-from pigeon.server.limits import DEFAULT_MAX_BODY, read_body
+from pigeon.server.limits import DEFAULT_MAX_BODY, read_body, too_large
 from pigeon.server.results import OpResult, problem_result, server_error
 from pigeon.server.testhooks import BadTestHook, TestHooks
 
@@ -174,14 +175,9 @@ async def parse_request(
     """A single-operation request, or the 400 (413 for a body over ``max_body`` bytes)
     that refuses it (before anything runs). ``test_hooks``: read the fault switch's
     headers (`pigeon.server.testhooks`)."""
-    try:
-        key = validate_key(request.headers.getlist(IDEMPOTENCY_KEY))
-    except InvalidIdempotencyKey as exc:
-        return bad_request("bad-idempotency-key", str(exc))
-    try:
-        hooks = TestHooks.parse(request.headers) if test_hooks else None
-    except BadTestHook as exc:
-        return bad_request("bad-test-hook", str(exc))
+    head = _head(request.headers, test_hooks)
+    if isinstance(head, OpResult):
+        return head
     media = request.headers.get("content-type")
     raw = unsupported_media(media, None) or await read_body(
         request, max_body, "one operation's request"
@@ -195,22 +191,73 @@ async def parse_request(
     if isinstance(body, OpResult):
         return body
     path = route_path(request.scope)  # already through PathCheck (create_app's)
-    clock = _clock(request.headers.get(CLOCK))
+    return _operation(request.method, path, request.headers, head, body)
+
+
+def parse_operation(
+    method: str,
+    path: str,
+    headers: Headers,
+    raw: bytes,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    test_hooks: bool = False,
+) -> OperationRequest | OpResult:
+    """``parse_request`` of a request whose body its framework has read already (a
+    Django view's): the same refusals, in the same order. ``path``: percent-decoded."""
+    head = _head(headers, test_hooks)
+    if isinstance(head, OpResult):
+        return head
+    media = headers.get("content-type")
+    refused = unsupported_media(media, None)
+    if refused is None and len(raw) > max_body:
+        refused = too_large("one operation's request", max_body, f"it has {len(raw)} bytes")
+    refused = refused or unsupported_media(media, raw)
+    if refused is not None:
+        return refused
+    body: Any = None
+    if raw.strip():
+        decoded = _decode(raw)
+        if isinstance(decoded, JsonRefused):
+            return bad_json("the request body", decoded)
+        body = decoded
+    return _operation(method, path, headers, head, body)
+
+
+def _head(headers: Headers, test_hooks: bool) -> tuple[str, TestHooks | None] | OpResult:
+    """The request's key and test hooks, read before its body, or the 400 refusing them."""
+    try:
+        key = validate_key(headers.getlist(IDEMPOTENCY_KEY))
+    except InvalidIdempotencyKey as exc:
+        return bad_request("bad-idempotency-key", str(exc))
+    try:
+        hooks = TestHooks.parse(headers) if test_hooks else None
+    except BadTestHook as exc:
+        return bad_request("bad-test-hook", str(exc))
+    return key, hooks
+
+
+def _operation(
+    method: str, path: str, headers: Headers, head: tuple[str, TestHooks | None], body: Any
+) -> OperationRequest | OpResult:
+    """The operation of a request whose key and body passed, or the 400 of a header."""
+    clock = _clock(headers.get(CLOCK))
     if isinstance(clock, OpResult):
         return clock
     try:
         # An empty header is no header, as before.
         op_id = optional_token(
-            request.headers.get(OPERATION_ID) or None, OPERATION_ID, MAX_OPERATION_ID_LENGTH
+            headers.get(OPERATION_ID) or None, OPERATION_ID, MAX_OPERATION_ID_LENGTH
         )
-        if_match = optional_token(request.headers.get(IF_MATCH) or None, IF_MATCH, MAX_ETAG_LENGTH)
+        if_match = optional_token(headers.get(IF_MATCH) or None, IF_MATCH, MAX_ETAG_LENGTH)
     except InvalidIdentifier as exc:
         return bad_request("bad-header", str(exc))
-    header = contract.header_refusal(request.headers)  # what the document publishes
+    header = contract.header_refusal(headers)  # what the document publishes
     if header is not None:
         return bad_request(*header)
+    key, hooks = head
     return OperationRequest(
-        method=request.method,
+        method=method,
         path=path,
         body=body,
         key=key,
