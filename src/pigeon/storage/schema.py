@@ -52,6 +52,11 @@ _STYLE = {
 
 _NAME = re.compile(r"[a-z][a-z0-9]*")
 
+# A migration that only moves what an earlier pigeon made (renames of its old tables): in a
+# new database it is skipped, for an application's own table may have such a name there
+# (pigeon's tables live beside the application's, `pigeon.integrations`).
+UPGRADE_ONLY = re.compile(r"^-- pigeon: upgrade only$", re.MULTILINE)
+
 
 @dataclass(frozen=True)
 class Component:
@@ -164,6 +169,8 @@ def apply_component(tx: Tx, component: Component) -> int:
             f"pigeon knows ({latest}); upgrade pigeon, nothing was changed"
         )
     for _number, script in steps[current:]:
+        if current == 0 and UPGRADE_ONLY.search(script):
+            continue  # a new database has none of what it moves, and the app's may be named so
         if tx.backend == "sqlite":
             run_sqlite_script(tx.sql, script)
         else:

@@ -29,7 +29,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeVar, cast, get_args, get_origin, get_type_hints
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH
 from pigeon.integrations.claims import Claims
 from pigeon.integrations.fastapi.answers import PROBLEMS, answer, result_of
+from pigeon.integrations.fastapi.batch import add_batch_route
 from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
 from pigeon.server.auth import ANONYMOUS
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
@@ -94,6 +95,7 @@ class Pigeon:
         )
         self.keyring = keyring
         self._incoming = _incoming_dependency(principal or _anonymous, max_body)
+        self.operation = _operation_dependency(self._incoming)
         self.guarded: set[Callable[..., Any]] = set()
 
     def idempotent(self, endpoint: F | None = None, *, session: str | None = None) -> Any:
@@ -157,9 +159,12 @@ class Pigeon:
 
         return wrapper
 
-    def install(self, app: FastAPI) -> None:
+    def install(self, app: FastAPI, *, batch: bool = False) -> None:
         """Put the refusals (problem+json) and the required Idempotency-Key header of
-        every route this ``Pigeon`` guards into ``app``'s OpenAPI document."""
+        every route this ``Pigeon`` guards into ``app``'s OpenAPI document. ``batch``:
+        serve the edge's batches too (`pigeon.integrations.fastapi.batch`)."""
+        if batch:
+            add_batch_route(app)
         guarded = {
             (route.path_format, method.lower())
             for route in app.routes
@@ -221,6 +226,22 @@ def _incoming_dependency(principal: Callable[..., Any], max_body: int) -> Callab
         ]
     )
     return incoming
+
+
+def _operation_dependency(incoming: Callable[..., Any]) -> Callable[..., Any]:
+    """``Depends(pigeon.operation)``: the request as the claims read it (its key, operation
+    id, ``If-Match`` and clock stamp by the intake's rules), for a handler to record."""
+
+    async def operation(found: Any) -> OperationRequest:
+        # A refused request never reaches the handler: this is its request whenever it runs.
+        return cast(OperationRequest, found.op)
+
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    operation.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("found", keyword, annotation=Annotated[Any, Depends(incoming)])],
+        return_annotation=OperationRequest,
+    )
+    return operation
 
 
 def _typed_signature(fn: Callable[..., Any]) -> inspect.Signature:

@@ -1,3 +1,4 @@
+-- pigeon: upgrade only
 -- The reference application's tables carry its own prefix, ref_, and belong to its own
 -- schema component (pigeon/reference/sql), which makes them in a new database (twin of
 -- sqlite/migrations/server_0009.sql). A database made before the split has them from this

@@ -1,3 +1,4 @@
+-- pigeon: upgrade only
 -- The reference application's tables carry its own prefix, ref_, and belong to its own
 -- schema component (pigeon/reference/sql), which makes them in a new database. A database
 -- made before the split has them from this component's earlier migrations: there they are

@@ -1,0 +1,1 @@
+"""Example applications built on pigeon (importable from the repository's root)."""

@@ -1,0 +1,1 @@
+"""Orders and notes on FastAPI + SQLAlchemy 2, exactly once with pigeon (see README.md)."""

@@ -1,0 +1,137 @@
+"""``POST /pigeon/v1/batch`` for a FastAPI application: the edge's batches, each operation
+answered by the application's own ``@idempotent`` route.
+
+The batch is read and its entries checked by the intake's code (`pigeon.server.messages`:
+``decode_batch``, ``parse_batch_entry``, ``results_json``); each operation is then sent,
+in order, through the application itself (its middleware, its authentication: the
+batch's headers go with every operation) as a request of its own to its route, with its
+own key. Each operation commits on its own, as with the intake's ``batch_chunk=1``: a
+resent batch replays the operations that committed. The batch stops after the first
+answer that means "not now" (a 5xx, 401/403/408/425/429, 409 in progress), so nothing
+overtakes it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.types import Message, Scope
+
+from pigeon.core.wire import BATCH_PATH, CLOCK, IDEMPOTENCY_KEY, IF_MATCH, quote_etag
+from pigeon.integrations.fastapi.answers import answer
+from pigeon.server.contract import OPERATION_ID
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_body
+from pigeon.server.messages import decode_batch, parse_batch_entry, results_json
+from pigeon.server.operations import OperationRequest
+from pigeon.server.results import NOT_STORED_4XX, OpResult, problem_result
+
+# Headers of the batch request that are not each operation's: the operation sets its own.
+_OWN = frozenset(
+    name.lower().encode("latin-1")
+    for name in (IDEMPOTENCY_KEY, IF_MATCH, CLOCK, OPERATION_ID, "content-length", "content-type")
+)
+
+
+def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
+    """Serve the edge's batch at ``path`` (``Pigeon.install(app, batch=True)`` calls it)."""
+
+    async def batch(request: Request) -> Response:
+        raw = await read_body(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
+        if isinstance(raw, OpResult):
+            return answer(raw)
+        payload = decode_batch([raw])
+        if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
+            refused = problem_result(
+                400, "bad-batch", "Bad request", 'a batch is {"operations": [...]}'
+            )
+            return answer(refused)
+        entries: list[Any] = payload["operations"]
+        results: list[OpResult] = []
+        for index, entry in enumerate(entries):
+            op = parse_batch_entry(entry, index)
+            result = op if isinstance(op, OpResult) else await _send(request, op)
+            results.append(result)
+            if _not_now(result):
+                break
+        ids = [
+            e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
+            for e in entries
+        ]
+        return Response(bytes(results_json(ids, results)), media_type="application/json")
+
+    app.add_api_route(path, batch, methods=["POST"], summary="Apply a batch of operations")
+
+
+def _not_now(result: OpResult) -> bool:
+    headers = dict(result.headers)
+    in_progress = result.status == 409 and "retry-after" in headers
+    return (
+        result.transient or result.status >= 500 or result.status in NOT_STORED_4XX or in_progress
+    )
+
+
+async def _send(request: Request, op: OperationRequest) -> OpResult:
+    """``op`` through the application, as a request of its own; its answer."""
+    body = json.dumps(op.body).encode("utf-8")
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in _OWN]
+    headers += [
+        (b"idempotency-key", op.key.encode("latin-1")),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if op.operation_id != op.key:
+        headers.append((OPERATION_ID.lower().encode(), op.operation_id.encode("latin-1")))
+    if op.clock:
+        headers.append((CLOCK.lower().encode(), op.clock.encode("latin-1")))
+    if op.if_match is not None:
+        headers.append((b"if-match", quote_etag(op.if_match).encode("latin-1")))
+    scope: Scope = {
+        **{
+            k: v
+            for k, v in request.scope.items()
+            if k
+            in ("type", "http_version", "scheme", "server", "client", "root_path", "app", "state")
+        },
+        "method": op.method,
+        "path": op.path,
+        "raw_path": op.path.encode("utf-8"),
+        "query_string": b"",
+        "headers": headers,
+    }
+    return await _call(request.app, scope, body)
+
+
+async def _call(app: Any, scope: Scope, body: bytes) -> OpResult:
+    sent = False
+    status, out_headers, chunks = 500, [], []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        nonlocal status, out_headers
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            out_headers = message.get("headers", [])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    kept = tuple(
+        (k.decode("latin-1").lower(), v.decode("latin-1"))
+        for k, v in out_headers
+        if k.lower() not in (b"content-length",)
+    )
+    return OpResult(
+        status,
+        b"".join(chunks).decode("utf-8"),
+        kept,
+        replayed=("idempotent-replayed", "true") in kept,
+    )

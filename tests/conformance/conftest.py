@@ -1,0 +1,34 @@
+"""The servers the one conformance suite checks: ``pigeon serve``'s reference notes app and
+the FastAPI + SQLAlchemy example (examples/fastapi_orders), each on a real uvicorn over
+loopback, on each backend. A server is a base URL: the suite speaks HTTP only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+from examples.fastapi_orders.app import create_app as create_orders_app
+from examples.fastapi_orders.app import migrate
+
+from pigeon.demo.processes import serve_in_thread
+from pigeon.reference.notes import create_notes_app
+from pigeon.storage.server import open_server_db
+from tests.integrations.orders_app import sqlalchemy_url
+
+SERVERS = ["reference", "fastapi_orders"]
+
+
+@pytest.fixture(params=SERVERS)
+def notes_server(request: pytest.FixtureRequest, server_db_url: str) -> Iterator[str]:
+    """The base URL of a server of the notes contract (anonymous callers allowed)."""
+    with ExitStack() as stack:
+        if request.param == "reference":
+            db = open_server_db(server_db_url)
+            stack.callback(db.close)
+            app = create_notes_app(db, purge_interval=None, allow_anonymous=True)
+        else:
+            app = create_orders_app(sqlalchemy_url(server_db_url))
+            migrate(app.state.engine)
+            stack.callback(app.state.engine.dispose)
+        yield stack.enter_context(serve_in_thread(app))
