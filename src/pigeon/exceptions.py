@@ -58,6 +58,12 @@ class PayloadNotSerializable(PayloadInvalid):
     pass
 
 
+class UpcastFailed(PayloadInvalid):
+    """A job's payload could not be brought to its task's version: no upcaster from its
+    version (the task dropped it), an upcaster that raised, or a result the task does not
+    take (``pigeon.jobs.versions``). Permanent: it would fail the same way again."""
+
+
 class PayloadTooLarge(PayloadInvalid):
     pass
 

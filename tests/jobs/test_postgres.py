@@ -89,6 +89,7 @@ _PLANNED = {
         "until": 6e9,
         "n": 8,
         "start": 1,
+        "versions": '{"t": 2}',
     },
     "job_claim_start": {
         "queue": "q1",
@@ -98,6 +99,7 @@ _PLANNED = {
         "until": 6e9,
         "n": 8,
         "start": 1,
+        "versions": '{"t": 2}',
     },
     "job_start": {"id": 5, "attempt": 1, "token": "t", "now": 1.0},
     "job_queue_pressure": {"queue": "q1", "now": 5e9, "cap": 100},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -208,6 +209,7 @@ def stats_cmd(
             "[red]yes[/red]" if row["breach"] else "no",
         )
     console.print(table)
+    _print_versions(view["versions"], n)
     rec, relay = view["reconciliation"], view["relay"]
     console.print(
         f"reconciliation, last {window}: {rec['created_total']} obligations created, "
@@ -218,6 +220,24 @@ def stats_cmd(
     console.print(f"relay: {relay['pending']} unpublished, oldest {_seconds(relay['oldest_age'])}")
     if estimated:
         console.print("≈: estimated by the PostgreSQL planner (large table)")
+
+
+def _print_versions(versions: dict[str, Any], n: Callable[[int, str], str]) -> None:
+    """The live workers, and the jobs of each versioned task that wait for a newer one."""
+    workers = versions["workers"]
+    console.print(f"workers: {_count(len(workers), 'live worker')}")
+    if not versions["waiting"]:
+        return
+    table = titled_table("payload versions (waiting: for a worker that runs their version)")
+    for column in ("task", "queue", "live workers run", "newest waiting", "waiting"):
+        table.add_column(column, justify="left" if column in ("task", "queue") else "right")
+    for v in versions["waiting"]:
+        waiting = n(v["waiting"], f"versions.{v['task']}.waiting")
+        table.add_row(
+            shown(v["task"]), shown(v["queue"]), f"v{v['known']}", f"v{v['newest']}",
+            f"[red]{waiting}[/red]" if v["waiting"] else waiting,
+        )  # fmt: skip
+    console.print(table)
 
 
 @app.command("purge")

@@ -30,12 +30,14 @@ from pigeon.exceptions import (
     NotFound,
     PayloadInvalid,
     PermanentError,
+    UpcastFailed,
 )
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.backoff import Backoff
 from pigeon.jobs.job import DEFAULT_MAX_ATTEMPTS, finite, positive_int
 from pigeon.jobs.stores import store_for
 from pigeon.jobs.timeouts import Timeouts
+from pigeon.jobs.versions import PayloadVersions, Upcaster
 
 if TYPE_CHECKING:
     from pigeon.jobs.job import FailedJob, Job
@@ -112,6 +114,33 @@ class Task:
     permanent: tuple[type[BaseException], ...]
     fields: frozenset[str] | None = None  # None: any field that binds
     access: AccessCheck | None = None
+    versions: PayloadVersions | None = None  # None: version 1, nothing to upcast
+
+    @property
+    def version(self) -> int:
+        """The version of the payload shape the task takes (``@app.task(version=...)``)."""
+        return 1 if self.versions is None else self.versions.version
+
+    def knows(self, version: int) -> bool:
+        """Can this task run a version-``version`` payload (its own, or upcast to it)?"""
+        return version == 1 if self.versions is None else self.versions.knows(version)
+
+    def current(self, payload: Mapping[str, Any], version: int) -> Mapping[str, Any]:
+        """``payload`` of ``version`` as the task takes it now: upcast if older (its result
+        checked against the task's fields and parameters). UpcastFailed if it cannot be."""
+        if version == self.version:
+            return payload
+        if self.versions is None:
+            raise UpcastFailed(
+                f"task {self.name!r} is version 1 and has no upcaster from version {version}"
+            )
+        upcast = self.versions.upcast(payload, version)
+        problem = self.undeclared(upcast) or self.binding_error(upcast)
+        if problem is not None:
+            raise UpcastFailed(
+                f"upcast from version {version} to {self.version} does not fit: {problem}"
+            )
+        return upcast
 
     def undeclared(self, payload: Mapping[str, Any]) -> str | None:
         """Why ``payload`` carries more than the task declares (None: it does not)."""
@@ -126,9 +155,14 @@ class Task:
         )
 
     def before_run(self, db: Database | JobStore[CallbackSession], job: Job) -> None:
-        """What the worker checks before the work: the payload carries only declared
-        fields (a job written by a producer without the app), and the access re-check
-        lets it run. Raises PayloadInvalid / AccessRevoked, never retried."""
+        """What the worker checks before the work: an older payload is upcast to the task's
+        version (``job.payload`` and ``job.version`` then hold the result), the payload
+        carries only declared fields (a job written by a producer without the app), and
+        the access re-check lets it run. Raises PayloadInvalid (UpcastFailed) /
+        AccessRevoked, never retried."""
+        if job.version != self.version:
+            job.payload = dict(self.current(job.payload, job.version))
+            job.version = self.version
         problem = self.undeclared(job.payload)
         if problem is not None:
             raise PayloadInvalid(problem)
@@ -215,6 +249,8 @@ class App:
         permanent: tuple[type[BaseException], ...] = (),
         fields: Sequence[str] | None = None,
         access: AccessCheck | None = None,
+        version: int = 1,
+        upcast: Mapping[int, Upcaster] | None = None,
     ) -> F: ...
 
     @overload
@@ -231,6 +267,8 @@ class App:
         permanent: tuple[type[BaseException], ...] = (),
         fields: Sequence[str] | None = None,
         access: AccessCheck | None = None,
+        version: int = 1,
+        upcast: Mapping[int, Upcaster] | None = None,
     ) -> Callable[[F], F]: ...
 
     def task(
@@ -246,13 +284,19 @@ class App:
         permanent: tuple[type[BaseException], ...] = (),
         fields: Sequence[str] | None = None,
         access: AccessCheck | None = None,
+        version: int = 1,
+        upcast: Mapping[int, Upcaster] | None = None,
     ) -> Any:
         """Register a task. ``context=True`` passes a JobContext as first argument.
 
         ``fields``: the payload fields the task may carry, each a parameter of the function
         (every parameter without a default among them); anything else is refused at
         enqueue, naming the field. ``access(tx, job)``: the re-check run before the work,
-        returning why access is refused or None (see ``pigeon.jobs.access``)."""
+        returning why access is refused or None (see ``pigeon.jobs.access``).
+        ``version``: the version of the payload's shape (1 by default), which every job
+        of the task carries; ``upcast={n: fn}``: ``fn`` turns a version-``n`` payload
+        into a version-``n + 1`` one, a chain without gaps up to ``version``
+        (``pigeon.jobs.versions``)."""
 
         if not positive_int(max_attempts):
             raise ConfigurationError(
@@ -268,6 +312,7 @@ class App:
             declared = _declared_fields(task_name, f, context, fields)
             if access is not None and not callable(access):
                 raise ConfigurationError(f"task {task_name!r}: access must be callable")
+            versions = PayloadVersions.declare(task_name, version, upcast)
             self.queue_config(queue)
             self.tasks[task_name] = Task(
                 task_name,
@@ -280,6 +325,7 @@ class App:
                 permanent,
                 declared,
                 access,
+                versions if versions.version > 1 else None,
             )
             return f
 
@@ -300,11 +346,15 @@ class App:
         except KeyError:
             raise NotFound(f"no task named {name!r} in this app") from None
 
-    def check_spec(self, queue: str, task: str, payload: object) -> None:
+    def check_spec(
+        self, queue: str, task: str, payload: object, version: int | None = None
+    ) -> None:
         """Refuse (InvalidOperation) a job this app could never run: an unknown task, a
         queue other than the task's own (no worker of that queue would find it), a payload
         with a field the task does not declare (PayloadInvalid), or one that does not bind
-        to the task function's parameters."""
+        to the task function's parameters. ``version``: the payload's, when not the task's
+        own: an older one must upcast to a payload that fits (UpcastFailed), a newer one
+        is refused (this app cannot check it)."""
         registered = self.tasks.get(task)
         if registered is None:
             raise InvalidOperation(f"no task named {task!r} in this app")
@@ -312,6 +362,15 @@ class App:
             raise InvalidOperation(
                 f"task {task!r} runs on queue {registered.queue!r}, not {queue!r}"
             )
+        if version is not None and version > registered.version:
+            raise InvalidOperation(
+                f"task {task!r} is version {registered.version} in this app: a payload of "
+                f"version {version} cannot be checked here"
+            )
+        older = version is not None and version != registered.version
+        if older and version is not None and isinstance(payload, Mapping):
+            registered.current(payload, version)  # upcast, then checked
+            return
         if isinstance(payload, Mapping):  # first: it names the field it refuses
             problem = registered.undeclared(payload)
             if problem is not None:

@@ -62,6 +62,10 @@ class JobSpec:
     # over any span of time is guarded by an effect's key (ctx.effect), kept for good.
     unique_key: str | None = None
     owner: str | None = None
+    # The version of the payload's shape (``@app.task(version=...)``). None: the version
+    # of the task registered on the app, else 1. Given: a producer that knows the shape
+    # it wrote (an older one is upcast by the worker that runs it).
+    version: int | None = None
 
     def __post_init__(self) -> None:
         if not self.queue or not self.task:
@@ -84,6 +88,8 @@ class JobSpec:
             raise InvalidOperation(
                 f"max_attempts must be an integer >= 1, got {self.max_attempts!r}"
             )
+        if self.version is not None and not positive_int(self.version):
+            raise InvalidOperation(f"version must be an integer >= 1, got {self.version!r}")
         if not finite(self.delay) or self.delay < 0:
             raise InvalidOperation(f"delay must be finite seconds >= 0, got {self.delay!r}")
         if not isinstance(self.max_age, _Unset | None) and (
@@ -148,6 +154,9 @@ class Job:
     # The error its previous attempt left (None: none, or a first attempt): a job that
     # runs out of budget at its claim fails with it beside the reason.
     last_error: str | None = None
+    # The version of ``payload``'s shape: the one it was enqueued with, until the worker
+    # upcasts the payload to its task's version (``Task.before_run``).
+    version: int = 1
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], now: float, cipher: Cipher = PLAIN) -> Job:
@@ -169,6 +178,7 @@ class Job:
             token=row["lease_token"],
             started_at=now,
             last_error=row.get("last_error"),
+            version=int(row["version"]),
         )
 
     def key(self) -> dict[str, Any]:

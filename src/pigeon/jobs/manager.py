@@ -74,12 +74,14 @@ def write_job(
 ) -> JobId:
     """``enqueue`` in a session the caller holds (a manager's, a schedule's, a record's)."""
     if app is not None:
-        app.check_spec(spec.queue, spec.task, spec.payload)
+        app.check_spec(spec.queue, spec.task, spec.payload, spec.version)
     registered = app.tasks.get(spec.task) if app is not None else None
     if registered is not None:
         max_attempts, max_age = spec.policy(registered.max_attempts, registered.max_age)
+        version = spec.version or registered.version
     else:
         max_attempts, max_age = spec.policy()
+        version = spec.version or 1
     job = NewJob(
         queue=spec.queue,
         task=spec.task,
@@ -92,6 +94,7 @@ def write_job(
         record_id=record_id,
         obligation=obligation,
         unique_key=spec.unique_key,
+        version=version,
     )
     return session.insert_job(job)
 
@@ -143,7 +146,8 @@ class JobManager:
         self, queue: str, worker: str, n: int, lease: float, *, start: int | None = None
     ) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
-        expired. A rescued job that has no budget left goes to the failed store instead.
+        expired, of a payload version the app knows (``known_versions``). A rescued job
+        that has no budget left goes to the failed store instead.
 
         ``start``: how many of them (the first, in due order) begin running now; the
         others are claimed but not started, and count as waiting until ``start_job``.
@@ -154,7 +158,7 @@ class JobManager:
         with self.store.transaction() as session:
             claimed = session.claim_due(
                 queue=queue, worker=worker, token=token, now=now, until=now + lease, n=n,
-                start=n if start is None else start,
+                start=n if start is None else start, versions=self.known_versions(),
             )  # fmt: skip
             if not claimed:
                 return []
@@ -177,6 +181,12 @@ class JobManager:
                 alerts.append(self._fail(session, job, reason, now))
         self._alert(alerts)
         return runnable
+
+    def known_versions(self) -> dict[str, int]:
+        """The newest payload version this manager's app runs, per task above 1: a claim
+        leaves a job of a newer version (or of a versioned task the app lacks) for a
+        worker that knows it, never running it wrongly nor failing it."""
+        return {name: t.version for name, t in self.app.tasks.items() if t.version > 1}
 
     def start_job(self, job: Job) -> bool:
         """Mark ``job``'s attempt started (it runs from now; until then it counted as

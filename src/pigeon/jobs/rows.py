@@ -58,6 +58,7 @@ class NewJob:
     record_id: str | None = None
     obligation: str | None = None
     unique_key: str | None = None
+    version: int = 1  # of the payload's shape (pigeon.jobs.versions)
 
 
 class JobRow(TypedDict):
@@ -87,6 +88,7 @@ class JobRow(TypedDict):
     record_id: str | None
     obligation: str | None
     unique_key: str | None
+    version: int
 
 
 class AttemptRow(TypedDict):
@@ -216,6 +218,19 @@ class ProviderCall(TypedDict):
     attempts: int
     created_at: float
     updated_at: float
+
+
+class WorkerRow(TypedDict):
+    """A worker process in the registry (``workers_seen``): the queues it serves and the
+    payload version of each task its app runs, both JSON text; when it started and when
+    it last renewed its row."""
+
+    name: str
+    origin: str
+    queues: str
+    versions: str
+    started_at: float
+    seen_at: float
 
 
 class Breach(TypedDict):

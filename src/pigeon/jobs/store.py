@@ -17,7 +17,7 @@ which backend it runs on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -38,6 +38,7 @@ from pigeon.jobs.rows import (
     QueueCounts,
     RecordRow,
     ReviewRow,
+    WorkerRow,
 )
 
 if TYPE_CHECKING:
@@ -79,12 +80,14 @@ class LeaseSession(EnqueueSession, LedgerSession, Protocol):
 
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
-        start: int,
+        start: int, versions: Mapping[str, int],
     ) -> list[Job]:  # fmt: skip
         """Lease up to ``n`` eligible jobs (ready, or with an expired lease), their attempts
         opened; the jobs in due order (scheduled_at, id), each with its ``last_error``. The
         first ``start`` are marked started now (the caller runs them at once); the others
-        are claimed, not started, and still count as waiting until ``mark_started``."""
+        are claimed, not started, and still count as waiting until ``mark_started``.
+        ``versions``: the newest payload version the claimer runs per task (absent: 1);
+        a job of a newer version is not taken."""
         ...
 
     def mark_started(self, job: Job, now: float) -> bool:
@@ -294,6 +297,25 @@ class StatsSession(Protocol):
         ...
 
 
+class WorkerSession(Protocol):
+    """The workers' registry (``registry.py``): a row per live worker process, saying
+    which queues it serves and which payload version of each task it runs."""
+
+    def advertise_worker(self, row: WorkerRow) -> None:
+        """Write (or renew) the worker's row."""
+        ...
+
+    def withdraw_worker(self, name: str) -> None: ...
+
+    def forget_workers(self, before: float) -> int:
+        """Delete the rows not renewed since ``before`` (workers gone without a word)."""
+        ...
+
+    def workers_seen(self, since: float) -> list[WorkerRow]:
+        """The rows renewed since ``since``, by name."""
+        ...
+
+
 # Every role, for the test that keeps them small and the session classes complete.
 ROLES: tuple[type, ...] = (
     LedgerSession,
@@ -308,6 +330,7 @@ ROLES: tuple[type, ...] = (
     ProviderSession,
     AccessSession,
     StatsSession,
+    WorkerSession,
 )
 
 S_co = TypeVar("S_co", covariant=True)

@@ -62,6 +62,7 @@ from pigeon.jobs.job import Job
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.prefetch import Prefetched, claim_size
+from pigeon.jobs.registry import Advert
 from pigeon.jobs.retention import purge_finished, purge_ticks
 from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
@@ -146,10 +147,13 @@ class Worker(Heartbeat):
         self.prefetched = {queue: Prefetched() for queue in self.queues}
         self.monitor = FreshnessMonitor(app, self.store)
         self.wakeup = self.store.wakeup(self.queues)
+        # This worker's row in the registry: the payload versions it runs (registry.py).
+        self.advert = Advert(self.store, self.name, app, self.queues)
 
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> None:
+        self.advert.advertise()
         self.wakeup.start()
         for queue, budget in self.queues.items():
             self.scaler.resize(queue, budget.min)
@@ -184,6 +188,7 @@ class Worker(Heartbeat):
         done = not any(t.is_alive() for t in list(self._threads))
         if done:
             self.wakeup.close()
+            self.advert.withdraw()
         return done
 
     def run(self, grace: float | None = None) -> int:
@@ -195,6 +200,7 @@ class Worker(Heartbeat):
             with self._lock:
                 running = sorted(h.job.id for h in self._held.values() if h.started)
             log.warning(LEFT_RUNNING, self.name, running, grace)
+            self.advert.withdraw()
         return self.exit_code
 
     # -- the claim loop ----------------------------------------------------------------
@@ -328,7 +334,7 @@ class Worker(Heartbeat):
             lease_end = confirm_lease(self.manager, job, config.timeouts.lease_seconds)
             with self._lock:
                 held.lost, held.lease_end = lease_end is None or held.lost, lease_end or 0.0
-        verdict = self._begin(job, held)
+        verdict = "release" if self._too_new(job) else self._begin(job, held)
         if verdict == "release":
             self._release([job])  # marked started or not: queued again
         if verdict != "run":
@@ -362,6 +368,18 @@ class Worker(Heartbeat):
             # Finished: the timeout check leaves it alone while its outcome is buffered.
             held.done = True
         return AttemptOutcome(job, error)
+
+    def _too_new(self, job: Job) -> bool:
+        """A payload newer than this worker's task knows is never run nor failed: it goes
+        back for a newer worker (the claim leaves such jobs alone; this holds even so)."""
+        task = self.app.tasks.get(job.task)
+        if task is None or job.version <= task.version:
+            return False
+        log.warning(
+            "job %s of %s has payload version %s, newer than this worker's %s; released",
+            job.id, job.task, job.version, task.version,
+        )  # fmt: skip
+        return True
 
     def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
         """Run a write about held jobs, retrying while the database is away. Past the
@@ -428,6 +446,8 @@ class Worker(Heartbeat):
         against its freshness objective; now and then finished jobs are purged."""
         last_purge = time.monotonic()
         while not self._stop.wait(self.control_every):
+            if self.advert.due():
+                self.advert.advertise()
             for queue in self.queues:
                 try:
                     backlog, oldest = self.manager.pressure(queue, self.scaler.cap(queue))

@@ -15,7 +15,8 @@ from pigeon.exceptions import InvalidOperation, InvalidState, NotFound
 from pigeon.jobs._db import reading
 from pigeon.jobs.failed import FailedStore
 from pigeon.jobs.rows import dumps
-from pigeon.ops.queries import OPS, error_class
+from pigeon.ops.queries import error_class
+from pigeon.ops.reader import OPS
 from pigeon.storage.base import Database
 from pigeon.storage.sealed import JOB_ERROR
 

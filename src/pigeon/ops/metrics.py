@@ -31,6 +31,7 @@ class OpsCollector:
         yield from _failed(view)
         yield from _health(view)
         yield from _lifecycle(view)
+        yield from _versions(view)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
@@ -172,3 +173,17 @@ def _lifecycle(view: dict[str, Any]) -> Iterator[Metric]:
     for kind, entry in sorted(view["lifecycle"].items()):
         events.add_metric([kind], entry["count"])
     yield events
+
+
+def _versions(view: dict[str, Any]) -> Iterator[Metric]:
+    waiting = _gauge(
+        "pigeon_jobs_waiting_newer_worker",
+        "Due jobs of a payload version newer than any live worker of their queue runs, by "
+        "task (a deploy half done: they wait, never run wrongly nor failed).",
+        ["queue", "task"],
+    )
+    for entry in view["versions"]["waiting"]:
+        waiting.add_metric([entry["queue"], entry["task"]], entry["waiting"])
+    live = _gauge("pigeon_workers_live", "Worker processes in the registry, renewed lately.", [])
+    live.add_metric([], len(view["versions"]["workers"]))
+    yield from (waiting, live)

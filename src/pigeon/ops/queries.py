@@ -18,7 +18,9 @@ What it answers (the 9 a.m. question):
   that no job will ever settle (must be zero);
 - the relay's lag (``pigeon.jobs.stats.relay_lag``) and the operator action log;
 - lifecycle events counted (``pigeon.lifecycle``): workers recycled, relay lock takeovers,
-  ``pigeon serve`` workers replaced.
+  ``pigeon serve`` workers replaced;
+- deploys that change a payload (``pigeon.ops.deploys``): the live workers and the payload
+  versions they run, and per task the jobs waiting for a newer worker.
 
 Cost. Every figure is read through an index and none scans a large table: counts of live
 states use the claim indexes; on PostgreSQL, once ``pigeon_jobs`` holds more than
@@ -29,10 +31,8 @@ entries and, past that, is the planner's estimate (``EXPLAIN``), named in
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pigeon.jobs._db import reading
@@ -41,8 +41,9 @@ from pigeon.jobs.rows import loads
 from pigeon.jobs.stats import DEFAULT_OBJECTIVE, is_breach, percentiles, ready_age, relay_lag
 from pigeon.lifecycle import KINDS
 from pigeon.logs import redact_text
-from pigeon.storage.base import Database, Tx
-from pigeon.storage.queries import QuerySet
+from pigeon.ops.deploys import deploy_view
+from pigeon.ops.reader import OPS, Reader
+from pigeon.storage.base import Database
 from pigeon.storage.sealed import ATTEMPT_ERROR, JOB_ERROR
 
 DEFAULT_WINDOW = 24 * 3600.0
@@ -60,62 +61,6 @@ ACTION_LOG = 20
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 JOB_STATES = ("ready", "delayed", "reserved", "stuck", "failed", "succeeded", "cancelled")
 OBLIGATION_STATES = ("pending", "in_progress", "completed", "failed", "cancelled")
-
-
-OPS = QuerySet("ops")  # the operations reads, one .sql file per backend
-
-
-@dataclass
-class _Reader:
-    """One read transaction and how it counts: exactly, or capped then estimated."""
-
-    tx: Tx
-    now: float
-    capped: bool
-    cap: int
-    estimated: list[str]
-
-    def sql(self, name: str) -> str:
-        return OPS.text(self.tx, name)
-
-    def all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self.tx.sql(self.sql(name), params).fetchall()
-        return rows
-
-    def one(self, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
-        row: dict[str, Any] | None = self.tx.sql(self.sql(name), params).fetchone()
-        return row
-
-    def count(self, name: str, params: Mapping[str, Any], label: str) -> int:
-        """How many rows ``rows_<name>`` selects: exact, or on a large table past the cap
-        the planner's estimate (``label`` then goes to ``estimated``). The planner is asked
-        first: far past the cap, its estimate is taken without counting at all."""
-        rows = self.sql(f"rows_{name}")
-        if not self.capped:
-            found = self.tx.sql(f"SELECT count(*) AS n FROM ({rows}) AS t", params).fetchone()
-            return int(found["n"])
-        estimate = self.estimate(rows, params)
-        if estimate > 2 * self.cap:
-            self.estimated.append(label)
-            return estimate
-        found = self.tx.sql(
-            f"SELECT count(*) AS n FROM ({rows} LIMIT {self.cap + 1}) AS t", params
-        ).fetchone()
-        n = int(found["n"])
-        if n <= self.cap:
-            return n
-        self.estimated.append(label)
-        return max(estimate, n)
-
-    def estimate(self, rows: str, params: Mapping[str, Any]) -> int:
-        plan = self.tx.sql(f"EXPLAIN (FORMAT JSON) {rows}", params).fetchone()
-        return int(_plan_rows(plan))
-
-
-def _plan_rows(row: Mapping[str, Any]) -> float:
-    (value,) = row.values()
-    plan = json.loads(value) if isinstance(value, str) else value
-    return float(plan[0]["Plan"]["Plan Rows"])
 
 
 def error_class(error: str | None) -> str:
@@ -177,7 +122,7 @@ def overview(
             # (That makes plan costs huge, which would switch JIT compilation on: ~70 ms.)
             tx.sql("SET LOCAL enable_seqscan = off", {})
             tx.sql("SET LOCAL jit = off", {})
-        r = _Reader(tx, now, capped, cap, estimated)
+        r = Reader(tx, now, capped, cap, estimated)
         win = {"since": since, "until": until}
         received = r.count("records_received", win, "records.received")
         completed = r.count("records_completed", win, "records.completed")
@@ -188,6 +133,7 @@ def overview(
         reconciliation = _reconcile(r, win, list(obligations), received)
         actions = _action_log(r) if history else []
         events = _lifecycle(r)
+        versions = deploy_view(r, app)
     lag = relay_lag(db, now=now)
     return {
         "at": now,
@@ -202,10 +148,11 @@ def overview(
         "relay": lag.as_dict(),
         "actions": actions,
         "lifecycle": events,
+        "versions": versions,
     }
 
 
-def _obligations(r: _Reader) -> dict[str, dict[str, Any]]:
+def _obligations(r: Reader) -> dict[str, dict[str, Any]]:
     result: dict[str, dict[str, Any]] = {}
     for row in r.all("obligation_kinds", {}):
         name = row["name"]
@@ -231,7 +178,7 @@ def _obligations(r: _Reader) -> dict[str, dict[str, Any]]:
     return result
 
 
-def _queues(r: _Reader, app: App, now: float) -> list[dict[str, Any]]:
+def _queues(r: Reader, app: App, now: float) -> list[dict[str, Any]]:
     names = {row["queue"] for row in r.all("queues_seen", {})} | app.queues.keys()
     hour = {"since": now - HOUR}
     by_queue: dict[str, list[dict[str, Any]]] = {}
@@ -263,7 +210,7 @@ def _queues(r: _Reader, app: App, now: float) -> list[dict[str, Any]]:
     return result
 
 
-def _last_hour(r: _Reader, queue: str, rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
+def _last_hour(r: Reader, queue: str, rows: list[dict[str, Any]], now: float) -> dict[str, Any]:
     """Attempts finished in the last hour, per minute (oldest first) and in all; the
     durations of the successful ones: histogram, sum, mean, and percentiles of the latest
     ``DURATION_SAMPLE``."""
@@ -302,7 +249,7 @@ def _last_hour(r: _Reader, queue: str, rows: list[dict[str, Any]], now: float) -
     }
 
 
-def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
+def _failed(r: Reader, *, history: bool) -> dict[str, Any]:
     """Groups of (owner, queue, error class), largest first, from the latest
     ``FAILED_ROWS`` failed jobs; older ones (a failed store larger than that) are counted
     per owner and queue in a group of class ``(older)``."""
@@ -343,7 +290,7 @@ def _failed(r: _Reader, *, history: bool) -> dict[str, Any]:
     return {"total": sum(counts.values()), "groups": ordered}
 
 
-def _failed_job(r: _Reader, job: dict[str, Any]) -> dict[str, Any]:
+def _failed_job(r: Reader, job: dict[str, Any]) -> dict[str, Any]:
     """A failed job of a group, with its attempts, their errors opened and redacted."""
     attempts = r.all("attempts_of", {"job_id": job["id"]})
     for a in attempts:
@@ -383,7 +330,7 @@ def _by_owner(failed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _reconcile(
-    r: _Reader, win: Mapping[str, float], kinds: list[str], received: int
+    r: Reader, win: Mapping[str, float], kinds: list[str], received: int
 ) -> dict[str, Any]:
     """Obligations created (and completed) for the records of the window: one exact
     GROUP BY (an index probe per obligation), or on a large table with more than
@@ -437,14 +384,14 @@ def _reconcile(
     }
 
 
-def _action_log(r: _Reader) -> list[dict[str, Any]]:
+def _action_log(r: Reader) -> list[dict[str, Any]]:
     rows = r.all("action_log", {"limit": ACTION_LOG})
     for row in rows:
         row["selection"] = loads(row["selection"])
     return rows
 
 
-def _lifecycle(r: _Reader) -> dict[str, dict[str, Any]]:
+def _lifecycle(r: Reader) -> dict[str, dict[str, Any]]:
     """Lifecycle events counted (``pigeon.lifecycle``), every kind (0 if never seen)."""
     events = {kind: {"count": 0, "last_at": None, "last_detail": None} for kind in KINDS}
     for row in r.all("lifecycle_counts", {}):

@@ -127,13 +127,14 @@ class MemoryJobSession(TableStatements):
             attempts=0, max_attempts=job.max_attempts, attempt_base=0, max_age=job.max_age,
             created_at=job.now, budget_start=job.scheduled_at, scheduled_at=job.scheduled_at,
             owner=job.owner, record_id=job.record_id, obligation=job.obligation, unique_key=key,
+            version=job.version,
         )  # fmt: skip
         self._t.jobs[job_id] = row
         return job_id
 
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
-        start: int,
+        start: int, versions: Mapping[str, int],
     ) -> list[Job]:  # fmt: skip
         due = sorted(
             (
@@ -144,6 +145,7 @@ class MemoryJobSession(TableStatements):
                     (r["status"] == "queued" and r["scheduled_at"] <= now)
                     or (r["status"] == "reserved" and r["reserved_until"] < now)
                 )
+                and r["version"] <= versions.get(r["task"], 1)
             ),
             key=lambda r: (r["scheduled_at"], r["id"]),
         )[:n]

@@ -22,6 +22,7 @@ from pigeon.jobs.rows import (
     OutboxRow,
     ProviderCall,
     QueueCounts,
+    WorkerRow,
 )
 
 Row = dict[str, Any]  # a row of the live tables (the typed rows are read from them)
@@ -31,7 +32,7 @@ JOB_COLUMNS = (
     "id", "queue", "task", "payload", "status", "attempts", "max_attempts", "attempt_base",
     "max_age", "created_at", "budget_start", "scheduled_at", "reserved_until", "lease_token",
     "worker", "claimed_at", "started_at", "finished_at", "last_error", "owner", "record_id",
-    "obligation", "unique_key",
+    "obligation", "unique_key", "version",
 )  # fmt: skip
 
 
@@ -62,6 +63,7 @@ class Tables:
     effects: dict[tuple[str, str], str] = field(default_factory=dict)  # result JSON text
     provider_calls: dict[str, Row] = field(default_factory=dict)
     revoked: dict[str, Row] = field(default_factory=dict)
+    workers: dict[str, Row] = field(default_factory=dict)
     next_id: int = 1
     next_outbox_id: int = 1
 
@@ -221,3 +223,21 @@ class TableStatements:
     def principal_revoked(self, principal: str) -> str | None:
         row = self._t.revoked.get(principal)
         return None if row is None else str(row["reason"])
+
+    # -- the workers' registry ---------------------------------------------------------
+
+    def advertise_worker(self, row: WorkerRow) -> None:
+        self._t.workers[row["name"]] = dict(row)
+
+    def withdraw_worker(self, name: str) -> None:
+        self._t.workers.pop(name, None)
+
+    def forget_workers(self, before: float) -> int:
+        gone = [name for name, row in self._t.workers.items() if row["seen_at"] < before]
+        for name in gone:
+            del self._t.workers[name]
+        return len(gone)
+
+    def workers_seen(self, since: float) -> list[WorkerRow]:
+        rows = self._t.workers
+        return [pick(WorkerRow, rows[n]) for n in sorted(rows) if rows[n]["seen_at"] >= since]

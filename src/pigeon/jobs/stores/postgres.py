@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,6 +17,7 @@ from psycopg import sql
 
 from pigeon.exceptions import StoreError
 from pigeon.jobs.job import Job, JobId
+from pigeon.jobs.rows import dumps
 from pigeon.jobs.store import JobStore
 from pigeon.jobs.stores.sqlite import SqlJobSession
 from pigeon.jobs.wakeup import Wakeup, channel
@@ -41,10 +42,10 @@ def _arrays(jobs: Sequence[Job], until: float | None) -> dict[str, Any]:
 class PostgresJobSession(SqlJobSession):
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
-        start: int,
+        start: int, versions: Mapping[str, int],
     ) -> list[Job]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
-        params.update(n=n, start=start)
+        params.update(n=n, start=start, versions=dumps(dict(versions)))
         rows = self.tx.fetchall("job_claim_start", params)
         return [Job.from_row(self._open(row), now) for row in rows]
 

@@ -8,7 +8,7 @@ policy code above sees clear values only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, cast
@@ -32,6 +32,7 @@ from pigeon.jobs.rows import (
     QueueCounts,
     RecordRow,
     ReviewRow,
+    WorkerRow,
     dumps,
 )
 from pigeon.jobs.store import JobStore
@@ -88,10 +89,10 @@ class SqlJobSession:
 
     def claim_due(
         self, *, queue: str, worker: str, token: str, now: float, until: float, n: int,
-        start: int,
+        start: int, versions: Mapping[str, int],
     ) -> list[Job]:  # fmt: skip
         params = {"queue": queue, "worker": worker, "token": token, "now": now, "until": until}
-        params["n"] = n
+        params.update(n=n, versions=dumps(dict(versions)))
         # SQLite returns an UPDATE's rows in no promised order: the batch runs in due
         # order, as PostgreSQL's claim returns it.
         rows = sorted(
@@ -396,6 +397,18 @@ class SqlJobSession:
     def principal_revoked(self, principal: str) -> str | None:
         row = self._tx.fetchone("principal_revoked", {"principal": principal})
         return None if row is None else str(row["reason"])
+
+    def advertise_worker(self, row: WorkerRow) -> None:
+        self._tx.execute("worker_advertise", dict(row))
+
+    def withdraw_worker(self, name: str) -> None:
+        self._tx.execute("worker_withdraw", {"name": name})
+
+    def forget_workers(self, before: float) -> int:
+        return rowcount(self._tx.execute("worker_forget", {"before": before}))
+
+    def workers_seen(self, since: float) -> list[WorkerRow]:
+        return cast("list[WorkerRow]", self._tx.fetchall("worker_list", {"since": since}))
 
     def outbox_lag(self) -> OutboxLag:
         row = self._tx.fetchone("outbox_lag", {})

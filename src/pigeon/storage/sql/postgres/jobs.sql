@@ -55,10 +55,11 @@ WHERE record_id = %(record_id)s ORDER BY id
 -- budget_start (where max_age counts from) is when the job is due: a delayed job is not
 -- late before then, and counted from enqueue a delay past max_age would fail it unrun.
 INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
-                         budget_start, scheduled_at, owner, record_id, obligation, unique_key)
+                         budget_start, scheduled_at, owner, record_id, obligation, unique_key,
+                         version)
 VALUES (%(queue)s, %(task)s, %(payload)s, 'queued', %(max_attempts)s, %(max_age)s, %(now)s,
         %(scheduled_at)s, %(scheduled_at)s, %(owner)s, %(record_id)s, %(obligation)s,
-        %(unique_key)s)
+        %(unique_key)s, %(version)s)
 ON CONFLICT (unique_key) DO NOTHING
 RETURNING id
 
@@ -68,15 +69,19 @@ SELECT id FROM pigeon_jobs WHERE unique_key = %(unique_key)s
 -- name: job_claim
 -- Expired leases and ready jobs come from their own partial indexes; SKIP LOCKED passes
 -- over rows another worker is claiming right now instead of queueing behind it.
+-- %(versions)s (JSON {task: version}) is the newest payload version the claimer runs,
+-- per task above 1: a job of a newer version is left for a worker that knows it.
 WITH expired AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
     ORDER BY reserved_until
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ready AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
     ORDER BY scheduled_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -95,7 +100,7 @@ WITH expired AS (
     FROM picked WHERE j.id = picked.id
     RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
               j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
-              j.obligation, j.lease_token, j.last_error
+              j.obligation, j.lease_token, j.last_error, j.version
 )
 SELECT * FROM claimed ORDER BY scheduled_at, id
 
@@ -104,12 +109,14 @@ SELECT * FROM claimed ORDER BY scheduled_at, id
 WITH expired AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
     ORDER BY reserved_until
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ready AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
     ORDER BY scheduled_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -128,7 +135,7 @@ WITH expired AS (
     FROM picked WHERE j.id = picked.id
     RETURNING j.id, j.queue, j.task, j.payload, j.attempts, j.max_attempts, j.attempt_base,
               j.max_age, j.created_at, j.budget_start, j.scheduled_at, j.owner, j.record_id,
-              j.obligation, j.lease_token, j.last_error
+              j.obligation, j.lease_token, j.last_error, j.version
 ), started AS (
     INSERT INTO pigeon_job_attempts (job_id, attempt, worker, started_at, outcome)
     SELECT id, attempts, %(worker)s, %(now)s, 'running' FROM claimed
@@ -252,14 +259,14 @@ SELECT pg_notify(pigeon_jobs_channel(%(queue)s), '')
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
        created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
        claimed_at, started_at, finished_at, last_error, owner, record_id, obligation,
-       unique_key
+       unique_key, version
 FROM pigeon_jobs WHERE id = %(id)s
 
 -- name: job_list
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age,
        created_at, budget_start, scheduled_at, reserved_until, lease_token, worker,
        claimed_at, started_at, finished_at, last_error, owner, record_id, obligation,
-       unique_key
+       unique_key, version
 FROM pigeon_jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -489,3 +496,21 @@ DELETE FROM pigeon_revoked_principals WHERE principal = %(principal)s
 -- name: principal_revoked
 SELECT principal, revoked_at, reason FROM pigeon_revoked_principals
 WHERE principal = %(principal)s
+
+-- name: worker_advertise
+-- A worker's row in the registry (pigeon.jobs.registry), written at its start and renewed
+-- while it runs: the queues it serves and the payload version of each task it runs.
+INSERT INTO pigeon_workers (name, origin, queues, versions, started_at, seen_at)
+VALUES (%(name)s, %(origin)s, %(queues)s, %(versions)s, %(started_at)s, %(seen_at)s)
+ON CONFLICT (name) DO UPDATE SET origin = excluded.origin, queues = excluded.queues,
+    versions = excluded.versions, seen_at = excluded.seen_at
+
+-- name: worker_withdraw
+DELETE FROM pigeon_workers WHERE name = %(name)s
+
+-- name: worker_forget
+DELETE FROM pigeon_workers WHERE seen_at < %(before)s
+
+-- name: worker_list
+SELECT name, origin, queues, versions, started_at, seen_at FROM pigeon_workers
+WHERE seen_at >= %(since)s ORDER BY name

@@ -52,9 +52,10 @@ WHERE record_id = :record_id ORDER BY id
 -- budget_start (where max_age counts from) is when the job is due: a delayed job is not
 -- late before then, and counted from enqueue a delay past max_age would fail it unrun.
 INSERT INTO pigeon_jobs (queue, task, payload, status, max_attempts, max_age, created_at,
-                         budget_start, scheduled_at, owner, record_id, obligation, unique_key)
+                         budget_start, scheduled_at, owner, record_id, obligation, unique_key,
+                         version)
 VALUES (:queue, :task, :payload, 'queued', :max_attempts, :max_age, :now, :scheduled_at,
-        :scheduled_at, :owner, :record_id, :obligation, :unique_key)
+        :scheduled_at, :owner, :record_id, :obligation, :unique_key, :version)
 ON CONFLICT (unique_key) DO NOTHING
 RETURNING id
 
@@ -63,6 +64,8 @@ SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
 
 -- name: job_claim
 -- Claimed, not started (started_at NULL: the job still waits) until job_start marks it.
+-- :versions (JSON {task: version}) is the newest payload version the claimer runs, per
+-- task above 1: a job of a newer version is left for a worker that knows it.
 UPDATE pigeon_jobs
 SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
     reserved_until = :until, claimed_at = :now, started_at = NULL
@@ -71,11 +74,15 @@ WHERE id IN (
     WHERE queue = :queue
       AND ((status = 'queued' AND scheduled_at <= :now)
            OR (status = 'reserved' AND reserved_until < :now))
+      AND (version <= 1
+           OR version <= (SELECT v.value FROM json_each(:versions) AS v
+                          WHERE v.key = pigeon_jobs.task))
     ORDER BY scheduled_at, id
     LIMIT :n
 )
 RETURNING id, queue, task, payload, attempts, max_attempts, attempt_base, max_age, created_at,
-          budget_start, scheduled_at, owner, record_id, obligation, lease_token, last_error
+          budget_start, scheduled_at, owner, record_id, obligation, lease_token, last_error,
+          version
 
 -- name: job_start
 -- The started marker: the attempt begins running now. Only while this lease holds the
@@ -131,13 +138,13 @@ WHERE id = :id AND attempts = :attempt AND lease_token = :token AND status = 're
 -- name: job_get
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
        budget_start, scheduled_at, reserved_until, lease_token, worker, claimed_at,
-       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key, version
 FROM pigeon_jobs WHERE id = :id
 
 -- name: job_list
 SELECT id, queue, task, payload, status, attempts, max_attempts, attempt_base, max_age, created_at,
        budget_start, scheduled_at, reserved_until, lease_token, worker, claimed_at,
-       started_at, finished_at, last_error, owner, record_id, obligation, unique_key
+       started_at, finished_at, last_error, owner, record_id, obligation, unique_key, version
 FROM pigeon_jobs
 WHERE (:status IS NULL OR status = :status) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
@@ -347,3 +354,21 @@ DELETE FROM pigeon_revoked_principals WHERE principal = :principal
 
 -- name: principal_revoked
 SELECT principal, revoked_at, reason FROM pigeon_revoked_principals WHERE principal = :principal
+
+-- name: worker_advertise
+-- A worker's row in the registry (pigeon.jobs.registry), written at its start and renewed
+-- while it runs: the queues it serves and the payload version of each task it runs.
+INSERT INTO pigeon_workers (name, origin, queues, versions, started_at, seen_at)
+VALUES (:name, :origin, :queues, :versions, :started_at, :seen_at)
+ON CONFLICT (name) DO UPDATE SET origin = excluded.origin, queues = excluded.queues,
+    versions = excluded.versions, seen_at = excluded.seen_at
+
+-- name: worker_withdraw
+DELETE FROM pigeon_workers WHERE name = :name
+
+-- name: worker_forget
+DELETE FROM pigeon_workers WHERE seen_at < :before
+
+-- name: worker_list
+SELECT name, origin, queues, versions, started_at, seen_at FROM pigeon_workers
+WHERE seen_at >= :since ORDER BY name

@@ -214,3 +214,35 @@ FROM pigeon_operator_actions ORDER BY id DESC LIMIT :limit
 -- name: lifecycle_counts
 -- Lifecycle events counted (pigeon.lifecycle): a few rows, one per kind seen.
 SELECT kind, count, last_at, last_detail FROM pigeon_lifecycle_events ORDER BY kind
+
+-- name: versioned_tasks
+-- The tasks with live jobs of a payload version above 1 (pigeon/ops/deploys.py), by a
+-- skip scan of the partial index pigeon_jobs_versioned: one probe per task, each with a
+-- queue of its jobs and the newest version among them.
+WITH RECURSIVE t AS (
+    SELECT (SELECT task FROM pigeon_jobs
+            WHERE version > 1 AND status IN ('queued', 'reserved')
+            ORDER BY task LIMIT 1) AS task
+    UNION ALL
+    SELECT (SELECT j.task FROM pigeon_jobs AS j
+            WHERE j.version > 1 AND j.status IN ('queued', 'reserved') AND j.task > t.task
+            ORDER BY j.task LIMIT 1)
+    FROM t WHERE t.task IS NOT NULL
+)
+SELECT t.task,
+       (SELECT j.queue FROM pigeon_jobs AS j
+        WHERE j.task = t.task AND j.version > 1 AND j.status IN ('queued', 'reserved')
+        LIMIT 1) AS queue,
+       (SELECT max(j.version) FROM pigeon_jobs AS j
+        WHERE j.task = t.task AND j.version > 1 AND j.status IN ('queued', 'reserved'))
+           AS newest
+FROM t WHERE t.task IS NOT NULL
+
+-- name: rows_jobs_newer
+-- Waiting for a newer worker: due (queued, or with an expired lease) and of a payload
+-- version newer than any live worker of the task's queue runs (known).
+SELECT 1 FROM pigeon_jobs
+WHERE task = :task AND version > 1 AND version > :known
+  AND status IN ('queued', 'reserved')
+  AND ((status = 'queued' AND scheduled_at <= :now)
+       OR (status = 'reserved' AND reserved_until < :now))
