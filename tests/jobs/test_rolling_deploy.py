@@ -1,0 +1,210 @@
+"""A rolling deploy that changes a task's payload, with real worker processes on one
+database (SQLite, then PostgreSQL).
+
+Generation 1 (``pigeon worker``, two processes) runs task ``tally`` at payload version 1.
+Producers enqueue 2,000 jobs, 1,000 of each shape: first old payloads only, then both
+(the intakes are being deployed too), a burst of old ones, then new ones only. While only
+generation 1 runs, the new payloads wait, and the operations figures count them as waiting
+for a newer worker. Generation 2 (version 2, with the upcaster) starts; generation 1 is
+SIGTERMed while it holds jobs, and finishes or hands them back. At the end every job
+completed exactly once, generation 1 never ran a new payload, generation 2 ran old ones
+through the upcaster, and nothing is in the failed store.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pigeon.jobs.job import JobSpec
+from pigeon.jobs.manager import enqueue
+from pigeon.jobs.registry import live_workers
+from pigeon.jobs.stores import store_for
+from pigeon.ops.queries import overview
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+from tests import processes
+from tests.jobs.deploy_app import TABLES, VERSION_ENV, make_app, payload, units
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = 20
+# (first n, last n + 1, the versions its producers write, in turn): old payloads only;
+# both shapes; a burst of old ones (generation 1 is SIGTERMed while it works them, what
+# it leaves is upcast by generation 2); new ones only.
+PHASES = [(0, 300, (1,)), (300, 1100, (2, 1)), (1100, 1400, (1,)), (1400, 2000, (2,))]
+JOBS = PHASES[-1][1]
+
+pytestmark = pytest.mark.slow
+
+
+class Generation:
+    """``pigeon worker`` at one payload version, in a process group of its own."""
+
+    def __init__(self, url: str, version: int, log: Path) -> None:
+        self.url, self.version, self.log = url, version, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Generation:
+        args = [sys.executable, "-m", "pigeon", "worker", "--db", self.url, "--processes", "2"]
+        args += ["--app", "tests.jobs.deploy_app:app", "--queue", "deploy=8"]
+        env = {**os.environ, VERSION_ENV: str(self.version)}
+        with self.log.open("ab") as log:
+            self.proc = processes.spawn(args, cwd=ROOT, env=env, stdout=log, stderr=log)
+        return self
+
+    def stop(self, grace: float) -> float:
+        """SIGTERM (the whole group, as a service manager does), then SIGKILL after
+        ``grace``; how long the supervisor took to exit."""
+        assert self.proc is not None
+        started = time.monotonic()
+        processes.stop(self.proc, grace=grace)
+        return time.monotonic() - started
+
+
+class Producer(threading.Thread):
+    """Enqueues the jobs phase by phase, each phase once its event is set, in batches of
+    ``BATCH`` per transaction, as the intakes of each version would."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(daemon=True)
+        self.db = db
+        self.go = [threading.Event() for _ in PHASES]
+        self.done = threading.Event()
+        self.apps = {v: make_app(v) for v in (1, 2)}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for event, (first, last, versions) in zip(self.go, PHASES, strict=True):
+                event.wait()
+                for start in range(first, last, BATCH):
+                    with self.db.transaction() as tx:
+                        for n in range(start, min(start + BATCH, last)):
+                            v = versions[n % len(versions)]
+                            spec = JobSpec("deploy", "tally", payload(n, v))
+                            enqueue(tx, spec, app=self.apps[v])
+                    time.sleep(0.01)
+        except BaseException as exc:  # the test reports it
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+def _count(db: Database, sql: str) -> int:
+    with db.transaction() as tx:
+        return int(tx.sql(f"SELECT count(*) AS n FROM ({sql}) AS t", {}).fetchone()["n"])
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _waiting_newer(db: Database) -> int:
+    entries = overview(db, make_app(2), history=False)["versions"]["waiting"]
+    return sum(e["waiting"] for e in entries if e["task"] == "tally")
+
+
+def _workers_of(db: Database, version: int) -> list[str]:
+    live = live_workers(store_for(db))
+    return [w.name for w in live if w.versions.get("tally") == version]
+
+
+def _held_by(db: Database, names: list[str]) -> int:
+    listed = ", ".join(f"'{n}'" for n in names) or "''"
+    return _count(
+        db, f"SELECT 1 FROM pigeon_jobs WHERE status = 'reserved' AND worker IN ({listed})"
+    )
+
+
+def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
+    db_url: str, tmp_path: Path
+) -> None:
+    db = open_server_db(db_url, durability="normal")
+    with db.transaction() as tx:
+        for statement in TABLES:
+            tx.sql(statement)
+    producer = Producer(db)
+    producer.start()
+    gen1 = Generation(db_url, 1, tmp_path / "gen1.log").start()
+    gen2 = Generation(db_url, 2, tmp_path / "gen2.log")
+    measured: dict[str, Any] = {}
+    try:
+        producer.go[0].set()  # old payloads only: generation 1 works them
+        _wait(lambda: _count(db, "SELECT 1 FROM deploy_effects") >= 100, 90, "generation 1")
+        producer.go[1].set()  # both shapes: the new ones wait, counted
+        _wait(lambda: _waiting_newer(db) > 0, 60, "a job waiting for a newer worker")
+        measured["waiting_newer_seen"] = _waiting_newer(db)
+        gen1_names = _workers_of(db, 1)
+        assert len(gen1_names) == 2
+        gen2.start()
+        _wait(lambda: len(_workers_of(db, 2)) == 2, 90, "generation 2 to advertise")
+        _wait(
+            lambda: _count(db, "SELECT 1 FROM deploy_effects WHERE generation = 2") >= 50,
+            60,
+            "generation 2 to work",
+        )
+        # SIGTERM while generation 1 holds jobs: it finishes them or hands them back.
+        producer.go[2].set()
+        _wait(lambda: _held_by(db, gen1_names) > 0, 30, "generation 1 to hold a job")
+        measured["gen1_stop_seconds"] = round(gen1.stop(grace=30), 2)
+        measured["gen1_held_after_stop"] = _held_by(db, gen1_names)
+        measured["gen1_still_advertised"] = len(_workers_of(db, 1))
+        producer.go[3].set()
+        _wait(producer.done.is_set, 120, "the producers")
+        assert producer.error is None, producer.error
+        _wait(
+            lambda: (
+                _count(db, "SELECT 1 FROM pigeon_jobs WHERE status IN ('queued', 'reserved')") == 0
+            ),
+            240,
+            "every job to finish",
+        )
+    finally:
+        for generation in (gen1, gen2):
+            if generation.proc is not None:
+                generation.stop(grace=30)
+    _check(db, measured)
+    db.close()
+
+
+def _check(db: Database, measured: dict[str, Any]) -> None:
+    with db.transaction() as tx:
+        jobs = {
+            (r["status"], r["version"]): r["n"]
+            for r in tx.sql(
+                "SELECT status, version, count(*) AS n FROM pigeon_jobs GROUP BY status, version"
+            ).fetchall()
+        }
+        effects = tx.sql("SELECT n, units, generation, enqueued FROM deploy_effects").fetchall()
+        runs = {
+            (r["generation"], r["enqueued"]): r["n"]
+            for r in tx.sql(
+                "SELECT generation, enqueued, count(*) AS n FROM deploy_runs "
+                "GROUP BY generation, enqueued"
+            ).fetchall()
+        }
+        attempts = tx.sql("SELECT sum(attempts) AS n FROM pigeon_jobs").fetchone()["n"]
+    print(f"\nrolling deploy: jobs {jobs}, runs (generation, enqueued) {runs}, {measured}")
+    assert jobs == {("succeeded", 1): 1000, ("succeeded", 2): 1000}  # none failed
+    assert sorted(e["n"] for e in effects) == list(range(JOBS))  # each exactly once
+    assert all(e["units"] == units(e["n"]) for e in effects)  # the upcast payload's too
+    assert runs.get((1, 2), 0) == 0  # generation 1 never ran a new payload
+    assert runs.get((2, 1), 0) > 0  # generation 2 ran old ones through the upcaster
+    assert runs.get((1, 1), 0) > 0 and runs.get((2, 2), 0) > 0
+    assert measured["waiting_newer_seen"] > 0
+    # Generation 1 drained: nothing left held under its name, its rows withdrawn.
+    assert measured["gen1_held_after_stop"] == 0
+    assert measured["gen1_still_advertised"] == 0
+    assert measured["gen1_stop_seconds"] < 30  # it exited, not killed at the grace's end
+    assert attempts >= JOBS
