@@ -21,8 +21,8 @@ demo: setup
 	$(BIN)/pigeon demo
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports   # the layers of docs/design.md ([tool.importlinter] in pyproject.toml)
 

@@ -31,6 +31,9 @@ SOURCE = Path(pigeon.__file__).parent
 SHARED_NAMES: dict[str, str] = {}
 # The same for module-level functions.
 SHARED_FUNCTIONS: dict[str, str] = {
+    "defer": "enqueue a pigeon job in the web framework's open transaction, with the "
+    "handler's writes (pigeon.integrations.fastapi: the SQLAlchemy session's; "
+    "pigeon.integrations.django: the database alias's): one meaning, each framework's own",
     "from_url": "each broker publisher's constructor from its URL (pigeon.jobs.publishers."
     "amqp / nats / redis), the one way a publisher is made: one meaning, three brokers",
     "loads": "a JSON document's value, as json.loads: strictjson's refuses what the wire "

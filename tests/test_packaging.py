@@ -140,6 +140,7 @@ def test_the_readme_edge_quick_start_runs_from_the_edge_install(
         ("import pigeon.server", "server"),
         ("import pigeon.ops", "server"),
         ("import pigeon.integrations.fastapi", "fastapi"),
+        ("import pigeon.integrations.django", "django"),
         ("from pigeon.storage.server import open_server_db; open_server_db('postgresql://x/y')",
          "postgres"),
     ],

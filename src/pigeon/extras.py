@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "relay": ("redis", "nats", "aio_pika"),
     "crdt": ("pycrdt",),
     "fastapi": ("fastapi", "sqlalchemy"),
+    "django": ("django",),
 }
 
 

@@ -50,16 +50,24 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> ServerProcess:
+    def command(self) -> list[str]:
+        """The server's command line (another server, e.g. an application's, says its own
+        and prints the same ``pigeon serving on URL (pid N)`` line)."""
         args = [sys.executable, "-m", "pigeon", "serve", "--db", str(self.db)]
         args += ["--host", "127.0.0.1", "--port", str(self.port), *self.extra_args]
         if self.allow_anonymous:
             args.append("--allow-anonymous")
+        return args
+
+    def environment(self) -> dict[str, str]:
         # The server ends with this process even if it is SIGKILLed (pigeon.orphans).
         env = child_env() | {"PIGEON_OPERATOR_TOKEN": self.operator_token}
         if "--test-hooks" in self.extra_args:
             env[TEST_HOOKS_KEY] = "1"  # the fault switch's second key (pigeon.server.testhooks)
-        self._proc = self._spawn(args, env)
+        return env
+
+    def start(self) -> ServerProcess:
+        self._proc = self._spawn(self.command(), self.environment())
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
         match = _SERVING.search(line)

@@ -1,0 +1,1 @@
+"""pigeon's Django management commands."""

@@ -1,0 +1,1 @@
+"""``manage.py pigeon_worker``."""
