@@ -1,10 +1,8 @@
 """pigeon's tables, ``pigeon_*``: claims, records, obligations, jobs, outbox, effects.
 
-The tables are made by pigeon's own migrations of its ``server`` component, the DDL that
-``pigeon migrate`` and ``open_server_db`` run on each vendor (SQLite, PostgreSQL), in the
-transaction Django migrates in, up to ``SERVER_VERSION``; a later pigeon that adds one
-ships a migration here that runs them again. The models after it are the admin's view
-of three of the tables (unmanaged: nothing here changes them).
+The tables are made by pigeon's own migrations of its ``server`` component
+(`make_tables`). The models after it are the admin's view of three of the tables
+(unmanaged: nothing here changes them).
 """
 
 from __future__ import annotations
@@ -14,15 +12,9 @@ from typing import Any, ClassVar
 import django.db.models.deletion
 from django.db import migrations, models
 
-from pigeon.storage.server import migrate_borrowed
+from pigeon.integrations.django.migrations import make_tables
 
-SERVER_VERSION = 12  # pigeon's server schema this migration brings a database to
-
-
-def make_tables(apps: Any, schema_editor: Any) -> None:
-    connection = schema_editor.connection
-    connection.ensure_connection()
-    migrate_borrowed(connection.connection)
+SERVER_VERSION = 12  # pigeon's server schema when this migration was written
 
 
 class Migration(migrations.Migration):
