@@ -52,6 +52,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "worker",
         "Run jobs until SIGTERM (stop claiming; finish or release within the lease).",
     ),
+    "rehearse": (
+        "pigeon.cli.rehearse_cmd",
+        "rehearse",
+        "Run the failure list against an app on a throwaway database; exit 1 if any failed.",
+    ),
     "plan": (
         "pigeon.cli.plan_cmd",
         "plan",

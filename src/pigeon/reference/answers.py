@@ -123,6 +123,11 @@ ANSWER_SCHEMA: dict[str, Any] = {
         "expected": _OPTIONAL_TEXT,
         "notify": _OPTIONAL_TEXT,
     },
+    # Published with the schema: what a client (and `pigeon rehearse`) may send as is.
+    "examples": [
+        {"question": "2 + 2?", "answer": "4", "expected": "4", "notify": "ada@example.org"},
+        {"question": "The capital of France?", "answer": "Paris", "expected": "Paris"},
+    ],
 }
 
 

@@ -1,0 +1,60 @@
+"""``pigeon rehearse`` on the reference app: every scenario passes, on a throwaway
+database, and the report says what was done and reconciled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pigeon.rehearse.scenarios import SCENARIOS
+from tests.rehearse.cli import rehearse, scenario
+from tests.rehearse.test_database import _fill
+
+
+def test_list_names_every_scenario(tmp_path: Path) -> None:
+    done, report = rehearse(tmp_path, "--list")
+    assert done.returncode == 0 and report is None
+    for name in SCENARIOS:
+        assert name in done.stdout
+
+
+def test_an_unknown_scenario_is_a_usage_error(tmp_path: Path) -> None:
+    done, report = rehearse(tmp_path, "--scenario", "power-cut")
+    assert done.returncode == 2 and report is None
+    assert "no scenario 'power-cut'" in done.stderr
+
+
+def test_a_database_holding_data_is_refused_and_left_alone(tmp_path: Path) -> None:
+    db = tmp_path / "production.db"
+    _fill(str(db))
+    done, report = rehearse(tmp_path, "--db", str(db))
+    assert done.returncode == 1 and report is None
+    assert "holds data: orders (2 rows)" in done.stderr and "--i-know" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
+    db = tmp_path / "rehearsal.db"
+    done, report = rehearse(tmp_path, "--db", str(db))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report is not None and report["ok"] is True
+    assert [s["name"] for s in report["scenarios"]] == list(SCENARIOS)
+    for result in report["scenarios"]:
+        assert result["outcome"] == "passed", result
+        rec = result["reconciliation"]
+        assert rec["duplicates"] == 0 and rec["lost"] == 0 and rec["failed_without_owner"] == 0
+        assert result["done"] and result["requests"] > 0
+    crash = scenario(report, "crash-before-commit")["reconciliation"]
+    assert crash["found"] == crash["expected"] and crash["expected"]["records"] > 0
+    revoked = scenario(report, "revoked-access")["reconciliation"]
+    assert (
+        revoked["counts"]["of them in the failed store"]
+        == revoked["counts"]["jobs of revoked principals"]
+        > 0
+    )
+    assert revoked["failed_with_owner"] == revoked["counts"]["jobs of revoked principals"]
+    peak = scenario(report, "peak")["reconciliation"]
+    assert peak["predicted_seconds"] is not None and peak["drain_seconds"] is not None
+    assert "passed" in done.stdout and "rehearsal" in done.stdout
+    assert not db.exists()  # made for the run, and removed
