@@ -115,7 +115,7 @@ def test_the_allow_list_is_current() -> None:
 
 def test_the_scan_sees_the_package() -> None:
     found = public_class_definitions()
-    assert found["ConnectionTimeouts"] == ["pigeon.server.timeouts"]
+    assert found["ConnectionTimeouts"] == ["pigeon.server.options"]
     assert found["Timeouts"] == ["pigeon.jobs.timeouts"]
     assert len(found) > 100
     functions = public_function_definitions()

@@ -103,6 +103,8 @@ def test_server_api() -> None:
         "IdempotencyStore",
         "Intake",
         "IntakeContext",
+        "IntakeOptions",
+        "ServerOptions",
         "ValidationError",
         "create_app",
     }

@@ -163,7 +163,13 @@ class InvalidState(PigeonError):
 
 
 class ConfigurationError(PigeonError, ValueError):
-    pass
+    """A setting refused: out of range, out of order, or contradicting another. ``field``
+    names the setting to blame when there is one (``max_body``), so that a command can
+    point at its own option for it."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class MissingExtra(ConfigurationError, ImportError):

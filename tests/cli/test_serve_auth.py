@@ -4,6 +4,7 @@ loopback, the operator routes for the operator token alone, real JWTs with --aut
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -15,8 +16,8 @@ import httpx
 import jwt
 import pytest
 
-from pigeon.cli.serve_auth import AuthOptions, is_loopback
 from pigeon.exceptions import ConfigurationError
+from pigeon.server.auth_options import AuthOptions, is_loopback
 from pigeon.server.jwt_auth import JwtAuth
 from tests import processes
 
@@ -199,13 +200,13 @@ def test_jwt_with_a_real_key_may_listen_anywhere_and_options_round_trip(tmp_path
         auth="jwt", jwt_secret=SECRET, jwt_audience="a", operator_token=OPERATOR_TOKEN
     )
     options.check("0.0.0.0", insecure=False)
-    assert AuthOptions.from_env(options.to_env()) == options
+    # What a worker process gets: the same options, pickled with uvicorn's configuration.
+    assert pickle.loads(pickle.dumps(options)) == options
     bounded = AuthOptions(auth="jwt", jwt_secret=SECRET, jwt_max_lifetime=3600.0)
-    assert AuthOptions.from_env(bounded.to_env()) == bounded
+    assert pickle.loads(pickle.dumps(bounded)) == bounded
     auth = bounded.authenticator()
     assert isinstance(auth, JwtAuth) and auth.max_lifetime == 3600.0
     assert SECRET not in repr(options) and OPERATOR_TOKEN not in repr(options)
     with pytest.raises(ConfigurationError, match="not a loopback address"):
         AuthOptions().check("10.0.0.1", insecure=False)
     AuthOptions().check("10.0.0.1", insecure=True)
-    assert AuthOptions.from_env({}) == AuthOptions()  # missing settings: the safe defaults

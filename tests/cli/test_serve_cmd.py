@@ -201,7 +201,7 @@ def test_the_log_levels_offered_are_uvicorns() -> None:
 
     from uvicorn.config import LOG_LEVELS
 
-    from pigeon.cli.serve_cmd import LogLevel
+    from pigeon.server.options import LogLevel
 
     assert set(get_args(LogLevel)) == set(LOG_LEVELS)
 
@@ -227,16 +227,29 @@ def test_a_bad_idempotency_policy_is_a_usage_error_before_serving(
     assert not db.exists()
 
 
-def test_checked_policy_names_the_options() -> None:
+def test_the_options_name_the_flag_of_a_bad_value() -> None:
     import typer
 
-    from pigeon.cli.serve_cmd import checked_policy
+    from pigeon.cli.serve_options import options_from_cli
 
-    assert checked_policy(1, 2, 3).claim_retention == 3
-    with pytest.raises(typer.BadParameter, match="lock_timeout must be positive"):
-        checked_policy(0, 2, 3)
-    with pytest.raises(typer.BadParameter, match="not a finite number"):
-        checked_policy(1, float("nan"), 3)
+    with pytest.raises(typer.BadParameter, match="--lock-timeout must be positive") as bad:
+        options_from_cli(serve_args(lock_timeout=0.0))
+    assert bad.value.param_hint == "'--lock-timeout'"
+    with pytest.raises(typer.BadParameter, match="not a finite number") as bad:
+        options_from_cli(serve_args(response_retention=float("nan")))
+    assert bad.value.param_hint == "'--response-retention'"
+    assert options_from_cli(serve_args(claim_retention=3e6)).intake.policy.claim_retention == 3e6
+
+
+def serve_args(**given: object) -> dict[str, object]:
+    """``pigeon serve``'s parameters as the command passes them, defaults and ``given``."""
+    import inspect
+
+    from pigeon.cli.serve_cmd import serve
+
+    params = inspect.signature(serve).parameters
+    defaults = {name: p.default for name, p in params.items()} | {"db": "server.db"}
+    return defaults | given
 
 
 def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
@@ -309,7 +322,48 @@ def test_test_hooks_need_their_second_key_in_the_environment(tmp_path: Path) -> 
 
 
 def test_loopback_is_told_by_address_not_by_name() -> None:
-    from pigeon.cli.serve_cmd import is_loopback
+    from pigeon.server.auth_options import is_loopback
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "::", "example.org", ""))
+
+
+@pytest.mark.slow
+def test_the_workers_get_the_options_pickled_never_in_their_environment(tmp_path: Path) -> None:
+    """``--workers 2``: each worker serves with the command's options (limits, claim mode,
+    the JWT secret given as @FILE), and no worker's environment holds a ``PIGEON_SERVE_``
+    setting or the secret: the options reach it pickled, through the pipe that starts it."""
+    import jwt
+
+    secret = "the-workers-tests-hs256-secret-0123456789"
+    secret_file = tmp_path / "jwt-secret"
+    secret_file.write_text(secret)
+    secret_file.chmod(0o600)
+    extra = ["--workers", "2", "--auth", "jwt", "--jwt-secret", f"@{secret_file}"]
+    extra += ["--max-body", "777", "--max-batch-body", "888", "--claim-mode", "separate"]
+    proc, url = start(tmp_path / "s.db", *extra, "--lock-timeout", "12")
+    try:
+        deadline = time.monotonic() + 30
+        while len(_children(proc.pid)) < 2:
+            assert time.monotonic() < deadline, "no two workers"
+            time.sleep(0.1)
+        for pid in [proc.pid, *_children(proc.pid)]:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            assert not [v for v in environ if v.startswith(b"PIGEON_SERVE_")]
+            assert not [v for v in environ if secret.encode() in v]
+        token = jwt.encode({"sub": "ada", "exp": int(time.time()) + 60}, secret, "HS256")
+        for n in range(6):  # new connections: the kernel hands them to either worker
+            with httpx.Client(base_url=url) as client:
+                spec = client.get("/pigeon/v1/openapi.json").json()
+                write = client.post(
+                    "/notes",
+                    json={"id": f"n{n}"},
+                    headers={"Idempotency-Key": f"k{n}", "Authorization": f"Bearer {token}"},
+                )
+            limits = spec["x-pigeon-limits"]
+            assert limits["max_body_bytes"] == 777 and limits["max_batch_body_bytes"] == 888
+            contract = spec["x-pigeon-idempotency"]
+            assert contract["claim_mode"] == "separate" and contract["lock_timeout_seconds"] == 12
+            assert write.status_code == 201, write.text
+    finally:
+        processes.stop(proc)

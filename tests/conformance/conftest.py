@@ -14,6 +14,8 @@ from examples.fastapi_orders.app import migrate
 
 from pigeon.demo.processes import serve_in_thread
 from pigeon.reference.notes import create_notes_app
+from pigeon.server.auth_options import AuthOptions
+from pigeon.server.options import ServerOptions
 from pigeon.storage.server import open_server_db
 from tests.integrations.django_notes import DjangoNotes
 from tests.integrations.orders_app import sqlalchemy_url
@@ -33,7 +35,8 @@ def notes_server(request: pytest.FixtureRequest, server_db_url: str) -> Iterator
         if request.param == "reference":
             db = open_server_db(server_db_url)
             stack.callback(db.close)
-            app = create_notes_app(db, purge_interval=None, allow_anonymous=True)
+            anonymous = ServerOptions(auth=AuthOptions(allow_anonymous=True))
+            app = create_notes_app(db, anonymous, purge_interval=None)
         else:
             app = create_orders_app(sqlalchemy_url(server_db_url))
             migrate(app.state.engine)

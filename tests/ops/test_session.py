@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 from pigeon.cli import app as cli_app
 from pigeon.exceptions import ConfigurationError
 from pigeon.ops.dashboard import dashboard_routes
-from pigeon.ops.session import SESSIONS, SessionPolicy, Sessions, csrf_token, operator_fingerprint
+from pigeon.ops.session import SESSIONS, Sessions, csrf_token, operator_fingerprint
 from pigeon.ops.signin_limit import SignInBackoff, SignInLimit, SignInLimiter, client_key
 from pigeon.server.access import OperatorToken
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
+from pigeon.server.options import SessionPolicy
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 from tests.ops.scenario import APP, seed

@@ -30,8 +30,10 @@ from pigeon.server import access
 from pigeon.server.access import AccessPolicy, OperatorToken, Rule, route_rules
 from pigeon.server.app import create_app
 from pigeon.server.auth import BearerAuth
+from pigeon.server.auth_options import AuthOptions
 from pigeon.server.intake import Intake
 from pigeon.server.middleware import IdempotencyMiddleware
+from pigeon.server.options import ServerOptions
 from pigeon.storage.base import Database
 
 from .conftest import OPERATOR, OPERATOR_TOKEN, TestClient, operator_token
@@ -278,7 +280,8 @@ def test_anonymous_callers_are_one_principal_only_when_allowed(db: Database) -> 
         refused = send(strict, "POST", "/notes", NOBODY, {"id": "n"})
         assert refused.status_code == 401 and refused.json()["detail"]
     assert read_ledger(db) == []
-    with TestClient(reference_app(db, allow_anonymous=True)) as open_:
+    anonymous = ServerOptions(auth=AuthOptions(allow_anonymous=True))
+    with TestClient(reference_app(db, options=anonymous)) as open_:
         assert send(open_, "POST", "/notes", NOBODY, {"id": "n"}).status_code == 201
         # Two anonymous callers are the same user: they share the note.
         assert open_.get("/notes/n").status_code == 200

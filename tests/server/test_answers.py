@@ -23,6 +23,7 @@ from pigeon.reference.jobs import app as demo_app
 from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.intake import ClaimMode, Intake, IntakeContext
+from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Tx
 from tests.server.conftest import live_server
@@ -122,7 +123,8 @@ def test_received_then_completed_by_a_worker_and_replays_never_redo(db: Database
 def test_a_replay_answers_the_approved_current_state_in_every_mode_and_in_a_batch(
     db: Database, claim_mode: ClaimMode
 ) -> None:
-    app = create_notes_app(db, purge_interval=None, claim_mode=claim_mode)
+    options = ServerOptions(intake=IntakeOptions(claim_mode=claim_mode))
+    app = create_notes_app(db, options, purge_interval=None)
     single, batched = str(uuid.uuid4()), str(uuid.uuid4())
     quiet = {"question": "3+3?", "answer": "6"}  # grading only
     with live_server(app) as url:

@@ -18,6 +18,7 @@ from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_note, delete_note, read_ledger, replace_note
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
+from pigeon.server.options import IntakeOptions
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database, Row, Tx
 from tests.clocks import FakeClock
@@ -398,7 +399,7 @@ def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
     db: Database, clock: FakeClock
 ) -> None:
     counted = SavepointCounter(db)
-    intake = Intake(counted, now=clock, batch_chunk=2)
+    intake = Intake(counted, IntakeOptions(batch_chunk=2), now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("POST", "/unavailable", failing_handler("5xx"))
     ops = _notes(4)
@@ -415,4 +416,4 @@ def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
 @pytest.mark.parametrize("chunk", [0, -3])
 def test_batch_chunk_must_be_positive(db: Database, chunk: int) -> None:
     with pytest.raises(ConfigurationError, match="batch_chunk"):
-        Intake(db, batch_chunk=chunk)
+        IntakeOptions(batch_chunk=chunk)

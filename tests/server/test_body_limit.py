@@ -26,6 +26,7 @@ from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
+from pigeon.server.options import BodyLimits, ServerOptions
 from pigeon.storage.base import Database
 from pigeon.sync.classify import ReplyKind, classify
 from pigeon.sync.connectivity import ManualMonitor
@@ -99,11 +100,13 @@ def assert_too_large(response: httpx.Response, limit: int, seen: str) -> None:
     assert f"at most {limit} bytes" in problem["detail"] and seen in problem["detail"]
 
 
+def limited(max_body: int, max_batch_body: int) -> ServerOptions:
+    return ServerOptions(limits=BodyLimits(max_body, max_batch_body))
+
+
 @pytest.fixture
 def url(db: Database) -> Iterator[str]:
-    app = create_notes_app(
-        db, purge_interval=None, max_body=MAX_BODY, max_batch_body=MAX_BATCH_BODY
-    )
+    app = create_notes_app(db, limited(MAX_BODY, MAX_BATCH_BODY), purge_interval=None)
     with live_server(app) as base:
         yield base
 
@@ -200,8 +203,8 @@ def test_a_batch_limit_below_the_single_operation_limit_is_refused(db: Database)
     intake = Intake(db)
     intake.add_operation("POST", "/notes", create_note)
     with pytest.raises(ConfigurationError, match=r"max_batch_body \(5000\) must be at least"):
-        create_app(intake, purge_interval=None, max_body=20_000, max_batch_body=5000)
-    create_app(intake, purge_interval=None, max_body=5000, max_batch_body=5000)  # equal: fine
+        BodyLimits(max_body=20_000, max_batch_body=5000)
+    create_app(intake, limited(5000, 5000), purge_interval=None)  # equal: fine
 
 
 def test_a_single_operations_413_is_a_permanent_failure_for_the_client(url: str) -> None:
@@ -220,7 +223,7 @@ def test_a_limit_that_is_not_a_positive_number_of_bytes_is_refused(
     db = open_server_db(tmp_path / "server.db")
     try:
         with pytest.raises(ConfigurationError, match=f"{name} must be a positive number"):
-            create_notes_app(db, purge_interval=None, **{name: value})
+            create_notes_app(db, ServerOptions(limits=BodyLimits(**{name: value})))
     finally:
         db.close()
 
@@ -232,7 +235,7 @@ def test_the_defaults_leave_room_above_the_edge_payload_limit() -> None:
 
 
 def test_the_openapi_document_lists_413_and_states_the_limits(db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None, max_body=1234, max_batch_body=56789)
+    app = create_notes_app(db, limited(1234, 56789), purge_interval=None)
     with live_server(app) as base:
         spec = httpx.get(base + "/pigeon/v1/openapi.json").json()
     validate(spec)
@@ -258,7 +261,7 @@ def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered
 ) -> None:
     """The transport halves a batch refused with 413 until the halves fit: every
     operation is applied once, in order, and none is dead-lettered."""
-    app = create_notes_app(db, purge_interval=None, max_body=6000, max_batch_body=6000)
+    app = create_notes_app(db, limited(6000, 6000), purge_interval=None)
     statuses: list[int] = []
     with (
         live_server(app) as base,

@@ -20,7 +20,8 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.identifiers import loggable
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
-from pigeon.server.timeouts import ConnectionTimeouts, timed_protocol
+from pigeon.server.options import ConnectionTimeouts
+from pigeon.server.timeouts import TimedConfig
 from pigeon.storage.server import open_server_db
 from tests import processes
 
@@ -32,9 +33,7 @@ SHORT = ConnectionTimeouts(idle=0.6, headers=0.6, body=0.6)
 @contextlib.contextmanager
 def timed_server(app: Any, timeouts: ConnectionTimeouts = SHORT) -> Iterator[int]:
     """uvicorn on a free loopback port in a thread, with pigeon's timed protocol."""
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="info", http=timed_protocol(timeouts)
-    )
+    config = TimedConfig(app, host="127.0.0.1", port=0, log_level="info", timeouts=timeouts)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

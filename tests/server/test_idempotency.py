@@ -18,6 +18,7 @@ from pigeon.server.idempotency import (
     decide_claim,
 )
 from pigeon.server.intake import Intake
+from pigeon.server.options import IntakeOptions
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 
@@ -176,7 +177,7 @@ def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: 
     assert _claim(store, db, key="k0").outcome is ClaimOutcome.ALREADY_APPLIED
 
     counted = CountingDatabase(db)
-    intake = Intake(counted, policy=policy, now=clock)
+    intake = Intake(counted, IntakeOptions(policy), now=clock)
     assert intake.purge(batch=5) == (7, 0)
     assert counted.commits == 2  # 5 + 2, one short transaction each
     clock.advance(DAY)

@@ -16,6 +16,7 @@ from pigeon.reference.notes import create_note, read_ledger
 from pigeon.reference.schema import attach
 from pigeon.server.inflight import Holder, InFlight
 from pigeon.server.intake import ClaimMode, Intake, OperationRequest
+from pigeon.server.options import IntakeOptions
 from pigeon.server.results import OpResult
 from pigeon.server.testhooks import BadTestHook, TestHooks
 from pigeon.storage.base import Database
@@ -31,7 +32,7 @@ def op(key: str, note: str, delay_ms: int = 0) -> OperationRequest:
 
 def intake(db: Database, claim_mode: ClaimMode = "inline") -> Intake:
     attach(db)  # the reference app's tables, which create_note writes
-    made = Intake(db, claim_mode=claim_mode, test_hooks=True)
+    made = Intake(db, IntakeOptions(claim_mode=claim_mode, test_hooks=True))
     made.add_operation("POST", "/notes", create_note)
     return made
 
@@ -109,7 +110,7 @@ def test_hook_headers_are_parsed_or_refused_by_name() -> None:
 
 def test_the_in_progress_wait_is_bounded(db: Database) -> None:
     with pytest.raises(ConfigurationError, match="in_progress_wait"):
-        Intake(db, in_progress_wait=31)
+        IntakeOptions(in_progress_wait=31)
 
 
 # -- one process -----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import Handler, Intake
+from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests.clocks import FakeClock
@@ -29,7 +30,8 @@ ALICE = {"Authorization": "Bearer alice.token-1"}
 @pytest.fixture
 def client(db: Database, clock: FakeClock) -> Iterator[TestClient]:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
-    app = create_notes_app(db, policy=policy, now=clock, purge_interval=None)
+    options = ServerOptions(intake=IntakeOptions(policy))
+    app = create_notes_app(db, options, now=clock, purge_interval=None)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -329,7 +331,7 @@ def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
 ) -> None:
     policy = IdempotencyPolicy(lock_timeout=30)
     # An orphan: a process claimed the key (committed) and died before its work committed.
-    orphan_intake = Intake(db, policy=policy, now=clock)
+    orphan_intake = Intake(db, IntakeOptions(policy), now=clock)
     with db.transaction() as tx:
         orphan = orphan_intake.store.claim(
             tx,
@@ -341,7 +343,8 @@ def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
             operation_id="k",
         )
     assert orphan.claim is not None
-    app = create_notes_app(db, policy=policy, now=clock, claim_mode="separate", purge_interval=None)
+    options = ServerOptions(intake=IntakeOptions(policy, claim_mode="separate"))
+    app = create_notes_app(db, options, now=clock, purge_interval=None)
     with TestClient(app) as c:
         busy = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
         assert busy.status_code == 409 and busy.headers["retry-after"] == "30"

@@ -14,6 +14,7 @@ import pytest
 
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.server.intake import ClaimMode
+from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests import processes
@@ -28,9 +29,8 @@ HERE = Path(__file__).parent
 def test_fifty_concurrent_requests_with_one_key_make_one_effect_and_identical_bodies(
     db: Database, claim_mode: ClaimMode, in_progress_wait: float
 ) -> None:
-    app = create_notes_app(
-        db, purge_interval=None, claim_mode=claim_mode, in_progress_wait=in_progress_wait
-    )
+    options = IntakeOptions(claim_mode=claim_mode, in_progress_wait=in_progress_wait)
+    app = create_notes_app(db, ServerOptions(intake=options), purge_interval=None)
     with live_server(app) as url:
 
         def send(_: int) -> httpx.Response:

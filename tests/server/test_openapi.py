@@ -10,6 +10,7 @@ from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.intake import Intake
+from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.storage.base import Database
 
 from .conftest import TestClient, failing_handler
@@ -17,7 +18,8 @@ from .conftest import TestClient, failing_handler
 
 def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> None:
     policy = IdempotencyPolicy(lock_timeout=45, response_retention=3600, claim_retention=7200)
-    with TestClient(create_notes_app(db, policy=policy, purge_interval=None)) as client:
+    options = ServerOptions(intake=IntakeOptions(policy))
+    with TestClient(create_notes_app(db, options, purge_interval=None)) as client:
         spec = client.get("/pigeon/v1/openapi.json").json()
     validate(spec)
     contract = spec["x-pigeon-idempotency"]

@@ -12,6 +12,7 @@ from pigeon.reference.notes import create_note, create_notes_app, read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import ClaimMode, Intake, IntakeContext, OperationRequest
 from pigeon.server.openapi import build_openapi
+from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.server.validation import RequestCheck
 from pigeon.storage.base import Database
 
@@ -20,11 +21,15 @@ from .conftest import TestClient
 KEY = {"Idempotency-Key": "k"}
 
 
+def in_mode(claim_mode: ClaimMode) -> ServerOptions:
+    return ServerOptions(intake=IntakeOptions(claim_mode=claim_mode))
+
+
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
 def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
     db: Database, claim_mode: ClaimMode
 ) -> None:
-    client = TestClient(create_notes_app(db, purge_interval=None, claim_mode=claim_mode))
+    client = TestClient(create_notes_app(db, in_mode(claim_mode), purge_interval=None))
     bad = client.post("/notes", json=["title", "x"], headers=KEY)
     assert bad.status_code == 400, bad.text
     assert bad.headers["content-type"] == "application/problem+json"

@@ -11,6 +11,7 @@ import pytest
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.idempotency import IdempotencyPolicy, StoredResponse
 from pigeon.server.intake import Intake
+from pigeon.server.options import IntakeOptions
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests.clocks import FakeClock
@@ -39,7 +40,7 @@ def test_purge_goes_in_bounded_batches_until_nothing_is_due(server_db_url: str) 
     clock = FakeClock(SERVER_START)
     db = CountingDatabase(open_server_db(server_db_url))
     try:
-        intake = Intake(db, policy=POLICY, now=clock)
+        intake = Intake(db, IntakeOptions(POLICY), now=clock)
         _complete_keys(intake, db, [f"k{i}" for i in range(23)])
         clock.advance(50)
         _complete_keys(intake, db, ["young"])
@@ -62,7 +63,7 @@ def test_a_purge_skips_a_key_held_by_a_running_request_instead_of_waiting(pg_url
     clock = FakeClock(SERVER_START)
     db = open_server_db(pg_url)
     try:
-        intake = Intake(db, policy=POLICY, now=clock)
+        intake = Intake(db, IntakeOptions(POLICY), now=clock)
         _complete_keys(intake, db, ["held", "free"])
         clock.advance(2000)
         locked, release = threading.Event(), threading.Event()

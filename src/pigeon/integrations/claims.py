@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from pigeon.exceptions import ValidationError
+from pigeon.server.applying import busy_refusal
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.handler_run import store_answer
 from pigeon.server.idempotency import (
@@ -43,7 +44,6 @@ from pigeon.server.idempotency import (
     SqlIdempotencyStore,
 )
 from pigeon.server.inflight import InFlight
-from pigeon.server.intake_batch import busy_refusal
 from pigeon.server.operations import OperationRequest
 from pigeon.server.replay import claim_refusal
 from pigeon.server.results import OpResult, store_unavailable, stored

@@ -22,12 +22,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from pigeon.jobs.app import App
-from pigeon.ops import session
 from pigeon.ops.metrics import OpsCollector
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
 from pigeon.ops.web import page_routes
 from pigeon.server import access
 from pigeon.server.auth import Authenticator
+from pigeon.server.options import SessionPolicy
 from pigeon.storage.base import Database
 
 DASHBOARD_PATH = "/pigeon/v1/dashboard"
@@ -56,10 +56,12 @@ def dashboard_routes(
     *,
     page: bool = True,
     json_path: str = DASHBOARD_PATH,
+    sessions: SessionPolicy | None = None,
 ) -> list[BaseRoute]:
     """The JSON, ``/metrics`` and (``page``) the operations page at ``/pigeon/``, for
     operators alone (`pigeon.server.access`): the failed jobs name records and errors, the
-    counts are the business's."""
+    counts are the business's. ``sessions``: how long a browser stays signed in to the
+    page (`page_routes`)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(OpsCollector(lambda: overview(db, app, history=False)))
 
@@ -80,7 +82,7 @@ def dashboard_routes(
         access.operator(Route(METRICS_PATH, get_metrics, methods=["GET"], name="pigeon_metrics")),
     ]
     if page:
-        routes += page_routes(db, app)
+        routes += page_routes(db, app, sessions=sessions)
     return routes
 
 
@@ -91,7 +93,7 @@ def dashboard_app(
     operator: access.OperatorCheck,
     authenticate: Authenticator | None = None,
     metrics: bool = True,
-    sessions: session.SessionPolicy | None = None,
+    sessions: SessionPolicy | None = None,
 ) -> Starlette:
     """The page (at ``/``), its JSON (``/v1/dashboard``) and ``/metrics`` as an ASGI app of
     their own, to mount in any app: ``Mount("/ops", dashboard_app(db, jobs_app,

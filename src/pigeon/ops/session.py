@@ -11,8 +11,9 @@ SHA-256 of its id (a copy of the database opens no session), with:
 - the fingerprint of the operator credential it was made under (`operator_fingerprint`):
   once the credential changes, every session made under the old one is refused (and
   deleted) wherever it is presented;
-- an idle limit and an absolute lifetime (`SessionPolicy`; ``PIGEON_OPS_SESSION_IDLE`` /
-  ``PIGEON_OPS_SESSION_LIFETIME``, seconds): past either, the page asks to sign in again.
+- an idle limit and an absolute lifetime (`pigeon.server.options.SessionPolicy`:
+  ``PIGEON_OPS_SESSION_IDLE`` / ``PIGEON_OPS_SESSION_LIFETIME``, seconds, read once by
+  ``pigeon serve``): past either, the page asks to sign in again.
 
 Signing out deletes the session on the server: a copy of the cookie is worth nothing after.
 
@@ -29,77 +30,28 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
-import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from pigeon.checks import is_finite
-from pigeon.exceptions import ConfigurationError
 from pigeon.jobs._db import reading
 from pigeon.server import access
+from pigeon.server.options import SessionPolicy
 from pigeon.storage.base import Database
 from pigeon.storage.queries import QuerySet
 
 COOKIE = "pigeon_ops"
 NAME_COOKIE = "pigeon_ops_name"  # set by older releases: cleared at sign-in and sign-out
 MAX_NAME = 64
-IDLE_ENV = "PIGEON_OPS_SESSION_IDLE"
-LIFETIME_ENV = "PIGEON_OPS_SESSION_LIFETIME"
-MAX_LIFETIME = 30 * 86400.0
 SESSIONS = QuerySet("ops_sessions")
 # What secrets.token_urlsafe(32) makes: anything else in the cookie is no session of ours,
 # and is refused before it is hashed or looked up.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPolicy:
-    """How long a browser session lasts: ``idle`` seconds without a request, and
-    ``lifetime`` seconds after sign-in at most, whichever ends first."""
-
-    idle: float = 3600.0
-    lifetime: float = 8 * 3600.0
-
-    def __post_init__(self) -> None:
-        for label, value in (("idle", self.idle), ("lifetime", self.lifetime)):
-            if not (is_finite(value) and 0 < value <= MAX_LIFETIME):
-                raise ConfigurationError(
-                    f"the operations page's session {label} is seconds in (0, {MAX_LIFETIME:.0f}]"
-                    f", not {value!r}"
-                )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> SessionPolicy:
-        """The policy of ``PIGEON_OPS_SESSION_IDLE`` / ``PIGEON_OPS_SESSION_LIFETIME``
-        (seconds; unset: the defaults). ConfigurationError for a value that is not one."""
-        env = os.environ if env is None else env
-        values: dict[str, float] = {}
-        for name, field in ((IDLE_ENV, "idle"), (LIFETIME_ENV, "lifetime")):
-            text = env.get(name, "").strip()
-            if not text:
-                continue
-            try:
-                value = float(text)
-            except ValueError:
-                value = math.nan
-            if not (is_finite(value) and 0 < value <= MAX_LIFETIME):
-                raise ConfigurationError(
-                    f"{name} is seconds in (0, {MAX_LIFETIME:.0f}], not {text!r}"
-                )
-            values[field] = value
-        return cls(**values)
-
-    @property
-    def touch_every(self) -> float:
-        """A session's last use is written at most this often (not on every request)."""
-        return min(60.0, self.idle / 4)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from pigeon.ops import actions, session
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
 from pigeon.ops.signin_limit import SignInLimit, SignInLimiter, client_key
 from pigeon.server import access
+from pigeon.server.options import SessionPolicy
 from pigeon.storage.base import Database
 
 PAGE_PREFIX = "/pigeon"
@@ -212,14 +213,14 @@ def page_routes(
     app: App | None = None,
     *,
     prefix: str = PAGE_PREFIX,
-    sessions: session.SessionPolicy | None = None,
+    sessions: SessionPolicy | None = None,
     signin_limit: SignInLimit | None = None,
 ) -> list[BaseRoute]:
     """The page, its actions, sign-in and sign-out, each declaring its access rule.
     ``sessions``: how long a browser stays signed in (default: from the environment,
-    `session.SessionPolicy.from_env`); ``signin_limit``: the sign-in limiter's backoff."""
+    `SessionPolicy.from_env`); ``signin_limit``: the sign-in limiter's backoff."""
     login = login_page(prefix)
-    store = session.Sessions(db, sessions or session.SessionPolicy.from_env())
+    store = session.Sessions(db, sessions or SessionPolicy.from_env())
     browser = access.BrowserLogin(session.COOKIE, login, sessions=store)
     guard: list[access.Guarded] = []
 

@@ -47,10 +47,9 @@ from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator
-from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.identifiers import id_problem, path_segment, resource_id
-from pigeon.server.intake import ClaimMode, HandlerResult, Intake, IntakeContext
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
+from pigeon.server.intake import HandlerResult, Intake, IntakeContext
+from pigeon.server.options import ServerOptions, SessionPolicy
 from pigeon.server.problems import problem, problem_response
 from pigeon.server.records import records_routes
 from pigeon.server.replay import ReplayInfo
@@ -58,6 +57,8 @@ from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.sealed import NOTE_DATA
 
 LEDGER_PATH = "/pigeon/v1/ledger"
+REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
+REFERENCE_CRDT = ("docs",)  # Yjs documents merged on the server
 
 
 # A note is any JSON object; "id", if given, names it (a string or a number, as the path;
@@ -288,65 +289,58 @@ def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
 
 def create_notes_app(
     db: Database,
+    options: ServerOptions | None = None,
     *,
-    policy: IdempotencyPolicy | None = None,
     now: Callable[[], float] = time.time,
-    claim_mode: ClaimMode = "inline",
     authenticate: Authenticator | None = None,
     operator: OperatorCheck | None = None,
-    allow_anonymous: bool | None = None,
     after_commit: Callable[[list[str]], None] | None = None,
     purge_interval: float | None = 3600.0,
     lww_collections: Sequence[str] = (),
     crdt_collections: Sequence[str] = (),
     max_skew: float = DEFAULT_MAX_SKEW,
-    max_body: int = DEFAULT_MAX_BODY,
-    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
-    in_progress_wait: float = 0.0,
-    test_hooks: bool = False,
 ) -> Starlette:
-    """The notes app. ``lww_collections`` / ``crdt_collections`` name collections the
-    server settles itself (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at
-    ``/<name>`` and ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run
-    ahead of the server's clock before it is no longer believed (`pigeon.reference.conflicts`);
-    ``authenticate`` / ``operator`` / ``allow_anonymous`` / ``max_body`` /
-    ``max_batch_body``: see `create_app`; ``in_progress_wait`` and ``test_hooks``: see
-    `Intake`. Notes, resources and conflict outcomes are the caller's own (``user``
-    routes); a record its creator's or an operator's; the ledger, the dashboard and
-    ``/metrics`` the operator's alone (`pigeon.server.access`). Creates or upgrades the
-    app's own tables in ``db`` (`pigeon.reference.schema`)."""
+    """The notes app. ``options``: the server's settings (`ServerOptions`: the intake's,
+    the body limits, who may call what, the operations page's sessions); ``authenticate``
+    / ``operator``: see `create_app`; ``after_commit``: see `Intake`.
+    ``lww_collections`` / ``crdt_collections`` name collections the server settles itself
+    (e.g. ``("lww-notes",)`` and ``("docs",)``), each served at ``/<name>`` and
+    ``/<name>/{id}``; ``max_skew``: seconds a device's clock stamp may run ahead of the
+    server's clock before it is no longer believed (`pigeon.reference.conflicts`).
+    Notes, resources and conflict outcomes are the caller's own (``user`` routes); a record
+    its creator's or an operator's; the ledger, the dashboard and ``/metrics`` the
+    operator's alone (`pigeon.server.access`). Creates or upgrades the app's own tables in
+    ``db`` (`pigeon.reference.schema`)."""
+    options = options or ServerOptions()
     # The app's own tables (its schema component): made or upgraded here, not by the
     # server's migrations, so a database without this app has none of them.
     ref.attach(db)
-    intake = Intake(
-        db,
-        policy=policy or IdempotencyPolicy(),
-        now=now,
-        claim_mode=claim_mode,
-        after_commit=after_commit,
-        clock=BoundedClock(
-            "server", wall=lambda: int(now() * 1000), max_skew_ms=int(max_skew * 1000)
-        ),
-        in_progress_wait=in_progress_wait,
-        test_hooks=test_hooks,
-    )
+    clock = BoundedClock("server", wall=lambda: int(now() * 1000), max_skew_ms=int(max_skew * 1000))
+    intake = Intake(db, options.intake, now=now, clock=clock, after_commit=after_commit)
     collections = (*lww_collections, *crdt_collections)
     add_note_writes(intake)
     add_settled_collections(intake, lww_collections, crdt_collections, max_skew)
     app = create_app(
         intake,
-        routes=NotesReads(db).routes(collections),
+        options,
+        routes=NotesReads(db, options.sessions).routes(collections),
         authenticate=authenticate,
         operator=operator,
-        allow_anonymous=allow_anonymous,
         purge_interval=purge_interval,
         title="pigeon notes",
-        max_body=max_body,
-        max_batch_body=max_batch_body,
     )
     app.state.db = db
     app.add_middleware(DeviceClockMiddleware)
     return app
+
+
+def reference_app(options: ServerOptions) -> Starlette:
+    """What ``pigeon serve`` serves without ``--app``: the notes app on the database of
+    ``options``, with every conflict strategy the server settles itself (last write wins
+    at ``/lww-notes``, CRDT documents at ``/docs``)."""
+    return create_notes_app(
+        options.open_db(), options, lww_collections=REFERENCE_LWW, crdt_collections=REFERENCE_CRDT
+    )
 
 
 def add_note_writes(intake: Intake) -> None:
@@ -388,8 +382,9 @@ class NotesReads:
     outcomes; the ledger (operator only); records, the dashboard and /metrics. Each read
     runs in the thread pool, off the event loop."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, sessions: SessionPolicy | None = None) -> None:
         self.db = db
+        self.sessions = sessions
 
     def routes(self, collections: Sequence[str]) -> list[BaseRoute]:
         """The GET routes, ``/<name>/{id}`` for each settled collection among them."""
@@ -399,7 +394,8 @@ class NotesReads:
             access.operator(Route(LEDGER_PATH, self.ledger, methods=["GET"])),
             *records_routes(self.db),
             *answers_routes(self.db),  # an answer and its grade, once graded
-            *dashboard_routes(self.db, demo_jobs),  # the 9 a.m. question and /metrics
+            # the 9 a.m. question and /metrics
+            *dashboard_routes(self.db, demo_jobs, sessions=self.sessions),
             access.user(Route(OUTCOMES_PATH, self.outcomes, methods=["GET"])),
             *(
                 access.user(Route(f"/{name}/{{id}}", self.get_resource(name), methods=["GET"]))

@@ -28,17 +28,14 @@ from pigeon.core.wire import (
     HEALTH_PATH,
     MAX_BATCH,
 )
+from pigeon.exceptions import ConfigurationError
 from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
-from pigeon.server.auth import Authenticator, BearerAuth
+from pigeon.server.auth import Authenticator
+from pigeon.server.auth_options import AuthOptions
 from pigeon.server.grouping import RequestGroups
 from pigeon.server.intake import Intake
-from pigeon.server.limits import (
-    DEFAULT_MAX_BATCH_BODY,
-    DEFAULT_MAX_BODY,
-    checked_limits,
-    read_buffer,
-)
+from pigeon.server.limits import read_buffer
 from pigeon.server.messages import (
     Unhandled,
     bad_json,
@@ -53,6 +50,7 @@ from pigeon.server.messages import (
     unsupported_media,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
+from pigeon.server.options import BodyLimits, ServerOptions
 from pigeon.server.pathcheck import PathCheck
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.errors import store_down_errors
@@ -62,49 +60,46 @@ log = logging.getLogger(__name__)
 
 def create_app(
     intake: Intake,
+    options: ServerOptions | None = None,
     *,
     routes: Sequence[BaseRoute] = (),
     authenticate: Authenticator | None = None,
     operator: OperatorCheck | None = None,
-    allow_anonymous: bool | None = None,
     purge_interval: float | None = 3600.0,
     title: str = "pigeon intake",
     group_commit: bool | None = None,
-    max_body: int = DEFAULT_MAX_BODY,
-    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
 ) -> Starlette:
-    """``routes``: the application's own routes, each declaring who may call it
+    """``options``: the server's settings (`pigeon.server.options.ServerOptions`; what
+    ``pigeon serve`` hands an application's factory): here its body limits and who may
+    call what (``options.auth``); the intake must have been made with ``options.intake``.
+    ``routes``: the application's own routes, each declaring who may call it
     (`pigeon.server.access`: ``user(Route(...))``, ``operator(...)``, ...); a route that
     declares nothing is refused here. The intake's operations and the batch are ``user``
     routes, the health probe and the OpenAPI document ``public``.
-    ``authenticate``: names the user principal (`pigeon.server.auth`); without one, the
-    ``BearerAuth`` stand-in, which verifies nothing (tests and demos only).
-    ``operator``: tells the operator credential (e.g. ``access.OperatorToken(token)``);
-    without one, nobody reaches the ``operator`` routes.
-    ``allow_anonymous``: requests without credentials act as the one user ``anonymous``;
-    by default only with the stand-in, never with an authenticator you pass.
+    ``authenticate``: names the user principal (`pigeon.server.auth`), in place of the
+    authenticator ``options.auth`` names; by default the ``BearerAuth`` stand-in, which
+    verifies nothing (tests and demos only). ``operator``: tells the operator credential,
+    in place of ``options.auth.operator_token``; without either, nobody reaches the
+    ``operator`` routes. Requests without credentials act as the one user ``anonymous``
+    when ``options.auth.allow_anonymous`` says so; by default only with the stand-in.
     ``group_commit``: single-operation requests that arrive together share one
     transaction (`pigeon.server.grouping`). By default on for SQLite, whose one writer
-    serialises them anyway, and off for PostgreSQL, where they run side by side.
-    ``max_body`` / ``max_batch_body``: bytes of request body a single operation / a batch
-    may have; more is refused with 413 before it is read whole (`pigeon.server.limits`)."""
-    max_body, max_batch_body = checked_limits(max_body, max_batch_body)
-    policy = AccessPolicy(
-        authenticate or BearerAuth(),
-        operator=operator,
-        allow_anonymous=authenticate is None if allow_anonymous is None else allow_anonymous,
-    )
+    serialises them anyway, and off for PostgreSQL, where they run side by side."""
+    if options is None:
+        options = ServerOptions(intake=intake.options)
+    elif options.intake != intake.options:
+        raise ConfigurationError(
+            "the intake was made with other IntakeOptions than options.intake: make it "
+            "with Intake(db, options.intake)",
+            field="intake",
+        )
+    limits = options.limits
+    policy = _access(options.auth, authenticate, operator)
     if group_commit is None:
         group_commit = intake.store.single_writer
     grouped = RequestGroups(intake) if group_commit else None
-    spec = build_openapi(
-        intake,
-        title=title,
-        extra_routes=routes,
-        max_body=max_body,
-        max_batch_body=max_batch_body,
-    )
-    endpoints = _Endpoints(intake, grouped, spec, max_body, max_batch_body)
+    spec = build_openapi(intake, title=title, extra_routes=routes, limits=limits)
+    endpoints = _Endpoints(intake, grouped, spec, limits)
     all_routes = [*_intake_routes(intake, endpoints), *routes]
     # The one place that decides: every route, mounted ones included, bound to the policy;
     # a route without a declared rule is refused here (ConfigurationError).
@@ -120,7 +115,31 @@ def create_app(
     app.state.access = policy
     app.state.intake = intake
     app.state.group_commit = grouped
+    app.state.options = options
     return app
+
+
+def _access(
+    auth: AuthOptions, authenticate: Authenticator | None, operator: OperatorCheck | None
+) -> AccessPolicy:
+    """The access policy of ``auth``, or of the authenticator and operator check given."""
+    if authenticate is not None and auth.auth != "demo":
+        raise ConfigurationError(
+            "an authenticator was given and options.auth names another: give one", field="auth"
+        )
+    if operator is not None and auth.operator_token:
+        raise ConfigurationError(
+            "an operator check was given and options.auth names an operator token: give one",
+            field="operator_token",
+        )
+    anonymous = auth.allow_anonymous
+    if anonymous is None:  # the stand-in verifies nothing anyway
+        anonymous = authenticate is None and auth.auth == "demo"
+    return AccessPolicy(
+        authenticate or auth.authenticator(),
+        operator=operator or auth.operator(),
+        allow_anonymous=anonymous,
+    )
 
 
 class _Endpoints:
@@ -131,19 +150,19 @@ class _Endpoints:
         intake: Intake,
         grouped: RequestGroups | None,
         spec: dict[str, Any],
-        max_body: int,
-        max_batch_body: int,
+        limits: BodyLimits,
     ) -> None:
         self.intake = intake
         self.grouped = grouped
         self.spec = spec
-        self.max_body = max_body
-        self.max_batch_body = max_batch_body
+        self.max_body = limits.max_body
+        self.max_batch_body = limits.max_batch_body
 
     async def operation(self, request: Request) -> Response:
         principal = access.principal(request)
         intake = self.intake
-        parsed = await parse_request(request, max_body=self.max_body, test_hooks=intake.test_hooks)
+        hooks = intake.options.test_hooks
+        parsed = await parse_request(request, max_body=self.max_body, test_hooks=hooks)
         if isinstance(parsed, OpResult):
             return render_result(parsed)
         if self.grouped is not None:

@@ -55,11 +55,11 @@ class RequestGroups:
         # Admitted before it queues: a duplicate of a request still queued or running is
         # answered 409 now, not after waiting its turn behind the original.
         owner = object()
-        refused = await self.intake.admit_async(principal, op, owner)
+        refused = await self.intake.admission.admit_async(principal, op, owner)
         if refused is not None:
             return refused
         future: asyncio.Future[OpResult] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _: self.intake.release(principal, op, owner))
+        future.add_done_callback(lambda _: self.intake.admission.release(principal, op, owner))
         self._waiting.append((principal, op, contextvars.copy_context(), future))
         if self._draining is None:
             self._draining = asyncio.create_task(self._drain())

@@ -31,6 +31,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pigeon.checks import is_finite
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
@@ -90,17 +91,32 @@ def new_token() -> str:
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyPolicy:
+    """Seconds an in-progress claim left by a dead process blocks its key, a stored
+    response is kept, and a key is kept; each finite, and in that order."""
+
     lock_timeout: float = 10.0
     response_retention: float = DAY
     claim_retention: float = 30 * DAY
 
     def __post_init__(self) -> None:
+        for name in ("lock_timeout", "response_retention", "claim_retention"):
+            # An infinite lifetime (inf <= inf) would reach stored expiry times and the
+            # Retry-After arithmetic; NaN passes every comparison.
+            if not is_finite(getattr(self, name)):
+                raise ConfigurationError(
+                    f"{name} is {getattr(self, name)}, not a finite number of seconds",
+                    field=name,
+                )
         if not self.lock_timeout > 0:
-            raise ConfigurationError(f"lock_timeout must be positive, not {self.lock_timeout}")
+            raise ConfigurationError(
+                f"lock_timeout must be positive, not {self.lock_timeout}", field="lock_timeout"
+            )
         if not self.lock_timeout <= self.response_retention <= self.claim_retention:
+            late = "response_retention" if self.response_retention < self.lock_timeout else None
             raise ConfigurationError(
                 "expected lock_timeout <= response_retention <= claim_retention, got "
-                f"{self.lock_timeout} / {self.response_retention} / {self.claim_retention}"
+                f"{self.lock_timeout} / {self.response_retention} / {self.claim_retention}",
+                field=late or "claim_retention",
             )
 
 

@@ -19,10 +19,11 @@ until the commit and no request with the same key slips in when the savepoint ro
 back; a transient failure then deletes the claim by its token. On PostgreSQL every
 savepoint that writes is a subtransaction, and past 64 in one transaction the backend's
 subxid cache overflows, which can slow other sessions' snapshots on a busy server. A
-whole batch is one commit by default, as the protocol promises; ``batch_chunk=64`` makes a
-PostgreSQL deployment with many connections commit every 64 operations instead (each
-still atomic with its claim; a retried batch replays the chunks that committed). Measured
-here, with few connections, the chunking only cost throughput (5-25% on batches of 100).
+whole batch is one commit by default, as the protocol promises;
+``IntakeOptions(batch_chunk=64)`` makes a PostgreSQL deployment with many connections
+commit every 64 operations instead (each still atomic with its claim; a retried batch
+replays the chunks that committed). Measured here, with few connections, the chunking
+only cost throughput (5-25% on batches of 100).
 
 A replay answers the stored response; a route with ``on_replay`` answers the current
 state instead (``pigeon.server.replay``).
@@ -38,41 +39,31 @@ In progress. Either way a duplicate of a request still running is answered 409 w
 for a transaction (``pigeon.server.inflight``), and across processes the claim's wait on
 PostgreSQL is bounded (``IdempotencyStore``: ``KeyBusy`` -> 409). ``in_progress_wait``
 opts in to waiting that long for the original and replaying its answer.
+
+The parts: ``Intake`` holds the state (made once, in ``__init__``) and the routes; one
+operation's policy is the ``Applier``'s (`pigeon.server.applying`), a key in progress in
+this process the ``Admission``'s (`pigeon.server.admission`), batches and groups are
+`pigeon.server.intake_batch`, each given what it needs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import Context
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from pigeon.core.clock import HybridLogicalClock
-from pigeon.exceptions import ConfigurationError, InvalidOperation
-from pigeon.logs import failure
-from pigeon.server import handler_run, intake_batch
-from pigeon.server.fingerprint import fingerprint
-from pigeon.server.idempotency import (
-    CLAIM_WAIT,
-    PURGE_BATCH,
-    ClaimDecision,
-    ClaimOutcome,
-    IdempotencyPolicy,
-    IdempotencyStore,
-    KeyBusy,
-)
+from pigeon.exceptions import ConfigurationError
+from pigeon.server import intake_batch
+from pigeon.server.admission import Admission
+from pigeon.server.applying import Applier
+from pigeon.server.handler_run import HandlerRunner
+from pigeon.server.idempotency import CLAIM_WAIT, PURGE_BATCH, IdempotencyStore
 from pigeon.server.idempotency_stores import idempotency_store
-from pigeon.server.identifiers import loggable
 from pigeon.server.inflight import InFlight
-from pigeon.server.intake_batch import busy_refusal
 from pigeon.server.operations import (
     WRITE_METHODS,
-    Failed,
     Handler,
     HandlerResult,
     IntakeContext,
@@ -80,27 +71,12 @@ from pigeon.server.operations import (
     OperationRoute,
     Routes,
 )
-from pigeon.server.replay import (
-    ReplayHook,
-    claim_refusal,
-    refresh_all,
-    refresh_in,
-)
-from pigeon.server.results import (
-    OpResult,
-    lost_claim,
-    problem_result,
-    server_error,
-    store_unavailable,
-)
+from pigeon.server.options import MAX_IN_PROGRESS_WAIT, ClaimMode, IntakeOptions
+from pigeon.server.replay import ReplayHook
+from pigeon.server.results import OpResult
 from pigeon.server.validation import RequestCheck, Validator
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.errors import retried, store_down_errors
 
-log = logging.getLogger(__name__)
-
-ClaimMode = Literal["inline", "separate"]
-MAX_IN_PROGRESS_WAIT = 30.0
 __all__ = [
     "MAX_IN_PROGRESS_WAIT",
     "WRITE_METHODS",
@@ -109,49 +85,44 @@ __all__ = [
     "HandlerResult",
     "Intake",
     "IntakeContext",
+    "IntakeOptions",
     "OperationRequest",
 ]
-T = TypeVar("T")
 
 
-@dataclass
 class Intake:
-    """Registered operation handlers and the machinery that applies them exactly once."""
+    """Registered operation handlers and the machinery that applies them exactly once.
 
-    db: Database
-    policy: IdempotencyPolicy = field(default_factory=IdempotencyPolicy)
-    now: Callable[[], float] = time.time
-    claim_mode: ClaimMode = "inline"
-    clock: HybridLogicalClock = field(default_factory=lambda: HybridLogicalClock("server"))
-    # Called with the keys whose effects were just committed, before anyone is answered:
-    # the hook the crash tests use to die in exactly that gap.
-    after_commit: Callable[[list[str]], None] | None = None
-    routes: Routes = field(default_factory=Routes)
-    # Operations per batch transaction; None: the whole batch in one transaction.
-    batch_chunk: int | None = None
-    # Seconds a duplicate of a request still in progress waits for it to finish (and is
-    # then answered its stored response) before it gets 409 + Retry-After. 0: at once.
-    in_progress_wait: float = 0.0
-    # Honour the X-Pigeon-Test-* headers (`pigeon.server.testhooks`): tests and rehearsal.
-    test_hooks: bool = False
+    ``options``: how it applies them (`IntakeOptions`: idempotency policy, claim mode,
+    in-progress wait, batch chunks, test hooks). ``now`` and ``clock``: the wall clock and
+    the server's hybrid logical clock. ``after_commit``: called with the keys whose effects
+    were just committed, before anyone is answered (the hook the crash tests use to die in
+    exactly that gap). Everything else here is state, made once, here."""
 
-    def __post_init__(self) -> None:
-        if self.claim_mode not in ("inline", "separate"):
-            raise InvalidOperation("claim_mode must be 'inline' or 'separate'")
-        if self.batch_chunk is not None and self.batch_chunk < 1:
-            raise ConfigurationError(f"batch_chunk must be at least 1, not {self.batch_chunk}")
-        if not 0 <= self.in_progress_wait <= MAX_IN_PROGRESS_WAIT:
-            raise ConfigurationError(
-                f"in_progress_wait must be from 0 to {MAX_IN_PROGRESS_WAIT} seconds, "
-                f"not {self.in_progress_wait}"
-            )
+    def __init__(
+        self,
+        db: Database,
+        options: IntakeOptions | None = None,
+        *,
+        now: Callable[[], float] = time.time,
+        clock: HybridLogicalClock | None = None,
+        after_commit: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.options = options = options or IntakeOptions()
+        self.now = now
+        self.clock = clock or HybridLogicalClock("server")
+        self.routes = Routes()
         # Across processes only the database can tell that a key is in progress, and
         # PostgreSQL tells it by making the claim wait: that wait is bounded the same way.
-        claim_wait = max(CLAIM_WAIT, self.in_progress_wait)
+        claim_wait = max(CLAIM_WAIT, options.in_progress_wait)
         self.store: IdempotencyStore = idempotency_store(
-            self.db, self.policy, now=self.now, claim_wait=claim_wait
+            db, options.policy, now=now, claim_wait=claim_wait
         )
         self.inflight = InFlight()
+        self.admission = Admission(self.inflight, self.routes, options)
+        runner = HandlerRunner(self.store, self.clock, self.inflight, now, options.test_hooks)
+        self._applier = Applier(self.store, self.routes, runner, options, after_commit)
 
     # -- registration ----------------------------------------------------------------
 
@@ -208,48 +179,6 @@ class Intake:
 
     # -- applying --------------------------------------------------------------------
 
-    # -- admission: a duplicate of a request in progress is answered at once ------------
-
-    def admit(
-        self, principal: str, op: OperationRequest, owner: object, *, wait: float | None = None
-    ) -> OpResult | None:
-        """Hold ``op``'s key in this process for ``owner`` (None), or the 409 that answers
-        it because another request holds it still after ``wait`` (``in_progress_wait``)
-        seconds. Whoever is admitted calls ``release`` once its transaction has ended."""
-        wait = self.in_progress_wait if wait is None else wait
-        slot = (principal, op.key)
-        holder = self.inflight.admit(slot, owner, op.operation_id, self._expected(op), wait)
-        if holder is None:
-            return None
-        retry_after = holder.retry_after(self.inflight.now())
-        decision = ClaimDecision(
-            ClaimOutcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
-        )
-        return claim_refusal(decision, op.key)
-
-    async def admit_async(
-        self, principal: str, op: OperationRequest, owner: object
-    ) -> OpResult | None:
-        """``admit`` for the event loop: a wait, if any, happens in a worker thread."""
-        refused = self.admit(principal, op, owner, wait=0)
-        if refused is None or self.in_progress_wait == 0:
-            return refused
-        return await asyncio.to_thread(self.admit, principal, op, owner)
-
-    def release(self, principal: str, op: OperationRequest, owner: object) -> None:
-        self.inflight.leave((principal, op.key), owner)
-
-    def _expected(self, op: OperationRequest) -> float:
-        """Seconds ``op`` is expected to take: its route's recent mean, plus a test delay."""
-        try:
-            found = self.match(op.method, op.path)
-        except Failed:
-            found = None
-        mean = 0.0 if found is None else self.inflight.expected(found[0].template)
-        return mean + (op.hooks.delay if op.hooks is not None and self.test_hooks else 0.0)
-
-    # -- applying --------------------------------------------------------------------
-
     def execute(self, principal: str, op: OperationRequest, *, tx: Tx | None = None) -> OpResult:
         """Apply one operation (the single-request route). Never raises for bad input.
 
@@ -265,64 +194,25 @@ class Intake:
         ``after_commit`` is not called (the application commits), and a store failure
         propagates (the transaction is the application's to end)."""
         owner = object()
-        refused = self.admit(principal, op, owner)
+        refused = self.admission.admit(principal, op, owner)
         if refused is not None:
             return refused
         try:
             if tx is not None:
-                return self._execute_in(tx, principal, op)
-            return self._execute(principal, op)
+                return self._applier.execute_in(tx, principal, op)
+            return self._applier.execute(principal, op)
         finally:
-            self.release(principal, op, owner)
-
-    def _execute_in(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
-        """``execute`` in the caller's transaction."""
-        if self.claim_mode == "separate":
-            raise ConfigurationError(
-                "claim_mode='separate' commits the claim on its own: it cannot run in a "
-                "transaction the application owns"
-            )
-        try:
-            with tx.savepoint():
-                result = self._apply(tx, principal, op)
-        except Failed as failed:
-            return failed.result
-        except KeyBusy as busy:  # the savepoint took the aborted claim back
-            return busy_refusal(busy, op)
-        if result.refresh is None:
-            return result
-        try:  # a replay hook's read, in a savepoint: its failure leaves the caller's tx usable
-            with tx.savepoint():
-                return refresh_in(tx, [result], strict=True)[0]
-        except Exception as exc:
-            failure(log, "replay hook failed, the stored response is sent", exc=exc)
-            return dataclasses.replace(result, refresh=None)
-
-    def _execute(self, principal: str, op: OperationRequest) -> OpResult:
-        """``execute`` for an operation already admitted."""
-        try:
-            if self.claim_mode == "separate":
-                result = self._execute_separate(principal, op)
-            else:
-                result = self.transact(lambda tx: self._apply(tx, principal, op))
-        except Failed as failed:
-            return failed.result
-        except KeyBusy as busy:  # another process holds the key: nothing committed here
-            return busy_refusal(busy, op)
-        except store_down_errors() as exc:
-            return store_unavailable(exc)
-        self.notify([result])
-        return refresh_all(self.store, [result])[0]
+            self.admission.release(principal, op, owner)
 
     def execute_group(
         self,
         items: Sequence[tuple[str, OperationRequest]],
         contexts: Sequence[Context] | None = None,
     ) -> list[OpResult]:
-        """Apply independent single-operation requests that arrived together, in ONE
-        transaction (group commit), each answered as ``execute`` alone would have been
-        (``pigeon.server.intake_batch.execute_group``)."""
-        return intake_batch.execute_group(self, items, contexts)
+        """Apply independent single-operation requests that arrived together (each
+        admitted already), in ONE transaction (group commit), each answered as
+        ``execute`` alone would have been (``pigeon.server.intake_batch.execute_group``)."""
+        return intake_batch.execute_group(self._applier, items, contexts)
 
     def execute_batch(
         self, principal: str, ops: list[OperationRequest | OpResult]
@@ -330,27 +220,7 @@ class Intake:
         """Apply ops in order, each under its own key and savepoint, in ONE transaction
         (in transactions of ``batch_chunk`` operations when it is set); the batch stops
         after the first transient result (``pigeon.server.intake_batch.execute_batch``)."""
-        return intake_batch.execute_batch(self, principal, ops)
-
-    def execute_alone(self, principal: str, op: OperationRequest) -> OpResult:
-        try:
-            return self._execute(principal, op)
-        except Exception as exc:
-            return server_error(
-                "intake-failed",
-                "the operation could not be applied",
-                exc,
-                log,
-                "%s %s failed",
-                op.method,
-                loggable(op.path),
-            )
-
-    def apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
-        try:
-            return self._apply(tx, principal, op)
-        except Failed as failed:
-            return failed.result
+        return intake_batch.execute_batch(self._applier, self.admission, principal, ops)
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""
@@ -358,89 +228,9 @@ class Intake:
             raise ConfigurationError(f"the purge batch must be at least 1, not {batch}")
         responses = claims = 0
         while True:
-            with self._transaction() as tx:
+            with self.store.transaction() as tx:
                 purged, deleted = self.store.purge(tx, batch)
             responses += purged
             claims += deleted
             if purged < batch and deleted < batch:
                 return responses, claims
-
-    # -- internals -------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Tx]:
-        with self.store.transaction() as tx:
-            yield tx
-
-    def transact(self, work: Callable[[Tx], T]) -> T:
-        """``work`` in a transaction of its own, run again from the start when the database
-        aborts it as a deadlock victim (``results.retried``): nothing of it committed."""
-
-        def attempt() -> T:
-            with self._transaction() as tx:
-                return work(tx)
-
-        return retried(attempt)
-
-    def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
-        """Claim, run, store: raises ``Failed`` for a transient outcome (roll it all back)."""
-        route, params = self._route(op)
-        self._check(route, params, op)
-        decision = self._claim(tx, principal, op)
-        if decision.claim is None:
-            return handler_run.refused(decision, route, params, principal, op)
-        return handler_run.run_handler(self, tx, decision.claim, route, params, principal, op)
-
-    def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
-        route, params = self._route(op)
-        self._check(route, params, op)
-        decision = self.transact(lambda tx: self._claim(tx, principal, op))
-        if decision.claim is None:
-            return handler_run.refused(decision, route, params, principal, op)
-        claim = decision.claim
-
-        def work(tx: Tx) -> OpResult:
-            if not self.store.fence(tx, claim):
-                return lost_claim(op.key)
-            return handler_run.run_handler(self, tx, claim, route, params, principal, op)
-
-        try:
-            return self.transact(work)  # a deadlock victim runs again under the same claim
-        except BaseException:
-            with contextlib.suppress(*store_down_errors()), self._transaction() as tx:
-                self.store.release(tx, claim)
-            raise
-
-    def _route(self, op: OperationRequest) -> tuple[OperationRoute, dict[str, Any]]:
-        found = self.match(op.method, op.path)
-        if found is None:
-            raise Failed(
-                problem_result(
-                    404, "no-such-operation", "Not found", f"no operation {op.method} {op.path}"
-                )
-            )
-        return found
-
-    @staticmethod
-    def _check(route: OperationRoute, params: dict[str, Any], op: OperationRequest) -> None:
-        """The route's declared validation, before the claim: a refusal stores nothing."""
-        if route.check is not None:
-            refused = route.check.refusal(op.body, params)
-            if refused is not None:
-                raise Failed(refused)
-
-    def _claim(self, tx: Tx, principal: str, op: OperationRequest) -> ClaimDecision:
-        return self.store.claim(
-            tx,
-            principal=principal,
-            key=op.key,
-            fingerprint=fingerprint(op.method, op.path, op.body),
-            method=op.method.upper(),
-            path=op.path,
-            operation_id=op.operation_id,
-        )
-
-    def notify(self, results: list[OpResult]) -> None:
-        keys = [r.committed_key for r in results if r.committed_key is not None]
-        if keys and self.after_commit is not None:
-            self.after_commit(keys)

@@ -1,53 +1,29 @@
 """The intake's paths for many operations at once: a batch (one client's operations in
 order, in one transaction, stopping at the first transient result) and a group
 (independent single requests that arrived together, committed together, each answered
-as if alone). The policy of one operation (claim, run, store) stays in ``Intake``."""
+as if alone). The policy of one operation (claim, run, store) is the ``Applier``'s
+(`pigeon.server.applying`), who holds a key in this process the ``Admission``'s."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextvars import Context, copy_context
-from typing import Literal, Protocol, TypeVar
 
-from pigeon.server.idempotency import ClaimDecision, ClaimOutcome, IdempotencyStore, KeyBusy
+from pigeon.server.admission import Admission
+from pigeon.server.applying import Applier, busy_refusal
+from pigeon.server.idempotency import KeyBusy
 from pigeon.server.operations import OperationRequest
-from pigeon.server.replay import claim_refusal, refresh_all
+from pigeon.server.replay import refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down_errors
-
-T = TypeVar("T")
-
-
-class BatchHost(Protocol):
-    """What the batch and group paths ask of the intake (`pigeon.server.intake.Intake`):
-    its store and claim mode, one operation's policy, and its transactions."""
-
-    store: IdempotencyStore
-    claim_mode: Literal["inline", "separate"]
-    batch_chunk: int | None
-
-    def admit(
-        self, principal: str, op: OperationRequest, owner: object, *, wait: float | None = None
-    ) -> OpResult | None: ...
-
-    def release(self, principal: str, op: OperationRequest, owner: object) -> None: ...
-
-    def execute_alone(self, principal: str, op: OperationRequest) -> OpResult: ...
-
-    def apply_or_refuse(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult: ...
-
-    def transact(self, work: Callable[[Tx], T]) -> T: ...
-
-    def notify(self, results: list[OpResult]) -> None: ...
-
 
 log = logging.getLogger("pigeon.server.intake")
 
 
 def execute_group(
-    intake: BatchHost,
+    applier: Applier,
     items: Sequence[tuple[str, OperationRequest]],
     contexts: Sequence[Context] | None = None,
 ) -> list[OpResult]:
@@ -62,7 +38,7 @@ def execute_group(
     Unlike a batch, nothing here stops at a transient failure: each operation's
     savepoint and claim are already undone when its result says "retry", so every
     result is what ``execute`` alone would have answered. A deadlock victim runs the
-    whole group again (``Intake.transact``); should the transaction fail for another
+    whole group again (``Applier.transact``); should the transaction fail for another
     reason (a bug), the requests are applied again one by one, so the failure stays with
     its own request."""
     if contexts is not None and len(contexts) != len(items):
@@ -70,25 +46,29 @@ def execute_group(
     # Without them, each runs in a copy of this thread's: the same variables.
     runs = [*contexts] if contexts is not None else [copy_context() for _ in items]
     pairs = list(zip(runs, items, strict=True))
-    if intake.claim_mode == "separate" or len(items) == 1:
-        return [ctx.run(intake.execute_alone, p, op) for ctx, (p, op) in pairs]
+    alone = applier.execute_safely
+    if applier.claim_mode == "separate" or len(items) == 1:
+        return [ctx.run(alone, p, op) for ctx, (p, op) in pairs]
     try:
-        results = intake.transact(
-            lambda tx: [ctx.run(intake.apply_or_refuse, tx, p, op) for ctx, (p, op) in pairs]
+        results = applier.transact(
+            lambda tx: [ctx.run(applier.apply, tx, p, op) for ctx, (p, op) in pairs]
         )
     except store_down_errors() as exc:
         return [store_unavailable(exc)] * len(items)  # nothing committed
     except KeyBusy:  # one key held by another process aborted the group: each alone
-        return [ctx.run(intake.execute_alone, p, op) for ctx, (p, op) in pairs]
+        return [ctx.run(alone, p, op) for ctx, (p, op) in pairs]
     except Exception:
         log.warning("a group of %d requests failed, applying them one by one", len(items))
-        return [ctx.run(intake.execute_alone, p, op) for ctx, (p, op) in pairs]
-    intake.notify(results)
-    return refresh_all(intake.store, results)
+        return [ctx.run(alone, p, op) for ctx, (p, op) in pairs]
+    applier.committed(results)
+    return refresh_all(applier.store, results)
 
 
 def execute_batch(
-    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
+    applier: Applier,
+    admission: Admission,
+    principal: str,
+    ops: list[OperationRequest | OpResult],
 ) -> list[OpResult]:
     """Apply ops in order, each under its own key and savepoint, in ONE transaction
     (in transactions of ``batch_chunk`` operations when it is set).
@@ -103,37 +83,37 @@ def execute_batch(
     for i, op in enumerate(ops):
         if isinstance(op, OpResult):
             continue
-        refused = intake.admit(principal, op, owner)
+        refused = admission.admit(principal, op, owner)
         if refused is not None:
             ops = [*ops[:i], refused]  # transient: the batch stops there
             break
         admitted.append(op)
     try:
-        return _execute_admitted(intake, principal, ops)
+        return _execute_admitted(applier, principal, ops)
     finally:
         for op in admitted:
-            intake.release(principal, op, owner)
+            admission.release(principal, op, owner)
 
 
 def _execute_admitted(
-    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
+    applier: Applier, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
     results: list[OpResult] = []
-    chunk = intake.batch_chunk or len(ops) or 1
+    chunk = applier.batch_chunk or len(ops) or 1
     # A store-down error (store_down_errors) propagates: the caller answers 503 for what
     # did not commit. The chunks before it committed, and a retry of the batch replays them.
     # Even an empty batch opens its transaction: a dead store answers 503, not 200.
     for start in range(0, len(ops), chunk) or [0]:
-        done = _chunk(intake, principal, ops[start : start + chunk])
-        intake.notify(done)
+        done = _chunk(applier, principal, ops[start : start + chunk])
+        applier.committed(done)
         results.extend(done)
         if done and done[-1].transient:
             break
-    return refresh_all(intake.store, results)
+    return refresh_all(applier.store, results)
 
 
 def _chunk(
-    intake: BatchHost, principal: str, ops: list[OperationRequest | OpResult]
+    applier: Applier, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
     busy_at: list[int] = []
 
@@ -141,28 +121,22 @@ def _chunk(
         results: list[OpResult] = []
         for i, op in enumerate(ops):
             busy_at[:] = [i]
-            result = op if isinstance(op, OpResult) else intake.apply_or_refuse(tx, principal, op)
+            result = op if isinstance(op, OpResult) else applier.apply(tx, principal, op)
             results.append(result)
             if result.transient:
                 break
         return results
 
     try:
-        return intake.transact(apply)
+        return applier.transact(apply)
     except KeyBusy as busy:
         # Another process holds the key of ops[i] and the database aborted the whole
         # transaction: the ops before it run again without it, and it answers 409
         # (transient: the batch stops there, nothing after it overtakes it).
         i = busy_at[0]
-        done = _chunk(intake, principal, ops[:i]) if i else []
+        done = _chunk(applier, principal, ops[:i]) if i else []
         if done and done[-1].transient:
             return done
         op = ops[i]
         assert isinstance(op, OperationRequest)
         return [*done, busy_refusal(busy, op)]
-
-
-def busy_refusal(busy: KeyBusy, op: OperationRequest) -> OpResult:
-    """409 for an operation whose key another process holds (its claim's wait ran out)."""
-    decision = ClaimDecision(ClaimOutcome.IN_PROGRESS, operation_id=op.operation_id, retry_after=1)
-    return claim_refusal(decision, busy.key)

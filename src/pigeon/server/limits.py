@@ -28,25 +28,24 @@ log = logging.getLogger(__name__)
 def checked_limit(name: str, value: object) -> int:
     """``value`` as a body limit in bytes, or a ConfigurationError naming ``name``."""
     if not is_int_in(value, 1):
-        raise ConfigurationError(f"{name} must be a positive number of bytes, not {value!r}")
+        raise ConfigurationError(
+            f"{name} must be a positive number of bytes, not {value!r}", field=name
+        )
     return value
 
 
-def checked_limits(
-    max_body: object,
-    max_batch_body: object,
-    names: tuple[str, str] = ("max_body", "max_batch_body"),
-) -> tuple[int, int]:
-    """Both limits, each checked, and in order, or a ConfigurationError naming them (as
-    ``names``: the CLI passes its option names). An operation the single route accepts
-    must also fit in a batch of one: else the client, splitting a refused batch down to
-    it, takes the batch route's 413 as permanent."""
-    body = checked_limit(names[0], max_body)
-    batch = checked_limit(names[1], max_batch_body)
+def checked_limits(max_body: object, max_batch_body: object) -> tuple[int, int]:
+    """Both limits, each checked, and in order, or a ConfigurationError naming the one to
+    blame. An operation the single route accepts must also fit in a batch of one: else
+    the client, splitting a refused batch down to it, takes the batch route's 413 as
+    permanent."""
+    body = checked_limit("max_body", max_body)
+    batch = checked_limit("max_batch_body", max_batch_body)
     if batch < body:
         raise ConfigurationError(
-            f"{names[1]} ({batch}) must be at least {names[0]} ({body}): "
-            "an operation must fit in a batch of one"
+            f"max_batch_body ({batch}) must be at least max_body ({body}): "
+            "an operation must fit in a batch of one",
+            field="max_batch_body",
         )
     return body, batch
 

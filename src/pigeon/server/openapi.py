@@ -31,7 +31,7 @@ from pigeon.server import contract
 from pigeon.server.access import Guarded, Rule
 from pigeon.server.contract import OPERATION_ID, SCHEMA_REF
 from pigeon.server.idempotency import CLAIM_WAIT
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
+from pigeon.server.options import BodyLimits
 
 if TYPE_CHECKING:
     from pigeon.server.intake import Intake
@@ -251,9 +251,10 @@ def build_openapi(
     *,
     title: str = "pigeon intake",
     extra_routes: Sequence[BaseRoute] = (),
-    max_body: int = DEFAULT_MAX_BODY,
-    max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
+    limits: BodyLimits | None = None,
 ) -> dict[str, Any]:
+    limits = limits or BodyLimits()
+    max_body, max_batch_body = limits.max_body, limits.max_batch_body
     paths: dict[str, dict[str, Any]] = {}
     for route in intake.routes:
         path = _PARAM.sub(r"{\1}", route.template)
@@ -306,9 +307,9 @@ def _add_read_routes(paths: dict[str, dict[str, Any]], extra_routes: Sequence[Ba
 
 def _batch_operation(intake: Intake, max_batch_body: int) -> dict[str, Any]:
     unavailable = "Idempotency store unavailable; nothing was executed"
-    if intake.batch_chunk is not None:  # the chunks before the failure have committed
+    if intake.options.batch_chunk is not None:  # the chunks before the failure have committed
         unavailable += (
-            f" after the chunks (of {intake.batch_chunk} operations) already committed, "
+            f" after the chunks (of {intake.options.batch_chunk} operations) already committed, "
             "which the batch sent again replays"
         )
     return {
@@ -368,7 +369,7 @@ def _health() -> dict[str, Any]:
 
 
 def _info(intake: Intake, title: str, max_body: int, max_batch_body: int) -> dict[str, Any]:
-    policy = intake.policy
+    policy = intake.options.policy
     return {
         "title": title,
         "version": "1",
@@ -381,9 +382,9 @@ def _info(intake: Intake, title: str, max_body: int, max_batch_body: int) -> dic
             claim=int(policy.claim_retention),
             lock=int(policy.lock_timeout),
             wait_rule=(
-                f"after waiting up to {intake.in_progress_wait} s for the original, whose "
+                f"after waiting up to {intake.options.in_progress_wait} s for the original, whose "
                 "stored response it gets if it finishes by then"
-                if intake.in_progress_wait
+                if intake.options.in_progress_wait
                 else f"at once (across server processes on PostgreSQL within {CLAIM_WAIT} s)"
             ),
             max_body=max_body,
@@ -394,7 +395,7 @@ def _info(intake: Intake, title: str, max_body: int, max_batch_body: int) -> dic
 
 
 def _idempotency(intake: Intake) -> dict[str, Any]:
-    policy = intake.policy
+    policy = intake.options.policy
     return {
         "header": IDEMPOTENCY_KEY,
         "key_max_length": MAX_KEY_LENGTH,
@@ -404,7 +405,7 @@ def _idempotency(intake: Intake) -> dict[str, Any]:
         "response_retention_seconds": policy.response_retention,
         "claim_retention_seconds": policy.claim_retention,
         "lock_timeout_seconds": policy.lock_timeout,
-        "claim_mode": intake.claim_mode,
+        "claim_mode": intake.options.claim_mode,
     }
 
 

@@ -80,6 +80,17 @@ class OperationRoute:
         return None if self.check is None else self.check.schema
 
 
+@dataclass(frozen=True, slots=True)
+class RoutedOperation:
+    """An operation matched to its route: whose it is, what came, and what applies it
+    (with the path's parameters)."""
+
+    principal: str
+    op: OperationRequest
+    route: OperationRoute
+    params: dict[str, Any]
+
+
 class Routes(list[OperationRoute]):
     """The intake's operations, in the order they were registered."""
 

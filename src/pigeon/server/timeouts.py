@@ -19,24 +19,22 @@ for:
   a link slower than the largest body per minute sends smaller batches.
 
 While the app works on a request whose body is whole, no deadline runs: how long a
-handler may take is the app's own business. The values come from ``pigeon serve
---timeout-idle / --timeout-headers / --timeout-body`` through the environment
-(``PIGEON_SERVE_TIMEOUT_*``), since uvicorn builds the protocol in each worker process.
+handler may take is the app's own business. The values (``pigeon serve --timeout-idle /
+--timeout-headers / --timeout-body``, ``ConnectionTimeouts``) travel in ``TimedConfig``,
+the uvicorn configuration that each worker process receives whole.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pigeon.checks import is_number
+from pigeon.server.options import ConnectionTimeouts
 
-ENV_PREFIX = "PIGEON_SERVE_TIMEOUT_"
 Phase = Literal["idle", "headers", "body", "busy"]
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -44,49 +42,26 @@ _REQUEST_TIMEOUT = (
 )
 
 
-DEFAULT_IDLE = 10.0
-DEFAULT_HEADERS = 10.0
-DEFAULT_BODY = 60.0
+class TimedConfig(uvicorn.Config):
+    """uvicorn's configuration serving with ``TimedH11Protocol`` and these ``timeouts``
+    (its keep-alive timeout is the idle one). Picklable whole: uvicorn hands it to each
+    worker process it starts, the timeouts with it."""
 
-
-@dataclass(frozen=True, slots=True)
-class ConnectionTimeouts:
-    """Seconds a connection may idle, take for its request head, take for its body (not
-    ``pigeon.jobs.Timeouts``, a job's deadlines)."""
-
-    idle: float = DEFAULT_IDLE
-    headers: float = DEFAULT_HEADERS
-    body: float = DEFAULT_BODY
-
-    def __post_init__(self) -> None:
-        for name in ("idle", "headers", "body"):
-            value = getattr(self, name)
-            if not (is_number(value) and 0 < value < 86400):
-                raise ValueError(f"the {name} timeout must be 0 < seconds < 86400, not {value!r}")
-
-    def environ(self) -> dict[str, str]:
-        return {ENV_PREFIX + name.upper(): str(getattr(self, name)) for name in self.__slots__}
-
-    @classmethod
-    def from_environ(cls, env: Any = os.environ) -> ConnectionTimeouts:
-        defaults = cls()
-        return cls(
-            *(
-                float(env.get(ENV_PREFIX + name.upper(), getattr(defaults, name)))
-                for name in cls.__slots__
-            )
-        )
+    def __init__(self, app: Any, *, timeouts: ConnectionTimeouts, **options: Any) -> None:
+        keep_alive = max(1, round(timeouts.idle))
+        super().__init__(app, http=TimedH11Protocol, timeout_keep_alive=keep_alive, **options)
+        self.connection_timeouts = timeouts
 
 
 class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the idle, header and body deadlines above
-    (``uvicorn.Config(http="pigeon.server.timeouts:TimedH11Protocol")``)."""
-
-    timeouts: ConnectionTimeouts | None = None  # None: read from the environment once per process
+    """uvicorn's h11 protocol with the idle, header and body deadlines above, those of
+    its ``TimedConfig`` (the defaults under another configuration)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self.timeouts is None:
-            type(self).timeouts = ConnectionTimeouts.from_environ()
+        config = self.config
+        self.timeouts = (
+            config.connection_timeouts if isinstance(config, TimedConfig) else ConnectionTimeouts()
+        )
         self._phase: Phase = "busy"
         self._deadline: asyncio.TimerHandle | None = None
         super().connection_made(transport)
@@ -125,7 +100,6 @@ class TimedH11Protocol(H11Protocol):
         self._phase = phase
         if phase == "busy" or self.transport.is_closing():
             return
-        assert self.timeouts is not None
         seconds = getattr(self.timeouts, phase)
         self._deadline = self.loop.call_later(seconds, self._expired, phase)
 
@@ -142,9 +116,3 @@ class TimedH11Protocol(H11Protocol):
             self.transport.write(_REQUEST_TIMEOUT)
         self.logger.info("closing a connection: its request %s did not arrive in time", phase)
         self.transport.close()
-
-
-def timed_protocol(timeouts: ConnectionTimeouts) -> type[TimedH11Protocol]:
-    """A ``TimedH11Protocol`` with these timeouts, for ``uvicorn.Config(http=...)`` in
-    this process (``pigeon serve`` passes its own through the environment instead)."""
-    return type("TimedH11Protocol", (TimedH11Protocol,), {"timeouts": timeouts})

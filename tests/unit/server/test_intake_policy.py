@@ -8,6 +8,8 @@ policy in ``Intake``, not a backend."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,8 +42,8 @@ class Effects:
         return self.status, {"id": ctx.body["id"], "run": len(self.runs)}
 
 
-def _intake(handler: Effects, **options: Any) -> Intake:
-    intake = Intake(MemoryDatabase(), **options)
+def _intake(handler: Effects, now: Callable[[], float] = time.time) -> Intake:
+    intake = Intake(MemoryDatabase(), now=now)
     intake.add_operation("POST", "/notes", handler, request_schema=SCHEMA)
     return intake
 
@@ -173,11 +175,11 @@ def test_purge_drops_responses_then_claims() -> None:
     effects = Effects()
     intake = _intake(effects, now=now)
     intake.execute("alice", op("k"))
-    now.advance(intake.policy.response_retention + 1)
+    now.advance(intake.options.policy.response_retention + 1)
     assert intake.purge() == (1, 0)
     applied = intake.execute("alice", op("k"))
     assert applied.status == 200 and "already" in applied.body_text  # the claim lives on
-    now.advance(intake.policy.claim_retention)
+    now.advance(intake.options.policy.claim_retention)
     assert intake.purge() == (0, 1)
     assert not intake.execute("alice", op("k")).replayed and effects.runs == ["k", "k"]
 
