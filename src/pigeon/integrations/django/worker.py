@@ -63,4 +63,9 @@ def _load() -> App:
     return load_app(ref)
 
 
-app = _load() if os.environ.get(JOBS_APP_ENV) else None
+def __getattr__(name: str) -> App:
+    # ``app``, looked up by the worker processes' ``load_app``: loaded when asked for, once
+    # the command has named it (the command imports this module before it does).
+    if name == "app":
+        return _load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
