@@ -24,6 +24,7 @@ import pytest
 from pigeon.core.operation import OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.reference.faultproxy import FAULT_KINDS, FaultPlan, FaultProxy
+from tests.integrations.django_notes import DjangoNotes
 from tests.processes import ServerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -33,7 +34,13 @@ from tests import processes
 ENTITIES, SEED = 60, 11
 # The issue's chaos run is the batch one; the concurrent one (a request per operation,
 # about twice the wall time per operation) runs half as many to keep the suite short.
-OPS = {"batches": 5000, "concurrent": 2500}
+# The Django example (a transaction per operation, Django's request cycle) runs fewer.
+OPS = {
+    ("pigeon_serve", "batches"): 5000,
+    ("pigeon_serve", "concurrent"): 2500,
+    ("django_notes", "batches"): 1500,
+    ("django_notes", "concurrent"): 1000,
+}
 CLIENT_KILLS, SERVER_KILLS = 10, 3
 CLIENT = str(Path(__file__).parent / "chaos_client.py")
 
@@ -51,18 +58,23 @@ def _expected_notes(steps: list[tuple[str, str, dict[str, Any]]]) -> dict[str, d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batches", "concurrent"])
-def test_chaos_exactly_once_in_order(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize("kind", ["pigeon_serve", "django_notes"])
+def test_chaos_exactly_once_in_order(tmp_path: Path, kind: str, mode: str) -> None:
     """``batches``: batch requests of 10, one at a time. ``concurrent``: single requests,
-    four on the wire (server group commit) and two engine batches on the way."""
+    four on the wire (server group commit) and two engine batches on the way. The server
+    is ``pigeon serve``'s reference app, or the Django example (its effect ledger is a
+    table of its own, written by its views under ``@idempotent``)."""
     rng = random.Random(SEED)
     edge_db, log = tmp_path / "edge.db", tmp_path / "enqueued.log"
-    server = ServerProcess(tmp_path / "server.db", allow_anonymous=True).start()
+    made = DjangoNotes if kind == "django_notes" else ServerProcess
+    server = made(tmp_path / "server.db", allow_anonymous=True).start()
+    ops = OPS[kind, mode]
     plan_ = FaultPlan.uniform(0.25, max_delay=0.02, seed=SEED)
     proxy = FaultProxy(server.url, plan_).start()
 
     def run_client() -> subprocess.Popen[bytes]:
         args = [sys.executable, CLIENT, str(edge_db), str(log), proxy.url]
-        return processes.spawn([*args, str(OPS[mode]), str(ENTITIES), str(SEED), mode])
+        return processes.spawn([*args, str(ops), str(ENTITIES), str(SEED), mode])
 
     stop_killing = threading.Event()
 
@@ -93,7 +105,7 @@ def test_chaos_exactly_once_in_order(tmp_path: Path, mode: str) -> None:
         stop_killing.set()
         proxy.stop()
     try:
-        _check(server, edge_db, log, proxy.counts, client_kills, server.kills, OPS[mode])
+        _check(server, edge_db, log, proxy.counts, client_kills, server.kills, ops)
     finally:
         server.stop()
 
