@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests.rehearse.mutan
 
 
 def rehearse(
-    tmp_path: Path, *args: str, timeout: float = 600
+    tmp_path: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
-    """Run ``pigeon rehearse ARGS --report FILE`` in the checkout; its result and report."""
+    """Run ``pigeon rehearse ARGS --report FILE`` in the checkout (``env`` added to this
+    process's environment); its result and report."""
     report = tmp_path / "report.json"
     done = processes.run(
         [sys.executable, "-m", "pigeon", "rehearse", *args, "--report", str(report)],
@@ -24,6 +26,7 @@ def rehearse(
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=os.environ | (env or {}),
     )
     data = json.loads(report.read_text()) if report.exists() else None
     return done, data

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.rehearse.scenarios import SCENARIOS
+from tests.conftest import require_broker
 from tests.rehearse.cli import rehearse, scenario
 from tests.rehearse.test_database import _fill
 
@@ -33,14 +34,22 @@ def test_a_database_holding_data_is_refused_and_left_alone(tmp_path: Path) -> No
     assert "holds data: orders (2 rows)" in done.stderr and "--i-know" in done.stderr
 
 
+# The reference app calls no provider: that scenario cannot run for it, and says why.
+SKIPPED = {"provider-unknown": "names no provider adapter"}
+
+
 @pytest.mark.slow
 def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
     db = tmp_path / "rehearsal.db"
-    done, report = rehearse(tmp_path, "--db", str(db))
+    broker = require_broker("redis")
+    done, report = rehearse(tmp_path, "--db", str(db), "--relay-to", broker)
     assert done.returncode == 0, done.stdout + done.stderr
     assert report is not None and report["ok"] is True
     assert [s["name"] for s in report["scenarios"]] == list(SCENARIOS)
     for result in report["scenarios"]:
+        if result["name"] in SKIPPED:
+            assert result["outcome"] == "skipped" and SKIPPED[result["name"]] in result["reason"]
+            continue
         assert result["outcome"] == "passed", result
         rec = result["reconciliation"]
         assert rec["duplicates"] == 0 and rec["lost"] == 0 and rec["failed_without_owner"] == 0
@@ -54,7 +63,17 @@ def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
         > 0
     )
     assert revoked["failed_with_owner"] == revoked["counts"]["jobs of revoked principals"]
+    relay = scenario(report, "relay-down")["reconciliation"]["counts"]
+    assert relay["on the broker"] == relay["outbox messages"] == relay["waited for the broker"] > 0
     peak = scenario(report, "peak")["reconciliation"]
     assert peak["predicted_seconds"] is not None and peak["drain_seconds"] is not None
     assert "passed" in done.stdout and "rehearsal" in done.stdout
     assert not db.exists()  # made for the run, and removed
+
+
+def test_without_a_broker_relay_down_is_skipped_saying_why(tmp_path: Path) -> None:
+    done, report = rehearse(tmp_path, "--scenario", "relay-down")
+    assert done.returncode == 0 and report is not None
+    result = scenario(report, "relay-down")
+    assert result["outcome"] == "skipped" and "--relay-to" in result["reason"]
+    assert "skipped" in done.stdout and "0 passed" in done.stdout

@@ -148,6 +148,17 @@ ReportOption = Annotated[
     Path | None,
     typer.Option("--report", help="Write the report as JSON to this file.", show_default=False),
 ]
+RelayOption = Annotated[
+    str | None,
+    typer.Option(
+        "--relay-to",
+        callback=secret_url,
+        help="The broker the app relays its outbox to (redis://, nats:// or amqp://): a "
+        "relay runs beside the server, under names of the run's own there, removed at the "
+        "end. Without it relay-down is skipped.",
+        show_default=False,
+    ),
+]
 ListOption = Annotated[bool, typer.Option("--list", help="List the scenarios and exit.")]
 IKnowOption = Annotated[
     bool, typer.Option("--i-know", help="Run on a database that holds data anyway.")
@@ -163,6 +174,7 @@ def rehearse(
     scale: ScaleOption = 1,
     rate: RateOption = 5.0,
     peak: PeakOption = 4.0,
+    relay_to: RelayOption = None,
     report: ReportOption = None,
     list_: ListOption = False,
     i_know: IKnowOption = False,
@@ -179,7 +191,7 @@ def rehearse(
     try:
         options = RehearseOptions(
             app=app, jobs=jobs, hooks=hooks, db=db, scenarios=tuple(scenario or ()),
-            scale=scale, rate=rate, peak=peak, i_know=i_know,
+            scale=scale, rate=rate, peak=peak, i_know=i_know, relay_to=relay_to,
         )  # fmt: skip
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -31,6 +31,14 @@ from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 PIGEON = (sys.executable, "-m", "pigeon")
 _SERVING = re.compile(r"pigeon serving on (http://\S+) \(pid (\d+)\)")
 STARTUP = 60.0  # seconds a child may take to start on a loaded machine
+# pigeon serve's and pigeon worker's --relay-to from the environment: never the one of the
+# environment the rehearsal was started in (a production broker), only the run's own.
+RELAY_TO_ENV = "PIGEON_RELAY_TO"
+
+
+def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != RELAY_TO_ENV}
+    return env | dict(extra or {})
 
 
 class ChildFailed(RuntimeError):
@@ -101,6 +109,7 @@ class Server:
     children: Children
     db: str
     app: str | None = None  # module:factory (pigeon serve --app); None: the reference app
+    relay_to: str | None = None  # a broker for the relay beside the server
     port: int = 0
     operator_token: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     proc: subprocess.Popen[str] | None = field(default=None, repr=False)
@@ -116,8 +125,11 @@ class Server:
 
     def start(self) -> Server:
         args = [*PIGEON, "serve", "--db", self.db, "--host", "127.0.0.1", "--port", str(self.port)]
-        args += ["--test-hooks", *(["--app", self.app] if self.app else [])]
-        env = os.environ | {"PIGEON_OPERATOR_TOKEN": self.operator_token, TEST_HOOKS_KEY: "1"}
+        # demo authentication whatever PIGEON_AUTH says: each request names its principal
+        args += ["--auth", "demo", "--test-hooks", *(["--app", self.app] if self.app else [])]
+        env = _env({"PIGEON_OPERATOR_TOKEN": self.operator_token, TEST_HOOKS_KEY: "1"})
+        if self.relay_to:  # in the environment: a password is in no command line
+            env[RELAY_TO_ENV] = self.relay_to
         proc = self.children.spawn(args, "serve.log", env, stdout=subprocess.PIPE, text=True)
         self.proc = proc
         assert proc.stdout is not None
@@ -167,13 +179,14 @@ class Workers:
     jobs: str  # module:attr of the jobs.App
     threads: Mapping[str, int]
     processes: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # for the rehearsal's shim
     proc: subprocess.Popen[Any] | None = field(default=None, repr=False)
 
     def start(self) -> Workers:
         queues = [f"--queue={q}={n}:{n}" for q, n in sorted(self.threads.items())]
         args = [*PIGEON, "worker", "--db", self.db, "--app", self.jobs, *queues]
         args += ["--processes", str(self.processes)]
-        self.proc = self.children.spawn(args, "worker.log", os.environ)
+        self.proc = self.children.spawn(args, "worker.log", _env(self.env))
         time.sleep(0.2)
         if self.proc.poll() is not None:
             log = self.children.folder / "worker.log"

@@ -24,6 +24,10 @@ app's OpenAPI document publishes for each write (``examples`` in a request schem
 same request sent without a fault. pigeon's own (records, obligations, jobs, effects,
 outbox) are always counted.
 
+``providers``: the provider adapters the app's tasks call (``module:attr`` of each
+`pigeon.jobs.providers.Provider` object), for ``provider-unknown``: the rehearsal's
+workers lose the answer of each reference's first call after the provider applied it.
+
 ``revoke``: how a principal loses access (``(tx, principal)``, in a transaction of the
 server database), for ``revoked-access``; by default ``pigeon.jobs.access.revoke``, the list
 the tasks' ``access`` re-checks read.
@@ -72,6 +76,7 @@ def revoke_listed(tx: Tx, principal: str) -> None:
 class RehearsalHooks:
     requests: Mapping[str, RequestMaker] = field(default_factory=dict)
     tables: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
     revoke: Revoker = revoke_listed
 
     def __post_init__(self) -> None:
@@ -80,6 +85,10 @@ class RehearsalHooks:
                 raise ConfigurationError(
                     f"requests: {route!r} is no route: write it 'METHOD /path', e.g. 'POST /orders'"
                 )
+        for ref in self.providers:
+            module, _, attr = ref.partition(":")
+            if not attr.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+                raise ConfigurationError(f"providers: {ref!r} must look like 'module:attr'")
         for table in self.tables:
             if not _TABLE.fullmatch(table):
                 raise ConfigurationError(

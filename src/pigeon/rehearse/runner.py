@@ -25,8 +25,11 @@ import httpx
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import App, load_app
+from pigeon.rehearse import shim
+from pigeon.rehearse.brokers import Broker
 from pigeon.rehearse.children import STARTUP, ChildFailed, Children, Server, Workers
 from pigeon.rehearse.client import Client
+from pigeon.rehearse.cutproxy import CutProxy
 from pigeon.rehearse.database import Throwaway
 from pigeon.rehearse.hooks import RehearsalHooks, load_hooks
 from pigeon.rehearse.makers import Makers, openapi_makers
@@ -59,6 +62,7 @@ class RehearseOptions:
     peak: float = 4.0
     i_know: bool = False
     seed: int = 0
+    relay_to: str | None = None  # the broker the app relays its outbox to
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
@@ -99,20 +103,31 @@ def run_rehearsal(options: RehearseOptions, progress: Progress | None = None) ->
                         if progress is not None:
                             progress(result)
                 finally:
-                    stage.client.close()
-                    stage.ledger.db.close()
+                    _close(stage)
             finally:
                 children.close()
     report.seconds = time.monotonic() - start
     return report
 
 
+def _close(stage: Stage) -> None:
+    stage.client.close()
+    stage.ledger.db.close()
+    if stage.proxy is not None:
+        stage.proxy.close()
+    if stage.broker is not None:
+        stage.broker.cleanup()  # the run's names on the app's broker
+
+
 def _stage(
     options: RehearseOptions, url: str, children: Children, hooks: RehearsalHooks, jobs: App
 ) -> Stage:
-    server = Server(children, url, app=options.app).start()
+    broker = Broker(options.relay_to) if options.relay_to else None
+    proxy = CutProxy.before(broker.url, broker.default_port) if broker else None
+    relay = broker.relay_url(proxy.url_for(broker.url)) if broker and proxy else None
+    server = Server(children, url, app=options.app, relay_to=relay).start()
     threads = {q: min(THREADS, config.max_workers) for q, config in sorted(jobs.queues.items())}
-    workers = Workers(children, url, options.jobs, threads).start()
+    workers = _workers(children, url, options.jobs, hooks, threads).start()
     document: dict[str, Any] = httpx.get(server.url + OPENAPI_PATH, timeout=30).json()
     makers = Makers(dict(hooks.requests) or openapi_makers(document), seed=options.seed)
     database = open_server_db(url, keyring=Keyring.from_env())
@@ -129,9 +144,26 @@ def _stage(
         rate=options.rate,
         peak=options.peak,
         threads=threads,
+        broker=broker,
+        proxy=proxy,
     )
     _warm_up(stage)
     return stage
+
+
+def _workers(
+    children: Children, url: str, jobs: str, hooks: RehearsalHooks, threads: dict[str, int]
+) -> Workers:
+    """The app's workers; through the shim where it names provider adapters."""
+    if not hooks.providers:
+        return Workers(children, url, jobs, threads)
+    env = {
+        shim.JOBS: jobs,
+        shim.PROVIDERS: ",".join(hooks.providers),
+        shim.FAULT: "0",
+        shim.FAULT_LOG: str(children.folder / "provider-faults.log"),
+    }
+    return Workers(children, url, shim.SHIM, threads, env=env)
 
 
 def _warm_up(stage: Stage) -> None:

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pigeon.jobs.app import App
+from pigeon.rehearse.brokers import Broker
 from pigeon.rehearse.children import Server, Workers
 from pigeon.rehearse.client import Answer, Client
+from pigeon.rehearse.cutproxy import CutProxy
 from pigeon.rehearse.hooks import RehearsalHooks, Request
 from pigeon.rehearse.makers import Makers, Planned
 from pigeon.rehearse.report import ScenarioResult
@@ -44,6 +46,8 @@ class Stage:
     rate: float = 5.0
     peak: float = 4.0
     threads: dict[str, int] = field(default_factory=dict)
+    broker: Broker | None = None  # the app's broker, under this run's names
+    proxy: CutProxy | None = None  # between the relay and the broker
 
     def restart_server(self) -> None:
         """After a kill: the same server again on its port, a new client connection."""
@@ -77,11 +81,17 @@ class Scenario:
 
 
 def twins(
-    stage: Stage, result: ScenarioResult, tag: str, count: int, fault: Fault
+    stage: Stage,
+    result: ScenarioResult,
+    tag: str,
+    count: int,
+    fault: Fault,
+    between: Callable[[], None] | None = None,
 ) -> list[tuple[Planned, Answer, Answer]]:
     """Send ``count`` requests without a fault (the twins, as ``<tag>-c<i>``), then the
     same requests through ``fault`` (as ``<tag>-f<i>``), each to its final answer; compare
     what each group left (``result.reconciliation``) and each answer with its twin's.
+    ``between``: called once the twins' jobs drained (to switch a fault on).
     Returns (faulted request, its answer, its twin's answer) for the scenario's own checks."""
     requests: list[Request] = [stage.makers.next() for _ in range(count)]
     before = stage.ledger.tally()
@@ -90,6 +100,8 @@ def twins(
     ]
     stage.drain(result, "the twins")
     middle = stage.ledger.tally()
+    if between is not None:
+        between()
     planned = [stage.makers.plan(f"{tag}-f{i}", r) for i, r in enumerate(requests)]
     faulted = [fault(p) for p in planned]
     stage.drain(result, "the faulted requests")
@@ -112,6 +124,11 @@ def _reconcile(result: ScenarioResult, twins_left: Tally, faulted_left: Tally) -
     result.jobs += faulted_left.rows.get("jobs", 0)
     for text in rec.problems():
         result.problem(text)
+    done, twins_done = faulted_left.states["succeeded_jobs"], twins_left.states["succeeded_jobs"]
+    if done < twins_done:
+        result.problem(
+            f"{twins_done - done} fewer jobs succeeded than for the twins ({done} of {twins_done})"
+        )
 
 
 def _compare_records(stage: Stage, result: ScenarioResult, tag: str) -> None:

@@ -13,12 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pigeon.storage.base import Database
+from pigeon.storage.base import Database, Tx
 from pigeon.storage.queries import QuerySet
 
 SQL = QuerySet("rehearse", package="pigeon.rehearse")
-TABLES = ("records", "obligations", "jobs", "effects", "outbox")  # pigeon's, compared
-STATES = ("open_jobs", "unpublished", "failed_with_owner", "failed_without_owner")
+# pigeon's tables, compared
+TABLES = ("records", "obligations", "jobs", "effects", "outbox", "provider_calls")
+STATES = (
+    "open_jobs", "succeeded_jobs", "unpublished", "failed_with_owner", "failed_without_owner"
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,14 +48,19 @@ class Ledger:
     def tally(self) -> Tally:
         with self.db.transaction() as tx:
             row = SQL.run(tx, "tally").fetchone()
-            own = {
-                t: int(tx.sql(f'SELECT count(*) AS n FROM "{t}"').fetchone()["n"])
-                for t in self.tables
-            }
+            own = {t: self._rows(tx, t) for t in self.tables}
         return Tally(
             {t: int(row[t]) for t in TABLES} | own,
             {s: int(row[s]) for s in STATES},
         )
+
+    @staticmethod
+    def _rows(tx: Tx, table: str) -> int:
+        """Rows of the app's ``table``; none while it does not exist (an app may make it
+        when it first writes)."""
+        if SQL.run(tx, "table_exists", {"name": table}).fetchone() is None:
+            return 0
+        return int(tx.sql(f'SELECT count(*) AS n FROM "{table}"').fetchone()["n"])
 
     def records_of(self, prefix: str) -> dict[str, int]:
         """Records per principal starting with ``prefix``."""

@@ -11,6 +11,8 @@ from pigeon.rehearse.scenarios import (
     crash_before_commit,
     duplicate_concurrent,
     peak,
+    provider_unknown,
+    relay_down,
     revoked_access,
 )
 from pigeon.rehearse.stage import Scenario
@@ -20,6 +22,8 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         crash_before_commit.SCENARIO,
         duplicate_concurrent.SCENARIO,
+        relay_down.SCENARIO,
+        provider_unknown.SCENARIO,
         bad_payload.SCENARIO,
         revoked_access.SCENARIO,
         peak.SCENARIO,

@@ -8,6 +8,8 @@ SELECT
     (SELECT count(*) FROM pigeon_jobs) AS jobs,
     (SELECT count(*) FROM pigeon_effects) AS effects,
     (SELECT count(*) FROM pigeon_outbox) AS outbox,
+    (SELECT count(*) FROM pigeon_provider_calls) AS provider_calls,
+    (SELECT count(*) FROM pigeon_jobs WHERE status = 'succeeded') AS succeeded_jobs,
     (SELECT count(*) FROM pigeon_outbox WHERE published_at IS NULL) AS unpublished,
     (SELECT count(*) FROM pigeon_jobs WHERE status IN ('queued', 'reserved')) AS open_jobs,
     (SELECT count(*) FROM pigeon_jobs WHERE status = 'failed' AND owner IS NOT NULL)
@@ -35,3 +37,13 @@ GROUP BY queue
 
 -- name: jobs_by_queue
 SELECT queue, count(*) AS n FROM pigeon_jobs GROUP BY queue
+
+-- name: outbox_last
+SELECT coalesce(max(id), 0) AS id FROM pigeon_outbox
+
+-- name: outbox_after
+SELECT id, message_id, topic, published_at FROM pigeon_outbox WHERE id > %(after)s ORDER BY id
+
+-- name: table_exists
+SELECT 1 AS found FROM information_schema.tables
+WHERE table_name = %(name)s AND table_schema = ANY (current_schemas(false))
