@@ -83,6 +83,16 @@ def test_a_batch_entry_of_a_drf_view_runs_through_it(client: Any) -> None:
     assert Note.objects.get().note_id == "d2"
 
 
+def test_a_batch_entry_that_reads_is_refused_and_the_batch_goes_on(client: Any) -> None:
+    ops = [
+        {"id": "o1", "idempotency_key": "b1", "method": "GET", "path": "/notes"},
+        {"id": "o2", "idempotency_key": "b2", "method": "POST", "path": "/notes", "body": {}},
+    ]
+    sent = client.post("/pigeon/v1/batch", {"operations": ops}, "application/json", **ADA)
+    assert [r["status"] for r in sent.json()["results"]] == [405, 201]
+    assert claims() == 1
+
+
 def test_the_admin_retries_a_failed_job_with_a_reason_and_not_without(client: Any) -> None:
     write(client, "POST", "/notes", {"id": "n1"}, "k1")
     job = BackgroundJob.objects.get()

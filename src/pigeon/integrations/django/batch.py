@@ -22,7 +22,7 @@ from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
 from pigeon.core.strictjson import JsonRefused, TooManyItems
-from pigeon.core.wire import MAX_BATCH, canonical_json, quote_etag
+from pigeon.core.wire import MAX_BATCH, WRITE_METHODS, canonical_json, quote_etag
 from pigeon.integrations.django.answers import response_of, view_result
 from pigeon.integrations.django.conf import Configured, configured
 from pigeon.integrations.django.views import ENTRY, BatchEntry
@@ -93,6 +93,10 @@ def _entries(request: Any) -> list[Any] | OpResult:
 
 def _apply(request: Any, conf: Configured, op: OperationRequest) -> OpResult:
     """One entry through the view its path resolves to (its decorators included)."""
+    if op.method not in WRITE_METHODS:  # a read takes no key, and is no operation
+        return problem_result(
+            405, "method-not-allowed", "Method not allowed", f"{op.method} is not an operation"
+        )
     try:
         match = resolve(op.path, getattr(request, "urlconf", None))
     except Resolver404:
