@@ -65,7 +65,9 @@ SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
 -- name: job_claim
 -- Claimed, not started (started_at NULL: the job still waits) until job_start marks it.
 -- :versions (JSON {task: version}) is the newest payload version the claimer runs, per
--- task above 1: a job of a newer version is left for a worker that knows it.
+-- task above 1: a job of a newer version is left for a worker that knows it. Read once
+-- into a few rows (MATERIALIZED), not parsed again for every candidate job.
+WITH known AS MATERIALIZED (SELECT key AS task, value AS version FROM json_each(:versions))
 UPDATE pigeon_jobs
 SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
     reserved_until = :until, claimed_at = :now, started_at = NULL
@@ -75,8 +77,7 @@ WHERE id IN (
       AND ((status = 'queued' AND scheduled_at <= :now)
            OR (status = 'reserved' AND reserved_until < :now))
       AND (version <= 1
-           OR version <= (SELECT v.value FROM json_each(:versions) AS v
-                          WHERE v.key = pigeon_jobs.task))
+           OR version <= (SELECT k.version FROM known AS k WHERE k.task = pigeon_jobs.task))
     ORDER BY scheduled_at, id
     LIMIT :n
 )
