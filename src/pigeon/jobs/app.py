@@ -121,10 +121,6 @@ class Task:
         """The version of the payload shape the task takes (``@app.task(version=...)``)."""
         return 1 if self.versions is None else self.versions.version
 
-    def knows(self, version: int) -> bool:
-        """Can this task run a version-``version`` payload (its own, or upcast to it)?"""
-        return version == 1 if self.versions is None else self.versions.knows(version)
-
     def current(self, payload: Mapping[str, Any], version: int) -> Mapping[str, Any]:
         """``payload`` of ``version`` as the task takes it now: upcast if older (its result
         checked against the task's fields and parameters). UpcastFailed if it cannot be."""
