@@ -54,8 +54,9 @@ def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
         rec = result["reconciliation"]
         assert rec["duplicates"] == 0 and rec["lost"] == 0 and rec["failed_without_owner"] == 0
         assert result["done"] and result["requests"] > 0
-    crash = scenario(report, "crash-before-commit")["reconciliation"]
-    assert crash["found"] == crash["expected"] and crash["expected"]["records"] > 0
+    for name in ("crash-before-commit", "crash-after-commit", "duplicate-concurrent"):
+        rec = scenario(report, name)["reconciliation"]
+        assert rec["found"] == rec["expected"] and rec["expected"]["records"] > 0, name
     revoked = scenario(report, "revoked-access")["reconciliation"]
     assert (
         revoked["counts"]["of them in the failed store"]

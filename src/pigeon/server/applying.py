@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
+from pigeon.server import testhooks
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.handler_run import HandlerRunner, refused
 from pigeon.server.idempotency import (
@@ -140,6 +141,8 @@ class Applier:
     def committed(self, results: list[OpResult]) -> None:
         """``results`` committed: ``after_commit`` hears their keys."""
         keys = [r.committed_key for r in results if r.committed_key is not None]
+        if keys and self.runner.test_hooks:
+            testhooks.crash_if_due(keys)
         if keys and self.after_commit is not None:
             self.after_commit(keys)
 

@@ -133,6 +133,10 @@ def _handled(
         raise RuntimeError(f"{testhooks.FAIL}: failed after writing, key {call.op.key}")
     if hooks is not None and hooks.set_cookie is not None:
         headers = (*headers, ("set-cookie", hooks.set_cookie))
+    if hooks is not None and hooks.crash == "before-commit":
+        testhooks.crash()  # the handler's writes made, nothing committed
+    if hooks is not None and hooks.crash == "after-commit":
+        testhooks.crash_after_commit(key)
     text = "" if body is None else canonical_json(body)
     return OpResult(status, text, headers, committed_key=key)
 

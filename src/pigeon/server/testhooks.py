@@ -14,19 +14,28 @@ single-operation request may carry:
 - ``X-Pigeon-Test-Fail: 1``: the handler writes, then fails with a 500; everything of the
   operation rolls back and its key is free, so the retry runs;
 - ``X-Pigeon-Test-Set-Cookie: V``: the original response carries ``Set-Cookie: V``; a
-  replay must not (a cookie belongs to a connection, not to the key's answer).
+  replay must not (a cookie belongs to a connection, not to the key's answer);
+- ``X-Pigeon-Test-Crash: before-commit``: the handler runs and writes, then the serving
+  process SIGKILLs itself before the commit; ``after-commit``: the operation commits,
+  then the process SIGKILLs itself before anyone is answered (`crash_if_due`).
 
 The rehearsal of a user's own app drives the same switch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import signal
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 DELAY = "X-Pigeon-Test-Delay-Ms"
 FAIL = "X-Pigeon-Test-Fail"
 SET_COOKIE = "X-Pigeon-Test-Set-Cookie"
+CRASH = "X-Pigeon-Test-Crash"
+CRASH_POINTS = ("before-commit", "after-commit")
 MAX_DELAY_MS = 120_000
 MAX_COOKIE = 1024
 ENV_KEY = "PIGEON_TEST_HOOKS"  # the second key: "1" in pigeon serve's environment
@@ -46,6 +55,7 @@ class TestHooks:
     delay_ms: int = 0
     fail: bool = False
     set_cookie: str | None = None
+    crash: str | None = None  # one of CRASH_POINTS
 
     @property
     def delay(self) -> float:
@@ -57,7 +67,8 @@ class TestHooks:
         delay_text = headers.get(DELAY)
         fail_text = headers.get(FAIL)
         cookie = headers.get(SET_COOKIE)
-        if delay_text is None and fail_text is None and cookie is None:
+        crash = headers.get(CRASH)
+        if delay_text is None and fail_text is None and cookie is None and crash is None:
             return None
         if any(name in headers for name in FORWARDED):
             raise BadTestHook(
@@ -81,4 +92,31 @@ class TestHooks:
             not cookie or len(cookie) > MAX_COOKIE or not cookie.isprintable()
         ):
             raise BadTestHook(f"{SET_COOKIE} must be 1-{MAX_COOKIE} printable characters")
-        return cls(delay_ms, fail_text == "1", cookie)
+        if crash is not None and crash not in CRASH_POINTS:
+            raise BadTestHook(f"{CRASH} must be one of {', '.join(CRASH_POINTS)}")
+        return cls(delay_ms, fail_text == "1", cookie, crash)
+
+
+# Keys whose operation asked to die once it committed; process-wide, as the switch is.
+_crash_after: set[str] = set()
+_crash_lock = threading.Lock()
+
+
+def crash() -> NoReturn:
+    """SIGKILL this process: no finally block runs, nothing more is written or sent."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(137)  # not reached: the kernel ends the process first
+
+
+def crash_after_commit(key: str) -> None:
+    """Die once ``key``'s operation has committed (`crash_if_due`)."""
+    with _crash_lock:
+        _crash_after.add(key)
+
+
+def crash_if_due(committed: Iterable[str]) -> None:
+    """Called with the keys that just committed, before anyone is answered."""
+    with _crash_lock:
+        due = bool(_crash_after.intersection(committed))
+    if due:
+        crash()

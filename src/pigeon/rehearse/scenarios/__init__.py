@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pigeon.rehearse.scenarios import (
     bad_payload,
+    crash_after_commit,
     crash_before_commit,
     duplicate_concurrent,
     peak,
@@ -21,6 +22,7 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         crash_before_commit.SCENARIO,
+        crash_after_commit.SCENARIO,
         duplicate_concurrent.SCENARIO,
         relay_down.SCENARIO,
         provider_unknown.SCENARIO,
