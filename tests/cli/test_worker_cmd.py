@@ -130,7 +130,8 @@ def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
-    assert "pigeon worker: " in output
+    # The first line says whose jobs run, as pigeon serve's says whose app it serves.
+    assert "pigeon worker: the reference app's jobs (--app module:attr" in output
 
 
 def closed_port_url() -> str:

@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": (
         "pigeon.cli.serve_cmd",
         "serve",
-        "Run the reference notes server with the idempotent intake.",
+        "Serve an app with the idempotent intake: yours (--app) or the reference notes app.",
     ),
     "worker": (
         "pigeon.cli.worker_cmd",

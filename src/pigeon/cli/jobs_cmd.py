@@ -15,12 +15,12 @@ from pigeon.cli._db import open_db
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import duration, error, shown, titled_table
 from pigeon.cli.options import DbOption
+from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.failed import FailedStore, list_jobs
 from pigeon.jobs.job import JobStatus
 from pigeon.jobs.retention import purge_finished
-from pigeon.jobs.supervisor import add_app_dir
 from pigeon.ops.queries import OBLIGATION_STATES, WINDOWS, overview
 
 DEMO_APP = "pigeon.reference.jobs:app"

@@ -12,8 +12,8 @@ from rich.table import Table
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import shown, titled_table
 from pigeon.cli.secrets import secret_url
+from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
-from pigeon.jobs.supervisor import add_app_dir
 from pigeon.rehearse.report import RunReport, ScenarioResult
 from pigeon.rehearse.runner import REFERENCE_JOBS, RehearseOptions, run_rehearsal
 from pigeon.rehearse.scenarios import SCENARIOS

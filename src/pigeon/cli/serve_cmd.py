@@ -1,4 +1,5 @@
-"""``pigeon serve``: the reference notes server (idempotent intake) under uvicorn.
+"""``pigeon serve``: an app with the idempotent intake under uvicorn, the user's own
+(``--app module:factory``, `pigeon.server.served`) or the reference notes app.
 
 The command reads its options once into a `ServerOptions` (`pigeon.cli.serve_options`) and
 every process that serves gets that same object: uvicorn pickles its configuration, whose
@@ -23,7 +24,8 @@ import sys
 
 import typer
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
+from uvicorn.config import STARTUP_FAILURE
 
 from pigeon import lifecycle, logs
 from pigeon.cli.options import (
@@ -36,7 +38,9 @@ from pigeon.cli.options import (
 from pigeon.cli.relay_cmd import make_runner, stop_before_exit_signals
 from pigeon.cli.secrets import scrub
 from pigeon.cli.serve_options import (
+    REFERENCE_APP,
     AllowAnonymousOption,
+    AppOption,
     AuthOption,
     ClaimModeOption,
     ClaimRetentionOption,
@@ -69,12 +73,12 @@ from pigeon.cli.serve_options import (
 )
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.orphans import die_with_parent, watch_parent
-from pigeon.reference.notes import reference_app
 from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.server.options import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, ServerOptions
+from pigeon.server.served import build_served
 from pigeon.server.timeouts import TimedConfig
 from pigeon.storage.server import open_server_db
 
@@ -83,6 +87,7 @@ log = logging.getLogger("pigeon.serve")
 
 def serve(
     db: DbOption,
+    app: AppOption = REFERENCE_APP,
     host: HostOption = "127.0.0.1",
     port: PortOption = 8765,
     workers: WorkersOption = 1,
@@ -117,7 +122,7 @@ def serve(
     relay_to: RelayToOption = None,
     keys_file: KeysFileOption = None,
 ) -> None:
-    """Run the reference notes server with the idempotent intake.
+    """Serve an app with the idempotent intake: yours (--app) or the reference notes app.
 
     Anonymous callers: refused (401) unless --allow-anonymous, and then they all
     act as ONE user, 'anonymous', sharing its notes, records and keys.
@@ -140,7 +145,7 @@ def run_server(options: ServerOptions) -> None:
     _run(config, sock, options)
 
 
-def served_app(options: ServerOptions, supervisor: int | None = None) -> Starlette:
+def served_app(options: ServerOptions, supervisor: int | None = None) -> ASGIApp:
     """The app a serving process runs: uvicorn's factory, called in this process with one
     worker and in each worker process with several (``supervisor``: their parent's pid)."""
     if supervisor is not None:
@@ -150,7 +155,15 @@ def served_app(options: ServerOptions, supervisor: int | None = None) -> Starlet
         die_with_parent(supervisor, signal.SIGTERM)
         watch_parent(supervisor, signal.SIGTERM)
     memory.configure_malloc()  # request-sized buffers are given back when freed
-    return reference_app(options)
+    try:
+        return build_served(options.app or REFERENCE_APP, options)
+    except ConfigurationError as exc:
+        if supervisor is None:
+            raise  # this process: said in one line before "serving on" (_load)
+        # A worker: one line, and the exit code on which uvicorn's supervisor stops
+        # instead of starting the worker again for ever.
+        log.error("pigeon serve: %s", exc)
+        sys.exit(STARTUP_FAILURE)
 
 
 def _config(options: ServerOptions) -> TimedConfig:
@@ -217,7 +230,10 @@ def _run(config: uvicorn.Config, sock: socket.socket, options: ServerOptions) ->
         stop_before_exit_signals(runner)
     try:
         if config.workers > 1:
-            _Supervisor(config, sockets=[sock], db=database.url).run()
+            supervisor = _Supervisor(config, sockets=[sock], db=database.url)
+            supervisor.run()
+            if supervisor.failed_to_start:  # each worker said why, in one line
+                raise typer.Exit(STARTUP_FAILURE)
         else:
             uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -228,15 +244,20 @@ def _run(config: uvicorn.Config, sock: socket.socket, options: ServerOptions) ->
 class _Supervisor(uvicorn.supervisors.Multiprocess):
     """uvicorn's supervisor of ``--workers N``, saying at WARNING (``pigeon serve``'s
     default level; uvicorn says it at INFO) when it replaces a worker that died, and
-    counting it in the database (``pigeon.lifecycle``: ``/metrics`` reads it there)."""
+    counting it in the database (``pigeon.lifecycle``: ``/metrics`` reads it there). A
+    worker that could not start (its app could not be made) stops it, as uvicorn's does,
+    and ``failed_to_start`` says so."""
 
     def __init__(self, config: uvicorn.Config, sockets: list[socket.socket], db: str) -> None:
         super().__init__(config, sockets=sockets)
         self.db = db
+        self.failed_to_start = False
 
     def keep_subprocess_alive(self) -> None:
         before = list(self.processes)
         super().keep_subprocess_alive()
+        if any(p.exitcode == STARTUP_FAILURE for p in self.processes):
+            self.failed_to_start = True
         for old, new in zip(before, self.processes, strict=False):
             if new is not old:
                 log.warning(
@@ -261,7 +282,8 @@ def _bind_and_open(options: ServerOptions) -> socket.socket:
     try:
         database = open_server_db(db.url, durability=db.durability)
         try:
-            attach_reference(database)  # the reference app's own tables (its schema component)
+            if options.app == REFERENCE_APP:  # its own tables (its schema component)
+                attach_reference(database)
         finally:
             database.close()
     except StoreError as exc:
@@ -283,5 +305,10 @@ def _announce(sock: socket.socket, options: ServerOptions) -> None:
             fg=typer.colors.RED,
             bold=True,
         )
-    typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()})")
+    served = (
+        "the reference notes app (--app module:factory serves yours)"
+        if options.app == REFERENCE_APP
+        else f"the app {options.app}"
+    )
+    typer.echo(f"pigeon serving on http://{bound_host}:{bound_port} (pid {os.getpid()}): {served}")
     sys.stdout.flush()

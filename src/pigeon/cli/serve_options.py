@@ -9,6 +9,7 @@ on", and with ``--workers N`` uvicorn restarted the crashing workers for ever.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ from pigeon.cli._db import check_postgres
 from pigeon.cli.keys_cmd import load_keyring
 from pigeon.cli.relay_cmd import checked_broker_url
 from pigeon.cli.secrets import FILE_HELP, secret_token
+from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
 from pigeon.server.auth_options import AuthKind, AuthOptions
 from pigeon.server.idempotency import IdempotencyPolicy
@@ -36,8 +38,23 @@ from pigeon.server.options import (
     ServerOptions,
     SessionPolicy,
 )
+from pigeon.server.served import is_asgi_app, load_served
 from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 
+# What pigeon serve serves without --app.
+REFERENCE_APP = "pigeon.reference.notes:reference_app"
+
+AppOption = Annotated[
+    str,
+    typer.Option(
+        "--app",
+        help="Your app as module:factory, a function taking the ServerOptions (every option "
+        "below) and returning an ASGI app, e.g. create_app(Intake(options.open_db(), "
+        "options.intake), options); or module:app, an ASGI app, which takes none of the "
+        "app's options. The current directory is searched first (as uvicorn does). "
+        "Default: the reference notes app.",
+    ),
+]
 HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
 PortOption = Annotated[
     int, typer.Option(min=0, max=65535, help="Port; 0 picks a free one (printed).")
@@ -227,10 +244,50 @@ def options_from_cli(args: Mapping[str, Any]) -> ServerOptions:
             ),
             logs=LogOptions(args["log_level"], args["log_format"], tuple(args["log_redact"] or ())),
             relay_to=args["relay_to"],
+            app=args["app"],
         )
         options.auth.authenticator()  # key files readable, secret long enough, in range
+    _check_app(options)
     _check_environment(options)
     return options
+
+
+def _check_app(options: ServerOptions) -> None:
+    """The app ``--app`` names: importable, and a factory or an ASGI app; an ASGI app
+    only without the options it could not take (it was made before any option was)."""
+    assert options.app is not None
+    add_app_dir(".")  # --app myapp:make finds ./myapp.py, as pigeon worker and uvicorn do
+    try:
+        found = load_served(options.app)
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--app'") from exc
+    unheeded = _app_options_given(options) if is_asgi_app(found) else []
+    if unheeded:
+        raise typer.BadParameter(
+            f"{options.app} is an ASGI app, made before any option: it cannot take "
+            f"{', '.join(unheeded)}. Make it a factory, def make(options: ServerOptions) "
+            "returning the app, to have them",
+            param_hint="'--app'",
+        )
+
+
+def _app_options_given(options: ServerOptions) -> list[str]:
+    """The options that shape an app (the intake's, the limits, who may call what) given
+    other values than their defaults, as flags."""
+    default = ServerOptions(auth=AuthOptions(allow_anonymous=False))  # the command's
+    parts = [
+        (options.intake.policy, default.intake.policy),
+        (options.intake, default.intake),
+        (options.limits, default.limits),
+        (options.auth, default.auth),
+    ]
+    given = [
+        field.name
+        for part, usual in parts
+        for field in dataclasses.fields(part)  # type: ignore[arg-type]
+        if field.name != "policy" and getattr(part, field.name) != getattr(usual, field.name)
+    ]
+    return [_flag(name.removesuffix("s") if name == "jwt_key_files" else name) for name in given]
 
 
 def _auth(args: Mapping[str, Any]) -> AuthOptions:

@@ -21,11 +21,12 @@ from pigeon.cli.options import (
     RelayToOption,
 )
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner
+from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError, PigeonError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget, budget_numbers, checked_budget
 from pigeon.jobs.options import WorkerOptions
-from pigeon.jobs.supervisor import Supervisor, add_app_dir
+from pigeon.jobs.supervisor import Supervisor
 
 DEMO_APP = "pigeon.reference.jobs:app"
 
@@ -66,7 +67,7 @@ def check_app_queues(app_ref: str, queues: Iterable[str]) -> None:
     try:
         jobs_app = load_app(app_ref)
     except PigeonError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--app") from exc
+        raise typer.BadParameter(str(exc), param_hint="'--app'") from exc
     unknown = [q for q in queues if q not in jobs_app.queues]
     if unknown:
         known = ", ".join(sorted(jobs_app.queues)) or "none"
@@ -172,7 +173,12 @@ def worker(
     check_db(db)
     logs.configure(log_format, logging.INFO, log_redact or ())
     shown = {q: str(b) for q, b in supervisor.budgets.items()}
-    typer.echo(f"pigeon worker: {len(supervisor.slots)} processes, threads min:max {shown}")
+    runs = (
+        "the reference app's jobs (--app module:attr runs yours)"
+        if app == DEMO_APP
+        else f"the app {app}"
+    )
+    typer.echo(f"pigeon worker: {runs}; {len(supervisor.slots)} processes, threads min:max {shown}")
     runner = make_runner(db, relay_to, "worker", keys_file=keys_file).start() if relay_to else None
     try:
         supervisor.run()

@@ -17,12 +17,12 @@ a refusal fails the job for good (``AccessRevoked``, to the failed store with it
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from pigeon.core.imports import import_ref
 from pigeon.exceptions import (
     AccessRevoked,
     ConfigurationError,
@@ -428,29 +428,10 @@ def _declared_fields(
 
 
 def load_app(path: str) -> App:
-    """Import ``"package.module:attr"`` and return the App it names.
-
-    Everything that can go wrong is a ConfigurationError naming the app: a path that is not
-    dotted identifiers (``../../etc/passwd:app`` is no module name; importlib would take
-    the dots for a relative import and raise TypeError), a module that cannot be imported
-    or raises while it is (the app's own code: a SyntaxError, a missing setting), an
-    attribute that is not an App."""
-    module_name, _, attr = path.partition(":")
-    parts = module_name.split(".")
-    if not attr.isidentifier() or not all(part.isidentifier() for part in parts):
-        raise ConfigurationError(
-            f"app path must look like 'package.module:attr' (Python names), got {path!r}"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for app {path!r}: {exc}") from exc
-    except Exception as exc:  # the module's own code raised while it was imported
-        raise ConfigurationError(
-            f"importing {module_name!r} for app {path!r} raised "
-            f"{type(exc).__name__}: {exc}".splitlines()[0]
-        ) from exc
-    app = getattr(module, attr, None)
+    """Import ``"package.module:attr"`` and return the App it names; a ConfigurationError
+    naming the app for anything wrong with the reference (`pigeon.core.imports.import_ref`)
+    or an attribute that is not an App."""
+    app = import_ref(path, "app")
     if not isinstance(app, App):
         raise ConfigurationError(f"{path!r} is not a pigeon.jobs.App (got {type(app).__name__})")
     return app

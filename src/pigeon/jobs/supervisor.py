@@ -16,7 +16,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from pigeon import lifecycle, logs
+from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.app import load_app
 from pigeon.jobs.autoscale import Budget
@@ -70,18 +70,6 @@ def split_budgets(budgets: Mapping[str, Budget], processes: int) -> list[dict[st
         {q: Budget(min(low.get(q, 0), high), high) for q, high in share.items()}
         for share, low in zip(maxes, mins, strict=False)
     ]
-
-
-def add_app_dir(app_dir: str | os.PathLike[str] | None) -> str | None:
-    """Put ``app_dir`` (made absolute) first on ``sys.path`` unless it is there already, as
-    uvicorn's ``--app-dir`` does, so that ``--app myapp:app`` imports the ``myapp.py``
-    found there; the absolute path, or None when no directory is given."""
-    if app_dir is None:
-        return None
-    path = os.path.abspath(app_dir)
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return path
 
 
 def child_main(
