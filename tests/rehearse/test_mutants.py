@@ -41,3 +41,11 @@ def test_peak_finds_a_task_serialised_under_load(tmp_path: Path) -> None:
         "10",
     )
     assert any("slower at the peak" in p for p in problems), problems
+
+
+def test_deploy_mid_job_finds_old_payloads_the_new_code_cannot_run(tmp_path: Path) -> None:
+    problems = _failed(
+        tmp_path, "deploy-mid-job", "--next-jobs", "tests.rehearse.apps.graded_v2:broken"
+    )
+    assert any("fewer jobs succeeded than for the twins" in p for p in problems), problems
+    assert any(p.startswith("effects:") and "lost" in p for p in problems), problems

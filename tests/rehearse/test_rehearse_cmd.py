@@ -42,7 +42,8 @@ SKIPPED = {"provider-unknown": "names no provider adapter"}
 def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
     db = tmp_path / "rehearsal.db"
     broker = require_broker("redis")
-    done, report = rehearse(tmp_path, "--db", str(db), "--relay-to", broker)
+    args = ["--relay-to", broker, "--next-jobs", "tests.rehearse.apps.graded_v2:app"]
+    done, report = rehearse(tmp_path, "--db", str(db), *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert report is not None and report["ok"] is True
     assert [s["name"] for s in report["scenarios"]] == list(SCENARIOS)
@@ -64,6 +65,8 @@ def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
         > 0
     )
     assert revoked["failed_with_owner"] == revoked["counts"]["jobs of revoked principals"]
+    deploy = scenario(report, "deploy-mid-job")["reconciliation"]["counts"]
+    assert deploy["open once it had gone"] > 0  # old payloads, run by the next version
     relay = scenario(report, "relay-down")["reconciliation"]["counts"]
     assert relay["on the broker"] == relay["outbox messages"] == relay["waited for the broker"] > 0
     peak = scenario(report, "peak")["reconciliation"]

@@ -111,6 +111,15 @@ JobsOption = Annotated[
     str,
     typer.Option("--jobs", help="module:attr of its pigeon.jobs.App, as `pigeon worker --app`."),
 ]
+NextJobsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--next-jobs",
+        help="module:attr of the next version's pigeon.jobs.App (changed payloads, their "
+        "upcasters), deployed mid-job by deploy-mid-job (default: the same app again).",
+        show_default=False,
+    ),
+]
 HooksOption = Annotated[
     str | None,
     typer.Option(
@@ -168,6 +177,7 @@ IKnowOption = Annotated[
 def rehearse(
     app: AppOption = None,
     jobs: JobsOption = REFERENCE_JOBS,
+    next_jobs: NextJobsOption = None,
     hooks: HooksOption = None,
     db: RehearseDbOption = None,
     scenario: ScenarioOption = None,
@@ -192,6 +202,7 @@ def rehearse(
         options = RehearseOptions(
             app=app, jobs=jobs, hooks=hooks, db=db, scenarios=tuple(scenario or ()),
             scale=scale, rate=rate, peak=peak, i_know=i_know, relay_to=relay_to,
+            next_jobs=next_jobs,
         )  # fmt: skip
     except ConfigurationError as exc:
         raise typer.BadParameter(str(exc)) from exc

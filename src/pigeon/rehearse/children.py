@@ -197,8 +197,14 @@ class Workers:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def terminate(self) -> None:
+        """SIGTERM, not waited for: they stop claiming and finish or hand back what they
+        hold (`stop` waits for them)."""
+        if self.proc is not None:
+            self.children.signal(self.proc, signal.SIGTERM)
+
     def stop(self, grace: float = 30.0) -> int | None:
-        """SIGTERM: stop claiming, finish or hand back what they hold."""
+        """SIGTERM: stop claiming, finish or hand back what they hold; waited for."""
         if self.proc is None:
             return None
         status = self.children.end(self.proc, grace=grace)

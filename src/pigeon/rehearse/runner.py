@@ -63,6 +63,7 @@ class RehearseOptions:
     i_know: bool = False
     seed: int = 0
     relay_to: str | None = None  # the broker the app relays its outbox to
+    next_jobs: str | None = None  # the next version's jobs, for deploy-mid-job
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.scenarios if s not in SCENARIOS]
@@ -83,6 +84,8 @@ def run_rehearsal(options: RehearseOptions, progress: Progress | None = None) ->
     """Every scenario asked for, in the list's order; ``progress`` hears each one's end."""
     hooks = load_hooks(options.hooks) if options.hooks else RehearsalHooks()
     jobs = load_app(options.jobs)
+    if options.next_jobs:
+        load_app(options.next_jobs)  # refused now, not after the other scenarios ran
     names = options.scenarios or tuple(SCENARIOS)
     start = time.monotonic()
     with _ended_by_sigterm(), Throwaway(options.db, i_know=options.i_know) as url:
@@ -144,6 +147,7 @@ def _stage(
         rate=options.rate,
         peak=options.peak,
         threads=threads,
+        next_jobs=options.next_jobs,
         broker=broker,
         proxy=proxy,
     )

@@ -46,6 +46,7 @@ class Stage:
     rate: float = 5.0
     peak: float = 4.0
     threads: dict[str, int] = field(default_factory=dict)
+    next_jobs: str | None = None  # the next version's jobs (module:attr), for a deploy
     broker: Broker | None = None  # the app's broker, under this run's names
     proxy: CutProxy | None = None  # between the relay and the broker
 
@@ -68,6 +69,12 @@ class Stage:
 
 
 Fault = Callable[[Planned], Answer]
+GroupFault = Callable[[list[Planned]], list[Answer]]  # the faulted group, sent as a whole
+
+
+def one_by_one(fault: Fault) -> GroupFault:
+    """A group fault that sends each request through ``fault`` in turn."""
+    return lambda planned: [fault(p) for p in planned]
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,12 @@ def twins(
     result: ScenarioResult,
     tag: str,
     count: int,
-    fault: Fault,
+    fault: GroupFault,
     between: Callable[[], None] | None = None,
 ) -> list[tuple[Planned, Answer, Answer]]:
     """Send ``count`` requests without a fault (the twins, as ``<tag>-c<i>``), then the
-    same requests through ``fault`` (as ``<tag>-f<i>``), each to its final answer; compare
+    same requests through ``fault`` (as ``<tag>-f<i>``; `one_by_one` sends each in turn),
+    each to its final answer; compare
     what each group left (``result.reconciliation``) and each answer with its twin's.
     ``between``: called once the twins' jobs drained (to switch a fault on).
     Returns (faulted request, its answer, its twin's answer) for the scenario's own checks."""
@@ -103,7 +111,7 @@ def twins(
     if between is not None:
         between()
     planned = [stage.makers.plan(f"{tag}-f{i}", r) for i, r in enumerate(requests)]
-    faulted = [fault(p) for p in planned]
+    faulted = fault(planned)
     stage.drain(result, "the faulted requests")
     after = stage.ledger.tally()
     result.requests += 2 * count

@@ -10,6 +10,7 @@ from pigeon.rehearse.scenarios import (
     bad_payload,
     crash_after_commit,
     crash_before_commit,
+    deploy_mid_job,
     duplicate_concurrent,
     peak,
     provider_unknown,
@@ -29,5 +30,6 @@ SCENARIOS: dict[str, Scenario] = {
         bad_payload.SCENARIO,
         revoked_access.SCENARIO,
         peak.SCENARIO,
+        deploy_mid_job.SCENARIO,
     )
 }

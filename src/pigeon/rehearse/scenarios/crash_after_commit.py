@@ -15,7 +15,7 @@ from __future__ import annotations
 from pigeon.rehearse.client import Answer
 from pigeon.rehearse.makers import Planned
 from pigeon.rehearse.report import ScenarioResult
-from pigeon.rehearse.stage import Scenario, Stage, twins
+from pigeon.rehearse.stage import Scenario, Stage, one_by_one, twins
 from pigeon.server.testhooks import CRASH
 
 PER_SCALE = 3
@@ -36,7 +36,7 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
         return stage.client.settle(planned, attempts=1)
 
     result.did(f"sent {count} requests, the server SIGKILLed after each one's commit, restarted")
-    sent = twins(stage, result, "cac", count, crashed)
+    sent = twins(stage, result, "cac", count, one_by_one(crashed))
     result.did(f"server killed {count} times; each request retried under its key")
     for planned, answer, _ in sent:
         if answer.ok and not answer.replayed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pigeon.rehearse.client import Answer
 from pigeon.rehearse.makers import Planned
 from pigeon.rehearse.report import ScenarioResult
-from pigeon.rehearse.stage import Scenario, Stage, twins
+from pigeon.rehearse.stage import Scenario, Stage, one_by_one, twins
 from pigeon.server.testhooks import CRASH, FAIL
 
 PER_SCALE = 2
@@ -55,7 +55,7 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
         f"sent {count} requests: half SIGKILLed the server after their handler wrote, "
         "half failed after it (an exception); each retried under its key"
     )
-    sent = twins(stage, result, "cbc", count, fault)
+    sent = twins(stage, result, "cbc", count, one_by_one(fault))
     result.did(f"server killed {kinds.count('killed')} times")
     for planned, answer, _ in sent:
         if answer.replayed:

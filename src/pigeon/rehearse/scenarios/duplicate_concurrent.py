@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pigeon.rehearse.client import Answer
 from pigeon.rehearse.makers import Planned
 from pigeon.rehearse.report import ScenarioResult
-from pigeon.rehearse.stage import Scenario, Stage, twins
+from pigeon.rehearse.stage import Scenario, Stage, one_by_one, twins
 from pigeon.server.testhooks import DELAY
 
 COPIES = 3
@@ -43,7 +43,7 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
     result.did(
         f"sent {count} requests as {COPIES} copies each at once, the first held {HOLD_MS} ms"
     )
-    twins(stage, result, "dup", count, fault)
+    twins(stage, result, "dup", count, one_by_one(fault))
     result.requests += (COPIES - 1) * count
     twice = [n for n in executed if n > 1]
     if twice:

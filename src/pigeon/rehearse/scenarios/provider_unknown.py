@@ -21,7 +21,7 @@ from pigeon.rehearse.client import Answer
 from pigeon.rehearse.makers import Planned
 from pigeon.rehearse.report import ScenarioResult
 from pigeon.rehearse.shim import FAULT, FAULT_LOG
-from pigeon.rehearse.stage import Scenario, Stage, twins
+from pigeon.rehearse.stage import Scenario, Stage, one_by_one, twins
 
 PER_SCALE = 4
 
@@ -45,7 +45,9 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
 
     result.did(f"sent {count} requests; their twins first, with the providers as they are")
     try:
-        twins(stage, result, "prov", count, fault, between=lambda: _restart(stage, True))
+        twins(
+            stage, result, "prov", count, one_by_one(fault), between=lambda: _restart(stage, True)
+        )
     finally:
         _restart(stage, False)
     lost = len(log.read_text().splitlines())
