@@ -11,7 +11,10 @@ feed it, so the pigeon server cannot beat these rows; how far below them it stay
 cost of pigeon's own code.
 
 Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
-with the same prebuilt requests as the "server alone" ceilings.
+with the same prebuilt requests as the "server alone" ceilings. ``set_app`` writes each
+batch set-based instead (the claims, the notes, the ledger rows and the answers, one
+multi-row statement each, the named blocks the set-based intake runs): the raw limit of
+pigeon's set-based batches.
 """
 
 from __future__ import annotations
@@ -108,6 +111,63 @@ async def batch(request: Request) -> JSONResponse:
     return JSONResponse({"results": results})
 
 
+def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """A batch of creates as the set-based intake runs them: the claims, the notes, the
+    ledger rows and the completed claims with their answers, one statement each."""
+    claims, notes, datas = [], [], []
+    for e in entries:
+        key, body = e["idempotency_key"], e["body"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest()
+        claims.append([key, digest, "POST", "/notes", key, key])
+        data = {k: v for k, v in body.items() if k != "id"}
+        datas.append(data)
+        notes.append([body["id"], json.dumps(data), "0"])
+    taken = _conn.execute(
+        _SQL["claims_insert_many"],
+        {"principal": "anonymous", "claims": json.dumps(claims), "now": now,
+         "locked_until": now + _POLICY.lock_timeout,
+         "claim_expires_at": now + _POLICY.claim_retention},
+    ).rowcount  # fmt: skip
+    if taken != len(entries):
+        raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
+    made = {
+        note_id: version
+        for note_id, version, _ in _conn.execute(
+            _SQL["notes_create_many"],
+            {"principal": "anonymous", "notes": json.dumps(notes), "now": now},
+        )
+    }
+    ledger, answers, out = [], [], []
+    for e, data in zip(entries, datas, strict=True):
+        key, note_id = e["idempotency_key"], e["body"]["id"]
+        version = made[note_id]
+        ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
+        answer = {"id": note_id, "version": version, **data}
+        answers.append([key, key, 201, [], json.dumps(answer)])
+        out.append({"id": e.get("id"), "status": 201, "body": answer})
+    _conn.execute(
+        _SQL["ledger_append_many"],
+        {"principal": "anonymous", "entries": json.dumps(ledger), "now": now},
+    )
+    done = _conn.execute(
+        _SQL["claims_complete_many"],
+        {"principal": "anonymous", "answers": json.dumps(answers), "now": now,
+         "response_expires_at": now + _POLICY.response_retention},
+    ).fetchall()  # fmt: skip
+    assert len(done) == len(entries)
+    return out
+
+
+async def batch_set(request: Request) -> JSONResponse:
+    entries = json.loads(await request.body())["operations"]
+    now = time.time()
+    _conn.execute("BEGIN IMMEDIATE")
+    results = _apply_set(entries, now)
+    _conn.execute("COMMIT")
+    return JSONResponse({"results": results})
+
+
 async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
@@ -116,6 +176,14 @@ app = Starlette(
     routes=[
         Route("/notes", single, methods=["POST"]),
         Route("/pigeon/v1/batch", batch, methods=["POST"]),
+        Route("/pigeon/v1/health", health, methods=["GET"]),
+    ]
+)
+# The same, its batches written set-based (the set-based intake's raw limit).
+set_app = Starlette(
+    routes=[
+        Route("/notes", single, methods=["POST"]),
+        Route("/pigeon/v1/batch", batch_set, methods=["POST"]),
         Route("/pigeon/v1/health", health, methods=["GET"]),
     ]
 )

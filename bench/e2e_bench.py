@@ -15,7 +15,9 @@ matching mode cannot beat these rows. And the raw limit under them: the same pre
 requests to an app that runs only the intake's own SQL per operation (claim, note, ledger
 row, stored response, a savepoint each, one commit per request) straight on sqlite3
 (bench/_raw_intake_app.py): the price of the storage the protocol asks for, with none of
-pigeon's code around it.
+pigeon's code around it; and the same batches written set-based (``set_app``: one
+multi-row statement each for the claims, the notes, the ledger rows and the answers), the
+ceiling of pigeon's set-based batches.
 
 The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
 process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL
@@ -59,7 +61,9 @@ def _floor(path: str, n: int) -> float:
         return rate(n, time.perf_counter() - started)
 
 
-def _server_alone(tmp: Path, n: int, batch: int, streams: int, *, raw: bool = False) -> float:
+def _server_alone(
+    tmp: Path, n: int, batch: int, streams: int, *, raw: bool = False, raw_app: str = "app"
+) -> float:
     """Operations per second of `pigeon serve` fed prebuilt requests (``batch`` = 1: single
     POST /notes) over ``streams`` keep-alive connections, each one request at a time.
     ``raw``: the same requests to the intake's SQL alone (bench/_raw_intake_app.py)."""
@@ -93,7 +97,7 @@ def _server_alone(tmp: Path, n: int, batch: int, streams: int, *, raw: bool = Fa
             ok += batch if answer.status_code in (200, 201) else 0
         return ok
 
-    with _alone_server(tmp / f"alone-{batch}-{streams}.db", raw=raw) as url:
+    with _alone_server(tmp / f"alone-{batch}-{streams}.db", raw=raw, raw_app=raw_app) as url:
         answered, elapsed = timed_clients(
             url, streams, send, warm=lambda s, client: client.get(HEALTH_PATH)
         )
@@ -103,9 +107,10 @@ def _server_alone(tmp: Path, n: int, batch: int, streams: int, *, raw: bool = Fa
 
 
 @contextlib.contextmanager
-def _alone_server(db: Path, *, raw: bool) -> Iterator[str]:
+def _alone_server(db: Path, *, raw: bool, raw_app: str = "app") -> Iterator[str]:
     if raw:
-        with process(uvicorn_app("bench._raw_intake_app:app"), probe_path=HEALTH_PATH) as url:
+        app = uvicorn_app(f"bench._raw_intake_app:{raw_app}")
+        with process(app, probe_path=HEALTH_PATH) as url:
             yield url
     else:
         with ServerProcess(db, allow_anonymous=True) as server:
@@ -166,6 +171,8 @@ def run(*, quick: bool = False) -> list[Row]:
             ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1, raw=True)),
             ("batches of 100, 2 on the wire",
              _server_alone(Path(tmp), n_batch, 100, 2, raw=True)),
+            ("batches of 100, 2 on the wire, set-based",
+             _server_alone(Path(tmp), n_batch, 100, 2, raw=True, raw_app="set_app")),
         ]  # fmt: skip
     floors.append(_floor("/plain", n_floor))
     floor = max(floors)

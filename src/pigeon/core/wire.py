@@ -62,8 +62,18 @@ PROBLEM_UNAVAILABLE = PROBLEM_PREFIX + "store-unavailable"  # 503: intake fails 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+class CanonicalJson(str):
+    """Text already in canonical JSON (what ``canonical_json`` makes), such as an answer a
+    handler spliced from parts it had encoded anyway: ``canonical_json`` returns it as it
+    is instead of encoding it as a JSON string."""
+
+    __slots__ = ()
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace: key order and spacing never change it."""
+    if type(value) is CanonicalJson:
+        return str(value)
     return _CANONICAL.encode(value)  # one encoder for all: json.dumps builds one per call
 
 

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from pigeon.core.wire import ETAG, PROBLEM_JSON, quote_etag
+from pigeon.core.wire import ETAG, PROBLEM_JSON, canonical_json, quote_etag
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
 from pigeon.ops.dashboard import dashboard_routes
@@ -43,6 +43,7 @@ from pigeon.reference.conflicts import (
 )
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
+from pigeon.reference.notes_many import create_notes
 from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
@@ -144,7 +145,7 @@ def _params(
     return {
         "principal": ctx.principal,
         "id": note_id,
-        "data": ctx.tx.cipher.seal(json.dumps(data), *NOTE_AD, ctx.principal, note_id),
+        "data": ctx.tx.cipher.seal(canonical_json(data), *NOTE_AD, ctx.principal, note_id),
         "deleted": int(deleted),
         "clock": ctx.clock,
         "now": ctx.now,
@@ -345,11 +346,12 @@ def reference_app(options: ServerOptions) -> Starlette:
 
 def add_note_writes(intake: Intake) -> None:
     """The writes of ``/notes``: create, replace, patch (each schema-checked before the
-    claim) and delete, each answering a purged conflict's replay with the note now."""
-    for method, path, handler, schema in (
-        ("POST", "/notes", create_note, NOTE_SCHEMA),
-        ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA),
-        ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA),
+    claim) and delete, each answering a purged conflict's replay with the note now; a
+    batch's creates are made many at once (`pigeon.reference.notes_many`)."""
+    for method, path, handler, schema, many in (
+        ("POST", "/notes", create_note, NOTE_SCHEMA, create_notes),
+        ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA, None),
+        ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA, None),
     ):
         intake.add_operation(
             method,
@@ -358,6 +360,7 @@ def add_note_writes(intake: Intake) -> None:
             on_replay=current_note,
             request_schema=schema,
             validate=validate_note,
+            many=many,
         )
     intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
 

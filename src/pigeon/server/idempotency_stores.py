@@ -5,23 +5,28 @@ SQLite and PostgreSQL share the claims' code (``SqlIdempotencyStore``: statement
 for by name); what differs is said here, once: how a read-only transaction is opened
 (SQLite: a deferred BEGIN, so replay reads never queue for the one write lock, and a
 connection setting put back afterwards; PostgreSQL: ``SET TRANSACTION READ ONLY``), and
-whether write transactions run one at a time (SQLite), which makes group commit pay.
+whether write transactions run one at a time (SQLite), which makes group commit pay, and
+which stores claim a batch's keys in multi-row statements (`set_claims`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from typing import Any
 
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     IdempotencyPolicy,
     IdempotencyStore,
+    KeyBusy,
     SqlIdempotencyStore,
 )
 from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencyStore
+from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
+from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sqlite import SQLiteDatabase
 
 
@@ -69,3 +74,39 @@ def idempotency_store(
     if now is None:
         return kind(policy, claim_wait=claim_wait, db=db)
     return kind(policy, now=now, claim_wait=claim_wait, db=db)
+
+
+class SQLiteSetClaims(SetClaims):
+    """A batch's claims in SQLite: the one writer waits for nobody."""
+
+    def inserted(self, tx: Tx, params: Mapping[str, Any]) -> int:
+        return int(tx.execute("claims_insert_many", params).rowcount)
+
+
+class PostgresSetClaims(SetClaims):
+    """A batch's claims in PostgreSQL: a key another transaction holds is waited for as
+    long as one claim waits (``claim_wait``), then ``KeyBusy``."""
+
+    def __init__(self, store: SqlIdempotencyStore) -> None:
+        super().__init__(store.policy, store.now)
+        self.wait = f"{max(1, round(store.claim_wait * 1000))}ms"
+
+    def inserted(self, tx: Tx, params: Mapping[str, Any]) -> int:
+        try:
+            row = tx.fetchone("claims_insert_many", {**params, "claim_wait": self.wait})
+        except Exception as exc:
+            if lock_timed_out(exc):
+                raise KeyBusy("a key of the batch") from exc
+            raise
+        assert row is not None
+        return int(row["taken"])
+
+
+def set_claims(store: IdempotencyStore) -> SetClaims | None:
+    """The multi-row claims of ``store`` (`pigeon.server.idempotency_sets`), or None where
+    its batches run one operation at a time (the memory store)."""
+    if isinstance(store, SQLiteIdempotencyStore):
+        return SQLiteSetClaims(store.policy, store.now)
+    if isinstance(store, PostgresIdempotencyStore):
+        return PostgresSetClaims(store)
+    return None

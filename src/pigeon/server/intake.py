@@ -67,6 +67,7 @@ from pigeon.server.operations import (
     Handler,
     HandlerResult,
     IntakeContext,
+    ManyHandler,
     OperationRequest,
     OperationRoute,
     Routes,
@@ -157,9 +158,11 @@ class Intake:
         on_replay: ReplayHook | None = None,
         request_schema: Mapping[str, Any] | None = None,
         validate: Validator | None = None,
+        many: ManyHandler | None = None,
     ) -> None:
         """Register ``handler``; ``on_replay(tx, stored_body, info)`` answers its replays
-        with the current state (``pigeon.server.replay``).
+        with the current state (``pigeon.server.replay``); ``many(tx, items)`` applies
+        many of a batch's operations at once (``pigeon.server.intake_set``).
 
         ``request_schema`` (a JSON Schema of the body, published in the OpenAPI document)
         and ``validate(body, path_params)`` (raising ``ValidationError``) are checked
@@ -171,6 +174,7 @@ class Intake:
             handler,
             on_replay=on_replay,
             check=RequestCheck.of(request_schema, validate),
+            many=many,
         )
 
     def match(self, method: str, path: str) -> tuple[OperationRoute, dict[str, Any]] | None:

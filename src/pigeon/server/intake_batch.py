@@ -10,6 +10,7 @@ import logging
 from collections.abc import Sequence
 from contextvars import Context, copy_context
 
+from pigeon.server import intake_set
 from pigeon.server.admission import Admission
 from pigeon.server.applying import Applier, busy_refusal
 from pigeon.server.idempotency import KeyBusy
@@ -118,6 +119,9 @@ def _chunk(
     busy_at: list[int] = []
 
     def apply(tx: Tx) -> list[OpResult]:
+        done = intake_set.run_set(applier, tx, principal, ops)  # None: one at a time
+        if done is not None:
+            return done
         results: list[OpResult] = []
         for i, op in enumerate(ops):
             busy_at[:] = [i]

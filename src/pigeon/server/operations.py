@@ -3,7 +3,7 @@ the registered routes that map a method and path to a handler and its declared c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,9 @@ from pigeon.storage.base import Tx
 
 HandlerResult = tuple[int, Any] | tuple[int, Any, Mapping[str, str]]
 Handler = Callable[["IntakeContext"], HandlerResult]
+# A route's set-based handler (`pigeon.server.intake_set`): many claimed operations at once,
+# an answer for each it applied, None for each left to the per-operation handler.
+ManyHandler = Callable[[Tx, Sequence["IntakeContext"]], Sequence[HandlerResult | None]]
 WRITE_METHODS = frozenset(wire.WRITE_METHODS)
 
 
@@ -73,6 +76,7 @@ class OperationRoute:
     convertors: dict[str, Convertor[Any]]
     on_replay: ReplayHook | None = None
     check: RequestCheck | None = None  # checked before the claim (`pigeon.server.validation`)
+    many: ManyHandler | None = None  # the set-based handler of batches, if any
 
     @property
     def request_schema(self) -> Mapping[str, Any] | None:
@@ -102,12 +106,13 @@ class Routes(list[OperationRoute]):
         *,
         on_replay: ReplayHook | None = None,
         check: RequestCheck | None = None,
+        many: ManyHandler | None = None,
     ) -> OperationRoute:
         method = method.upper()
         if method not in WRITE_METHODS:
             raise InvalidOperation(f"only {sorted(WRITE_METHODS)} take an idempotency key")
         regex, _, convertors = compile_path(path)
-        route = OperationRoute(method, path, handler, regex, convertors, on_replay, check)
+        route = OperationRoute(method, path, handler, regex, convertors, on_replay, check, many)
         self.append(route)
         return route
 

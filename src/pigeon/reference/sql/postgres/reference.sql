@@ -55,6 +55,31 @@ INSERT INTO ref_effect_ledger (
     %(status)s, %(version)s, %(clock)s, %(now)s
 )
 
+-- name: notes_create_many
+-- note_create for many notes at once (pigeon.reference.notes_many): :notes is a JSON array
+-- of [id, data, clock], each id once. The ids that come back were created (or a deleted
+-- note's new life); the others are live notes, whose creates the handler answers 409.
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+SELECT %(principal)s, n.v ->> 0, 1, n.v ->> 1, 0, n.v ->> 2, %(now)s, %(now)s
+FROM jsonb_array_elements(%(notes)s::jsonb) AS n(v)
+ON CONFLICT (principal, id) DO UPDATE
+SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+    updated_at = excluded.updated_at
+WHERE ref_notes.deleted = 1
+RETURNING id, version, updated_at
+
+-- name: ledger_append_many
+-- ledger_append for many operations of one principal, in the order of :entries (a JSON
+-- array of [idempotency_key, operation_id, entity, method, status, version, clock]).
+INSERT INTO ref_effect_ledger (
+    idempotency_key, principal, operation_id, entity, method, status, version, clock,
+    applied_at
+)
+SELECT e.v ->> 0, %(principal)s, e.v ->> 1, e.v ->> 2, e.v ->> 3, (e.v ->> 4)::integer,
+       (e.v ->> 5)::integer, e.v ->> 6, %(now)s
+FROM jsonb_array_elements(%(entries)s::jsonb) WITH ORDINALITY AS e(v, n)
+ORDER BY e.n
+
 -- name: ledger_all
 SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
        clock, applied_at

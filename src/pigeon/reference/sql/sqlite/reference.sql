@@ -51,6 +51,32 @@ INSERT INTO ref_effect_ledger (
     :clock, :now
 )
 
+-- name: notes_create_many
+-- note_create for many notes at once (pigeon.reference.notes_many): :notes is a JSON array
+-- of [id, data, clock], each id once. The ids that come back were created (or a deleted
+-- note's new life); the others are live notes, whose creates the handler answers 409.
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+SELECT :principal, n.value ->> '$[0]', 1, n.value ->> '$[1]', 0, n.value ->> '$[2]', :now, :now
+FROM json_each(:notes) AS n
+WHERE true
+ON CONFLICT (principal, id) DO UPDATE
+SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = excluded.clock,
+    updated_at = excluded.updated_at
+WHERE ref_notes.deleted = 1
+RETURNING id, version, updated_at
+
+-- name: ledger_append_many
+-- ledger_append for many operations of one principal, in the order of :entries (a JSON
+-- array of [idempotency_key, operation_id, entity, method, status, version, clock]).
+INSERT INTO ref_effect_ledger (
+    idempotency_key, principal, operation_id, entity, method, status, version, clock,
+    applied_at
+)
+SELECT e.value ->> '$[0]', :principal, e.value ->> '$[1]', e.value ->> '$[2]',
+       e.value ->> '$[3]', e.value ->> '$[4]', e.value ->> '$[5]', e.value ->> '$[6]', :now
+FROM json_each(:entries) AS e
+ORDER BY e.key
+
 -- name: ledger_all
 SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
        clock, applied_at

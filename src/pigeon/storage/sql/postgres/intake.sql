@@ -62,6 +62,51 @@ SELECT (SELECT idem_key FROM taken) AS idem_key,
        set_config('lock_timeout', previous, true) AS restored
 FROM bound
 
+-- name: claims_insert_many
+-- A batch's claims in one statement (pigeon.server.idempotency_sets), as sqlite/intake.sql:
+-- :claims is a JSON array of [idem_key, fingerprint, method, path, operation_id,
+-- lock_token], each key once. A key another transaction holds is waited for as long as
+-- claim_insert waits (then 55P03: the batch runs one operation at a time, and that key
+-- answers 409). One row: how many keys were taken.
+WITH bound AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS previous,
+           set_config('lock_timeout', %(claim_wait)s, true) AS waiting
+), inserted AS (
+    INSERT INTO pigeon_idempotency_claims (
+        principal, idem_key, fingerprint, method, path, operation_id, state,
+        lock_token, locked_until, created_at, claim_expires_at
+    )
+    SELECT %(principal)s, c.v ->> 0, c.v ->> 1, c.v ->> 2, c.v ->> 3, c.v ->> 4,
+           'in_progress', c.v ->> 5, %(locked_until)s, %(now)s, %(claim_expires_at)s
+    FROM bound, jsonb_array_elements(%(claims)s::jsonb) AS c(v)
+    ON CONFLICT (principal, idem_key) DO NOTHING
+    RETURNING idem_key
+)
+SELECT (SELECT count(*) FROM inserted) AS taken,
+       set_config('lock_timeout', previous, true) AS restored
+FROM bound
+
+-- name: claims_get_many
+-- claim_get for a JSON array of keys (:keys).
+SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
+       locked_until, status, response_headers, response_body, body_format, created_at,
+       completed_at, response_expires_at, claim_expires_at
+FROM pigeon_idempotency_claims
+WHERE principal = %(principal)s
+  AND idem_key IN (SELECT jsonb_array_elements_text(%(keys)s::jsonb))
+
+-- name: claims_complete_many
+-- claim_complete for many keys: :answers is a JSON array of [idem_key, lock_token, status,
+-- headers (a JSON array of [name, value]), body (text)]; the keys that come back were ours.
+UPDATE pigeon_idempotency_claims AS c
+SET state = 'completed', status = (a.v ->> 2)::integer, response_headers = (a.v -> 3)::text,
+    response_body = a.v ->> 4, body_format = 'json', completed_at = %(now)s,
+    response_expires_at = %(response_expires_at)s, lock_token = NULL, locked_until = NULL
+FROM jsonb_array_elements(%(answers)s::jsonb) AS a(v)
+WHERE c.principal = %(principal)s AND c.idem_key = a.v ->> 0
+  AND c.state = 'in_progress' AND c.lock_token = a.v ->> 1
+RETURNING c.idem_key
+
 -- name: claim_fence
 -- A row lock for the rest of the work's transaction, and no new row version: a duplicate's
 -- claim_insert then meets the committed in-progress row and answers 409 at once, where an

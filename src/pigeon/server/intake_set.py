@@ -1,0 +1,300 @@
+"""Set-based batch execution: the operations of a batch whose route declares a set-based
+handler (``Intake.add_operation(..., many=...)``) applied with a few multi-row statements
+per batch instead of several statements and a savepoint per operation, each answered as
+the per-operation path (`pigeon.server.applying`) would answer it.
+
+One chunk of a batch, inside its transaction and a savepoint of it:
+
+1. each operation is matched to its route, and one whose route has a set handler is checked
+   as the route declares (a refusal is answered in place and stores nothing, as on the
+   per-operation path);
+2. ONE statement claims the keys of those operations (`pigeon.server.idempotency_sets`);
+   the rows of keys used before are read in one more, and a replay, "already applied" or
+   a mismatch is answered from them;
+3. in batch order, each run of consecutive claimed operations of one route goes to its set
+   handler together (its effects: a multi-row statement per table) and their answers are
+   stored in one more statement. Every other operation (a route without a set handler, a
+   key taken over after its claim expired, a key a second time, one the set handler
+   leaves) runs the per-operation way where it stands, after what came before it.
+
+What the set path cannot answer as the per-operation path would — an operation that ends
+transient (the batch stops there, and nothing after it may take effect), a key in progress,
+a set handler that fails — rolls the attempt back to its savepoint, and the chunk runs the
+per-operation way from its start in the same transaction: the per-operation path stays
+the reference, the set path only a faster way to its answers.
+
+A set handler ``many(tx, items)`` gets the ``IntakeContext`` of each claimed operation, in
+batch order, and returns for each the handler's answer (a 2xx: its writes are made) or
+None (not applied: it runs the per-operation way after those applied). What it applies
+must not depend on the other items of the call: an item on an entity an earlier item
+names is left (None), as is anything it does not handle itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pigeon.core.clock import HLCTimestamp
+from pigeon.core.wire import canonical_json
+from pigeon.logs import failure
+from pigeon.server.applying import Applier
+from pigeon.server.fingerprint import fingerprint
+from pigeon.server.handler_run import NOT_REPLAYED, refused
+from pigeon.server.idempotency import Claim, ClaimOutcome, KeyBusy
+from pigeon.server.idempotency_sets import Answer, Ask, SetClaims, Taken
+from pigeon.server.idempotency_stores import set_claims
+from pigeon.server.operations import (
+    Failed,
+    IntakeContext,
+    OperationRequest,
+    OperationRoute,
+    RoutedOperation,
+)
+from pigeon.server.results import OpResult, normalise, problem_result
+from pigeon.storage.base import Tx
+from pigeon.storage.errors import store_down
+
+log = logging.getLogger("pigeon.server.intake")
+
+# What a method and path route to: the route and its parameters, none, or the refusal.
+_Found = tuple[OperationRoute, dict[str, Any]] | OpResult | None
+
+
+class _Abandon(Exception):
+    """The set path cannot give this chunk the per-operation path's answers."""
+
+
+@dataclass(slots=True)
+class _Step:
+    """One entry of the chunk: answered already (``result``), for a set handler
+    (``call`` set) or for the per-operation path (neither)."""
+
+    index: int
+    op: OperationRequest | None
+    result: OpResult | None = None
+    call: RoutedOperation | None = None
+
+
+def run_set(
+    applier: Applier, tx: Tx, principal: str, ops: Sequence[OperationRequest | OpResult]
+) -> list[OpResult] | None:
+    """The chunk ``ops`` applied set-wise in ``tx`` with ``applier`` (the per-operation
+    path, its routes, store and handler runner), or None: nothing of it done, run it the
+    per-operation way (no operation for a set handler, a store without multi-row claims,
+    or an attempt given up)."""
+    if not any(route.many is not None for route in applier.routes):
+        return None
+    claims = set_claims(applier.store)
+    if claims is None:
+        return None
+    steps = _steps(applier, principal, ops)
+    asks = _asks(steps)
+    if not asks:
+        return None
+    try:
+        with tx.savepoint():
+            return _Run(applier, claims, tx, principal, steps).go(asks)
+    except (_Abandon, KeyBusy):
+        return None
+    except Exception as exc:
+        if store_down(exc):
+            raise
+        failure(log, "a set-based batch failed; it runs one operation at a time", exc=exc)
+        return None
+
+
+def _steps(
+    applier: Applier, principal: str, ops: Sequence[OperationRequest | OpResult]
+) -> list[_Step]:
+    steps: list[_Step] = []
+    routed: dict[tuple[str, str], _Found] = {}  # a batch's entries share few paths
+    for i, op in enumerate(ops):
+        if isinstance(op, OpResult):
+            steps.append(_Step(i, None, result=op))
+            if op.transient:  # the batch stops there
+                break
+            continue
+        where = (op.method, op.path)
+        if where not in routed:
+            routed[where] = _route(applier, op)
+        steps.append(_step(applier, principal, i, op, routed[where]))
+    return steps
+
+
+def _route(applier: Applier, op: OperationRequest) -> _Found:
+    try:
+        return applier.routes.match(op.method, op.path)
+    except Failed as failed:  # the path is another method's: 405
+        return failed.result
+
+
+def _step(applier: Applier, principal: str, i: int, op: OperationRequest, found: _Found) -> _Step:
+    """``op`` routed, and checked as the per-operation path does before any claim when its
+    route has a set handler (any other is checked where it runs, the per-operation way)."""
+    if isinstance(found, OpResult):
+        return _Step(i, op, result=found)
+    if found is None:
+        detail = f"no operation {op.method} {op.path}"
+        return _Step(i, op, result=problem_result(404, "no-such-operation", "Not found", detail))
+    route = found[0]
+    if route.many is None or (op.hooks is not None and applier.runner.test_hooks):
+        return _Step(i, op)
+    params = dict(found[1])
+    if route.check is not None:
+        refusal = route.check.refusal(op.body, params)
+        if refusal is not None:
+            return _Step(i, op, result=refusal)
+    return _Step(i, op, call=RoutedOperation(principal, op, route, params))
+
+
+def _asks(steps: list[_Step]) -> list[Ask]:
+    """The keys to claim at once: each set step's whose key no step before it claims (a
+    key's later steps run the per-operation way, where they meet its first one's answer)."""
+    seen: set[str] = set()
+    asks: list[Ask] = []
+    for step in steps:
+        op = step.op
+        if op is None or step.result is not None:
+            continue
+        if op.key in seen:
+            step.call = None
+            continue
+        seen.add(op.key)
+        if step.call is not None:
+            method = op.method.upper()
+            digest = fingerprint(method, op.path, op.body)
+            asks.append(Ask(op.key, digest, method, op.path, op.operation_id))
+    return asks
+
+
+class _Run:
+    """One attempt at a chunk: its claims taken, its steps walked in order."""
+
+    def __init__(
+        self, applier: Applier, claims: SetClaims, tx: Tx, principal: str, steps: list[_Step]
+    ) -> None:
+        self.applier = applier
+        self.claims = claims
+        self.tx = tx
+        self.principal = principal
+        self.steps = steps
+        self.results: list[OpResult | None] = [None] * len(steps)
+
+    def go(self, asks: list[Ask]) -> list[OpResult]:
+        taken = self.claims.claim_many(self.tx, self.principal, asks)
+        segment: list[tuple[RoutedOperation, int, str]] = []  # (call, index, claim token)
+        for step in self.steps:
+            if step.result is not None:
+                self.results[step.index] = step.result
+                continue
+            call = step.call
+            if call is not None:
+                token = taken.tokens.get(call.op.key)
+                if token is not None:
+                    if segment and segment[0][0].route is not call.route:
+                        self._flush(segment)
+                    segment.append((call, step.index, token))
+                    continue
+                if self._answer_held(call, step.index, taken):
+                    continue
+            self._flush(segment)
+            self._per_operation(step)
+        self._flush(segment)
+        done = [r for r in self.results if r is not None]
+        assert len(done) == len(self.steps)
+        return done
+
+    def _answer_held(self, call: RoutedOperation, index: int, taken: Taken) -> bool:
+        """Answer an operation whose key was used before from its row, as the one-key
+        claim would; False where it is taken over (the per-operation way runs it)."""
+        decision = taken.held.get(call.op.key)
+        if decision is None:
+            return False
+        if decision.outcome is ClaimOutcome.IN_PROGRESS:
+            raise _Abandon  # transient: the per-operation way stops the batch there
+        self.results[index] = refused(decision, call)
+        return True
+
+    def _per_operation(self, step: _Step) -> None:
+        assert step.op is not None
+        result = self.applier.apply(self.tx, self.principal, step.op)
+        if result.transient:
+            raise _Abandon
+        self.results[step.index] = result
+
+    def _flush(self, segment: list[tuple[RoutedOperation, int, str]]) -> None:
+        """The set handler over ``segment`` (claimed operations of one route), the answers
+        it gives stored in one statement, and the operations it leaves run one by one."""
+        if not segment:
+            return
+        route = segment[0][0].route
+        assert route.many is not None
+        started = time.monotonic()
+        outs = route.many(self.tx, self._contexts(segment))
+        if len(outs) != len(segment):
+            raise TypeError(f"a set handler answered {len(outs)} of {len(segment)} items")
+        answers: list[Answer] = []
+        left: list[tuple[RoutedOperation, int, str]] = []
+        for (call, index, token), out in zip(segment, outs, strict=True):
+            if out is None:
+                left.append((call, index, token))
+                continue
+            key = call.op.key
+            result = self.results[index] = _applied(out, key)
+            kept = [[k, v] for k, v in result.headers if k not in NOT_REPLAYED]
+            answers.append((key, token, result.status, kept, result.body_text))
+        if self.claims.complete_many(self.tx, self.principal, answers) != len(answers):
+            raise _Abandon  # a claim of ours was lost: the one-key way says how
+        if answers:
+            mean = (time.monotonic() - started) / len(answers)
+            self.applier.runner.timings.observe(route.template, mean)
+        for call, index, token in left:
+            self._run_one(call, index, token)
+        segment.clear()
+
+    def _run_one(self, call: RoutedOperation, index: int, token: str) -> None:
+        """A claimed operation the set handler left, by its route's own handler."""
+        claim = Claim(self.principal, call.op.key, token, call.op.operation_id)
+        try:
+            self.results[index] = self.applier.runner.run(self.tx, claim, call)
+        except Failed:
+            raise _Abandon from None  # transient
+
+    def _contexts(self, segment: list[tuple[RoutedOperation, int, str]]) -> list[IntakeContext]:
+        """What the route's handler would be given for each (``HandlerRunner``), the
+        server clock moved past the latest stamp among them (so past each)."""
+        runner, tx, principal = self.applier.runner, self.tx, self.principal
+        clock, now = runner.clock, runner.now()
+        stamps = [HLCTimestamp.decode(c.op.clock) for c, _, _ in segment if c.op.clock]
+        if stamps:
+            clock.receive(max(stamps))
+        return [
+            IntakeContext(
+                tx=tx,
+                principal=principal,
+                body=call.op.body,
+                path_params=call.params,
+                clock=call.op.clock or clock.now().encode(),
+                if_match=call.op.if_match,
+                idempotency_key=call.op.key,
+                operation_id=call.op.operation_id,
+                method=call.op.method.upper(),
+                path=call.op.path,
+                entity=call.op.entity,
+                now=now,
+            )
+            for call, _, _ in segment
+        ]
+
+
+def _applied(out: Any, key: str) -> OpResult:
+    """A set handler's answer to one item it applied: a 2xx, as the route's handler gives."""
+    status, body, headers = normalise(out)
+    if not 200 <= status < 300:
+        raise TypeError(f"a set handler answers only what it applied (a 2xx), not {status}")
+    text = "" if body is None else canonical_json(body)
+    return OpResult(status, text, headers, committed_key=key)

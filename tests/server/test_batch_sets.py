@@ -1,0 +1,336 @@
+"""The set-based batch path (`pigeon.server.intake_set`): a route's set handler applies many
+operations at once, and every answer, row and stored response is what the per-operation
+path gives, whatever the batch holds (replays, mismatches, expired responses, a key twice,
+an entity twice, refusals before the claim, stored 4xx, a transient failure mid-batch)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.reference.notes import (
+    NOTE_AT_ID_SCHEMA,
+    NOTE_SCHEMA,
+    create_note,
+    current_note,
+    delete_note,
+    replace_note,
+    validate_note,
+)
+from pigeon.reference.notes_many import create_notes
+from pigeon.reference.schema import attach
+from pigeon.server.intake import Intake, IntakeContext, OperationRequest
+from pigeon.server.operations import HandlerResult
+from pigeon.server.results import OpResult
+from pigeon.storage.base import Database, Tx
+from pigeon.storage.crypto import Keyring, generate_key
+from pigeon.storage.sealed import NOTE_DATA, RESPONSE_BODY
+from pigeon.storage.server import open_server_db
+from tests.clocks import FakeClock
+
+from .conftest import SERVER_START, failing_handler
+
+DAY = 24 * 3600.0
+
+
+def intake_on(db: Database, clock: FakeClock, many: Any = create_notes) -> Intake:
+    """The notes' writes as the reference app declares them, ``many`` the create's set
+    handler (None: every operation the per-operation way), and two failing routes."""
+    wall = HybridLogicalClock("server", wall=lambda: int(clock() * 1000))
+    intake = Intake(db, now=clock, clock=wall)
+    create = {"request_schema": NOTE_SCHEMA, "validate": validate_note, "on_replay": current_note}
+    intake.add_operation("POST", "/notes", create_note, many=many, **create)
+    at_id = create | {"request_schema": NOTE_AT_ID_SCHEMA}
+    intake.add_operation("PUT", "/notes/{id}", replace_note, **at_id)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
+    intake.add_operation("POST", "/refuse", failing_handler("4xx"))
+    intake.add_operation("POST", "/crash", failing_handler("raise"))
+    return intake
+
+
+class Pair:
+    """The same operations through the set path and the per-operation path, each under a
+    principal of its own in ``db``, with one clock: what each answers and stores (its
+    notes, claims and ledger rows) is compared."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.clock = FakeClock(SERVER_START)
+        self.set = intake_on(db, self.clock)
+        self.one = intake_on(db, self.clock, many=None)
+
+    def batch(self, principal: str, ops: Sequence[OperationRequest]) -> list[OpResult]:
+        got = self.set.execute_batch(f"set-{principal}", list(ops))
+        want = self.one.execute_batch(f"one-{principal}", list(ops))
+        assert [_answer(r) for r in got] == [_answer(r) for r in want]
+        return got
+
+    def same_state(self, principal: str) -> None:
+        got, want = (_state(self.db, f"{p}-{principal}") for p in ("set", "one"))
+        assert got == want
+
+
+def _answer(result: OpResult) -> tuple[Any, ...]:
+    body = result.body_text
+    if result.status >= 500:  # each failure's own error id
+        body = re.sub(r"[0-9a-f]{16}", "<error id>", body)
+    return (result.status, body, result.headers, result.replayed, result.transient)
+
+
+def _state(db: Database, principal: str) -> dict[str, Any]:
+    """Notes, claims (their stored answers decoded) and the ledger in per-entity order,
+    the principal left out."""
+    mark = ":p" if db.backend == "sqlite" else "%(p)s"
+    with db.transaction() as tx:
+        state = {}
+        for table, order, row in (
+            ("ref_notes", "id", _note),
+            ("pigeon_idempotency_claims", "idem_key", _claim),
+            ("ref_effect_ledger", "entity, seq", _entry),
+        ):
+            query = f"SELECT * FROM {table} WHERE principal = {mark} ORDER BY {order}"
+            rows = tx.sql(query, {"p": principal}).fetchall()
+            state[table] = [
+                {k: v for k, v in row(dict(r), tx).items() if k != "principal"} for r in rows
+            ]
+    return state
+
+
+def _entry(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
+    del row["seq"]  # the order within an entity is compared, not the numbers
+    return row
+
+
+def _note(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
+    row["data"] = tx.cipher.open(row["data"], *NOTE_DATA.ad_of(row))
+    return row
+
+
+def _claim(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
+    # The tokens differ by design, sealed values by their nonces, the stored headers'
+    # JSON text in its spacing.
+    row["lock_token"] = row["lock_token"] is not None
+    row["response_headers"] = json.loads(row["response_headers"] or "null")
+    if row["response_body"] is not None:
+        row["response_body"] = tx.cipher.open(row["response_body"], *RESPONSE_BODY.ad_of(row))
+    return row
+
+
+class Counted:
+    """The real database, its transactions counting the statements run in them."""
+
+    def __init__(self, inner: Database) -> None:
+        self.inner, self.backend, self.cipher = inner, inner.backend, inner.cipher
+        self.statements: list[str] = []
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        with self.inner.transaction() as tx:
+            yield cast(Tx, _CountingTx(tx, self.statements))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _CountingTx:
+    def __init__(self, inner: Tx, seen: list[str]) -> None:
+        self.inner, self.seen, self.backend, self.cipher = inner, seen, inner.backend, inner.cipher
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def counted(*args: Any) -> Any:
+            self.seen.append(name if name == "savepoint" else str(args[0]).split()[0])
+            return method(*args)
+
+        return counted
+
+
+@pytest.fixture
+def pair(db: Database) -> Pair:
+    return Pair(db)
+
+
+def stamp(n: int) -> str:
+    return HLCTimestamp(1_700_000_000_000 + n, 0, "device").encode()
+
+
+def create(key: str, note_id: str | None, n: int = 0, **extra: Any) -> OperationRequest:
+    body: dict[str, Any] = {"v": n, **extra} if note_id is None else {"id": note_id, "v": n}
+    return OperationRequest("POST", "/notes", body, key, f"op-{key}", clock=stamp(n))
+
+
+# -- the path, case by case ---------------------------------------------------------------
+
+
+def test_a_batch_of_creates_is_a_few_statements_with_the_answers_of_one_by_one(
+    pair: Pair,
+) -> None:
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(50)]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [201] * 50
+    assert results[7].body["data"] == {"v": 7}
+    pair.same_state("p")
+    replays = pair.batch("p", ops)  # answered from the claims' rows, read at once
+    assert all(r.replayed for r in replays)
+    pair.same_state("p")
+
+
+def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
+    db: Database,
+) -> None:
+    counted = Counted(db)
+    intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(100)]
+    assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 100
+    # The claims, the notes, the ledger rows, the answers: one statement each.
+    assert counted.statements == [
+        "savepoint", "claims_insert_many", "--", "--", "claims_complete_many"
+    ]  # fmt: skip
+    counted.statements.clear()
+    assert all(r.replayed for r in intake.execute_batch("p", list(ops)))
+    # Then the replay hooks' read-only transaction, as on the one-by-one way.
+    assert counted.statements[:3] == ["savepoint", "claims_insert_many", "claims_get_many"]
+    assert "replay_read_only" in counted.statements[3:]
+
+
+def test_an_entity_or_key_twice_and_a_live_note_run_the_one_by_one_way_in_order(
+    pair: Pair,
+) -> None:
+    pair.batch("p", [create("old", "live")])
+    ops = [
+        create("a", "x", 1),
+        create("b", "x", 2),  # the same note again: 409 with the first one's note
+        create("a", "x", 1),  # the same key again: the first one's answer, replayed
+        create("a", "x", 9),  # the same key, another body: 422
+        create("c", "live", 3),  # a live note: 409 with it
+        OperationRequest("POST", "/notes", {"id": ["no"]}, "d", "op-d", clock=stamp(4)),
+        OperationRequest("DELETE", "/notes/x", None, "e", "op-e", clock=stamp(5)),
+        create("f", "x", 6),  # after its delete: a new life, version 3
+    ]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [201, 409, 201, 422, 409, 400, 200, 201]
+    assert results[2].replayed and results[7].body["version"] == 3
+    pair.same_state("p")
+
+
+def test_a_transient_failure_mid_batch_stops_it_there_with_nothing_after_it(pair: Pair) -> None:
+    ops = [
+        create("a", "a"),
+        OperationRequest("POST", "/refuse", {"id": "r"}, "r", "op-r", clock=stamp(1)),
+        OperationRequest("POST", "/crash", {"id": "c"}, "c", "op-c", clock=stamp(2)),
+        create("b", "b"),
+    ]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [201, 409, 500]
+    assert results[-1].transient
+    pair.same_state("p")
+    with pair.db.transaction() as tx:
+        assert tx.sql("SELECT id FROM ref_notes WHERE id = 'b'").fetchall() == []
+
+
+def test_expired_answers_and_claims_are_answered_as_one_by_one(pair: Pair) -> None:
+    ops = [create(f"k{i}", f"n{i % 3}", i) for i in range(6)]
+    pair.batch("p", ops)
+    pair.clock.advance(DAY + 1)  # the stored answers are purged: "already applied"
+    pair.set.purge()
+    pair.one.purge()
+    pair.batch("p", ops)
+    pair.same_state("p")
+    pair.clock.advance(31 * DAY)  # the claims have expired: their keys run again
+    pair.batch("p", ops)
+    pair.same_state("p")
+
+
+def test_a_create_without_an_id_gets_a_new_one(pair: Pair) -> None:
+    results = pair.set.execute_batch("p", [create("a", None), create("b", None)])
+    assert [r.status for r in results] == [201, 201]
+    ids = {r.body["id"] for r in results}
+    assert len(ids) == 2 and all(len(i) == 32 for i in ids)
+
+
+def test_sealed_at_rest_the_set_path_seals_what_one_by_one_seals(tmp_path: Path) -> None:
+    db = open_server_db(tmp_path / "sealed.db", keyring=Keyring((("k1", generate_key()),)))
+    attach(db)
+    both = Pair(db)
+    both.batch("p", [create(f"k{i}", f"n{i}", i) for i in range(5)])
+    both.batch("p", [create("k1", "n1", 1), create("z", "n2", 7)])
+    both.same_state("p")
+    with db.transaction() as tx:
+        raw = tx.sql("SELECT response_body, data FROM pigeon_idempotency_claims, ref_notes")
+        assert all(not v.startswith("{") for r in raw.fetchall() for v in r.values())
+    db.close()
+
+
+def _broken(kind: str) -> Any:
+    def many(tx: Tx, items: Sequence[IntakeContext]) -> Sequence[HandlerResult | None]:
+        out = create_notes(tx, items)
+        if kind == "raise":
+            raise RuntimeError("a set handler blew up after writing")
+        if kind == "short":
+            return out[:-1]
+        return [(404, {"detail": "no"}) for _ in out]
+
+    return many
+
+
+@pytest.mark.parametrize("kind", ["raise", "short", "not-2xx"])
+def test_a_failing_set_handler_leaves_the_batch_to_the_one_by_one_way(
+    db: Database, kind: str
+) -> None:
+    intake = intake_on(db, FakeClock(SERVER_START), many=_broken(kind))
+    results = intake.execute_batch("p", [create(f"k{i}", f"n{i}", i) for i in range(3)])
+    assert [r.status for r in results] == [201] * 3
+    with db.transaction() as tx:
+        assert len(tx.sql("SELECT * FROM ref_effect_ledger").fetchall()) == 3
+
+
+# -- any batch: the property --------------------------------------------------------------
+
+NOTE_IDS = st.sampled_from(["a", "b", "c"])
+KEYS = st.sampled_from([f"k{i}" for i in range(10)])
+KINDS = st.sampled_from(["create"] * 6 + ["put", "delete", "bad", "refuse", "crash"])
+STEP = st.tuples(KINDS, KEYS, NOTE_IDS, st.integers(0, 2))
+PLAN = st.lists(
+    st.tuples(st.lists(STEP, max_size=10), st.sampled_from([0.0, 1.0, DAY + 1])),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _op(kind: str, key: str, note_id: str, n: int, i: int) -> OperationRequest:
+    method, path, body = {
+        "create": ("POST", "/notes", {"id": note_id, "v": n}),
+        "put": ("PUT", f"/notes/{note_id}", {"v": n}),
+        "delete": ("DELETE", f"/notes/{note_id}", None),
+        "bad": ("POST", "/notes", {"id": [note_id]}),
+        "refuse": ("POST", "/refuse", {"id": f"r{note_id}"}),
+        "crash": ("POST", "/crash", {"id": f"c{note_id}"}),
+    }[kind]
+    return OperationRequest(method, path, body, key, f"op-{key}-{i}", clock=stamp(i))
+
+
+def test_any_batch_is_answered_and_stored_as_one_by_one(db: Database) -> None:
+    both = Pair(db)
+
+    @settings(max_examples=60, deadline=None)
+    @given(plan=PLAN)
+    def check(plan: list[tuple[list[tuple[str, str, str, int]], float]]) -> None:
+        principal = uuid.uuid4().hex  # each example on its own keys and notes
+        for i, (steps, wait) in enumerate(plan):
+            both.clock.advance(wait)
+            ops = [_op(*step, i * 100 + j) for j, step in enumerate(steps)]
+            both.batch(principal, ops)
+        both.same_state(principal)
+
+    check()
