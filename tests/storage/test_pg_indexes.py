@@ -38,22 +38,24 @@ CLAIM = KEY | {
 }
 NOTE = {"principal": "user-7", "id": "note-77", "data": "{}", "deleted": 0, "clock": "c"}
 
+COMPLETE = KEY | {
+    "lock_token": "t",
+    "status": 201,
+    "response_headers": "[]",
+    "response_body": "{}",
+    "body_format": "json",
+    "response_expires_at": NOW + 86400,
+    "now": NOW,
+}
+
 # query name -> parameters, as the intake and the notes app pass them
 LOOKUPS: dict[str, dict[str, Any]] = {
     "claim_get": KEY,
     "claim_take_over": CLAIM,
     "claim_fence": KEY | {"lock_token": "t"},
     "claim_renew": KEY | {"lock_token": "t", "locked_until": NOW + 60},
-    "claim_complete": KEY
-    | {
-        "lock_token": "t",
-        "status": 201,
-        "response_headers": "[]",
-        "response_body": "{}",
-        "body_format": "json",
-        "response_expires_at": NOW + 86400,
-        "now": NOW,
-    },
+    "claim_complete": COMPLETE,
+    "claim_complete_last": COMPLETE,
     "claim_release": KEY | {"lock_token": "t"},
     "purge_responses": {"now": NOW, "limit": 5000},
     "purge_claims": {"now": NOW, "limit": 5000},

@@ -9,7 +9,9 @@ own connection, and the handler. Then, in that one transaction:
    a replay, 409 in progress, 422 for another request under the key);
 2. the handler writes with the application's ORM and defers pigeon's jobs there;
 3. a 2xx is stored under the key and the transaction commits: the effect, its jobs and
-   the answer a retry gets are one commit, so a crash leaves all of them or none.
+   the answer a retry gets are one commit, so a crash leaves all of them or none. The
+   answer is the transaction's last statement (``LastStatement``), which a unit of work
+   may send in one round trip with its COMMIT (psycopg's pipeline mode).
 
 Outcomes follow the intake (`pigeon.server.handler_run`): a 4xx the rules store rolls the
 handler's writes back and is stored under the key, in a short transaction of its own (no
@@ -26,14 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pigeon.exceptions import ValidationError
 from pigeon.server.applying import busy_refusal
 from pigeon.server.fingerprint import fingerprint
-from pigeon.server.handler_run import store_answer
+from pigeon.server.handler_run import stored_answer
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     Claim,
@@ -44,16 +46,38 @@ from pigeon.server.idempotency import (
     SqlIdempotencyStore,
 )
 from pigeon.server.inflight import InFlight
-from pigeon.server.operations import OperationRequest
+from pigeon.server.operations import Failed, OperationRequest
 from pigeon.server.replay import claim_refusal
-from pigeon.server.results import OpResult, store_unavailable, stored
+from pigeon.server.results import OpResult, lost_claim, store_unavailable, stored
 from pigeon.server.validation import invalid
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down
 
 T = TypeVar("T")
 
-__all__ = ["AsyncUnitOfWork", "Claims", "UnitOfWork"]
+__all__ = ["AsyncUnitOfWork", "Claims", "LastStatement", "UnitOfWork"]
+
+COMPLETE_LAST = "claim_complete_last"
+
+
+@dataclass(frozen=True, slots=True)
+class LastStatement:
+    """The statement that ends a transaction right before its COMMIT: the key's stored
+    answer (the named query ``claim_complete_last``). A unit of work either sends it with
+    the COMMIT in one round trip, which PostgreSQL's text of it allows (it fails when it
+    stores nothing, and the COMMIT behind it is skipped), or ``execute``s it first."""
+
+    name: str
+    params: Mapping[str, Any]
+    key: str
+
+    def execute(self, tx: Tx) -> None:
+        """Run it in ``tx``, and refuse to go on if it stored nothing (a lost claim)."""
+        if tx.fetchone(self.name, self.params) is None:
+            raise Failed(lost_claim(self.key))
+
+
+Finish = Callable[[Tx], LastStatement]
 
 
 class UnitOfWork(Protocol):
@@ -63,7 +87,10 @@ class UnitOfWork(Protocol):
         """``work`` with pigeon's ``Tx`` over the transaction (begun here if need be)."""
         ...
 
-    def commit(self) -> None: ...
+    def commit(self, last: Finish) -> None:
+        """Commit, ``last``'s statement (made over the transaction's ``Tx``) the last one
+        before the COMMIT."""
+        ...
 
     def rollback(self) -> None: ...
 
@@ -74,7 +101,7 @@ class AsyncUnitOfWork(Protocol):
 
     async def run(self, work: Callable[[Tx], T]) -> T: ...
 
-    async def commit(self) -> None: ...
+    async def commit(self, last: Finish) -> None: ...
 
     async def rollback(self) -> None: ...
 
@@ -130,9 +157,15 @@ class Claims:
             return claim_refusal(decision, op.key)
         return decision.claim
 
-    def keep(self, tx: Tx, claim: Claim, result: OpResult) -> None:
-        """Store ``result`` as the key's answer (Set-Cookie is never stored)."""
-        store_answer(self.store, tx, claim, result)
+    def keep(self, claim: Claim, result: OpResult) -> Finish:
+        """What stores ``result`` as the key's answer (Set-Cookie is never stored), the
+        transaction's last statement."""
+
+        def last(tx: Tx) -> LastStatement:
+            params = self.store.completion(tx.cipher, claim, stored_answer(result))
+            return LastStatement(COMPLETE_LAST, params, claim.key)
+
+        return last
 
     def notify(self, key: str) -> None:
         if self.after_commit is not None:
@@ -178,8 +211,7 @@ class Claims:
         try:
             result = handler()
             if result.status < 400:
-                uow.run(lambda tx: self.keep(tx, claimed, result))
-                uow.commit()
+                uow.commit(self.keep(claimed, result))
                 self.notify(claimed.key)
                 return result
         except ValidationError as exc:  # checked late: nothing stored, the key free
@@ -198,8 +230,7 @@ class Claims:
         if isinstance(again, OpResult):
             uow.rollback()
             return again
-        uow.run(lambda tx: self.keep(tx, again, result))
-        uow.commit()
+        uow.commit(self.keep(again, result))
         self.notify(again.key)
         return result
 
@@ -240,8 +271,7 @@ class Claims:
         try:
             result = await handler()
             if result.status < 400:
-                await uow.run(lambda tx: self.keep(tx, claimed, result))
-                await uow.commit()
+                await uow.commit(self.keep(claimed, result))
                 self.notify(claimed.key)
                 return result
         except ValidationError as exc:
@@ -258,7 +288,6 @@ class Claims:
         if isinstance(again, OpResult):
             await uow.rollback()
             return again
-        await uow.run(lambda tx: self.keep(tx, again, result))
-        await uow.commit()
+        await uow.commit(self.keep(again, result))
         self.notify(again.key)
         return result

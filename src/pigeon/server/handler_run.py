@@ -148,13 +148,17 @@ def _handler_failed(op: OperationRequest, exc: Exception) -> OpResult:
     return server_error("handler-failed", "the handler failed", exc, log, message, op.method, path)
 
 
+def stored_answer(result: OpResult) -> StoredResponse:
+    """``result`` as the key's answer is stored. What belongs to this connection, not to
+    the key's answer, is sent now and never replayed: a replay must not set another
+    client's cookie."""
+    kept = tuple((k, v) for k, v in result.headers if k.lower() not in NOT_REPLAYED)
+    return StoredResponse(result.status, result.body_text, kept)
+
+
 def store_answer(store: IdempotencyStore, tx: Tx, claim: Claim, result: OpResult) -> None:
     """Store ``result`` as the key's answer; ``Failed`` (transient) if the claim was lost."""
-    # What belongs to this connection, not to the key's answer, is sent now and never
-    # replayed: a replay must not set another client's cookie.
-    kept = tuple((k, v) for k, v in result.headers if k.lower() not in NOT_REPLAYED)
-    answer = StoredResponse(result.status, result.body_text, kept)
-    if not store.complete(tx, claim, answer):
+    if not store.complete(tx, claim, stored_answer(result)):
         raise Failed(lost_claim(claim.key))
 
 

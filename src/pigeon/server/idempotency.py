@@ -377,16 +377,22 @@ class SqlIdempotencyStore:
 
     def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool:
         """Store the response and mark the key completed; False if the claim was lost."""
+        return (
+            tx.fetchone("claim_complete", self.completion(tx.cipher, claim, response)) is not None
+        )
+
+    def completion(self, cipher: Cipher, claim: Claim, response: StoredResponse) -> dict[str, Any]:
+        """The parameters of ``claim_complete`` (and ``claim_complete_last``) that store
+        ``response`` under ``claim``, its body sealed with ``cipher``."""
         now = self.now()
-        params = self._key_params(claim) | {
+        return self._key_params(claim) | {
             "status": response.status,
             "response_headers": json.dumps([list(pair) for pair in response.headers]),
-            "response_body": tx.cipher.seal(response.body, *BODY_AD, claim.principal, claim.key),
+            "response_body": cipher.seal(response.body, *BODY_AD, claim.principal, claim.key),
             "body_format": response.body_format,
             "now": now,
             "response_expires_at": now + self.policy.response_retention,
         }
-        return tx.fetchone("claim_complete", params) is not None
 
     def release(self, tx: Tx, claim: Claim) -> bool:
         """Give the key back so a retry runs (after a crash-free failure)."""

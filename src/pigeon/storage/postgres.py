@@ -106,6 +106,31 @@ class BorrowedPostgresTx(PostgresTx):
         return self.conn.cursor(row_factory=dict_row).execute(statement, params or {})
 
 
+def commit_with(conn: psycopg.Connection[Any], statement: str, params: Mapping[str, Any]) -> None:
+    """End the application's transaction on ``conn`` with ``statement`` and COMMIT in one
+    round trip: psycopg's pipeline mode sends both, then one Sync, and reads the answers.
+    A statement that fails makes PostgreSQL skip the COMMIT behind it (what follows an
+    error is not run up to the Sync) and raises here; the transaction, aborted, is then
+    the application's to roll back."""
+    with conn.cursor() as cur, conn.pipeline():
+        cur.execute(statement, params)
+        cur.execute("COMMIT")
+
+
+async def commit_with_async(
+    conn: psycopg.AsyncConnection[Any], statement: str, params: Mapping[str, Any]
+) -> None:
+    """``commit_with`` on an asyncio connection."""
+    async with conn.cursor() as cur, conn.pipeline():
+        await cur.execute(statement, params)
+        await cur.execute("COMMIT")
+
+
+def pipelines() -> bool:
+    """Can psycopg send statements without waiting (libpq 14 and later)?"""
+    return psycopg.capabilities.has_pipeline()
+
+
 def borrowable(conn: object) -> bool:
     return isinstance(conn, psycopg.Connection)
 

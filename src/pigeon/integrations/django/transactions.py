@@ -18,6 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.transaction import TransactionManagementError
 
 from pigeon.exceptions import ConfigurationError, InvalidOperation
+from pigeon.integrations.claims import Finish
 from pigeon.jobs.job import JobId, JobSpec
 from pigeon.jobs.manager import enqueue
 from pigeon.storage.base import Tx
@@ -95,7 +96,8 @@ class AtomicWork:
             self._block = block
         return work(alias_tx(self.using, self.keyring))
 
-    def commit(self) -> None:
+    def commit(self, last: Finish) -> None:
+        self.run(last).execute(alias_tx(self.using, self.keyring))
         block, self._block = self._block, None
         if connections[self.using].needs_rollback:
             # The view caught a database error inside the block and went on: Django would

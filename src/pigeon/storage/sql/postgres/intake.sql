@@ -137,6 +137,24 @@ WHERE principal = %(principal)s AND idem_key = %(idem_key)s
   AND state = 'in_progress' AND lock_token = %(lock_token)s
 RETURNING idem_key
 
+-- name: claim_complete_last
+-- claim_complete as the last statement of the application's transaction, sent in one
+-- round trip with its COMMIT (pigeon.integrations, psycopg's pipeline mode): its answer
+-- comes back after the commit, too late to refuse it. So a claim that is no longer this
+-- transaction's fails the statement itself (a division by zero), and PostgreSQL skips
+-- the COMMIT sent behind it: the transaction is rolled back, nothing of it committed.
+WITH completed AS (
+    UPDATE pigeon_idempotency_claims
+    SET state = 'completed', status = %(status)s, response_headers = %(response_headers)s,
+        response_body = %(response_body)s, body_format = %(body_format)s,
+        completed_at = %(now)s, response_expires_at = %(response_expires_at)s,
+        lock_token = NULL, locked_until = NULL
+    WHERE principal = %(principal)s AND idem_key = %(idem_key)s
+      AND state = 'in_progress' AND lock_token = %(lock_token)s
+    RETURNING idem_key
+)
+SELECT 1 / (SELECT count(*) FROM completed) AS stored
+
 -- name: claim_release
 DELETE FROM pigeon_idempotency_claims
 WHERE principal = %(principal)s AND idem_key = %(idem_key)s

@@ -103,6 +103,17 @@ WHERE principal = :principal AND idem_key = :idem_key
   AND state = 'in_progress' AND lock_token = :lock_token
 RETURNING idem_key
 
+-- name: claim_complete_last
+-- claim_complete as the last statement of the application's transaction: on SQLite the
+-- caller reads its row before committing (no row: the claim was lost, nothing commits).
+UPDATE pigeon_idempotency_claims
+SET state = 'completed', status = :status, response_headers = :response_headers,
+    response_body = :response_body, body_format = :body_format, completed_at = :now,
+    response_expires_at = :response_expires_at, lock_token = NULL, locked_until = NULL
+WHERE principal = :principal AND idem_key = :idem_key
+  AND state = 'in_progress' AND lock_token = :lock_token
+RETURNING idem_key AS stored
+
 -- name: claim_release
 DELETE FROM pigeon_idempotency_claims
 WHERE principal = :principal AND idem_key = :idem_key

@@ -1,0 +1,116 @@
+"""Round trips and statements to PostgreSQL, counted on the wire: a TCP relay in front of
+the server.
+
+A round trip is the client speaking and then waiting for the server's answer: the relay
+counts the client's turns, each burst of bytes the client sends after the server last
+spoke (or first). Statements sent together without waiting (psycopg's pipeline mode)
+are one turn; BEGIN, sent by the driver on its own before a transaction's first
+statement, is one. Statements are the client's Query and Execute messages (BEGIN and
+COMMIT included). Whatever the driver or the ORM does, this is what the network sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_STATEMENTS = (b"Q", b"E")  # a simple query; the Execute of the extended protocol
+_STARTUP = 196608  # protocol 3.0: the startup message, after which every message is typed
+
+
+@dataclass
+class Counts:
+    turns: int = 0
+    statements: int = 0
+
+
+class _Messages:
+    """The client's side of one connection, split into protocol messages."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.typed = False  # past the startup message (SSLRequest and the like come first)
+
+    def feed(self, data: bytes) -> int:
+        """How many statements ``data`` completes."""
+        self.buffer += data
+        found = 0
+        while True:
+            head = 5 if self.typed else 4
+            if len(self.buffer) < head:
+                return found
+            kind = self.buffer[:1] if self.typed else b""
+            (length,) = struct.unpack("!i", self.buffer[head - 4 : head])
+            size = length + (1 if self.typed else 0)
+            if len(self.buffer) < size:
+                return found
+            if not self.typed and struct.unpack("!i", self.buffer[4:8])[0] == _STARTUP:
+                self.typed = True
+            found += kind in _STATEMENTS
+            self.buffer = self.buffer[size:]
+
+
+class RoundTrips:
+    """Relay 127.0.0.1:``port`` to ``upstream``; count the client's turns and statements."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.counts = Counts()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(self.upstream)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            last = ["server"]  # who spoke last on this connection
+            messages = _Messages()
+            for source, sink in ((client, server), (server, client)):
+                args = (source, sink, last, messages if source is client else None)
+                threading.Thread(target=self._pump, args=args, daemon=True).start()
+
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        last: list[str],
+        messages: _Messages | None,
+    ) -> None:
+        side = "server" if messages is None else "client"
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                with self._lock:
+                    if messages is not None:
+                        self.counts.turns += last[0] == "server"
+                        self.counts.statements += messages.feed(data)
+                    last[0] = side
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[Counts]:
+        """The turns and statements of the block, in the ``Counts`` once it ends."""
+        counted = Counts()
+        with self._lock:
+            before = Counts(self.counts.turns, self.counts.statements)
+        try:
+            yield counted
+        finally:
+            with self._lock:
+                counted.turns = self.counts.turns - before.turns
+                counted.statements = self.counts.statements - before.statements
+
+    def close(self) -> None:
+        self._listener.close()
