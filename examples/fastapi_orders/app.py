@@ -1,8 +1,10 @@
-"""The example application: ``python -m examples.fastapi_orders.app`` serves it on
-127.0.0.1:8000 over ``DATABASE_URL`` (default: sqlite:///orders.db), its tables and
+"""The example application: ``python -m examples.fastapi_orders.app [--port N]`` serves it
+on 127.0.0.1:8000 over ``DATABASE_URL`` (default: sqlite:///orders.db), its tables and
 pigeon's made first, as a deployment's migration step would."""
 
 from __future__ import annotations
+
+import argparse
 
 from fastapi import FastAPI
 from sqlalchemy import Engine, create_engine
@@ -33,9 +35,13 @@ def create_app(url: str | None = None) -> FastAPI:
 def main() -> None:
     import uvicorn
 
+    parser = argparse.ArgumentParser(description="orders and notes, exactly once")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
     app = create_app()
     migrate(app.state.engine)
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    uvicorn.run(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":
