@@ -11,9 +11,10 @@ Three kinds:
   an ``enum``;
 - random mixes of those, from a seeded generator.
 
-Only bodies the schema refuses are kept (checked with ``jsonschema``, the intake's own
-validator): what a route accepts by its schema is no bad payload, whatever the handler
-does with it. Deterministic for a seed; no property-testing library needed at run time.
+Each is judged by the schema (``jsonschema``, the intake's own validator): a body it
+refuses must be refused (4xx) with nothing written; one it lets through (a schema looser
+than the handler, or none at all) is "odd": the app may take or refuse it, never fail on
+it (5xx). Deterministic for a seed; no property-testing library needed at run time.
 """
 
 from __future__ import annotations
@@ -26,14 +27,14 @@ from typing import Any
 
 import jsonschema
 
-WRONG: dict[str, Any] = {
-    "string": 12345,
-    "integer": "12",
-    "number": "1.5",
-    "boolean": "yes",
-    "object": ["not", "an", "object"],
-    "array": {"not": "an array"},
-    "null": 0,
+SAMPLES: dict[str, Any] = {  # a value of each JSON type, put where another is declared
+    "string": "text",
+    "integer": 12345,
+    "number": 1.5,
+    "boolean": True,
+    "object": {"an": "object"},
+    "array": ["an", "array"],
+    "null": None,
 }
 RAW: dict[str, bytes] = {
     "truncated JSON": b'{"a": ',
@@ -66,6 +67,44 @@ def validator(schema: Mapping[str, Any], document: Mapping[str, Any]) -> Any:
     return jsonschema.Draft202012Validator(rooted)
 
 
+@dataclass(frozen=True)
+class Fuzz:
+    """A route's mutated bodies: ``refused`` by its published schema (bytes no decoder
+    takes among them), ``odd``: the same mutations where the schema lets them through (all
+    of them for a route without a schema): an app may take or refuse those, never fail."""
+
+    refused: list[BadBody]
+    odd: list[BadBody]
+
+
+def fuzz(
+    schema: Mapping[str, Any] | None,
+    example: Any,
+    document: Mapping[str, Any],
+    rng: random.Random,
+    *,
+    required: bool = True,
+    extra: int = 0,
+) -> Fuzz:
+    """The mutations of ``example`` for a route of ``schema`` (None: any JSON);
+    ``required``: the route needs a body (an empty one is then bad too); ``extra`` random
+    mixes besides the systematic ones."""
+    refused = [BadBody(label, raw=raw) for label, raw in RAW.items() if raw or required]
+    odd: list[BadBody] = []
+    check = None if schema is None else validator(schema, document)
+    candidates = list(_shapes(schema or {}, example))
+    candidates += [_mix(candidates, example, rng) for _ in range(extra)]
+    seen: set[str] = set()
+    for label, value in candidates:
+        text = json.dumps(value, sort_keys=True)
+        if text in seen:
+            continue
+        seen.add(text)
+        accepted = check is None or check.is_valid(value)
+        (odd if accepted else refused).append(BadBody(label, value))
+    return Fuzz(refused, odd)
+
+
 def bad_bodies(
     schema: Mapping[str, Any] | None,
     example: Any,
@@ -75,22 +114,8 @@ def bad_bodies(
     required: bool = True,
     extra: int = 0,
 ) -> list[BadBody]:
-    """Bodies the route of ``schema`` (None: any JSON) must refuse, around ``example``;
-    ``required``: the route needs a body (an empty one is then bad too); ``extra`` random
-    mixes besides the systematic ones."""
-    found = [BadBody(label, raw=raw) for label, raw in RAW.items() if raw or required]
-    if schema is None:
-        return found
-    check = validator(schema, document)
-    candidates = list(_shapes(schema, example))
-    candidates += [_mix(candidates, example, rng) for _ in range(extra)]
-    seen: set[str] = set()
-    for label, value in candidates:
-        text = json.dumps(value, sort_keys=True)
-        if text not in seen and not check.is_valid(value):
-            seen.add(text)
-            found.append(BadBody(label, value))
-    return found
+    """The bodies the route of ``schema`` must refuse (`fuzz`'s ``refused``)."""
+    return fuzz(schema, example, document, rng, required=required, extra=extra).refused
 
 
 def _shapes(schema: Mapping[str, Any], example: Any) -> Iterator[tuple[str, Any]]:
@@ -99,23 +124,34 @@ def _shapes(schema: Mapping[str, Any], example: Any) -> Iterator[tuple[str, Any]
     if not isinstance(example, dict):
         return
     yield "an empty object", {}
-    for name in schema.get("required", []):
+    required = schema.get("required", list(example) if not schema else [])
+    for name in required:
         yield f"without {name!r}", {k: v for k, v in example.items() if k != name}
-    if schema.get("additionalProperties") is False:
+    if schema.get("additionalProperties") is False or not schema:
         yield "an unknown property", {**example, UNKNOWN: 1}
-    for name, prop in schema.get("properties", {}).items():
+    properties = schema.get("properties") or {k: {"type": _kind(v)} for k, v in example.items()}
+    for name, prop in properties.items():
         if isinstance(prop, Mapping):
             for label, value in _values(prop):
                 yield f"{name!r} {label}", {**example, name: value}
 
 
+def _kind(value: Any) -> str:
+    """The JSON type of ``value``, as a schema names it."""
+    kinds: list[tuple[type, str]] = [(bool, "boolean"), (int, "integer"), (float, "number")]
+    kinds += [(str, "string"), (list, "array"), (dict, "object")]
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
 def _values(prop: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """Values breaking one property's schema."""
     declared = prop.get("type")
-    types = [declared] if isinstance(declared, str) else list(declared or [])
-    for kind, wrong in WRONG.items():
-        if types and kind not in types:
-            yield f"as {kind}-breaking {type(wrong).__name__}", wrong
+    types = {declared} if isinstance(declared, str) else set(declared or [])
+    if "number" in types:
+        types.add("integer")  # an integer is a number
+    for kind, value in SAMPLES.items():
+        if kind not in types:
+            yield f"as {'an' if kind[0] in 'aeiou' else 'a'} {kind}", value
     if "pattern" in prop:
         yield "breaking its pattern (blank)", " "
         yield "breaking its pattern (empty)", ""

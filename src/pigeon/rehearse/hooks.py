@@ -24,6 +24,10 @@ app's OpenAPI document publishes for each write (``examples`` in a request schem
 same request sent without a fault. pigeon's own (records, obligations, jobs, effects,
 outbox) are always counted.
 
+``counters``: what the app keeps outside the server database, by name: a function
+counting it now (the rows of its own database, the messages in a provider's sandbox);
+counted beside the tables, and compared the same way.
+
 ``providers``: the provider adapters the app's tasks call (``module:attr`` of each
 `pigeon.jobs.providers.Provider` object), for ``provider-unknown``: the rehearsal's
 workers lose the answer of each reference's first call after the provider applied it.
@@ -76,6 +80,7 @@ def revoke_listed(tx: Tx, principal: str) -> None:
 class RehearsalHooks:
     requests: Mapping[str, RequestMaker] = field(default_factory=dict)
     tables: tuple[str, ...] = ()
+    counters: Mapping[str, Callable[[], int]] = field(default_factory=dict)
     providers: tuple[str, ...] = ()
     revoke: Revoker = revoke_listed
 

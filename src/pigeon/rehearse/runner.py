@@ -140,7 +140,7 @@ def _stage(
         client=Client(server.url),
         makers=makers,
         hooks=hooks,
-        ledger=Ledger(database, hooks.tables),
+        ledger=Ledger(database, hooks.tables, hooks.counters),
         jobs=jobs,
         document=document,
         scale=options.scale,

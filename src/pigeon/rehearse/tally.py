@@ -9,7 +9,7 @@ the requests of one principal prefix left (records, jobs and how each job ended)
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,15 +40,18 @@ class Tally:
 
 @dataclass
 class Ledger:
-    """Reads of ``db``; ``tables``: the app's own, counted beside pigeon's."""
+    """Reads of ``db``; ``tables``: the app's own, counted beside pigeon's; ``counters``:
+    what it keeps elsewhere (`RehearsalHooks.counters`)."""
 
     db: Database
     tables: tuple[str, ...] = ()
+    counters: Mapping[str, Callable[[], int]] = field(default_factory=dict)
 
     def tally(self) -> Tally:
         with self.db.transaction() as tx:
             row = SQL.run(tx, "tally").fetchone()
             own = {t: self._rows(tx, t) for t in self.tables}
+        own |= {name: int(count()) for name, count in self.counters.items()}
         return Tally(
             {t: int(row[t]) for t in TABLES} | own,
             {s: int(row[s]) for s in STATES},

@@ -1,9 +1,11 @@
 """``bad-payload``: bodies a route must refuse, made from the schema its OpenAPI document
 publishes (`pigeon.rehearse.fuzz`): each must be answered 4xx, and nothing of any of them
-may be written (no record, job, effect, outbox message or row of the app's tables).
+may be written (no record, job, effect, outbox message or row of the app's tables). Then
+the "odd" ones, the same mutations where the schema lets them through (a loose schema, or
+none): the app may take or refuse them, never fail on them.
 
-Each body is sent once, under a key and as a principal of its own. A 5xx, a 2xx or no
-answer at all is a failure named with the body that caused it.
+Each body is sent once, under a key and as a principal of its own. A 5xx, no answer, or
+(for a refused one) a 2xx is a failure named with the body that caused it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from pigeon.rehearse.fuzz import BadBody, bad_bodies
+from pigeon.rehearse.fuzz import BadBody, fuzz
 from pigeon.rehearse.hooks import Request
 from pigeon.rehearse.report import ScenarioResult
 from pigeon.rehearse.stage import Scenario, Stage
@@ -34,8 +36,8 @@ def _schema(operation: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     return (schema or None), bool(body.get("required", True))
 
 
-def _send(stage: Stage, request: Request, body: BadBody, n: int) -> httpx.Response | None:
-    planned = stage.makers.plan(f"bad-{n}", request)
+def _send(stage: Stage, request: Request, body: BadBody, principal: str) -> httpx.Response | None:
+    planned = stage.makers.plan(principal, request)
     headers = planned.headers | {"Content-Type": "application/json"}
     try:
         return stage.client.http.request(
@@ -45,47 +47,70 @@ def _send(stage: Stage, request: Request, body: BadBody, n: int) -> httpx.Respon
         return None
 
 
-def _bodies(stage: Stage, rng: random.Random) -> list[tuple[Request, BadBody]]:
-    found = []
+Sent = list[tuple[Request, BadBody]]
+
+
+def _bodies(stage: Stage, rng: random.Random) -> tuple[Sent, Sent]:
+    """(bodies the schemas refuse, odd bodies they let through), with their requests."""
+    refused: Sent = []
+    odd: Sent = []
     for route in stage.makers.routes:
         sample = stage.makers.next_for(route)
         schema, required = _schema(_operation(stage, route))
         extra = EXTRA_PER_SCALE * stage.scale
-        for body in bad_bodies(
-            schema, sample.body, stage.document, rng, required=required, extra=extra
-        ):
-            found.append((sample, body))
-    return found
+        found = fuzz(schema, sample.body, stage.document, rng, required=required, extra=extra)
+        refused += [(sample, body) for body in found.refused]
+        odd += [(sample, body) for body in found.odd]
+    return refused, odd
+
+
+def _round(
+    stage: Stage, result: ScenarioResult, bodies: Sent, tag: str, allowed: range
+) -> list[str]:
+    """Each body sent once as ``<tag><n>``: what was answered outside ``allowed``."""
+    wrong: list[str] = []
+    for n, (request, body) in enumerate(bodies):
+        response = _send(stage, request, body, f"{tag}{n}")
+        status = None if response is None else response.status_code
+        result.answered(status)
+        if status is None or status not in allowed:
+            shown = "no answer" if status is None else str(status)
+            wrong.append(f"{request.method} {request.path} with {body.label}: {shown}")
+    result.requests += len(bodies)
+    return wrong
+
+
+def _named(result: ScenarioResult, what: str, wrong: list[str]) -> None:
+    for text in wrong[:SHOWN]:
+        result.problem(f"{what}: {text}")
+    if len(wrong) > SHOWN:
+        result.problem(f"... and {len(wrong) - SHOWN} more bodies {what}")
 
 
 def _play(stage: Stage, result: ScenarioResult) -> None:
     rng = random.Random(f"bad-payload-{stage.scale}")
-    bodies = _bodies(stage, rng)
+    refused, odd = _bodies(stage, rng)
     routes = len(stage.makers.routes)
-    result.did(f"sent {len(bodies)} bodies the published schemas refuse, to {routes} routes")
+    result.did(f"sent {len(refused)} bodies the published schemas refuse, to {routes} routes")
     before = stage.ledger.tally()
-    wrong: list[str] = []
-    for n, (request, body) in enumerate(bodies):
-        response = _send(stage, request, body, n)
-        status = None if response is None else response.status_code
-        result.answered(status)
-        if status is None or not 400 <= status < 500:
-            shown = "no answer" if status is None else str(status)
-            wrong.append(f"{request.method} {request.path} with {body.label}: {shown}")
-    result.requests += len(bodies)
+    wrong = _round(stage, result, refused, "bad-", range(400, 500))
     stage.drain(result, "the refused requests")
     left = stage.ledger.tally() - before
     rec = result.reconciliation
     rec.expected = {table: 0 for table in left.rows}
     rec.found = dict(left.rows)
+    rec.counts = {"refused by the schema": len(refused), "odd, let through": len(odd)}
     for text in rec.problems():
         result.problem(f"half-written: {text}")
+    _named(result, "not a 4xx", wrong)
+    if odd:
+        result.did(
+            f"sent {len(odd)} odd bodies the schemas let through (taken or refused, never 5xx)"
+        )
+        _named(result, "failed on an odd body", _round(stage, result, odd, "odd-", range(200, 500)))
+        stage.drain(result, "the odd requests")
     for principal, n in sorted(stage.ledger.records_of("bad-").items())[:SHOWN]:
         result.problem(f"request {principal} was refused, yet left {n} records")
-    for text in wrong[:SHOWN]:
-        result.problem(f"not a 4xx: {text}")
-    if len(wrong) > SHOWN:
-        result.problem(f"... and {len(wrong) - SHOWN} more bodies not answered 4xx")
 
 
 SCENARIO = Scenario("bad-payload", "bodies the schema refuses: 4xx, nothing half-written", _play)
