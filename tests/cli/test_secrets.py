@@ -93,16 +93,18 @@ def _everything(result: Result) -> str:
     return f"{result.output}\n{result.stderr}\n{result.exception!r}"
 
 
-def _bad_urls(env: str, secret: str) -> list[str]:
+def _bad_urls(env: str, secret: str, *, makes_databases: bool = False) -> list[str]:
     """URLs (each with ``secret`` as its password or token) that each command refuses
-    before it starts anything: a bad option, scheme, port, encoding; a host that refuses."""
+    before it starts anything: a bad option, scheme, port, encoding; a host that refuses;
+    a database that does not exist (but for `pigeon rehearse`, which makes it)."""
     if env == "PIGEON_DB":
+        missing = f"postgresql://postgres:{secret}@127.0.0.1:5432/no_such_db_{uuid.uuid4().hex[:6]}"
         return [
             f"postgresql://ada:{secret}@127.0.0.1:1/app",
             f"postgresql://ada:{secret}@127.0.0.1:5432/app?bogus=1",
             f"postgresql://ada:{secret}%zz@127.0.0.1:5432/app",
             f"postgresql://ada:{secret}@127.0.0.1:99999/app",
-            f"postgresql://postgres:{secret}@127.0.0.1:5432/no_such_db_{uuid.uuid4().hex[:6]}",
+            *([] if makes_databases else [missing]),
             f"postgresql://127.0.0.1:1/app?password={secret}",
             f"mysql://ada:{secret}@127.0.0.1/app",
         ]
@@ -133,7 +135,7 @@ def test_no_error_of_any_command_shows_the_password(
         secret = secret[:10]
         values = [secret]  # too short for either (16, 32): refused, saying why
     else:
-        values = _bad_urls(str(param.envvar), secret)
+        values = _bad_urls(str(param.envvar), secret, makes_databases=path == ("rehearse",))
     for value in values:
         for how in ("argument", "environment"):
             if how == "argument":

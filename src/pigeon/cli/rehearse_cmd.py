@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import shown, titled_table
+from pigeon.cli.options import DB_ENV, RELAY_TO_ENV
 from pigeon.cli.secrets import secret_url
 from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
@@ -133,6 +134,7 @@ RehearseDbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
+        envvar=DB_ENV,
         callback=secret_url,
         help="A SQLite path or postgresql:// URL naming a database that does not exist "
         "yet: made, and dropped at the end (default: a temporary SQLite file). One that "
@@ -161,6 +163,7 @@ RelayOption = Annotated[
     str | None,
     typer.Option(
         "--relay-to",
+        envvar=RELAY_TO_ENV,
         callback=secret_url,
         help="The broker the app relays its outbox to (redis://, nats:// or amqp://): a "
         "relay runs beside the server, under names of the run's own there, removed at the "
