@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
 
-from fastapi import Header, Request
+from fastapi import Request
 from sqlalchemy.orm import Session
 
 from pigeon.integrations.fastapi import Pigeon
@@ -13,10 +12,14 @@ from pigeon.integrations.fastapi import Pigeon
 ANONYMOUS = "anonymous"
 
 
-def current_user(authorization: Annotated[str | None, Header()] = None) -> str:
-    """The caller: here the bearer token itself, for the example; put your own
+def current_user(request: Request) -> str:
+    """The caller. Under ``pigeon serve --app``, as the command's ``--auth`` names it;
+    run on its own, the bearer token itself, for the example: put your own
     authentication here (keys, notes and orders are scoped by what it returns)."""
-    scheme, _, token = (authorization or "").partition(" ")
+    served = getattr(request.app.state, "principal", None)
+    if served is not None:
+        return str(served(request))
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
     return token if scheme.lower() == "bearer" and token else ANONYMOUS
 
 

@@ -13,6 +13,11 @@ own connection, and the handler. Then, in that one transaction:
    answer is the transaction's last statement (``LastStatement``), which a unit of work
    may send in one round trip with its COMMIT (psycopg's pipeline mode).
 
+The test hooks of a request (``pigeon serve --test-hooks``, read only where the app
+turned them on: `pigeon.server.testhooks`) are honoured as the intake honours them: a
+delay after the claim, a failure after the handler wrote, a Set-Cookie that is never
+stored, the process killed before or after the commit.
+
 Outcomes follow the intake (`pigeon.server.handler_run`): a 4xx the rules store rolls the
 handler's writes back and is stored under the key, in a short transaction of its own (no
 savepoint on the way of a 2xx); a 5xx, an exception, 401/403/408/425/429 or a
@@ -26,13 +31,16 @@ rolls back on every other outcome. The handler must not commit itself.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from pigeon.exceptions import ValidationError
+from pigeon.server import testhooks
 from pigeon.server.applying import busy_refusal
 from pigeon.server.fingerprint import fingerprint
 from pigeon.server.handler_run import stored_answer
@@ -168,8 +176,10 @@ class Claims:
         return last
 
     def notify(self, key: str) -> None:
+        """``key``'s answer committed, no one answered yet."""
         if self.after_commit is not None:
             self.after_commit([key])
+        testhooks.crash_if_due((key,))
 
     # -- a whole request -----------------------------------------------------------------
 
@@ -209,7 +219,9 @@ class Claims:
             uow.rollback()
             return claimed
         try:
-            result = handler()
+            if op.hooks is not None and op.hooks.delay_ms:
+                time.sleep(op.hooks.delay)  # in progress, its claim held: the test's gap
+            result = _hooked(op, handler())
             if result.status < 400:
                 uow.commit(self.keep(claimed, result))
                 self.notify(claimed.key)
@@ -269,7 +281,9 @@ class Claims:
             await uow.rollback()
             return claimed
         try:
-            result = await handler()
+            if op.hooks is not None and op.hooks.delay_ms:
+                await asyncio.sleep(op.hooks.delay)
+            result = _hooked(op, await handler())
             if result.status < 400:
                 await uow.commit(self.keep(claimed, result))
                 self.notify(claimed.key)
@@ -291,3 +305,22 @@ class Claims:
         await uow.commit(self.keep(again, result))
         self.notify(again.key)
         return result
+
+
+def _hooked(op: OperationRequest, result: OpResult) -> OpResult:
+    """The handler's ``result`` with the test hooks ``op`` carries applied (as
+    `pigeon.server.handler_run` applies them), before anything is stored or committed."""
+    hooks = op.hooks
+    if hooks is None:
+        return result
+    if hooks.fail:  # after the handler wrote: everything rolls back, the key is free
+        raise RuntimeError(f"{testhooks.FAIL}: failed after writing, key {op.key}")
+    if hooks.set_cookie is not None:  # sent with this answer, never stored with it
+        result = dataclasses.replace(
+            result, headers=(*result.headers, ("set-cookie", hooks.set_cookie))
+        )
+    if hooks.crash == "before-commit":
+        testhooks.crash()  # the handler's writes made, nothing committed
+    if hooks.crash == "after-commit":
+        testhooks.crash_after_commit(op.key)  # in notify, once it committed
+    return result

@@ -13,13 +13,15 @@
 The key's claim, the handler's ORM writes, the jobs it defers and the stored response
 commit in one transaction of the session (`pigeon.integrations.fastapi.routes`); pigeon's
 tables come from the application's migrations (`pigeon.integrations.migrations`, or
-``pigeon migrate --db URL``).
+``pigeon migrate --db URL``). Served by ``pigeon serve --app module:factory``, the app
+takes the command's options (`pigeon.integrations.fastapi.served`).
 """
 
 from __future__ import annotations
 
 from pigeon.integrations.fastapi import _extra  # noqa: F401  (first: one line naming the extra)
 from pigeon.integrations.fastapi.routes import Pigeon
+from pigeon.integrations.fastapi.served import principal_from, sqlalchemy_url
 from pigeon.integrations.fastapi.sessions import defer, defer_async, session_tx
 
-__all__ = ["Pigeon", "defer", "defer_async", "session_tx"]
+__all__ = ["Pigeon", "defer", "defer_async", "principal_from", "session_tx", "sqlalchemy_url"]

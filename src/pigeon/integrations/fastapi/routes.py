@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, cast, get_args, get_origin, get_type_hints
@@ -41,12 +42,14 @@ from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH
 from pigeon.integrations.claims import Claims
 from pigeon.integrations.fastapi.answers import PROBLEMS, answer, result_of
 from pigeon.integrations.fastapi.batch import add_batch_route
+from pigeon.integrations.fastapi.served import Served, served_by
 from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
 from pigeon.server.auth import ANONYMOUS
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
 from pigeon.server.limits import DEFAULT_MAX_BODY
 from pigeon.server.messages import parse_request
 from pigeon.server.operations import OperationRequest
+from pigeon.server.options import ServerOptions
 from pigeon.server.results import OpResult
 from pigeon.storage.crypto import Keyring
 
@@ -66,6 +69,7 @@ class Incoming:
     principal: str
     op: OperationRequest | OpResult
     status_code: int  # the route's default status
+    served: Served  # the app's claims, keyring and limits
 
 
 def _anonymous() -> str:
@@ -90,11 +94,13 @@ class Pigeon:
         claim_wait: float = CLAIM_WAIT,
         after_commit: Callable[[list[str]], None] | None = None,
     ) -> None:
-        self.claims = Claims(
+        claims = Claims(
             policy or IdempotencyPolicy(), claim_wait=claim_wait, after_commit=after_commit
         )
-        self.keyring = keyring
-        self._incoming = _incoming_dependency(principal or _anonymous, max_body)
+        self.served = Served(claims, keyring, max_body)
+        # The apps installed with a server's options (pigeon serve --app), each its own.
+        self._apps: weakref.WeakKeyDictionary[Any, Served] = weakref.WeakKeyDictionary()
+        self._incoming = _incoming_dependency(principal or _anonymous, self._served_for)
         self.operation = _operation_dependency(self._incoming)
         self.guarded: set[Callable[..., Any]] = set()
 
@@ -131,12 +137,13 @@ class Pigeon:
             incoming: Incoming = kwargs.pop(INCOMING)
             if isinstance(incoming.op, OpResult):
                 return answer(incoming.op)
-            work = SessionWork(kwargs[name], self.keyring)
+            served = incoming.served
+            work = SessionWork(kwargs[name], served.keyring)
 
             def handler() -> OpResult:
                 return _called(fn, args, kwargs, incoming.status_code)
 
-            return answer(self.claims.run(work, incoming.principal, incoming.op, handler))
+            return answer(served.claims.run(work, incoming.principal, incoming.op, handler))
 
         return wrapper
 
@@ -145,7 +152,8 @@ class Pigeon:
             incoming: Incoming = kwargs.pop(INCOMING)
             if isinstance(incoming.op, OpResult):
                 return answer(incoming.op)
-            work = AsyncSessionWork(kwargs[name], self.keyring)
+            served = incoming.served
+            work = AsyncSessionWork(kwargs[name], served.keyring)
 
             async def handler() -> OpResult:
                 try:
@@ -155,14 +163,19 @@ class Pigeon:
                 return result_of(returned, incoming.status_code)
 
             op = incoming.op
-            return answer(await self.claims.run_async(work, incoming.principal, op, handler))
+            return answer(await served.claims.run_async(work, incoming.principal, op, handler))
 
         return wrapper
 
-    def install(self, app: FastAPI, *, batch: bool = False) -> None:
+    def install(
+        self, app: FastAPI, *, batch: bool = False, options: ServerOptions | None = None
+    ) -> None:
         """Put the refusals (problem+json) and the required Idempotency-Key header of
         every route this ``Pigeon`` guards into ``app``'s OpenAPI document. ``batch``:
-        serve the edge's batches too (`pigeon.integrations.fastapi.batch`)."""
+        serve the edge's batches too (`pigeon.integrations.fastapi.batch`). ``options``:
+        ``pigeon serve``'s, for this app's requests (`pigeon.integrations.fastapi.served`)."""
+        if options is not None:
+            self._apps[app] = served_by(options, self.served.claims)
         if batch:
             add_batch_route(app)
         guarded = {
@@ -183,6 +196,10 @@ class Pigeon:
 
         app.openapi = openapi  # type: ignore[method-assign]
 
+    def _served_for(self, app: Any) -> Served:
+        """How ``app``'s requests are read and claimed (its server's options, if any)."""
+        return self._apps.get(app, self.served)
+
 
 def _called(fn: Callable[..., Any], args: Any, kwargs: Any, status: int) -> OpResult:
     try:
@@ -200,12 +217,15 @@ def _http_exception(exc: HTTPException) -> OpResult:
     return result_of(response, exc.status_code)
 
 
-def _incoming_dependency(principal: Callable[..., Any], max_body: int) -> Callable[..., Any]:
+def _incoming_dependency(
+    principal: Callable[..., Any], served_for: Callable[[Any], Served]
+) -> Callable[..., Any]:
     async def incoming(request: Request, caller: Any, key: str | None = None) -> Incoming:
-        op = await parse_request(request, max_body=max_body)
+        served = served_for(request.app)
+        op = await parse_request(request, max_body=served.max_body, test_hooks=served.test_hooks)
         route = request.scope.get("route")
         status = getattr(route, "status_code", None) or 200
-        return Incoming(str(caller), op, status)
+        return Incoming(str(caller), op, status, served)
 
     # Said with objects, not with this module's postponed annotations, which FastAPI would
     # evaluate where ``principal`` is no name. The header is read (every line of it) by

@@ -1,0 +1,98 @@
+"""A FastAPI application served by ``pigeon serve --app module:factory``: the command's
+options (`pigeon.server.options.ServerOptions`) applied to its ``@pigeon.idempotent``
+routes and to who calls.
+
+    def serve(options: ServerOptions) -> FastAPI:     # pigeon serve --app mymodule:serve
+        app = FastAPI()
+        app.state.engine = create_engine(sqlalchemy_url(options))
+        app.include_router(router)
+        pigeon.install(app, batch=True, options=options)
+        return app
+
+``Pigeon.install(app, options=)`` gives that app's requests the options' idempotency
+policy, body limit, keyring and test hooks (``--test-hooks``: the delay, fail,
+Set-Cookie and crash headers of `pigeon.server.testhooks`); ``principal_from(options)``
+is the dependency naming the caller by the options' authentication (``--auth``,
+``--allow-anonymous``), for the app's ``Pigeon(principal=...)`` and its other routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import HTTPException, Request
+
+from pigeon.exceptions import AuthorizationRequired, ConfigurationError
+from pigeon.integrations.claims import Claims
+from pigeon.server.auth import principal_of
+from pigeon.server.options import ServerOptions
+from pigeon.storage.crypto import Keyring
+
+__all__ = ["Served", "principal_from", "served_by", "sqlalchemy_url"]
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """How one application's idempotent requests are read and claimed."""
+
+    claims: Claims
+    keyring: Keyring | None
+    max_body: int
+    test_hooks: bool = False
+
+
+def served_by(options: ServerOptions, like: Claims) -> Served:
+    """``options`` as the ``Served`` of an app (its claims otherwise ``like`` these); the
+    intake's options that have no meaning in the application's own transaction are
+    refused (ConfigurationError naming them)."""
+    intake = options.intake
+    if intake.claim_mode != "inline":
+        raise ConfigurationError(
+            "an @idempotent route claims its key in the handler's own transaction: "
+            "claim_mode 'separate' does not apply to it",
+            field="claim_mode",
+        )
+    if intake.in_progress_wait:
+        raise ConfigurationError(
+            "an @idempotent route answers a duplicate of a request in progress 409 at once: "
+            "in_progress_wait does not apply to it",
+            field="in_progress_wait",
+        )
+    keyring = options.database.keyring() if options.database is not None else None
+    claims = Claims(intake.policy, like.now, like.claim_wait, like.after_commit)
+    return Served(claims, keyring, options.limits.max_body, intake.test_hooks)
+
+
+def principal_from(options: ServerOptions) -> Callable[[Request], str]:
+    """A FastAPI dependency: the caller as the options' authenticator names it (the
+    demo stand-in or JWT), ``anonymous`` without credentials where they are let in, and
+    401 otherwise."""
+    authenticate = options.auth.authenticator()
+    anonymous = options.auth.anonymous
+
+    def principal(request: Request) -> str:
+        challenge = {"WWW-Authenticate": "Bearer"}
+        try:
+            found = principal_of(authenticate, request, allow_anonymous=anonymous)
+        except AuthorizationRequired as exc:
+            status = getattr(exc, "status", None) or 401
+            raise HTTPException(status, str(exc), headers=challenge) from None
+        if found is None:
+            raise HTTPException(401, "an Authorization: Bearer token is required", challenge)
+        return found
+
+    return principal
+
+
+def sqlalchemy_url(options: ServerOptions, *, asynchronous: bool = False) -> str:
+    """The options' database (``--db``: a SQLite path or ``postgresql://...``) as
+    SQLAlchemy names it, with psycopg, or aiosqlite for an ``AsyncSession`` on SQLite."""
+    if options.database is None:
+        raise ConfigurationError("these ServerOptions name no database", field="db")
+    url = options.database.url
+    if options.database.is_postgres:
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    driver = "sqlite+aiosqlite" if asynchronous else "sqlite"
+    return f"{driver}:///{Path(url).resolve()}"

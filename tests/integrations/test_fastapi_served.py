@@ -1,0 +1,127 @@
+"""``pigeon serve --app examples.fastapi_orders.app:serve``: the FastAPI example served by a
+real ``pigeon serve`` process with the command's options, its authentication, body limit
+and test hooks (delay, fail, Set-Cookie, a crash after the commit) honoured by
+``@pigeon.idempotent``, over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.integrations.fastapi import Pigeon
+from pigeon.server import IntakeOptions, ServerOptions
+from tests import processes
+
+APP = "examples.fastapi_orders.app:serve"
+ROOT = Path(__file__).resolve().parents[2]
+PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
+ADA = {"Authorization": "Bearer ada.1"}  # the demo stand-in's: principal "ada"
+
+
+@contextmanager
+def served(db: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``pigeon serve --app`` with the test hooks, once its app answers."""
+    args = [*PIGEON, "serve", "--app", APP, "--db", str(db), "--port", "0", "--test-hooks"]
+    env = os.environ | {"PIGEON_TEST_HOOKS": "1"}
+    proc = processes.spawn([*args, *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.rstrip().endswith(f": the app {APP}"), line
+        url = line.split()[3]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/openapi.json", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield proc, url
+    finally:
+        processes.stop(proc, grace=0)
+
+
+def note(url: str, key: str, **headers: str) -> httpx.Response:
+    body = {"id": "n1", "title": "tea"}
+    hooks = {"Idempotency-Key": key, **ADA, **headers}
+    return httpx.post(url + "/notes", json=body, headers=hooks, timeout=30)
+
+
+def effects(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [key for (key,) in conn.execute("SELECT idempotency_key FROM note_effects")]
+
+
+def test_the_commands_options_reach_the_apps_idempotent_routes(tmp_path: Path) -> None:
+    db = tmp_path / "orders.db"
+    with served(db, "--max-body", "200") as (_, url):
+        assert note(url, "k1", Authorization="").status_code == 401  # --auth demo, no token
+        failed = note(url, "k1", **{"X-Pigeon-Test-Fail": "1"})
+        assert failed.status_code == 500 and effects(db) == []  # rolled back, key free
+        first = note(url, "k1", **{"X-Pigeon-Test-Set-Cookie": "s=1"})
+        assert first.status_code == 201 and first.headers["set-cookie"] == "s=1"
+        again = note(url, "k1")
+        assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
+        assert "set-cookie" not in again.headers  # a cookie is the connection's, not the key's
+        big = httpx.post(
+            url + "/notes", json={"title": "x" * 300}, headers=ADA | {"Idempotency-Key": "k2"}
+        )
+        assert big.status_code == 413
+        listed = httpx.get(url + "/notes", headers={"Authorization": "Bearer ada.2"}).json()
+        assert [n["id"] for n in listed["notes"]] == ["n1"]  # the same principal, ada
+    assert effects(db) == ["k1"]
+
+
+def test_a_duplicate_of_a_request_held_by_the_delay_hook_is_409(tmp_path: Path) -> None:
+    with served(tmp_path / "orders.db") as (_, url):
+        held: list[httpx.Response] = []
+        original = threading.Thread(
+            target=lambda: held.append(note(url, "k1", **{"X-Pigeon-Test-Delay-Ms": "2000"}))
+        )
+        original.start()
+        time.sleep(0.8)
+        duplicate = note(url, "k1")
+        original.join(30)
+    assert duplicate.status_code == 409 and int(duplicate.headers["retry-after"]) >= 1
+    assert held[0].status_code == 201
+
+
+@pytest.mark.slow
+def test_killed_after_the_commit_by_the_crash_hook_the_resend_replays(tmp_path: Path) -> None:
+    db = tmp_path / "orders.db"
+    with served(db) as (proc, url):
+        with pytest.raises(httpx.TransportError):
+            note(url, "k1", **{"X-Pigeon-Test-Crash": "after-commit"})
+        assert proc.wait(30) == -9  # SIGKILLed by itself, before answering
+    assert effects(db) == ["k1"]  # committed, never answered
+    with served(db) as (_, url):
+        again = note(url, "k1")
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert effects(db) == ["k1"]
+
+
+@pytest.mark.parametrize(
+    ("intake", "field"),
+    [
+        (IntakeOptions(claim_mode="separate"), "claim_mode"),
+        (IntakeOptions(in_progress_wait=2), "in_progress_wait"),
+    ],
+)
+def test_intake_options_with_no_meaning_in_the_apps_transaction_are_refused(
+    intake: IntakeOptions, field: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        Pigeon().install(FastAPI(), options=ServerOptions(intake=intake))
+    assert refused.value.field == field
