@@ -79,7 +79,9 @@ def _reconciled(result: ScenarioResult) -> str:
             "duplicates": rec.duplicates,
             "lost": rec.lost,
         }
-    figures |= {"failed with owner": rec.failed_with_owner, **rec.counts}
+    if rec.failed_with_owner:
+        figures["failed with owner"] = rec.failed_with_owner
+    figures |= rec.counts
     if rec.failed_without_owner:
         figures["failed without owner"] = rec.failed_without_owner
     text = ", ".join(f"{shown(k)} {v}" for k, v in figures.items())

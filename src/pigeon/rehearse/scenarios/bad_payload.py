@@ -91,7 +91,10 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
     rng = random.Random(f"bad-payload-{stage.scale}")
     refused, odd = _bodies(stage, rng)
     routes = len(stage.makers.routes)
-    result.did(f"sent {len(refused)} bodies the published schemas refuse, to {routes} routes")
+    result.did(
+        f"sent {len(refused)} bodies the published schemas refuse, to {routes} "
+        f"route{'s' if routes != 1 else ''}"
+    )
     before = stage.ledger.tally()
     wrong = _round(stage, result, refused, "bad-", range(400, 500))
     stage.drain(result, "the refused requests")

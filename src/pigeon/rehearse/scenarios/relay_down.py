@@ -54,6 +54,7 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
         return
     _published(stage, 0, BACK)  # what earlier scenarios queued, out first
     after = _last(stage)
+    jobs = stage.ledger.tally().rows["jobs"]
     stage.proxy.cut()
     count = PER_SCALE * stage.scale
     result.did(f"cut the broker off; sent {count} requests")
@@ -80,6 +81,7 @@ def _play(stage: Stage, result: ScenarioResult) -> None:
     result.did(f"{waiting} of {len(rows)} messages waited in the outbox; the broker is back")
     took = _published(stage, after, BACK)
     result.reconciliation.drain_seconds = None if took is None else round(took, 3)
+    result.jobs = stage.ledger.tally().rows["jobs"] - jobs
     if took is None:
         result.problem(f"the outbox did not drain within {BACK:.0f} s of the broker's return")
     _check(stage, result, rows, waiting)
