@@ -27,7 +27,7 @@ from pigeon.reference.notes import (
     replace_note,
     validate_note,
 )
-from pigeon.reference.notes_many import create_notes
+from pigeon.reference.notes_many import create_notes, delete_notes, replace_notes
 from pigeon.reference.schema import attach
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.operations import HandlerResult
@@ -45,14 +45,17 @@ DAY = 24 * 3600.0
 
 def intake_on(db: Database, clock: FakeClock, many: Any = create_notes) -> Intake:
     """The notes' writes as the reference app declares them, ``many`` the create's set
-    handler (None: every operation the per-operation way), and two failing routes."""
+    handler (None: every operation the per-operation way, the replaces' and deletes' too),
+    and two failing routes."""
     wall = HybridLogicalClock("server", wall=lambda: int(clock() * 1000))
     intake = Intake(db, now=clock, clock=wall)
     create = {"request_schema": NOTE_SCHEMA, "validate": validate_note, "on_replay": current_note}
     intake.add_operation("POST", "/notes", create_note, many=many, **create)
     at_id = create | {"request_schema": NOTE_AT_ID_SCHEMA}
-    intake.add_operation("PUT", "/notes/{id}", replace_note, **at_id)
-    intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
+    writes = (None, None) if many is None else (replace_notes, delete_notes)
+    deletes: dict[str, Any] = {"on_replay": current_note}
+    intake.add_operation("PUT", "/notes/{id}", replace_note, many=writes[0], **at_id)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note, many=writes[1], **deletes)
     intake.add_operation("POST", "/refuse", failing_handler("4xx"))
     intake.add_operation("POST", "/crash", failing_handler("raise"))
     return intake
@@ -222,6 +225,32 @@ def test_an_entity_or_key_twice_and_a_live_note_run_the_one_by_one_way_in_order(
     assert [r.status for r in results] == [201, 409, 201, 422, 409, 400, 200, 201]
     assert results[2].replayed and results[7].body["version"] == 3
     pair.same_state("p")
+
+
+def write(key: str, note_id: str, n: int | None, if_match: str | None = None) -> OperationRequest:
+    """A replace of note ``note_id`` with ``{"v": n}``, or its delete (``n`` None)."""
+    method, body = ("DELETE", None) if n is None else ("PUT", {"v": n})
+    path = f"/notes/{note_id}"
+    return OperationRequest(method, path, body, key, f"op-{key}", stamp(n or 0), if_match)
+
+
+def test_replaces_and_deletes_go_set_wise_and_what_they_refuse_one_by_one(pair: Pair) -> None:
+    pair.batch("p", [create(f"c{i}", f"n{i}", i) for i in range(6)])
+    ops = [
+        write("u0", "n0", 10),
+        write("u1", "n1", 11, if_match="1"),
+        write("u2", "n2", 12, if_match="7"),  # 412 with the note
+        write("u3", "nowhere", 13),  # 404
+        write("d4", "n4", None),
+        write("d5", "n5", None, if_match="1"),
+        write("u6", "n0", 16),  # the same note again: after the first, version 3
+        write("d7", "n4", None),  # deleted already: 404
+    ]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [200, 200, 412, 404, 200, 200, 200, 404]
+    assert results[6].body["version"] == 3 and results[4].body["deleted"] is True
+    pair.same_state("p")
+    assert all(r.replayed for r in pair.batch("p", ops))
 
 
 def test_a_transient_failure_mid_batch_stops_it_there_with_nothing_after_it(pair: Pair) -> None:

@@ -43,7 +43,7 @@ from pigeon.reference.conflicts import (
 )
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
-from pigeon.reference.notes_many import create_notes
+from pigeon.reference.notes_many import create_notes, delete_notes, replace_notes
 from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
@@ -347,10 +347,11 @@ def reference_app(options: ServerOptions) -> Starlette:
 def add_note_writes(intake: Intake) -> None:
     """The writes of ``/notes``: create, replace, patch (each schema-checked before the
     claim) and delete, each answering a purged conflict's replay with the note now; a
-    batch's creates are made many at once (`pigeon.reference.notes_many`)."""
+    batch's creates, replaces and deletes are made many at once
+    (`pigeon.reference.notes_many`)."""
     for method, path, handler, schema, many in (
         ("POST", "/notes", create_note, NOTE_SCHEMA, create_notes),
-        ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA, None),
+        ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA, replace_notes),
         ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA, None),
     ):
         intake.add_operation(
@@ -362,7 +363,9 @@ def add_note_writes(intake: Intake) -> None:
             validate=validate_note,
             many=many,
         )
-    intake.add_operation("DELETE", "/notes/{id}", delete_note, on_replay=current_note)
+    intake.add_operation(
+        "DELETE", "/notes/{id}", delete_note, on_replay=current_note, many=delete_notes
+    )
 
 
 def add_settled_collections(

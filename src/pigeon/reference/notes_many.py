@@ -1,10 +1,12 @@
-"""The notes app's set-based writes (`pigeon.server.intake_set`): many creates of a batch
-in one statement for the notes and one for their ledger rows, each answered as
-`pigeon.reference.notes.create_note` answers it alone.
+"""The notes app's set-based writes (`pigeon.server.intake_set`): many creates, replaces
+or deletes of a batch in a statement or two for the notes and one for their ledger rows,
+each answered as `pigeon.reference.notes` answers it alone (``create_note``,
+``replace_note``, ``delete_note``).
 
 What the one-note handler answers otherwise is left to it (None): a body it would refuse,
-a second create of an id within the call, and an id a live note has already (409 with
-the note); the intake runs those one by one after the others.
+a second write of an id within the call, a create of an id a live note has (409 with the
+note), a replace or delete of a note that is not there (404) or whose version ``If-Match``
+does not name (412); the intake runs those one by one after the others.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from pigeon.storage.sealed import NOTE_DATA
 
 NOTE_AD = NOTE_DATA.ad  # as pigeon.reference.notes seals a note's data
 
-__all__ = ["create_notes"]
+__all__ = ["create_notes", "delete_notes", "replace_notes"]
+
+# A planned write of an existing note: (item's index, note id, data text, deleted).
+_Write = tuple[int, str, str, bool]
 
 
 def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
@@ -89,3 +94,101 @@ def _answer(note_id: str, version: int, data: str, clock: str, updated_at: float
         f'{{"clock":{_string(clock)},"data":{data},"id":{_string(note_id)},'
         f'"updated_at":{updated_at!r},"version":{version!r}}}'
     )
+
+
+def replace_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
+    """``PUT /notes/{id}`` for many operations of one principal at once."""
+    return _write_many(tx, items, deleting=False)
+
+
+def delete_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
+    """``DELETE /notes/{id}`` for many operations of one principal at once."""
+    return _write_many(tx, items, deleting=True)
+
+
+def _write_many(
+    tx: Tx, items: Sequence[IntakeContext], *, deleting: bool
+) -> list[HandlerResult | None]:
+    """New versions of existing notes (``note_write`` for many, the notes locked first as
+    ``note_lock`` locks one), their ledger rows, and each one's answer."""
+    out: list[HandlerResult | None] = [None] * len(items)
+    targets = _targets(items, deleting)
+    if not targets:
+        return out
+    principal, now = items[0].principal, items[0].now
+    ids = json.dumps([note_id for _, note_id in targets])
+    locked = ref.fetchall(tx, "notes_lock_many", {"principal": principal, "ids": ids})
+    current = {r["id"]: r for r in locked}
+    planned = (_write(tx, i, items[i], current.get(n), deleting) for i, n in targets)
+    writes = [w for w in planned if w is not None]
+    if not writes:
+        return out
+    seal = tx.cipher.seal
+    notes = [
+        [note_id, seal(data, *NOTE_AD, principal, note_id), int(gone), items[i].clock]
+        for i, note_id, data, gone in writes
+    ]
+    params = {"principal": principal, "notes": json.dumps(notes), "now": now}
+    made = {r["id"]: r for r in ref.fetchall(tx, "notes_write_many", params)}
+    ledger: list[list[Any]] = []
+    for i, note_id, data, _ in writes:
+        row, ctx = made[note_id], items[i]
+        version = int(row["version"])
+        entity = ctx.entity or f"note:{note_id}"
+        ledger.append(
+            [ctx.idempotency_key, ctx.operation_id, entity, ctx.method, 200, version, ctx.clock]
+        )
+        if deleting:  # as delete_note answers
+            out[i] = 200, {"id": note_id, "deleted": True, "version": version}
+        else:
+            location = "/notes/" + path_segment(note_id)
+            body = _answer(note_id, version, data, ctx.clock, row["updated_at"])
+            out[i] = 200, body, {ETAG: quote_etag(str(version)), "Location": location}
+    entries = {"principal": principal, "entries": json.dumps(ledger), "now": now}
+    ref.execute(tx, "ledger_append_many", entries)
+    return out
+
+
+def _targets(items: Sequence[IntakeContext], deleting: bool) -> list[tuple[int, str]]:
+    """(index, note id) of each item to write here: its id not named by an earlier item,
+    and a replace's body a note of that id (validate_note's rules)."""
+    seen: set[str] = set()
+    targets: list[tuple[int, str]] = []
+    for i, ctx in enumerate(items):
+        note_id = str(ctx.path_params.get("id"))
+        if note_id in seen:
+            continue
+        seen.add(note_id)
+        if not deleting and not _names(ctx.body, note_id):
+            continue
+        targets.append((i, note_id))
+    return targets
+
+
+def _names(body: Any, note_id: str) -> bool:
+    """Is ``body`` a note whose id, if it gives one, is ``note_id``?"""
+    if not isinstance(body, dict):
+        return False
+    given = body.get("id")
+    if given in (None, ""):
+        return True
+    try:
+        return resource_id(given) == note_id
+    except InvalidIdentifier:
+        return False
+
+
+def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, deleting: bool) -> _Write | None:
+    """The write ``ctx`` asks of the note ``row`` (as locked), or None where the one-note
+    handler answers otherwise: no live note (404), a version If-Match does not name (412)."""
+    if row is None or row["deleted"]:
+        return None
+    if ctx.if_match is not None and ctx.if_match not in ("*", str(row["version"])):
+        return None
+    note_id = row["id"]
+    if deleting:  # the data stays as it was (delete_note writes it back)
+        kept = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], note_id)
+        data = canonical_json(json.loads(kept))
+    else:
+        data = canonical_json({k: v for k, v in ctx.body.items() if k != "id"})
+    return i, note_id, data, deleting

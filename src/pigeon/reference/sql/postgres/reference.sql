@@ -68,6 +68,24 @@ SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = 
 WHERE ref_notes.deleted = 1
 RETURNING id, version, updated_at
 
+-- name: notes_lock_many
+-- note_lock for a JSON array of ids (:ids): the rows locked until the commit.
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM ref_notes
+WHERE principal = %(principal)s AND id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+ORDER BY id
+FOR UPDATE
+
+-- name: notes_write_many
+-- note_write for many notes: :notes is a JSON array of [id, data, deleted, clock], each id
+-- once.
+UPDATE ref_notes AS n
+SET version = n.version + 1, data = w.v ->> 1, deleted = (w.v ->> 2)::integer,
+    clock = w.v ->> 3, updated_at = %(now)s
+FROM jsonb_array_elements(%(notes)s::jsonb) AS w(v)
+WHERE n.principal = %(principal)s AND n.id = w.v ->> 0
+RETURNING n.id, n.version, n.updated_at
+
 -- name: ledger_append_many
 -- ledger_append for many operations of one principal, in the order of :entries (a JSON
 -- array of [idempotency_key, operation_id, entity, method, status, version, clock]).

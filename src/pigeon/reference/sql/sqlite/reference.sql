@@ -65,6 +65,27 @@ SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = 
 WHERE ref_notes.deleted = 1
 RETURNING id, version, updated_at
 
+-- name: notes_lock_many
+-- note_lock for a JSON array of ids (:ids): SQLite's one writer holds them already.
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+FROM ref_notes
+WHERE principal = :principal AND id IN (SELECT value FROM json_each(:ids))
+
+-- name: notes_write_many
+-- note_write for many notes: :notes is a JSON array of [id, data, deleted, clock], each id
+-- once. The ids are materialised first so that each finds its note by the primary key.
+WITH w AS MATERIALIZED (
+    SELECT value ->> '$[0]' AS id, value ->> '$[1]' AS data, value ->> '$[2]' AS deleted,
+           value ->> '$[3]' AS clock
+    FROM json_each(:notes)
+)
+UPDATE ref_notes
+SET version = ref_notes.version + 1, data = w.data, deleted = w.deleted, clock = w.clock,
+    updated_at = :now
+FROM w
+WHERE ref_notes.principal = :principal AND ref_notes.id = w.id
+RETURNING ref_notes.id, ref_notes.version, ref_notes.updated_at
+
 -- name: ledger_append_many
 -- ledger_append for many operations of one principal, in the order of :entries (a JSON
 -- array of [idempotency_key, operation_id, entity, method, status, version, clock]).
