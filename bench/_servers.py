@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import httpx
+import psycopg
 
 
 def free_port() -> int:
@@ -75,3 +79,27 @@ def timed_clients(
     for thread in threads:
         thread.join()
     return sum(done), time.perf_counter() - started
+
+
+ADMIN_DSN = os.environ.get("PIGEON_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@contextmanager
+def pg_database() -> Iterator[str]:
+    """A new PostgreSQL database on the server PIGEON_BENCH_PG_DSN names (default: the
+    local one), its URL; dropped afterwards."""
+    name = f"pigeon_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
+    info["dbname"] = name
+    try:
+        yield "postgresql://{user}@{host}:{port}/{dbname}".format(
+            user=info.get("user", "postgres"),
+            host=info.get("host", "127.0.0.1"),
+            port=info.get("port", 5432),
+            dbname=name,
+        )
+    finally:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -13,43 +13,19 @@ PostgreSQL is the one named by PIGEON_BENCH_PG_DSN (default: the local server).
 
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from bench._report import Row, rate, row
-from bench._servers import timed_clients
+from bench._servers import pg_database, timed_clients
 from pigeon.demo.processes import ServerProcess
 
-ADMIN_DSN = os.environ.get("PIGEON_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 THREADS = 8
 BATCH = 20
-
-
-@contextmanager
-def _pg_database() -> Iterator[str]:
-    name = f"pigeon_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
-    info["dbname"] = name
-    try:
-        yield "postgresql://{user}@{host}:{port}/{dbname}".format(
-            user=info.get("user", "postgres"),
-            host=info.get("host", "127.0.0.1"),
-            port=info.get("port", 5432),
-            dbname=name,
-        )
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _single(client: httpx.Client, tag: str, i: int) -> int:
@@ -98,7 +74,7 @@ def run(*, quick: bool = False) -> list[Row]:
     singles, batches = (800, 80) if quick else (4000, 400)
     with tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp:
         lite_single, lite_batch = _measure(str(Path(tmp) / "server.db"), singles, batches)
-    with _pg_database() as url:
+    with pg_database() as url:
         pg_single, pg_batch = _measure(url, singles, batches)
     base = "SQLite, same 2 uvicorn processes"
     return [

@@ -4,7 +4,9 @@ reference notes app's ``create_notes``) against the hand-written set-based SQL (
 multi-row statements straight on sqlite3, with the least Python that can feed them: the
 raw limit, and the ceiling of that path), and the per-operation path against the
 hand-written per-operation SQL (claim, savepoint, note, ledger row, stored response per
-operation, as bench/_raw_intake_app.py runs them), and the two paths against each other.
+operation, as bench/_raw_intake_app.py runs them), and the two paths against each other;
+and the two paths on PostgreSQL, timed on the wall clock (a database of its own on the
+server PIGEON_BENCH_PG_DSN names, `bench._servers.pg_database`).
 
 Durability "normal" on purpose (an fsync per commit would hide the CPU this measures), and
 timed in CPU seconds of this one thread (``time.process_time``): on a shared machine wall
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._report import Row, rate, row
+from bench._servers import pg_database
 from bench._writers import PAYLOAD
 from pigeon.core.wire import ETAG
 from pigeon.reference.notes import NOTE_SCHEMA, create_note, validate_note
@@ -179,9 +182,13 @@ class _Pigeon:
     ``checks=False`` leaves the declared checks out, which the hand-written rows do not
     make either (what the set path's own code costs)."""
 
-    def __init__(self, path: Path, *, many: bool, checks: bool = True) -> None:
+    def __init__(
+        self, path: Path | str, *, many: bool, checks: bool = True, wall: bool = False
+    ) -> None:
         self.db = open_server_db(path, durability="normal")
         attach(self.db)
+        # PostgreSQL's rows are timed on the wall clock: its round trips are what it costs.
+        self.clock = time.perf_counter if wall else time.process_time
         self.intake = Intake(self.db)
         self.intake.add_operation(
             "POST",
@@ -197,10 +204,10 @@ class _Pigeon:
             [OperationRequest("POST", "/notes", body, key, key) for key, body in entries]
             for entries in batches
         ]
-        started = time.process_time()
+        started = self.clock()
         for batch in ops:
             results = self.intake.execute_batch("p", list(batch))
-        spent = time.process_time() - started
+        spent = self.clock() - started
         assert all(r.status == 201 for r in results), results[0]
         return spent
 
@@ -236,10 +243,32 @@ def measure(batches_per_round: int, rounds: int = ROUNDS) -> dict[str, float]:
     return {name: rate(ops, seconds) for name, seconds in spent.items()}
 
 
+def postgres(batches_per_round: int, rounds: int = ROUNDS) -> dict[str, float]:
+    """Operations per second (wall) of the set-based and the per-operation path on a
+    PostgreSQL database of their own (bench/intake_pg_bench.py's), interleaved."""
+    spent = {"set": 0.0, "per-op": 0.0}
+    with pg_database() as url:
+        cases = {name: _Pigeon(url, many=name == "set", wall=True) for name in spent}
+        try:
+            for r in range(rounds + 1):
+                for name, case in cases.items():
+                    took = case.step([_entries() for _ in range(batches_per_round)])
+                    spent[name] += took if r else 0.0
+        finally:
+            for case in cases.values():
+                case.close()
+    ops = rounds * batches_per_round * BATCH
+    return {name: rate(ops, seconds) for name, seconds in spent.items()}
+
+
 def run(*, quick: bool = False) -> list[Row]:
     rates = measure(2 if quick else 5)
+    pg = postgres(1 if quick else 2, rounds=5 if quick else 10)
     unit = "ops/CPU s"
     return [
+        row("intake in process on PostgreSQL, batches of 100, set-based vs per operation",
+            pg["set"], pg["per-op"], unit="ops/s", baseline_name="same intake, per-operation path",
+            target="report", ok=True),
         row("intake in process, batches of 100, set-based", rates["set"], rates["hand-set"],
             unit=unit, baseline_name="raw limit: hand-written set-based SQL",
             target=">= 0.9x", ok=rates["set"] >= 0.9 * rates["hand-set"]),
