@@ -24,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from tests.pgwire import Counts, RoundTrips
 
 from bench._report import Row, rate, row, timed
-from bench.intake_pg_bench import _pg_database
+from bench._servers import pg_database
 from pigeon.demo.processes import serve_in_thread
 from pigeon.integrations.fastapi import Pigeon
 from pigeon.integrations.fastapi.migrations import migrate_tables
@@ -115,7 +115,7 @@ def _on_the_wire(engine: Engine) -> dict[str, Counts]:
 
 def run(*, quick: bool = False) -> list[Row]:
     n, rounds = (200, 2) if quick else (1000, 3)
-    with _pg_database() as pg:
+    with pg_database() as pg:
         engine = create_engine(
             "postgresql+psycopg://" + pg.removeprefix("postgresql://"), pool_size=THREADS * 2
         )
