@@ -64,6 +64,16 @@ LOOKUPS: dict[str, dict[str, Any]] = {
     "note_list": NOTE,
     "note_write": NOTE | {"now": NOW},
     "ledger_all": {"after": ROWS - 100, "limit": 1000},
+    # The set-based batch's lookups: one JSON array of keys or ids per statement.
+    "claims_get_many": {"principal": "user-7", "keys": '["key-77", "key-78"]'},
+    "claims_complete_many": {
+        "principal": "user-7",
+        "answers": '[["key-77", "t", 201, "[]", "{}"]]',
+        "now": NOW,
+        "response_expires_at": NOW + 86400,
+    },
+    "notes_lock_many": {"principal": "user-7", "ids": '["note-77", "note-78"]'},
+    "notes_write_many": {"principal": "user-7", "now": NOW, "notes": '[["note-77", "{}", 0, "c"]]'},
 }
 
 FILL = """
@@ -131,7 +141,14 @@ def test_the_explained_queries_are_every_lookup_the_backend_defines() -> None:
     # Inserts, the stats count, the health probe and the replay hook's SET TRANSACTION
     # have no lookup to index.
     unindexed = {"claim_insert", "note_create", "ledger_append", "claim_stats", "health_probe"}
-    unindexed.add("replay_read_only")
-    notes = {n for n in REFERENCE.queries("postgres") if n.startswith(("note_", "ledger_"))}
+    unindexed |= {
+        "replay_read_only",
+        "claims_insert_many",
+        "notes_create_many",
+        "ledger_append_many",
+    }
+    notes = {
+        n for n in REFERENCE.queries("postgres") if n.startswith(("note_", "notes_", "ledger_"))
+    }
     defined = load_queries("postgres", "intake").keys() | notes
     assert defined - unindexed == set(LOOKUPS)
