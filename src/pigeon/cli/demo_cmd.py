@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pigeon.checks import is_finite
 from pigeon.cli._format import titled_table
 from pigeon.demo.run import DemoReport, run_demo
 from pigeon.edge.queue import OfflineQueue
@@ -21,6 +22,13 @@ from pigeon.reference.faultproxy import FaultPlan
 # and then used up its 8 attempts and was dead-lettered (1 in 400, seed 1), at 0.33 most
 # were. 0.25 (3 in 4 faulted) passed every seed tried, in 4-6 s.
 MAX_DEMO_FAULT_RATE = 0.25
+
+
+def _timeout(seconds: float) -> float:
+    # click's FloatRange lets NaN through (every comparison with it is false).
+    if not is_finite(seconds):
+        raise typer.BadParameter(f"must be a finite number of seconds, got {seconds}")
+    return seconds
 
 
 def _fault_rate(rate: float) -> float:
@@ -70,7 +78,10 @@ def demo(
     batch: Annotated[int, typer.Option(min=0, help="Batch size; 0 sends one by one.")] = 10,
     seed: Annotated[int, typer.Option(help="Seed of the session and the faults.")] = 7,
     timeout: Annotated[
-        float, typer.Option(min=0.0, help="Stop waiting for the sync after this many s.")
+        float,
+        typer.Option(
+            min=0.0, callback=_timeout, help="Stop waiting for the sync after this many s."
+        ),
     ] = 120,
     concurrency: Annotated[
         int, typer.Option(min=1, max=64, help="Requests on the wire at once.")
