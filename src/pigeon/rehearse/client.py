@@ -68,16 +68,27 @@ class Client:
     def close(self) -> None:
         self.http.close()
 
-    def send(self, planned: Planned, extra: dict[str, str] | None = None) -> httpx.Response | None:
-        """One attempt (``extra``: headers for this attempt alone); None: no answer."""
+    def send(
+        self, planned: Planned, extra: dict[str, str] | None = None, *, content: bytes | None = None
+    ) -> httpx.Response | None:
+        """One attempt (``extra``: headers for this attempt alone; ``content``: these bytes
+        as the body instead of the request's JSON); None: no answer."""
         request = planned.request
         headers = planned.headers | (extra or {})
-        try:
-            return self.http.request(
-                request.method, request.path, json=request.body, headers=headers
-            )
-        except httpx.TransportError:
-            return None
+        if content is not None:
+            headers |= {"Content-Type": "application/json"}
+        body = {"json": request.body} if content is None else {"content": content}
+        for again in (True, False):
+            try:
+                return self.http.request(request.method, request.path, headers=headers, **body)
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                # A kept-alive connection the server closed meanwhile (after a 500, say):
+                # once more on a new one, as any client would; the key makes it safe.
+                if not again:
+                    return None
+            except httpx.TransportError:
+                return None
+        return None
 
     def settle(
         self,

@@ -131,7 +131,7 @@ def _stage(
     server = Server(children, url, app=options.app, relay_to=relay).start()
     threads = {q: min(THREADS, config.max_workers) for q, config in sorted(jobs.queues.items())}
     workers = _workers(children, url, options.jobs, hooks, threads).start()
-    document: dict[str, Any] = httpx.get(server.url + OPENAPI_PATH, timeout=30).json()
+    document = _document(server.url)
     makers = Makers(dict(hooks.requests) or openapi_makers(document), seed=options.seed)
     database = open_server_db(url, keyring=Keyring.from_env())
     stage = Stage(
@@ -153,6 +153,17 @@ def _stage(
     )
     _warm_up(stage)
     return stage
+
+
+def _document(url: str) -> dict[str, Any]:
+    """The app's OpenAPI document: pigeon's, else the one a framework serves (FastAPI's
+    ``/openapi.json``); ``{}`` when it has none (the makers must come from the hooks)."""
+    for path in (OPENAPI_PATH, "/openapi.json"):
+        response = httpx.get(url + path, timeout=30)
+        if response.status_code == 200:
+            found: dict[str, Any] = response.json()
+            return found
+    return {}
 
 
 def _workers(

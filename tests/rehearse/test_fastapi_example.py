@@ -1,0 +1,32 @@
+"""``pigeon rehearse`` against an app unlike the reference one: the FastAPI example
+(examples/fastapi_orders), served by ``pigeon serve --app``, its ORM writes and deferred
+jobs in the request's own SQLAlchemy session. Its charge task writes through the
+database ``DATABASE_URL`` names: the rehearsal's, here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.rehearse.cli import rehearse, scenario
+
+pytestmark = pytest.mark.slow
+EXAMPLE = "examples.fastapi_orders"
+PASSING = ("crash-before-commit", "crash-after-commit", "duplicate-concurrent", "deploy-mid-job")
+
+
+def test_the_fastapi_example_passes_the_crashes_copies_and_a_deploy(tmp_path: Path) -> None:
+    db = tmp_path / "orders.db"
+    args = [a for name in PASSING for a in ("--scenario", name)]
+    done, report = rehearse(
+        tmp_path, "--db", str(db), "--app", f"{EXAMPLE}.app:serve",
+        "--jobs", f"{EXAMPLE}.jobs:app", "--hooks", "tests.rehearse.apps.fastapi_orders:hooks",
+        *args, env={"DATABASE_URL": f"sqlite:///{db}"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report is not None and report["counts"]["passed"] == len(PASSING)
+    for name in PASSING[:3]:
+        rec = scenario(report, name)["reconciliation"]
+        assert rec["found"] == rec["expected"] and rec["expected"]["orders"] > 0, name
+        assert rec["failed_with_owner"] == 0 and rec["found"]["jobs"] == 2 * rec["found"]["orders"]
