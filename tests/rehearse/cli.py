@@ -35,3 +35,11 @@ def rehearse(
 def scenario(report: dict[str, Any], name: str) -> dict[str, Any]:
     found: dict[str, Any] = next(s for s in report["scenarios"] if s["name"] == name)
     return found
+
+
+def failures(report: dict[str, Any] | None) -> str:
+    """The failed scenarios' problems, for an assertion's message."""
+    if report is None:
+        return "no report"
+    failed = [s for s in report["scenarios"] if s["outcome"] == "failed"]
+    return "; ".join(f"{s['name']}: {s['problems']}" for s in failed)

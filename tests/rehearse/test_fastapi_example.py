@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rehearse.cli import rehearse, scenario
+from tests.rehearse.cli import failures, rehearse, scenario
 
 pytestmark = pytest.mark.slow
 EXAMPLE = "examples.fastapi_orders"
@@ -24,7 +24,7 @@ def test_the_fastapi_example_passes_the_crashes_copies_and_a_deploy(tmp_path: Pa
         "--jobs", f"{EXAMPLE}.jobs:app", "--hooks", "tests.rehearse.apps.fastapi_orders:hooks",
         *args, env={"DATABASE_URL": f"sqlite:///{db}"},
     )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, failures(report) or done.stderr
     assert report is not None and report["counts"]["passed"] == len(PASSING)
     for name in PASSING[:3]:
         rec = scenario(report, name)["reconciliation"]

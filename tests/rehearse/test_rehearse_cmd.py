@@ -9,7 +9,7 @@ import pytest
 
 from pigeon.rehearse.scenarios import SCENARIOS
 from tests.conftest import require_broker
-from tests.rehearse.cli import rehearse, scenario
+from tests.rehearse.cli import failures, rehearse, scenario
 from tests.rehearse.test_database import _fill
 
 
@@ -44,7 +44,7 @@ def test_the_reference_app_passes_every_scenario(tmp_path: Path) -> None:
     broker = require_broker("redis")
     args = ["--relay-to", broker, "--next-jobs", "tests.rehearse.apps.graded_v2:app"]
     done, report = rehearse(tmp_path, "--db", str(db), *args)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, failures(report) or done.stderr
     assert report is not None and report["ok"] is True
     assert [s["name"] for s in report["scenarios"]] == list(SCENARIOS)
     for result in report["scenarios"]:

@@ -60,9 +60,10 @@ def final(response: httpx.Response) -> bool:
 
 
 class Client:
-    """httpx against one server (``url``); ``timeout`` per attempt."""
+    """httpx against one server (``url``); ``timeout`` per attempt (long: on a loaded
+    machine a slow answer is no lost one)."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
         self.http = httpx.Client(base_url=url, timeout=timeout)
 
     def close(self) -> None:

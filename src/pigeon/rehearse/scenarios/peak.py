@@ -32,7 +32,7 @@ from pigeon.rehearse.tally import SQL
 WARM = 5.0  # seconds of normal operation measured...
 WARM_REQUESTS = 10  # ...or this many requests at the normal rate, if that takes longer
 PEAK_PER_SCALE = 5.0  # seconds of peak per unit of --scale
-FACTOR, SLACK = 1.5, 3.0
+FACTOR, SLACK = 1.5, 5.0
 SENDERS = 32  # requests in flight at most
 
 
