@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.rehearse.scenarios import SCENARIOS
+from pigeon.storage import scratch
 from tests.conftest import require_broker
 from tests.rehearse.cli import failures, rehearse, scenario
 from tests.rehearse.test_database import _fill
@@ -85,3 +86,15 @@ def test_without_a_broker_relay_down_is_skipped_saying_why(tmp_path: Path) -> No
     result = scenario(report, "relay-down")
     assert result["outcome"] == "skipped" and "--relay-to" in result["reason"]
     assert "skipped" in done.stdout and "0 passed" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_on_postgres_the_database_is_made_and_dropped(tmp_path: Path, pg_url: str) -> None:
+    url = pg_url + "_rh"  # on the same server, not there yet: made for the run, dropped
+    names = ("crash-after-commit", "revoked-access", "deploy-mid-job")
+    args = [a for name in names for a in ("--scenario", name)]
+    done, report = rehearse(tmp_path, "--db", url, *args)
+    assert done.returncode == 0, failures(report) or done.stderr
+    assert report is not None and report["counts"]["passed"] == len(names)
+    assert not scratch.exists(url)
