@@ -38,14 +38,18 @@ def _post(url: str, key: str, delay_ms: int = 0, *, fail: bool = False) -> httpx
     return httpx.post(url + "/notes", json={"id": key}, headers=headers, timeout=60)
 
 
-def _in_flight(url: str, key: str, timeout: float = 20.0) -> None:
-    """Until the server says the request under ``key`` is running: a duplicate of it is
-    answered 409 key-in-progress at once. The duplicate carries the fail switch, so one
-    that arrives before the original writes nothing and frees the key again (a 500)."""
-    deadline = time.monotonic() + timeout
+def _hold(url: str, key: str, delay_ms: int, out: dict[str, Any]) -> threading.Thread:
+    """Send the request under ``key`` held for ``delay_ms`` and return once the server says
+    it is running: a duplicate of it is answered 409 key-in-progress at once. The duplicate
+    carries the fail switch, so one that arrives first writes nothing and frees the key
+    (a 500); the original, refused 409 while that duplicate held the key, is sent again."""
+    sender = _send(url, key, delay_ms, out)
+    deadline = time.monotonic() + 20.0
     while time.monotonic() < deadline:
-        if _post(url, key, fail=True).status_code == 409:
-            return
+        if _post(url, key, fail=True).status_code == 409 and sender.is_alive():
+            return sender
+        if not sender.is_alive():  # lost the race to a duplicate: send it again
+            sender = _send(url, key, delay_ms, out)
         time.sleep(0.05)
     raise AssertionError(f"request {key!r} never seen in flight")
 
@@ -84,8 +88,7 @@ def test_sigterm_finishes_requests_in_flight_and_accepts_no_new_ones(tmp_path: P
     proc, url = start(db, "--test-hooks", env=ENV)
     out: dict[str, Any] = {}
     try:
-        sender = _send(url, "in-flight", 3000, out)
-        _in_flight(url, "in-flight")
+        sender = _hold(url, "in-flight", 3000, out)
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         refused = time.monotonic() + 2.0
@@ -111,8 +114,7 @@ def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
     proc, url = start(db, "--test-hooks", env=ENV)
     out: dict[str, Any] = {}
     try:
-        sender = _send(url, "too-slow", 60_000, out)
-        _in_flight(url, "too-slow")
+        sender = _hold(url, "too-slow", 60_000, out)
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(DRAIN_DEADLINE + 15)
