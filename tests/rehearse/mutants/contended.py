@@ -15,7 +15,7 @@ app = App(default_owner="operations")
 app.queue("grading", max_workers=8, owner="grading-team")
 app.queue("notify", max_workers=8, owner="comms-team")
 THE_LOCK = threading.Lock()
-HOLD = 0.4  # seconds of work under the lock
+HOLD = 0.25  # seconds of work under the lock
 
 
 @app.task(queue="grading", context=True, fields=FIELDS, access=author_has_access)
