@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# The unit tier of these is `make test-fast`: under a minute on this 2-core machine.
+FAST_DIRS := tests/unit tests/core tests/edge tests/storage tests/protocol
 
 .PHONY: setup tools demo test test-fast lint bench clean
 
@@ -31,10 +33,10 @@ test: lint tools
 	# machine's two cores well; worksteal evens out the long chaos and crash tests.
 	$(BIN)/pytest -n 2 --dist worksteal
 
-# The unit tier: pure logic and the policy code on the in-memory stores and SQLite, no
-# PostgreSQL, broker, browser or server process; about 30 s on a quiet 2-core machine.
+# The unit tier (tests/tiers.py marks the others): no PostgreSQL, broker, browser or
+# process of its own; the directories of the core, edge, storage, protocol and sync code.
 test-fast: setup
-	$(BIN)/pytest -q -m "not postgres and not slow" tests/unit tests/core
+	$(BIN)/pytest -q -n 2 -m "not integration and not chaos" $(FAST_DIRS)
 
 bench: setup
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -20,8 +20,8 @@ from hypothesis import settings
 from tests.clocks import FakeClock
 
 # Every process a test starts is recorded there and killed with its group, however the
-# run ends (tests/processes.py).
-pytest_plugins = ["tests.processes"]
+# run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py).
+pytest_plugins = ["tests.processes", "tests.tiers"]
 
 PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
@@ -135,15 +135,6 @@ def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         url: str = request.getfixturevalue("pg_url")
         return url
     return str(tmp_path / "server.db")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if "pg_url" in getattr(item, "fixturenames", ()) and (
-            callspec is None or callspec.params.get("server_db_url", "postgres") == "postgres"
-        ):
-            item.add_marker(pytest.mark.postgres)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -39,7 +39,7 @@ QUEUES = CLIENT_PROCESSES * QUEUES_PER_PROCESS
 INTAKE_KILLS, WORKER_KILLS = 3, 3
 WORKER_ARGS = ["--app", "tests.multinode_app:app", "--queue", "grading=2", "--queue", "notify=1"]
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
 
 class WorkerNode:

@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 from pigeon.jobs.stats import relay_lag
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 from ..conftest import require_broker
 from ..jobs.brokers import TOPIC, clean_redis, fill, read_redis
@@ -90,14 +89,6 @@ def redis_prefix() -> tuple[str, str]:
     clean_redis(base, prefix)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_serve_relay_to_drains_the_answers_outbox(
     tmp_path: Path, redis_prefix: tuple[str, str]
 ) -> None:
@@ -114,7 +105,7 @@ def test_serve_relay_to_drains_the_answers_outbox(
         line = proc.stdout.readline()
         assert line.startswith("pigeon serving on http://"), line
         url = line.split()[3]
-        wait_for(lambda: _answers(url), "the server")
+        wait_for(lambda: _answers(url), 20, "the server", 0.05)
         for i in range(3):
             reply = httpx.post(
                 url + "/answers",
@@ -123,7 +114,7 @@ def test_serve_relay_to_drains_the_answers_outbox(
                 timeout=10,
             )
             assert reply.status_code == 202, reply.text
-        wait_for(lambda: len(read_redis(base, prefix + TOPIC)) == 3, "3 announcements")
+        wait_for(lambda: len(read_redis(base, prefix + TOPIC)) == 3, 20, "3 announcements", 0.05)
         proc.send_signal(signal.SIGTERM)
         # as without a relay: uvicorn shuts down, then ends by the signal it was sent
         assert proc.wait(15) == -signal.SIGTERM
@@ -158,7 +149,7 @@ def test_worker_relay_to_drains_the_outbox_and_stops_on_sigterm(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: read_redis(base, prefix + TOPIC) == ids, "the 25 rows in order")
+        wait_for(lambda: read_redis(base, prefix + TOPIC) == ids, 20, "the 25 rows in order", 0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
     finally:

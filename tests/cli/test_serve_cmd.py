@@ -49,7 +49,7 @@ def start(
     raise AssertionError("pigeon serve did not answer")
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, workers: str) -> None:
     db = tmp_path / "server.db"

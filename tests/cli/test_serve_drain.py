@@ -26,7 +26,7 @@ from tests.cli.test_serve_cmd import OPERATOR_TOKEN, USER, start
 DRAIN_DEADLINE = 5.0  # seconds: uvicorn's timeout_graceful_shutdown, as pigeon serve sets it
 ENV = os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN, ENV_KEY: "1"}
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.chaos
 
 
 def _post(url: str, key: str, delay_ms: int = 0, *, fail: bool = False) -> httpx.Response:

@@ -25,7 +25,7 @@ CHILD = Path(__file__).with_name("crash_child.py")
 ROUNDS = 24
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.timeout(120)
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     path = tmp_path / "queue.db"

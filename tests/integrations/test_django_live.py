@@ -98,7 +98,7 @@ def test_the_refusals_store_nothing(notes: DjangoNotes, server_db_url: str) -> N
     assert post(notes.url, "v", {"id": "n1"}).status_code == 201  # nothing kept: the key is free
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_killed_after_commit_before_the_answer_the_resend_replays(server_db_url: str) -> None:
     env = {"NOTES_DIE_ON": "k"}
     dying = DjangoNotes(server_db_url, settings="tests.integrations.django_crash_settings", env=env)

@@ -62,7 +62,7 @@ def test_fifty_duplicates_make_one_row_one_job_and_identical_answers(
     assert counts(app_db) == {"orders": 1, "jobs": 1, "claims": 1}
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_killed_after_commit_before_the_answer_the_resend_replays(app_db: str, mode: str) -> None:
     body, key = {"item": "survives"}, {"Idempotency-Key": "k"}
     with orders_server(app_db, mode, die_on="k") as (proc, base):

@@ -98,7 +98,7 @@ def test_a_duplicate_of_a_request_held_by_the_delay_hook_is_409(tmp_path: Path) 
     assert held[0].status_code == 201
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_killed_after_the_commit_by_the_crash_hook_the_resend_replays(tmp_path: Path) -> None:
     db = tmp_path / "orders.db"
     with served(db) as (proc, url):

@@ -19,8 +19,9 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.supervisor import split_budgets
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
+from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, statuses, wait_for
+from .test_worker import run_in_thread, statuses
 
 
 @st.composite

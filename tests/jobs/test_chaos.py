@@ -29,7 +29,7 @@ def _wait_for_lease(db: Database, timeout: float = 5.0) -> bool:
     return False
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
     path = db_url
     db = open_server_db(path, durability="normal")

@@ -81,7 +81,7 @@ def _wait(what: str, until: float, check: object) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_sigkill_of_the_supervisor_ends_its_worker_and_every_job_runs_once(
     server_db_url: str, tmp_path: Path
 ) -> None:

@@ -28,8 +28,9 @@ from pigeon.storage.base import Database
 from pigeon.storage.queries import load_queries
 from pigeon.storage.server import open_server_db
 from tests.conftest import PG_ADMIN_DSN
+from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, wait_for
+from .test_worker import run_in_thread
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
+from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, wait_for
+from .test_worker import run_in_thread
 
 DAY = 86400.0
 

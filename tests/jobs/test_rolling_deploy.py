@@ -42,7 +42,7 @@ BATCH = 20
 PHASES = [(0, 300, (1,)), (300, 1100, (2, 1)), (1100, 1400, (1,)), (1400, 2000, (2,))]
 JOBS = PHASES[-1][1]
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.chaos
 
 
 class Generation:

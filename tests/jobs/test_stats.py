@@ -26,8 +26,9 @@ from pigeon.jobs.stats import (
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
+from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, wait_for
+from .test_worker import run_in_thread
 
 
 def test_stats_count_only_due_queued_jobs_as_ready(db: Database, clock: FakeClock) -> None:

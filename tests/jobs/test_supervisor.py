@@ -15,8 +15,9 @@ from pigeon.jobs.manager import JobManager, enqueue
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions, split
 from pigeon.storage.base import Database
 from tests.ops.scrape import lifecycle_counts, metrics_text
+from tests.waiting import wait_for
 
-from .test_worker import statuses, wait_for
+from .test_worker import statuses
 
 APP = "tests.jobs.chaos_app:app"
 

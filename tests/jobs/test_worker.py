@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -19,13 +18,7 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
 from pigeon.storage.base import Database
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
+from tests.waiting import wait_for
 
 
 def statuses(db: Database, queue: str | None = None) -> dict[str, int]:

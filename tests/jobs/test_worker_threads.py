@@ -23,8 +23,9 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import STUCK, Worker
 from pigeon.storage.base import Database
+from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, statuses, wait_for
+from .test_worker import run_in_thread, statuses
 
 SHORT_LEASE = Timeouts(job=1.0, external_call=0.1, supervisor=1.1, lease=1.2)
 

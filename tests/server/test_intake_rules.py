@@ -130,7 +130,7 @@ def test_set_cookie_goes_with_the_original_answer_and_never_with_a_replay(
     assert replay.content == original.content
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
 def test_after_a_sigkill_mid_request_the_retry_runs_within_the_bound(
     server_db_url: str, claim_mode: str

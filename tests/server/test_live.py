@@ -90,7 +90,7 @@ def crashing_server(
         processes.stop(proc, grace=0)
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 def test_killed_after_commit_before_response_then_the_resend_replays(server_db_url: str) -> None:
     path = server_db_url
     open_server_db(path).close()

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,15 +69,6 @@ def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]
     for engine, transport in made:
         engine.stop()
         transport.close()
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 @pytest.fixture

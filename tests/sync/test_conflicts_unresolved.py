@@ -28,7 +28,8 @@ from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.resolver import ConflictPolicy, ConflictResolver, Strategy
 from tests.protocol.wire_app import LiveServer
-from tests.sync.conftest import FAST, wait_until
+from tests.sync.conftest import FAST
+from tests.waiting import wait_for
 
 runner = CliRunner()
 
@@ -200,7 +201,7 @@ def test_an_engine_started_later_with_a_resolver_settles_what_was_held_without_o
         assert later.drain(timeout=10)
     else:  # the background loop looks when it starts
         later.start()
-        assert wait_until(lambda: phone.stats().depth == 0 and held_ids(phone) == [])
+        wait_for(lambda: phone.stats().depth == 0 and held_ids(phone) == [], 5.0, interval=0.01)
     assert merges == [
         (None, {"id": "1", "title": "Trip to Rome", "done": False}, {"title": "Trip", "done": True})
     ]

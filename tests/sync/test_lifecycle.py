@@ -22,7 +22,8 @@ from pigeon.sync.connectivity import ManualMonitor, ProbeMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.options import SyncOptions
 from tests.protocol.wire_app import LiveServer, WireState
-from tests.sync.conftest import MakeEngine, wait_until
+from tests.sync.conftest import MakeEngine
+from tests.waiting import wait_for
 
 
 @pytest.mark.parametrize("pipeline", [1, 2])
@@ -58,7 +59,7 @@ def test_close_from_a_callback_stops_the_engine_without_raising(
     assert returned.wait(5)
     assert time.monotonic() - started < 2  # not the join's whole timeout
     assert raised == []
-    assert wait_until(lambda: not thread.is_alive())
+    wait_for(lambda: not thread.is_alive(), 5.0, interval=0.01)
     assert not any(t.name == "pigeon-probe" for t in threading.enumerate())
     # Closed: the queue no longer wakes it.
     queue.enqueue("update", "thing:b", {"x": 1})
@@ -180,7 +181,7 @@ def test_cancelling_the_asyncio_task_never_blocks_the_event_loop(
 
     async def main() -> float:
         task = asyncio.create_task(engine.run())
-        assert await asyncio.to_thread(wait_until, lambda: monitor.probes >= 1)
+        await asyncio.to_thread(wait_for, lambda: monitor.probes >= 1, 5.0, interval=0.01)
         gaps: list[float] = []
 
         async def ticker() -> None:
@@ -202,7 +203,11 @@ def test_cancelling_the_asyncio_task_never_blocks_the_event_loop(
 
     try:
         assert asyncio.run(main()) < 0.5
-        assert wait_until(lambda: not any(t.name == "pigeon-probe" for t in threading.enumerate()))
+        wait_for(
+            lambda: not any(t.name == "pigeon-probe" for t in threading.enumerate()),
+            5.0,
+            interval=0.01,
+        )
     finally:
         engine.close()
         transport.close()

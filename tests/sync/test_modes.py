@@ -12,7 +12,8 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.sync.classify import ReplyOutcome
 from pigeon.sync.connectivity import ManualMonitor
 from tests.protocol.wire_app import Fault, LiveServer, WireState
-from tests.sync.conftest import MakeEngine, wait_until
+from tests.sync.conftest import MakeEngine
+from tests.waiting import wait_for
 
 
 def test_thread_mode_syncs_on_enqueue_and_on_backoff_timer(
@@ -88,7 +89,7 @@ def test_enqueue_is_never_blocked_by_a_slow_sync(
     engine = make_engine()
     with engine:
         engine.enqueue("update", "thing:slow", {"x": 0})
-        assert wait_until(lambda: state.single_requests >= 1)
+        wait_for(lambda: state.single_requests >= 1, 5.0, interval=0.01)
         started = time.monotonic()
         timings = []
         for i in range(20):
@@ -110,7 +111,7 @@ def test_offline_holds_everything_until_set_online(
         time.sleep(0.3)
         assert state.single_requests == 0 and queue.stats().depth == 1
         engine.set_online(True)
-        assert wait_until(lambda: queue.stats().depth == 0)
+        wait_for(lambda: queue.stats().depth == 0, 5.0, interval=0.01)
     assert len(state.effects("a")) == 1
 
 
@@ -127,12 +128,12 @@ def test_server_outage_releases_without_spending_attempts_and_probe_brings_it_ba
     server.stop()
     with engine:
         op = engine.enqueue("update", "thing:a", {"x": 1})
-        assert wait_until(lambda: not monitor.online)
-        assert wait_until(lambda: monitor.probes >= 2)
+        wait_for(lambda: not monitor.online, 5.0, interval=0.01)
+        wait_for(lambda: monitor.probes >= 2, 5.0, interval=0.01)
         stored = queue.get(op.id)
         assert stored.attempts == 0 and stored.status.value == "pending"
         server.start()
-        assert wait_until(lambda: queue.stats().depth == 0)
+        wait_for(lambda: queue.stats().depth == 0, 5.0, interval=0.01)
     assert monitor.online and len(state.effects("a")) == 1
 
 
@@ -155,9 +156,9 @@ def test_a_5xx_from_the_health_route_is_a_working_network_not_an_outage(
     server.stop()
     with engine:
         engine.enqueue("update", "thing:a", {"x": 1})
-        assert wait_until(lambda: not monitor.online)
+        wait_for(lambda: not monitor.online, 5.0, interval=0.01)
         server.start()
-        assert wait_until(lambda: queue.stats().depth == 0)
+        wait_for(lambda: queue.stats().depth == 0, 5.0, interval=0.01)
     assert monitor.online and len(state.effects("a")) == 1
 
 
@@ -171,7 +172,7 @@ def test_start_after_a_stop_that_timed_out_never_runs_two_loops(
     engine = make_engine()
     engine.start()
     engine.enqueue("update", "thing:a", {"x": 1})
-    assert wait_until(lambda: state.single_requests >= 1)
+    wait_for(lambda: state.single_requests >= 1, 5.0, interval=0.01)
     engine.stop(timeout=0.05)  # returns; the loop is still waiting for its reply
     engine.start()
     loops = [t for t in threading.enumerate() if t.name == "pigeon-sync" and t.is_alive()]

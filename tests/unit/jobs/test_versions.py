@@ -25,8 +25,9 @@ from pigeon.jobs.stores.memory import MemoryJobStore
 from pigeon.jobs.versions import PayloadVersions, Upcaster
 from pigeon.jobs.worker import Worker
 from tests.clocks import FakeClock
+from tests.waiting import wait_for
 
-from .test_worker_policy import run, statuses, wait_for
+from .test_worker_policy import run, statuses
 
 
 def _recorder(step: int) -> Upcaster:

@@ -15,13 +15,7 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stores.memory import MemoryJobStore
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from tests.waiting import wait_for
 
 
 def run(app: App, store: MemoryJobStore, done: Callable[[], bool]) -> Worker:
