@@ -216,7 +216,7 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
         (["--recycle-jobs", "0"], ["--recycle-jobs", "must be at least 1, got 0"]),
         (["--recycle-mib", "-1"], ["--recycle-mib", "must be a positive number of MiB"]),
         (["--recycle-mib", "0"], ["--recycle-mib", "must be a positive number of MiB"]),
-        (["--recycle-mib", "nan"], ["--recycle-mib", "must be a positive number of MiB"]),
+        (["--recycle-mib", "nan"], ["--recycle-mib", "'nan' is not a finite number"]),
         (["--batch", "0"], ["--batch", "must be at least 1, got 0"]),
         (["--prefetch", "0"], ["--prefetch", "must be at least 1, got 0"]),
         (["--processes", "0"], ["--processes", "must be at least 1, got 0"]),

@@ -158,7 +158,7 @@ def _cells(table: str) -> list[list[str]]:
     return [line.split("│") for line in table.splitlines() if line.count("│") == 4]
 
 
-@pytest.mark.parametrize("rate", ["0.4", "0.33", "0.26", "-0.1", "nan"])
+@pytest.mark.parametrize("rate", ["0.4", "0.33", "0.26", "-0.1"])
 def test_demo_command_refuses_a_fault_rate_it_cannot_finish_clean(rate: str) -> None:
     # 0.33 was accepted ("at most 1/3"): 99% of requests faulted, most operations ended in
     # the dead letters and the demo failed its own reconciliation.

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pigeon.checks import is_finite
 from pigeon.cli._format import titled_table
+from pigeon.cli.options import Finite
 from pigeon.demo.run import DemoReport, run_demo
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
@@ -24,16 +24,9 @@ from pigeon.reference.faultproxy import FaultPlan
 MAX_DEMO_FAULT_RATE = 0.25
 
 
-def _timeout(seconds: float) -> float:
-    # click's FloatRange lets NaN through (every comparison with it is false).
-    if not is_finite(seconds):
-        raise typer.BadParameter(f"must be a finite number of seconds, got {seconds}")
-    return seconds
-
-
 def _fault_rate(rate: float) -> float:
     """Refused before any process starts, with a message in the option's own terms."""
-    if not 0.0 <= rate <= MAX_DEMO_FAULT_RATE:  # also NaN
+    if not 0.0 <= rate <= MAX_DEMO_FAULT_RATE:
         raise typer.BadParameter(
             f"{rate} is not between 0 and {MAX_DEMO_FAULT_RATE}: each of the three exclusive "
             f"faults (request dropped, 503, answer dropped) hits that share of requests, so "
@@ -50,6 +43,7 @@ def _fault_rate(rate: float) -> float:
 FaultRateOption = Annotated[
     float,
     typer.Option(
+        click_type=Finite(),
         callback=_fault_rate,
         help="Share of requests EACH fault kind hits, at most 0.25: a request is "
         "dropped, answered 503 or has its answer dropped, never two of these, so 0.25 "
@@ -80,7 +74,7 @@ def demo(
     timeout: Annotated[
         float,
         typer.Option(
-            min=0.0, callback=_timeout, help="Stop waiting for the sync after this many s."
+            click_type=Finite(min=0.0), help="Stop waiting for the sync after this many s."
         ),
     ] = 120,
     concurrency: Annotated[

@@ -14,7 +14,7 @@ from rich.table import Table
 from pigeon.cli._db import open_db
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import duration, error, shown, titled_table
-from pigeon.cli.options import DbOption
+from pigeon.cli.options import DbOption, Finite
 from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import PigeonError
 from pigeon.jobs.app import load_app
@@ -244,7 +244,8 @@ def _print_versions(versions: dict[str, Any], n: Callable[[int, str], str]) -> N
 def purge_cmd(
     db: DbOption,
     older_than: Annotated[
-        float, typer.Option("--older-than", help="Seconds since a job finished.")
+        float,
+        typer.Option("--older-than", click_type=Finite(), help="Seconds since a job finished."),
     ] = 7 * 24 * 3600.0,
     batch: Annotated[int, typer.Option(help="Jobs per transaction.")] = 500,
 ) -> None:

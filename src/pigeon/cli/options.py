@@ -7,10 +7,13 @@ drift apart on what ``--log-format`` or ``--relay-to`` means.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer._click.core import Context, Parameter
+from typer._click.types import FLOAT, FloatRange
 
+from pigeon.checks import is_finite
 from pigeon.cli.secrets import FILE_HELP, secret_url
 from pigeon.logs import REDACT_ENV, LogFormat
 
@@ -18,6 +21,29 @@ from pigeon.logs import REDACT_ENV, LogFormat
 # (pigeon.cli.secrets): an argument is visible to every user of the machine.
 DB_ENV = "PIGEON_DB"
 RELAY_TO_ENV = "PIGEON_RELAY_TO"
+
+
+class Finite(FloatRange):
+    """The type of every float option: a ``FloatRange`` (its min/max, if any) that also
+    refuses NaN and the infinities, which the range lets through (every comparison with
+    NaN is false; inf passes any minimum). Given as ``typer.Option(click_type=Finite())``;
+    typer's own click, not the click package, since typer catches only its own errors."""
+
+    name = "float"  # help shows <float> [x>=0.1], an error "... is not a valid float"
+
+    def convert(self, value: Any, param: Parameter | None, ctx: Context | None) -> float:
+        number = FLOAT.convert(value, param, ctx)
+        if not is_finite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        bounded: float = super().convert(number, param, ctx)  # typed Any by typer's click
+        return bounded
+
+    def _describe_range(self) -> str:
+        # Unbounded: no "[x<=None]" in the help (typer shows the range when not empty).
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 DbOption = Annotated[
     str,

@@ -10,10 +10,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from pigeon.checks import is_finite
 from pigeon.cli._db import open_db
 from pigeon.cli._format import shown, titled_table
-from pigeon.cli.options import DB_ENV
+from pigeon.cli.options import DB_ENV, Finite
 from pigeon.cli.secrets import FILE_HELP, secret_url
 from pigeon.exceptions import PigeonError
 from pigeon.jobs import planner
@@ -81,17 +80,27 @@ def _counts(workers: str | None) -> list[int] | None:
 def plan(
     ctx: typer.Context,
     backlog: Annotated[int, typer.Option("--backlog", help="Jobs waiting now (B).")],
-    arrival_rate: Annotated[float, typer.Option("--arrival-rate", help="New jobs per second (L).")],
-    target: Annotated[float, typer.Option("--target", help="Drain within this many seconds (T).")],
+    arrival_rate: Annotated[
+        float,
+        typer.Option("--arrival-rate", click_type=Finite(), help="New jobs per second (L)."),
+    ],
+    target: Annotated[
+        float,
+        typer.Option("--target", click_type=Finite(), help="Drain within this many seconds (T)."),
+    ],
     service_time: Annotated[
         float | None,
-        typer.Option("--service-time", help="Seconds per job (S); or take it from --db."),
+        typer.Option(
+            "--service-time",
+            click_type=Finite(),
+            help="Seconds per job (S); or take it from --db.",
+        ),
     ] = None,
     workers: Annotated[
         str | None, typer.Option("--workers", help="Counts to compare, e.g. 6,12,18.")
     ] = None,
     memory_per_worker: Annotated[
-        float | None, typer.Option("--memory-per-worker", help="MiB each.")
+        float | None, typer.Option("--memory-per-worker", click_type=Finite(), help="MiB each.")
     ] = None,
     db: Annotated[
         str | None,
@@ -108,14 +117,6 @@ def plan(
     queue: Annotated[str, typer.Option("--queue", help="Queue whose history gives S.")] = "default",
 ) -> None:
     """Ideal throughput, net drain and drain time per worker count; the minimum workers."""
-    for value, option in (
-        (service_time, "--service-time"),
-        (arrival_rate, "--arrival-rate"),
-        (target, "--target"),
-        (memory_per_worker, "--memory-per-worker"),
-    ):
-        if value is not None and not is_finite(value):
-            raise typer.BadParameter(f"must be a finite number, got {value}", param_hint=option)
     counts = _counts(workers)
     source = ctx.get_parameter_source("db")
     if service_time is not None and source is not None and source.name == "ENVIRONMENT":

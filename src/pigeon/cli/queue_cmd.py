@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pigeon.cli._format import console, duration, error, shown, titled_table
+from pigeon.cli.options import Finite
 from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
@@ -204,7 +205,13 @@ def discard(
 def purge(
     file: QueueFile,
     older_than: Annotated[
-        float, typer.Option("--older-than", help="Seconds since delivery.", show_default=False)
+        float,
+        typer.Option(
+            "--older-than",
+            click_type=Finite(),
+            help="Seconds since delivery.",
+            show_default=False,
+        ),
     ],
 ) -> None:
     """Forget operations delivered more than --older-than seconds ago, now (the queue also
@@ -263,7 +270,11 @@ def stats(
         bool, typer.Option("--watch", "-w", help="A live view, refreshed until Ctrl-C.")
     ] = False,
     interval: Annotated[
-        float, typer.Option(min=0.1, max=3600, help="Seconds between refreshes (--watch).")
+        float,
+        typer.Option(
+            click_type=Finite(min=0.1, max=3600),
+            help="Seconds between refreshes (--watch).",
+        ),
     ] = 1.0,
     times: Annotated[
         int | None,

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from pigeon.cli._format import console as make_console
 from pigeon.cli._format import shown, titled_table
-from pigeon.cli.options import DB_ENV, RELAY_TO_ENV
+from pigeon.cli.options import DB_ENV, RELAY_TO_ENV, Finite
 from pigeon.cli.secrets import secret_url
 from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
@@ -152,10 +152,16 @@ ScaleOption = Annotated[
     int, typer.Option("--scale", min=1, help="How hard each scenario pushes: its requests x N.")
 ]
 RateOption = Annotated[
-    float, typer.Option("--rate", min=0.1, help="The app's normal arrival rate, requests/s.")
+    float,
+    typer.Option(
+        "--rate", click_type=Finite(min=0.1), help="The app's normal arrival rate, requests/s."
+    ),
 ]
 PeakOption = Annotated[
-    float, typer.Option("--peak", min=1.0, help="The peak scenario's multiple of --rate.")
+    float,
+    typer.Option(
+        "--peak", click_type=Finite(min=1.0), help="The peak scenario's multiple of --rate."
+    ),
 ]
 ReportOption = Annotated[
     Path | None,

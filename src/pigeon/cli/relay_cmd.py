@@ -14,7 +14,7 @@ from rich.markup import escape
 from pigeon import logs
 from pigeon.cli._db import open_db
 from pigeon.cli.keys_cmd import load_keyring
-from pigeon.cli.options import RELAY_TO_ENV, DbOption, KeysFileOption
+from pigeon.cli.options import RELAY_TO_ENV, DbOption, Finite, KeysFileOption
 from pigeon.cli.secrets import FILE_HELP, scrub, secret_url
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe
@@ -84,7 +84,8 @@ def relay(
     ],
     batch: Annotated[int, typer.Option(min=1, help="Rows published per round.")] = 100,
     interval: Annotated[
-        float, typer.Option(min=0.01, help="Seconds between looks at an empty outbox.")
+        float,
+        typer.Option(click_type=Finite(min=0.01), help="Seconds between looks at an empty outbox."),
     ] = 0.5,
     once: Annotated[
         bool,

@@ -20,6 +20,7 @@ import typer
 
 from pigeon.cli._db import check_postgres
 from pigeon.cli.keys_cmd import load_keyring
+from pigeon.cli.options import Finite
 from pigeon.cli.relay_cmd import checked_broker_url
 from pigeon.cli.secrets import FILE_HELP, secret_token
 from pigeon.core.imports import add_app_dir
@@ -71,15 +72,15 @@ ClaimModeOption = Annotated[
 LockTimeoutOption = Annotated[
     float,
     typer.Option(
+        click_type=Finite(),
         help="Seconds an in-progress claim left by a dead process blocks its key "
-        "(separate claim mode); a retry after a crash runs within it."
+        "(separate claim mode); a retry after a crash runs within it.",
     ),
 ]
 InProgressWaitOption = Annotated[
     float,
     typer.Option(
-        min=0,
-        max=MAX_IN_PROGRESS_WAIT,
+        click_type=Finite(min=0, max=MAX_IN_PROGRESS_WAIT),
         help="Seconds a duplicate of a request in progress waits for it and gets its "
         "response, before 409 + Retry-After. 0 (default): 409 at once (across "
         "processes on PostgreSQL: within 0.5 s).",
@@ -93,8 +94,12 @@ TestHooksOption = Annotated[
         "X-Pigeon-Test-Fail and X-Pigeon-Test-Set-Cookie (pigeon.server.testhooks).",
     ),
 ]
-ResponseRetentionOption = Annotated[float, typer.Option(help="Seconds responses are kept.")]
-ClaimRetentionOption = Annotated[float, typer.Option(help="Seconds keys are kept.")]
+ResponseRetentionOption = Annotated[
+    float, typer.Option(click_type=Finite(), help="Seconds responses are kept.")
+]
+ClaimRetentionOption = Annotated[
+    float, typer.Option(click_type=Finite(), help="Seconds keys are kept.")
+]
 AuthOption = Annotated[
     AuthKind,
     typer.Option(
@@ -141,13 +146,16 @@ JwtPrincipalClaimOption = Annotated[
 JwtLeewayOption = Annotated[
     float,
     typer.Option(
-        envvar="PIGEON_JWT_LEEWAY", help="Seconds of clock skew forgiven on exp/nbf (<= 300)."
+        envvar="PIGEON_JWT_LEEWAY",
+        click_type=Finite(),
+        help="Seconds of clock skew forgiven on exp/nbf (<= 300).",
     ),
 ]
 JwtMaxLifetimeOption = Annotated[
     float | None,
     typer.Option(
         envvar="PIGEON_JWT_MAX_LIFETIME",
+        click_type=Finite(),
         help="Seconds a token may live at most: one whose exp is further than this "
         "from its iat or from now is refused (default: no bound).",
         show_default=False,
@@ -186,13 +194,20 @@ MaxBatchBodyOption = Annotated[
 ]
 LogLevelOption = Annotated[LogLevel, typer.Option(case_sensitive=False, help="uvicorn log level.")]
 TimeoutIdleOption = Annotated[
-    float, typer.Option(help="Seconds a connection may wait for a request's first byte.")
+    float,
+    typer.Option(
+        click_type=Finite(), help="Seconds a connection may wait for a request's first byte."
+    ),
 ]
 TimeoutHeadersOption = Annotated[
-    float, typer.Option(help="Seconds a request head may take to arrive; then 408.")
+    float,
+    typer.Option(click_type=Finite(), help="Seconds a request head may take to arrive; then 408."),
 ]
 TimeoutBodyOption = Annotated[
-    float, typer.Option(help="Seconds a request body may take to arrive after its head.")
+    float,
+    typer.Option(
+        click_type=Finite(), help="Seconds a request body may take to arrive after its head."
+    ),
 ]
 
 _FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")

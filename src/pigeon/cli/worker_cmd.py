@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 
 from pigeon import logs
-from pigeon.checks import is_finite
 from pigeon.cli._db import check_db
 from pigeon.cli.keys_cmd import load_keyring
 from pigeon.cli.options import (
     DbOption,
+    Finite,
     KeysFileOption,
     LogFormatOption,
     LogRedactOption,
@@ -106,7 +106,9 @@ def worker(
     ] = None,
     recycle_mib: Annotated[
         float | None,
-        typer.Option(help="Replace a process over M > 0 MiB RSS (default: never)."),
+        typer.Option(
+            click_type=Finite(), help="Replace a process over M > 0 MiB RSS (default: never)."
+        ),
     ] = None,
     batch: Annotated[
         int | None,
@@ -138,7 +140,7 @@ def worker(
     for option, count in counts.items():
         if count is not None and count < 1:
             raise typer.BadParameter(f"must be at least 1, got {count}", param_hint=option)
-    if recycle_mib is not None and not (is_finite(recycle_mib) and recycle_mib > 0):
+    if recycle_mib is not None and recycle_mib <= 0:
         raise typer.BadParameter(
             f"must be a positive number of MiB, got {recycle_mib}", param_hint="--recycle-mib"
         )
