@@ -33,6 +33,9 @@ from pigeon.demo.processes import ServerProcess as _ServerProcess
 Args = Sequence[str | os.PathLike[str]]
 
 _groups: dict[int, subprocess.Popen[Any]] = {}  # process group id -> its leader
+# Every process started, held until it has ended and its test is over: then its pipes
+# are closed here, not left to the garbage collector (a ResourceWarning, an error).
+_started: list[subprocess.Popen[Any]] = []
 _lock = threading.RLock()  # re-entered by a signal handler that lands inside spawn
 
 
@@ -43,7 +46,20 @@ def spawn(args: Args, **popen: Any) -> subprocess.Popen[Any]:
     proc: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **popen)
     with _lock:
         _groups[proc.pid] = proc
+        _started.append(proc)
     return proc
+
+
+def close_pipes(ended_only: bool = True) -> None:
+    """Close the pipes of every process started that has ended (or of all of them)."""
+    with _lock:
+        done = [p for p in _started if not ended_only or p.poll() is not None]
+        _started[:] = [p for p in _started if p not in done]
+    for proc in done:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def _signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
@@ -143,5 +159,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         kill_all([g for g in recorded() if g not in before])
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    """After the fixtures' teardown nothing reads a pipe of a process that has ended."""
+    try:
+        return (yield)
+    finally:
+        close_pipes()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     kill_all()
+    close_pipes(ended_only=False)

@@ -203,3 +203,17 @@ def test_the_policy_sees_each_way_of_starting_a_process() -> None:
         """
     )
     assert len(_process_starts(ast.parse(source))) == 8
+
+
+def test_the_pipes_of_an_ended_process_are_closed_and_a_live_ones_kept() -> None:
+    ended = processes.spawn([sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
+    live = processes.spawn([sys.executable, "-c", "input()"], stdin=subprocess.PIPE)
+    try:
+        ended.wait(30)
+        processes.close_pipes()
+        assert ended.stdout is not None and ended.stdout.closed
+        assert live.stdin is not None and not live.stdin.closed
+    finally:
+        processes.stop(live, grace=0)
+    processes.close_pipes()
+    assert live.stdin.closed
