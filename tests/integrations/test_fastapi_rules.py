@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from fastapi import Depends, FastAPI
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
+from pigeon.core.wire import MAX_JSON_DEPTH
+from pigeon.integrations.fastapi import Pigeon
 from tests.integrations.orders_app import counts, create_app
 
 with warnings.catch_warnings():
@@ -63,6 +68,62 @@ def test_a_body_fastapi_refuses_claims_nothing(client: TestClient, app_db: str) 
     assert refused.status_code == 422 and "detail" in refused.json()
     assert counts(app_db)["claims"] == 0
     assert order(client, "k1").status_code == 201  # the corrected request, the same key
+
+
+DEEP = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        pytest.param("NaN", id="NaN"),
+        pytest.param("Infinity", id="Infinity"),
+        pytest.param("-Infinity", id="-Infinity"),
+        pytest.param("1e400", id="beyond-a-double"),
+        pytest.param('"tea", "item": "tea"', id="a-key-twice"),
+        pytest.param('"\\ud800"', id="a-lone-surrogate"),
+        pytest.param(DEEP, id="too-deep"),
+    ],
+)
+def test_a_body_no_strict_decoder_takes_is_refused_before_fastapi_validates_it(
+    client: TestClient, app_db: str, item: str
+) -> None:
+    # FastAPI's lax decoder takes these; its 422 would quote NaN, which no JSON can say.
+    headers = {"Idempotency-Key": "k1", "Content-Type": "application/json"}
+    refused = client.post("/orders", content=f'{{"item": {item}}}', headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["type"].endswith("bad-json")
+    assert counts(app_db) == {"orders": 0, "jobs": 0, "claims": 0}
+    assert order(client, "k1").status_code == 201  # the key is free
+
+
+def test_the_key_is_refused_before_fastapi_validates_the_body(client: TestClient) -> None:
+    refused = client.post("/orders", json={"nothing": 1})
+    assert refused.status_code == 400 and refused.json()["type"].endswith("bad-idempotency-key")
+
+
+class Item(BaseModel):
+    n: int
+
+
+def unopened() -> Session:
+    raise AssertionError("the route's session was opened for a refused request")
+
+
+def test_without_install_a_refusal_is_fastapis_400_and_nothing_of_the_route_runs() -> None:
+    pigeon = Pigeon()
+    app = FastAPI()
+
+    @app.post("/items")
+    @pigeon.idempotent
+    def create(item: Item, db: Annotated[Session, Depends(unopened)]) -> Any:
+        raise AssertionError("the handler ran for a refused request")
+
+    headers = {"Idempotency-Key": "k1", "Content-Type": "application/json"}
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        refused = test_client.post("/items", content='{"n": NaN}', headers=headers)
+    assert refused.status_code == 400 and "NaN" in refused.json()["detail"]
 
 
 @pytest.mark.parametrize("fail", ["raise", "500", "429", "commit"])

@@ -12,10 +12,18 @@
     pigeon.install(app)    # the refusals and the header in the OpenAPI document
 
 The request is read as the intake reads it (`pigeon.server.messages.parse_request`: the
-key, the strict JSON body, the headers' rules; a refusal there stores nothing), then
+key, the strict JSON body, the headers' rules; a refusal there stores nothing) before
+anything else of the route: its other dependencies and FastAPI's validation of the body,
+which decodes it laxly (``NaN``, a repeated key) and may fail on what it took (a 422
+quoting ``NaN`` cannot be rendered). The refusal is answered as the intake's,
+problem+json, once ``install`` has run (without it: FastAPI's ``{"detail": ...}``). Then
 `pigeon.integrations.claims` claims the key in the handler's own session (the parameter
 annotated ``Session`` or ``AsyncSession``), runs the handler, stores its answer and
 commits. A replay answers the stored response without calling the handler.
+
+FastAPI's validation is pydantic's: a model in its default lax mode takes ``true`` as
+the integer 1 and ``"5"`` as 5. Say ``model_config = ConfigDict(strict=True)`` (or
+``Field(strict=True)``) where a body's integer must be one.
 
 What the handler returns is what is stored and sent: a ``Response`` as it is, anything
 else as FastAPI's ``JSONResponse`` of it with the route's status code (``response_model``
@@ -64,12 +72,30 @@ KEY_DOC = (
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """One request as the claims read it, or the refusal that answers it first."""
+    """One request as the claims read it (a refused one raised ``Refused`` instead)."""
 
     principal: str
-    op: OperationRequest | OpResult
+    op: OperationRequest
     status_code: int  # the route's default status
     served: Served  # the app's claims, keyring and limits
+
+
+class Refused(HTTPException):
+    """The refusal of a request ``parse_request`` would not take, raised by the route's
+    first dependency so that nothing of the route runs, nor validates, after it.
+    ``install`` answers it as it is (``result``); FastAPI's default handler would answer
+    ``{"detail": ...}`` with its status."""
+
+    def __init__(self, result: OpResult) -> None:
+        found = result.body
+        detail = found.get("detail") if isinstance(found, dict) else None
+        headers = {k: v for k, v in result.headers if k.lower() != "content-type"}
+        super().__init__(result.status, detail or result.body_text, headers or None)
+        self.result = result
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    return answer(cast(Refused, exc).result)
 
 
 def _anonymous() -> str:
@@ -135,8 +161,6 @@ class Pigeon:
     def _sync_wrapper(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Response:
             incoming: Incoming = kwargs.pop(INCOMING)
-            if isinstance(incoming.op, OpResult):
-                return answer(incoming.op)
             served = incoming.served
             work = SessionWork(kwargs[name], served.keyring)
 
@@ -150,8 +174,6 @@ class Pigeon:
     def _async_wrapper(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         async def wrapper(*args: Any, **kwargs: Any) -> Response:
             incoming: Incoming = kwargs.pop(INCOMING)
-            if isinstance(incoming.op, OpResult):
-                return answer(incoming.op)
             served = incoming.served
             work = AsyncSessionWork(kwargs[name], served.keyring)
 
@@ -170,12 +192,14 @@ class Pigeon:
     def install(
         self, app: FastAPI, *, batch: bool = False, options: ServerOptions | None = None
     ) -> None:
-        """Put the refusals (problem+json) and the required Idempotency-Key header of
-        every route this ``Pigeon`` guards into ``app``'s OpenAPI document. ``batch``:
+        """Answer the refusals of every route this ``Pigeon`` guards with problem+json,
+        and put them and its required Idempotency-Key header into ``app``'s OpenAPI
+        document (call it before the app serves). ``batch``:
         serve the edge's batches too (`pigeon.integrations.fastapi.batch`). ``options``:
         ``pigeon serve``'s, for this app's requests (`pigeon.integrations.fastapi.served`)."""
         if options is not None:
             self._apps[app] = served_by(options, self.served.claims)
+        app.add_exception_handler(Refused, _refused)
         if batch:
             add_batch_route(app)
         guarded = {
@@ -223,6 +247,8 @@ def _incoming_dependency(
     async def incoming(request: Request, caller: Any, key: str | None = None) -> Incoming:
         served = served_for(request.app)
         op = await parse_request(request, max_body=served.max_body, test_hooks=served.test_hooks)
+        if isinstance(op, OpResult):
+            raise Refused(op)
         route = request.scope.get("route")
         status = getattr(route, "status_code", None) or 200
         return Incoming(str(caller), op, status, served)
@@ -253,7 +279,6 @@ def _operation_dependency(incoming: Callable[..., Any]) -> Callable[..., Any]:
     id, ``If-Match`` and clock stamp by the intake's rules), for a handler to record."""
 
     async def operation(found: Any) -> OperationRequest:
-        # A refused request never reaches the handler: this is its request whenever it runs.
         return cast(OperationRequest, found.op)
 
     keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -290,12 +315,17 @@ def _session_parameter(signature: inspect.Signature) -> str:
 
 
 def _with(signature: inspect.Signature, hidden: inspect.Parameter) -> inspect.Signature:
-    """``signature`` with ``hidden`` added, before a ``**kwargs`` if there is one."""
-    params = list(signature.parameters.values())
-    at = len(params)
-    if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
-        at -= 1
-    return signature.replace(parameters=[*params[:at], hidden, *params[at:]])
+    """``signature`` with ``hidden`` first, every other parameter keyword-only (FastAPI
+    passes them so): FastAPI solves a route's dependencies in their order, and this one
+    refuses the request before any other runs."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [
+        p.replace(kind=keyword) if p.kind in positional else p
+        for p in signature.parameters.values()
+        if p.kind is not inspect.Parameter.VAR_POSITIONAL
+    ]
+    return signature.replace(parameters=[hidden, *params])
 
 
 def _document(operation: dict[str, Any]) -> None:
