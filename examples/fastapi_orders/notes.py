@@ -18,6 +18,7 @@ from examples.fastapi_orders.state import current_user, pigeon, session
 from pigeon.core.clock import HybridLogicalClock
 from pigeon.core.wire import PROBLEM_JSON, quote_etag
 from pigeon.edge.merge import merge_patch
+from pigeon.server.identifiers import id_problem, resource_id
 from pigeon.server.operations import OperationRequest
 
 router = APIRouter()
@@ -53,11 +54,14 @@ def _checked(body: Any, path_id: str | None = None) -> tuple[str | None, dict[st
     if not isinstance(body, dict):
         raise HTTPException(400, "a note is a JSON object")
     body_id = body.get("id")
-    if body_id not in (None, "") and not isinstance(body_id, str | int):
-        raise HTTPException(400, "a note's id is a string or a number")
-    if path_id is not None and body_id not in (None, "") and str(body_id) != path_id:
+    # The reference app's rule: a string or an integer (42.0 is 42), never a bool.
+    refused = None if body_id in (None, "") else id_problem(body_id, "body.id")
+    if refused is not None:
+        raise HTTPException(400, refused)
+    named = None if body_id in (None, "") else resource_id(body_id)
+    if path_id is not None and named is not None and named != path_id:
         raise HTTPException(400, f"the body names note {body_id!r} but the path {path_id!r}")
-    note_id = path_id if path_id is not None else (None if body_id in (None, "") else str(body_id))
+    note_id = path_id if path_id is not None else named
     return note_id, {k: v for k, v in body.items() if k != "id"}
 
 

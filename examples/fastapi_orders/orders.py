@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from examples.fastapi_orders.jobs import app as jobs
@@ -17,6 +17,9 @@ router = APIRouter()
 
 
 class OrderIn(BaseModel):
+    # Strict: pydantic's lax mode would take true as 1 cent and "350" as 350.
+    model_config = ConfigDict(strict=True)
+
     item: str = Field(min_length=1, max_length=255)
     amount_cents: int = Field(gt=0)
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from examples.fastapi_orders.app import create_app, migrate
 from examples.fastapi_orders.models import Note, Order
+from pigeon.core.wire import MAX_JSON_DEPTH
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -56,6 +57,52 @@ def test_a_refused_order_claims_nothing(client: TestClient) -> None:
         "/orders", json={"item": "tea", "amount_cents": 1}, headers={"Idempotency-Key": "o1"}
     )
     assert placed.status_code == 201
+
+
+DEEP = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+
+
+def _rows(client: TestClient) -> tuple[int, int, int]:
+    """Orders, jobs and claims: what a refused request must not leave."""
+    with Session(client.app.state.engine) as db:  # type: ignore[attr-defined]
+        orders = db.scalar(select(func.count()).select_from(Order))
+        jobs = db.scalar(text("SELECT count(*) FROM pigeon_jobs"))
+        claims = db.scalar(text("SELECT count(*) FROM pigeon_idempotency_claims"))
+    return orders or 0, jobs or 0, claims or 0
+
+
+@pytest.mark.parametrize(
+    "amount",
+    [
+        pytest.param("NaN", id="NaN"),
+        pytest.param("Infinity", id="Infinity"),
+        pytest.param("-Infinity", id="-Infinity"),
+        pytest.param("1e400", id="beyond-a-double"),
+        pytest.param('350, "amount_cents": 350', id="a-key-twice"),
+        pytest.param("true", id="a-bool-for-an-integer"),
+        pytest.param('"350"', id="a-string-for-an-integer"),
+        pytest.param(f'350, "extra": {DEEP}', id="too-deep"),
+    ],
+)
+def test_a_body_that_is_no_order_is_a_4xx_and_leaves_the_key_free(
+    client: TestClient, amount: str
+) -> None:
+    body = f'{{"item": "tea", "amount_cents": {amount}}}'
+    headers = {"Idempotency-Key": "o1", "Content-Type": "application/json"}
+    refused = client.post("/orders", content=body, headers=headers)
+    assert 400 <= refused.status_code < 500, refused.text
+    assert _rows(client) == (0, 0, 0)
+    placed = client.post("/orders", json={"item": "tea", "amount_cents": 350}, headers=headers)
+    assert placed.status_code == 201 and _rows(client) == (1, 2, 1)
+
+
+@pytest.mark.parametrize("note_id", ["true", "1.5", "NaN", "[1]"])
+def test_a_note_id_is_a_string_or_an_integer_never_a_bool(client: TestClient, note_id: str) -> None:
+    headers = {"Idempotency-Key": "n1", "Content-Type": "application/json"}
+    refused = client.post("/notes", content=f'{{"id": {note_id}}}', headers=headers)
+    assert refused.status_code == 400, refused.text
+    made = client.post("/notes", content='{"id": 42.0}', headers=headers)
+    assert made.status_code == 201 and made.json()["id"] == "42"
 
 
 def test_pigeons_migrations_leave_the_apps_notes_table_alone(client: TestClient) -> None:

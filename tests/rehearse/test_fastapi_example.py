@@ -13,10 +13,16 @@ from tests.rehearse.cli import failures, rehearse, scenario
 
 pytestmark = pytest.mark.slow
 EXAMPLE = "examples.fastapi_orders"
-PASSING = ("crash-before-commit", "crash-after-commit", "duplicate-concurrent", "deploy-mid-job")
+PASSING = (
+    "crash-before-commit",
+    "crash-after-commit",
+    "duplicate-concurrent",
+    "deploy-mid-job",
+    "bad-payload",  # a fraction of a second: NaN, a bool for an integer, refused
+)
 
 
-def test_the_fastapi_example_passes_the_crashes_copies_and_a_deploy(tmp_path: Path) -> None:
+def test_the_fastapi_example_passes_crashes_copies_a_deploy_and_bad_bodies(tmp_path: Path) -> None:
     db = tmp_path / "orders.db"
     args = [a for name in PASSING for a in ("--scenario", name)]
     done, report = rehearse(
