@@ -15,6 +15,7 @@ from django.db import connection
 
 from conftest import ADA, write
 from notes.models import Effect, Note
+from pigeon.core.wire import MAX_JSON_DEPTH
 from pigeon.integrations.django.migrations import __name__ as migrations_package
 from pigeon.integrations.django.models import BackgroundJob
 from pigeon.jobs.failed import FailedStore
@@ -61,6 +62,37 @@ def test_a_view_that_swallows_a_database_error_commits_nothing(client: Any) -> N
     answered = write(client, "POST", "/swallows", {}, "k")
     assert answered.status_code == 500
     assert (Note.objects.count(), claims()) == (0, 0)
+
+
+DEEP = b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"id": "n1", "t": NaN}', id="NaN"),
+        pytest.param(b'{"id": "n1", "t": Infinity}', id="Infinity"),
+        pytest.param(b'{"id": "n1", "t": -Infinity}', id="-Infinity"),
+        pytest.param(b'{"id": "n1", "t": 1e400}', id="beyond-a-double"),
+        pytest.param(b'{"id": "n1", "t": 1, "t": 2}', id="a-key-twice"),
+        pytest.param(b'{"id": true, "t": 1}', id="a-bool-for-the-integer-id"),
+        pytest.param(b'{"id": "n1", "t": ' + DEEP + b"}", id="too-deep"),
+    ],
+)
+def test_a_body_the_strict_decoder_or_the_view_refuses_is_a_4xx_and_leaves_the_key_free(
+    client: Any, body: bytes
+) -> None:
+    headers = ADA | {"HTTP_IDEMPOTENCY_KEY": "k"}
+    refused = client.generic("POST", "/notes", body, "application/json", **headers)
+    assert 400 <= refused.status_code < 500, refused.content
+    assert refused["Content-Type"] == "application/problem+json"
+    assert (Note.objects.count(), Effect.objects.count(), BackgroundJob.objects.count()) == (
+        0,
+        0,
+        0,
+    )
+    assert claims() == 0
+    assert write(client, "POST", "/notes", {"id": "n1", "t": 1}, "k").status_code == 201
 
 
 def test_drf_claims_after_authentication_and_stores_its_own_answers(client: Any) -> None:
