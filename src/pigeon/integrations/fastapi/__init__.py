@@ -8,7 +8,7 @@
     @pigeon.idempotent
     def create_order(order: OrderIn, session: Session = Depends(get_session)) -> OrderOut:
         ...                                   # ORM writes, defer(session, ...) for jobs
-    pigeon.install(app)
+    pigeon.install(app)                   # the refusals answered, and in /openapi.json
 
 The key's claim, the handler's ORM writes, the jobs it defers and the stored response
 commit in one transaction of the session (`pigeon.integrations.fastapi.routes`); pigeon's

@@ -9,7 +9,7 @@
         defer(session, queue="payments", task="charge", payload={"order": row.id})
         return OrderOut.model_validate(row)
 
-    pigeon.install(app)    # the refusals and the header in the OpenAPI document
+    pigeon.install(app)    # the refusals answered, and in the OpenAPI document
 
 The request is read as the intake reads it (`pigeon.server.messages.parse_request`: the
 key, the strict JSON body, the headers' rules; a refusal there stores nothing) before
