@@ -1,7 +1,9 @@
 """The app of the rolling-deploy test (``test_rolling_deploy.py``) in its two generations,
 chosen by ``PIGEON_TEST_DEPLOY_VERSION`` in the worker processes: version 1 is the app
 before its task's payload changed (``{"n", "count"}``), version 2 after it (``{"n",
-"quantity": {"units", "from"}}``), with the upcaster from the old shape.
+"quantity": {"units", "from"}}``), with the upcaster from the old shape, and with a task
+that version 1 lacks (``welcome``, recorded in ``deploy_welcomed`` with the generation
+that ran it).
 
 Each run of the task is recorded in ``deploy_runs`` (its own transaction: every run, a
 second one included) and its effect in ``deploy_effects`` (the effect's transaction:
@@ -26,6 +28,7 @@ TABLES = (
     " enqueued integer NOT NULL, units integer NOT NULL)",
     "CREATE TABLE deploy_effects (n integer NOT NULL, generation integer NOT NULL,"
     " enqueued integer NOT NULL, units integer NOT NULL)",
+    "CREATE TABLE deploy_welcomed (n integer NOT NULL, generation integer NOT NULL)",
 )
 
 
@@ -71,6 +74,11 @@ def make_app(version: int) -> App:
         )  # fmt: skip
         def tally_v2(ctx: JobContext, n: int, quantity: dict[str, int]) -> None:
             _apply(ctx, n, quantity["units"], 2, quantity.get("from", 2))
+
+        @app.task(queue="deploy", context=True, fields=("n",))
+        def welcome(ctx: JobContext, n: int) -> None:
+            row = {"n": n, "generation": version}
+            ctx.effect(f"welcome:{n}", lambda tx: _record(tx, "deploy_welcomed", row))
 
     return app
 

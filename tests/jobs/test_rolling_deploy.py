@@ -1,14 +1,16 @@
-"""A rolling deploy that changes a task's payload, with real worker processes on one
-database (SQLite, then PostgreSQL).
+"""A rolling deploy that changes a task's payload and adds a task, with real worker
+processes on one database (SQLite, then PostgreSQL).
 
 Generation 1 (``pigeon worker``, two processes) runs task ``tally`` at payload version 1.
 Producers enqueue 2,000 jobs, 1,000 of each shape: first old payloads only, then both
-(the intakes are being deployed too), a burst of old ones, then new ones only. While only
-generation 1 runs, the new payloads wait, and the operations figures count them as waiting
-for a newer worker. Generation 2 (version 2, with the upcaster) starts; generation 1 is
-SIGTERMed while it holds jobs, and finishes or hands them back. At the end every job
+(the intakes are being deployed too), a burst of old ones, then new ones only; the new
+intakes also enqueue jobs of ``welcome``, a task only generation 2 has. While only
+generation 1 runs, the new payloads and the new task's jobs wait (generation 1 neither
+runs nor fails them), and the operations figures count them as waiting for a newer
+worker. Generation 2 (version 2, with the upcaster and the new task) starts; generation 1
+is SIGTERMed while it holds jobs, and finishes or hands them back. At the end every job
 completed exactly once, generation 1 never ran a new payload, generation 2 ran old ones
-through the upcaster, and nothing is in the failed store.
+through the upcaster and every job of the new task, and nothing is in the failed store.
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ BATCH = 20
 # it leaves is upcast by generation 2); new ones only.
 PHASES = [(0, 300, (1,)), (300, 1100, (2, 1)), (1100, 1400, (1,)), (1400, 2000, (2,))]
 JOBS = PHASES[-1][1]
+
+
+def welcomes(n: int, version: int) -> bool:
+    """Does the producer of job ``n`` also enqueue a ``welcome`` (the new intakes do)?"""
+    return version == 2 and n % 5 == 0
+
+
+WELCOMES = [
+    n
+    for first, last, versions in PHASES
+    for n in range(first, last)
+    if welcomes(n, versions[n % len(versions)])
+]
 
 pytestmark = pytest.mark.chaos
 
@@ -91,6 +106,9 @@ class Producer(threading.Thread):
                             v = versions[n % len(versions)]
                             spec = JobSpec("deploy", "tally", payload(n, v))
                             enqueue(tx, spec, app=self.apps[v])
+                            if welcomes(n, v):
+                                welcome = JobSpec("deploy", "welcome", {"n": n})
+                                enqueue(tx, welcome, app=self.apps[v])
                     time.sleep(0.01)
         except BaseException as exc:  # the test reports it
             self.error = exc
@@ -110,9 +128,9 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _waiting_newer(db: Database) -> int:
+def _waiting_newer(db: Database, task: str = "tally") -> int:
     entries = overview(db, make_app(2), history=False)["versions"]["waiting"]
-    return sum(e["waiting"] for e in entries if e["task"] == "tally")
+    return sum(e["waiting"] for e in entries if e["task"] == task)
 
 
 def _workers_of(db: Database, version: int) -> list[str]:
@@ -144,7 +162,9 @@ def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
         _wait(lambda: _count(db, "SELECT 1 FROM deploy_effects") >= 100, 90, "generation 1")
         producer.go[1].set()  # both shapes: the new ones wait, counted
         _wait(lambda: _waiting_newer(db) > 0, 60, "a job waiting for a newer worker")
+        _wait(lambda: _waiting_newer(db, "welcome") > 0, 60, "a new task's job waiting")
         measured["waiting_newer_seen"] = _waiting_newer(db)
+        measured["welcome_waiting_seen"] = _waiting_newer(db, "welcome")
         gen1_names = _workers_of(db, 1)
         assert len(gen1_names) == 2
         gen2.start()
@@ -181,12 +201,14 @@ def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
 def _check(db: Database, measured: dict[str, Any]) -> None:
     with db.transaction() as tx:
         jobs = {
-            (r["status"], r["version"]): r["n"]
+            (r["task"], r["status"], r["version"]): r["n"]
             for r in tx.sql(
-                "SELECT status, version, count(*) AS n FROM pigeon_jobs GROUP BY status, version"
+                "SELECT task, status, version, count(*) AS n FROM pigeon_jobs "
+                "GROUP BY task, status, version"
             ).fetchall()
         }
         effects = tx.sql("SELECT n, units, generation, enqueued FROM deploy_effects").fetchall()
+        welcomed = tx.sql("SELECT n, generation FROM deploy_welcomed").fetchall()
         runs = {
             (r["generation"], r["enqueued"]): r["n"]
             for r in tx.sql(
@@ -196,7 +218,15 @@ def _check(db: Database, measured: dict[str, Any]) -> None:
         }
         attempts = tx.sql("SELECT sum(attempts) AS n FROM pigeon_jobs").fetchone()["n"]
     print(f"\nrolling deploy: jobs {jobs}, runs (generation, enqueued) {runs}, {measured}")
-    assert jobs == {("succeeded", 1): 1000, ("succeeded", 2): 1000}  # none failed
+    assert jobs == {  # none failed
+        ("tally", "succeeded", 1): 1000,
+        ("tally", "succeeded", 2): 1000,
+        ("welcome", "succeeded", 1): len(WELCOMES),
+    }
+    # The new task's jobs: each completed exactly once, by the generation that has it.
+    assert sorted(w["n"] for w in welcomed) == WELCOMES
+    assert {w["generation"] for w in welcomed} == {2}
+    assert measured["welcome_waiting_seen"] > 0
     assert sorted(e["n"] for e in effects) == list(range(JOBS))  # each exactly once
     assert all(e["units"] == units(e["n"]) for e in effects)  # the upcast payload's too
     assert runs.get((1, 2), 0) == 0  # generation 1 never ran a new payload

@@ -126,3 +126,36 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], Any]:
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def test_jobs_of_a_task_no_live_worker_knows_wait_for_a_newer_worker(db: Database) -> None:
+    """A deploy that adds a task ("added", enqueued by a new intake while only old workers
+    run) and one that removed a task ("dropped", with jobs left): each is counted, by task,
+    as waiting for a newer worker (none knows it: known 0); a task the live workers know
+    at version 1 is not."""
+    newer = tally_app(1)
+    newer.task(lambda n: None, queue="billing", name="added")
+    gone = App()
+    gone.task(lambda n: None, queue="billing", name="dropped")
+    for n in range(3):
+        JobManager(db, newer).enqueue(JobSpec("billing", "added", {"n": n}))
+    JobManager(db, newer).enqueue(JobSpec("billing", "plain", {"n": 1}))
+    JobManager(db, newer).enqueue(JobSpec("billing", "added", {"n": 9}, delay=3600))
+    JobManager(db, gone).enqueue(JobSpec("billing", "dropped", {"n": 1}))
+    JobManager(db).enqueue(JobSpec("other", "dropped", {"n": 2}))  # no live worker there
+    assert Advert(store_for(db), "gen1", tally_app(1), ["billing"]).advertise()
+    view = overview(db, newer)
+    assert view["versions"]["waiting"] == [
+        {"task": "added", "queue": "billing", "known": 0, "newest": 1, "waiting": 3},
+        {"task": "dropped", "queue": "billing", "known": 0, "newest": 1, "waiting": 1},
+    ]
+    assert "versions.added.waiting" not in view["estimated"]
+    # A head read cut short (cap 2: the two oldest due): a floor, marked as not exact.
+    capped = overview(db, newer, cap=2)
+    assert [(e["task"], e["waiting"]) for e in capped["versions"]["waiting"]] == [("added", 2)]
+    assert "versions.added.waiting" in capped["estimated"]
+    # The new generation knows "added": only the removed task's job still waits.
+    assert Advert(store_for(db), "gen2", newer, ["billing"]).advertise()
+    assert overview(db, newer)["versions"]["waiting"] == [
+        {"task": "dropped", "queue": "billing", "known": 0, "newest": 1, "waiting": 1}
+    ]

@@ -223,7 +223,8 @@ def stats_cmd(
 
 
 def _print_versions(versions: dict[str, Any], n: Callable[[int, str], str]) -> None:
-    """The live workers, and the jobs of each versioned task that wait for a newer one."""
+    """The live workers, and the jobs of each versioned task (or of a task no live worker
+    of its queue knows) that wait for a newer one."""
     workers = versions["workers"]
     console.print(f"workers: {_count(len(workers), 'live worker')}")
     if not versions["waiting"]:
@@ -234,7 +235,8 @@ def _print_versions(versions: dict[str, Any], n: Callable[[int, str], str]) -> N
     for v in versions["waiting"]:
         waiting = n(v["waiting"], f"versions.{v['task']}.waiting")
         table.add_row(
-            shown(v["task"]), shown(v["queue"]), f"v{v['known']}", f"v{v['newest']}",
+            shown(v["task"]), shown(v["queue"]),
+            f"v{v['known']}" if v["known"] else "not the task", f"v{v['newest']}",
             f"[red]{waiting}[/red]" if v["waiting"] else waiting,
         )  # fmt: skip
     console.print(table)

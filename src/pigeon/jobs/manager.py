@@ -24,7 +24,7 @@ from pigeon.jobs.app import App
 from pigeon.jobs.job import FailedJob as FailedJob  # its home before job.py
 from pigeon.jobs.job import Job, JobId, JobSpec
 from pigeon.jobs.rows import ATTEMPT, NewJob
-from pigeon.jobs.store import EnqueueSession, JobStore, LeaseSession
+from pigeon.jobs.store import ANY_TASK, EnqueueSession, JobStore, LeaseSession
 from pigeon.jobs.stores import session_for, store_for
 from pigeon.logs import failure, redact_text
 from pigeon.storage.base import Database, Tx
@@ -146,7 +146,7 @@ class JobManager:
         self, queue: str, worker: str, n: int, lease: float, *, start: int | None = None
     ) -> list[Job]:
         """Lease up to ``n`` eligible jobs of ``queue``: ready ones and ones whose lease
-        expired, of a payload version the app knows (``known_versions``). A rescued job
+        expired, of a task and payload version the app knows (``known_versions``). A rescued job
         that has no budget left goes to the failed store instead.
 
         ``start``: how many of them (the first, in due order) begin running now; the
@@ -183,10 +183,15 @@ class JobManager:
         return runnable
 
     def known_versions(self) -> dict[str, int]:
-        """The newest payload version this manager's app runs, per task above 1: a claim
-        leaves a job of a newer version (or of a versioned task the app lacks) for a
-        worker that knows it, never running it wrongly nor failing it."""
-        return {name: t.version for name, t in self.app.tasks.items() if t.version > 1}
+        """The newest payload version this manager's app runs, per task it declares: a
+        claim leaves a job of a newer version, or of a task the app lacks (a task added by
+        a deploy still under way, or removed by one), for a worker that knows it, never
+        running it wrongly nor failing it. Without an app, or with one that declares no
+        task (a manager driven by hand, by a tool or a test, that runs none itself): every
+        task, at version 1."""
+        if not self.app.tasks:
+            return {ANY_TASK: 1}
+        return {name: t.version for name, t in self.app.tasks.items()}
 
     def start_job(self, job: Job) -> bool:
         """Mark ``job``'s attempt started (it runs from now; until then it counted as

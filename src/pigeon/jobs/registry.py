@@ -72,11 +72,20 @@ class LiveWorker:
 
 
 def newest_known(workers: Iterable[LiveWorker], queue: str, task: str) -> int | None:
-    """The newest payload version of ``task`` a live worker of ``queue`` runs (a worker
-    whose app lacks the task runs version 1 of it: what it claims); None when no live
+    """The newest payload version of ``task`` a live worker of ``queue`` runs: 0 when
+    none of them knows the task (its claim leaves every job of it); None when no live
     worker serves the queue (its jobs wait for any worker, not a newer one)."""
-    known = [w.versions.get(task, 1) for w in workers if queue in w.queues]
+    known = [w.versions.get(task, 0) for w in workers if queue in w.queues]
     return max(known) if known else None
+
+
+def known_tasks(workers: Iterable[LiveWorker]) -> dict[str, set[str]]:
+    """Per queue a live worker serves, the tasks one of its live workers knows."""
+    tasks: dict[str, set[str]] = {}
+    for w in workers:
+        for queue in w.queues:
+            tasks.setdefault(queue, set()).update(w.versions)
+    return tasks
 
 
 class Advert:
@@ -130,4 +139,13 @@ def live_workers(store: JobStore[WorkerSession], *, now: float | None = None) ->
         return [LiveWorker.from_row(row) for row in session.workers_seen(now - LIVE_FOR)]
 
 
-__all__ = ["FORGET_AFTER", "LIVE_FOR", "RENEW_EVERY", "Advert", "LiveWorker", "live_workers"]
+__all__ = [
+    "FORGET_AFTER",
+    "LIVE_FOR",
+    "RENEW_EVERY",
+    "Advert",
+    "LiveWorker",
+    "known_tasks",
+    "live_workers",
+    "newest_known",
+]

@@ -67,6 +67,11 @@ class LedgerSession(Protocol):
         ...
 
 
+# In a claim's ``versions``: the version of every task not named in it. Never a job's
+# task: a JobSpec refuses an empty one.
+ANY_TASK = ""
+
+
 class EnqueueSession(Protocol):
     """Writing a job (``manager.enqueue`` and whoever enqueues in its transaction)."""
 
@@ -86,8 +91,9 @@ class LeaseSession(EnqueueSession, LedgerSession, Protocol):
         opened; the jobs in due order (scheduled_at, id), each with its ``last_error``. The
         first ``start`` are marked started now (the caller runs them at once); the others
         are claimed, not started, and still count as waiting until ``mark_started``.
-        ``versions``: the newest payload version the claimer runs per task (absent: 1);
-        a job of a newer version is not taken."""
+        ``versions``: the newest payload version the claimer runs per task; a job of a
+        newer version, or of a task absent from it, is not taken. The key ``ANY_TASK``
+        stands for every task absent (an app-less manager's ``{ANY_TASK: 1}``)."""
         ...
 
     def mark_started(self, job: Job, now: float) -> bool:

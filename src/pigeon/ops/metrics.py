@@ -178,8 +178,9 @@ def _lifecycle(view: dict[str, Any]) -> Iterator[Metric]:
 def _versions(view: dict[str, Any]) -> Iterator[Metric]:
     waiting = _gauge(
         "pigeon_jobs_waiting_newer_worker",
-        "Due jobs of a payload version newer than any live worker of their queue runs, by "
-        "task (a deploy half done: they wait, never run wrongly nor failed).",
+        "Due jobs of a payload version newer than any live worker of their queue runs, or "
+        "of a task none of them knows, by task (a deploy half done, or a task removed with "
+        "jobs left: they wait, never run wrongly nor failed).",
         ["queue", "task"],
     )
     for entry in view["versions"]["waiting"]:

@@ -32,7 +32,7 @@ from pigeon.jobs.rows import (
     ReviewRow,
     dumps,
 )
-from pigeon.jobs.store import JobStore
+from pigeon.jobs.store import ANY_TASK, JobStore
 from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Row, Tables, TableStatements, pick
 from pigeon.jobs.wakeup import Wakeup
 from pigeon.storage.base import Tx
@@ -145,7 +145,7 @@ class MemoryJobSession(TableStatements):
                     (r["status"] == "queued" and r["scheduled_at"] <= now)
                     or (r["status"] == "reserved" and r["reserved_until"] < now)
                 )
-                and r["version"] <= versions.get(r["task"], 1)
+                and r["version"] <= versions.get(r["task"], versions.get(ANY_TASK, 0))
             ),
             key=lambda r: (r["scheduled_at"], r["id"]),
         )[:n]

@@ -70,18 +70,22 @@ SELECT id FROM pigeon_jobs WHERE unique_key = %(unique_key)s
 -- Expired leases and ready jobs come from their own partial indexes; SKIP LOCKED passes
 -- over rows another worker is claiming right now instead of queueing behind it.
 -- %(versions)s (JSON {task: version}) is the newest payload version the claimer runs,
--- per task above 1: a job of a newer version is left for a worker that knows it.
-WITH expired AS (
+-- per task it knows (the key '' stands for any other task): a job of a newer version, or
+-- of a task it does not know, is left for a worker that knows it. Cast once (known, read
+-- by InitPlans), not parsed again for every candidate job.
+WITH known AS MATERIALIZED (SELECT %(versions)s::jsonb AS v), expired AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
-      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
+      AND version <= coalesce(((SELECT v FROM known) ->> task)::integer,
+                              ((SELECT v FROM known) ->> '')::integer, 0)
     ORDER BY reserved_until
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ready AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
-      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
+      AND version <= coalesce(((SELECT v FROM known) ->> task)::integer,
+                              ((SELECT v FROM known) ->> '')::integer, 0)
     ORDER BY scheduled_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -106,17 +110,19 @@ SELECT * FROM claimed ORDER BY scheduled_at, id
 
 -- name: job_claim_start
 -- job_claim and job_attempt_start for the whole batch in one statement.
-WITH expired AS (
+WITH known AS MATERIALIZED (SELECT %(versions)s::jsonb AS v), expired AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
-      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
+      AND version <= coalesce(((SELECT v FROM known) ->> task)::integer,
+                              ((SELECT v FROM known) ->> '')::integer, 0)
     ORDER BY reserved_until
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), ready AS (
     SELECT id, scheduled_at FROM pigeon_jobs
     WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
-      AND (version <= 1 OR version <= (%(versions)s::jsonb ->> task)::integer)
+      AND version <= coalesce(((SELECT v FROM known) ->> task)::integer,
+                              ((SELECT v FROM known) ->> '')::integer, 0)
     ORDER BY scheduled_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED

@@ -243,3 +243,25 @@ WHERE task = %(task)s AND version > 1 AND version > %(known)s
   AND status IN ('queued', 'reserved')
   AND ((status = 'queued' AND scheduled_at <= %(now)s)
        OR (status = 'reserved' AND reserved_until < %(now)s))
+
+-- name: unknown_tasks
+-- Per task no live worker of the queue knows (known: the tasks they know, a JSON list),
+-- its due jobs of version 1 (a later version is counted by jobs_newer). The claims pass
+-- over them, so they gather at the head of the queue: only its oldest due jobs (scan of
+-- each kind) are read, through the claim indexes; full: that read was cut short (each
+-- count is then a floor).
+WITH ready AS MATERIALIZED (
+    SELECT task, version FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'queued' AND scheduled_at <= %(now)s
+    ORDER BY scheduled_at, id LIMIT %(scan)s
+), expired AS MATERIALIZED (
+    SELECT task, version FROM pigeon_jobs
+    WHERE queue = %(queue)s AND status = 'reserved' AND reserved_until < %(now)s
+    ORDER BY reserved_until LIMIT %(scan)s
+)
+SELECT task, count(*) AS n,
+       ((SELECT count(*) FROM ready) >= %(scan)s
+        OR (SELECT count(*) FROM expired) >= %(scan)s) AS full
+FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS head
+WHERE version <= 1 AND NOT ((SELECT %(known)s::jsonb) ? task)
+GROUP BY task ORDER BY task

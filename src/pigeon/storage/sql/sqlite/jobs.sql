@@ -65,8 +65,9 @@ SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
 -- name: job_claim
 -- Claimed, not started (started_at NULL: the job still waits) until job_start marks it.
 -- :versions (JSON {task: version}) is the newest payload version the claimer runs, per
--- task above 1: a job of a newer version is left for a worker that knows it. Read once
--- into a few rows (MATERIALIZED), not parsed again for every candidate job.
+-- task it knows (the key '' stands for any other task): a job of a newer version, or of
+-- a task it does not know, is left for a worker that knows it. Read once into a few rows
+-- (MATERIALIZED), not parsed again for every candidate job.
 WITH known AS MATERIALIZED (SELECT key AS task, value AS version FROM json_each(:versions))
 UPDATE pigeon_jobs
 SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
@@ -76,8 +77,9 @@ WHERE id IN (
     WHERE queue = :queue
       AND ((status = 'queued' AND scheduled_at <= :now)
            OR (status = 'reserved' AND reserved_until < :now))
-      AND (version <= 1
-           OR version <= (SELECT k.version FROM known AS k WHERE k.task = pigeon_jobs.task))
+      AND version <= coalesce(
+          (SELECT k.version FROM known AS k WHERE k.task = pigeon_jobs.task),
+          (SELECT k.version FROM known AS k WHERE k.task = ''), 0)
     ORDER BY scheduled_at, id
     LIMIT :n
 )

@@ -246,3 +246,25 @@ WHERE task = :task AND version > 1 AND version > :known
   AND status IN ('queued', 'reserved')
   AND ((status = 'queued' AND scheduled_at <= :now)
        OR (status = 'reserved' AND reserved_until < :now))
+
+-- name: unknown_tasks
+-- Per task no live worker of the queue knows (known: the tasks they know, a JSON list),
+-- its due jobs of version 1 (a later version is counted by jobs_newer). The claims pass
+-- over them, so they gather at the head of the queue: only its oldest due jobs (scan of
+-- each kind) are read, through the claim indexes; full: that read was cut short (each
+-- count is then a floor).
+WITH ready AS MATERIALIZED (
+    SELECT task, version FROM pigeon_jobs
+    WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+    ORDER BY scheduled_at, id LIMIT :scan
+), expired AS MATERIALIZED (
+    SELECT task, version FROM pigeon_jobs
+    WHERE queue = :queue AND status = 'reserved' AND reserved_until < :now
+    ORDER BY reserved_until LIMIT :scan
+)
+SELECT task, count(*) AS n,
+       ((SELECT count(*) FROM ready) >= :scan
+        OR (SELECT count(*) FROM expired) >= :scan) AS full
+FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS head
+WHERE version <= 1 AND task NOT IN (SELECT value FROM json_each(:known))
+GROUP BY task ORDER BY task
