@@ -1,6 +1,7 @@
 """ops/: the Prometheus alert rules pass ``promtool check rules`` (Debian's prometheus
-package), and every metric the rules and the Grafana board name is exported by /metrics or,
-for an edge queue's, by its exporter (`pigeon.ops.edge_metrics`)."""
+package) and their unit tests (``promtool test rules``), and every metric the rules and the
+Grafana board name is exported by /metrics or, for an edge queue's, by its exporter
+(`pigeon.ops.edge_metrics`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pigeon import OfflineQueue
+from pigeon.jobs.app import App
+from pigeon.jobs.registry import Advert
+from pigeon.jobs.stores import store_for
 from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.edge_metrics import serve_edge_metrics
 from pigeon.server.app import create_app
@@ -26,6 +30,7 @@ from tests.server.conftest import OPERATOR, live_server, operator_token
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 RULES = OPS / "prometheus" / "pigeon-rules.yml"
+RULE_TESTS = OPS / "prometheus" / "pigeon-rules.test.yml"
 BOARD = OPS / "grafana" / "pigeon-dashboard.json"
 METRIC = re.compile(r"\bpigeon_[a-z_]+")
 
@@ -44,7 +49,20 @@ def test_promtool_accepts_the_rules() -> None:
         [_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
+
+
+def test_the_rules_fire_as_their_unit_tests_say() -> None:
+    """``pigeon-rules.test.yml``: an alert pending, then firing with its summary, then
+    resolved, on series made up for it (the waiting-for-a-newer-worker alert's, so far)."""
+    result = processes.run(
+        [_promtool(), "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+    tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
+    assert "PigeonJobsWaitingForNewerWorker" in tested
 
 
 def _named(text: str) -> set[str]:
@@ -59,6 +77,11 @@ def test_every_metric_the_rules_and_the_board_name_is_exported(tmp_path: Path) -
     exprs = "\n".join(t["expr"] for p in board["panels"] for t in p["targets"])
     db = open_server_db(str(tmp_path / "server.db"))
     seed(db, 20)
+    # A live worker of queue "audit" that lacks its task: the audit jobs wait for a newer
+    # one (pigeon_jobs_waiting_newer_worker has a sample to show).
+    stale = App()
+    stale.task(lambda: None, queue="audit", name="other")
+    assert Advert(store_for(db), "stale", stale, ["audit"]).advertise()
     app = create_app(
         Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
     )
