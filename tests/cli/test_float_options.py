@@ -128,6 +128,7 @@ def test_relay_refuses_nan_on_a_real_database(tmp_path: Path) -> None:
         (["queue", "stats", "--interval", "3601"], "3601.0 is not in the range 0.1<=x<=3600"),
         (["queue", "stats", "--interval", "0.05"], "0.05 is not in the range 0.1<=x<=3600"),
         (["serve", "--in-progress-wait", "-1"], "-1.0 is not in the range 0<=x<=30.0"),
+        (["serve", "--drain-timeout", "-1"], "-1.0 is not in the range x>=0"),
         (["rehearse", "--rate", "0.01"], "0.01 is not in the range x>=0.1"),
         (["demo", "--timeout", "-1"], "-1.0 is not in the range x>=0.0"),
     ],

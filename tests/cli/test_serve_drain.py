@@ -1,7 +1,8 @@
 """``pigeon serve`` drained by SIGTERM (a deploy stopping the old intake): it stops
 accepting connections at once, lets the requests in flight finish and commit within its
-deadline (``DRAIN_DEADLINE``), and ends; a request still running at the deadline is cut
-off with nothing of it written, so the client's retry with the same key runs it afresh.
+deadline (``DRAIN_DEADLINE`` by default, ``--drain-timeout``), and ends; a request still
+running at the deadline is cut off with nothing of it written, so the client's retry with
+the same key runs it afresh.
 
 The requests are held in flight by the test hooks (``X-Pigeon-Test-Delay-Ms``: the
 handler holds after its key is claimed, inside its transaction)."""
@@ -23,7 +24,7 @@ from pigeon.storage.server import open_server_db
 from tests import processes
 from tests.cli.test_serve_cmd import OPERATOR_TOKEN, USER, start
 
-DRAIN_DEADLINE = 5.0  # seconds: uvicorn's timeout_graceful_shutdown, as pigeon serve sets it
+DRAIN_DEADLINE = 5.0  # seconds: pigeon serve's default --drain-timeout
 ENV = os.environ | {"PIGEON_OPERATOR_TOKEN": OPERATOR_TOKEN, ENV_KEY: "1"}
 
 pytestmark = pytest.mark.chaos
@@ -133,3 +134,23 @@ def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
         assert _post(url, "too-slow").headers.get("Idempotent-Replayed") == "true"
     finally:
         processes.stop(again, grace=10)
+
+
+def test_a_shorter_drain_timeout_is_honoured(tmp_path: Path) -> None:
+    """``--drain-timeout 1``: a request held past it is cut off after about a second, not
+    after the default five, with nothing of it written."""
+    db = tmp_path / "server.db"
+    proc, url = start(db, "--test-hooks", "--drain-timeout", "1", env=ENV)
+    out: dict[str, Any] = {}
+    try:
+        sender = _hold(url, "cut-short", 60_000, out)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(DRAIN_DEADLINE + 15)
+        took = time.monotonic() - stopped
+        sender.join(10)
+    finally:
+        processes.stop(proc, grace=0)
+    assert 0.5 < took < DRAIN_DEADLINE - 1.5, took  # its own deadline, not the default
+    assert not (isinstance(out["cut-short"], httpx.Response) and out["cut-short"].is_success)
+    assert "cut-short" not in _notes(db)

@@ -44,6 +44,7 @@ from pigeon.cli.serve_options import (
     AuthOption,
     ClaimModeOption,
     ClaimRetentionOption,
+    DrainTimeoutOption,
     DurabilityOption,
     HostOption,
     InProgressWaitOption,
@@ -77,7 +78,13 @@ from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
-from pigeon.server.options import DEFAULT_BODY, DEFAULT_HEADERS, DEFAULT_IDLE, ServerOptions
+from pigeon.server.options import (
+    DEFAULT_BODY,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_HEADERS,
+    DEFAULT_IDLE,
+    ServerOptions,
+)
 from pigeon.server.served import build_served
 from pigeon.server.timeouts import TimedConfig
 from pigeon.storage.server import open_server_db
@@ -117,6 +124,7 @@ def serve(
     timeout_idle: TimeoutIdleOption = DEFAULT_IDLE,
     timeout_headers: TimeoutHeadersOption = DEFAULT_HEADERS,
     timeout_body: TimeoutBodyOption = DEFAULT_BODY,
+    drain_timeout: DrainTimeoutOption = DEFAULT_DRAIN_TIMEOUT,
     log_format: LogFormatOption = "text",
     log_redact: LogRedactOption = None,
     relay_to: RelayToOption = None,
@@ -180,7 +188,7 @@ def _config(options: ServerOptions) -> TimedConfig:
         # pigeon's formatter (text or JSON, redacted) for uvicorn's loggers and the app's,
         # set up again by uvicorn in every worker process it starts.
         log_config=logs.dict_config(logged.format, logged.level.upper(), logged.redact),
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=listen.drain_timeout,
     )
 
 

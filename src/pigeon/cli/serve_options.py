@@ -210,6 +210,15 @@ TimeoutBodyOption = Annotated[
     ),
 ]
 
+DrainTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        click_type=Finite(min=0),
+        help="Seconds the requests in flight at SIGTERM may take to finish; then they are "
+        "cut off, nothing of them written, their keys free for the retry.",
+    ),
+]
+
 _FIELD = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
 
 
@@ -256,6 +265,7 @@ def options_from_cli(args: Mapping[str, Any]) -> ServerOptions:
                 ConnectionTimeouts(
                     args["timeout_idle"], args["timeout_headers"], args["timeout_body"]
                 ),
+                args["drain_timeout"],
             ),
             logs=LogOptions(args["log_level"], args["log_format"], tuple(args["log_redact"] or ())),
             relay_to=args["relay_to"],

@@ -40,6 +40,7 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 DEFAULT_IDLE = 10.0
 DEFAULT_HEADERS = 10.0
 DEFAULT_BODY = 60.0
+DEFAULT_DRAIN_TIMEOUT = 5.0
 IDLE_ENV = "PIGEON_OPS_SESSION_IDLE"
 LIFETIME_ENV = "PIGEON_OPS_SESSION_LIFETIME"
 MAX_LIFETIME = 30 * 86400.0
@@ -199,14 +200,16 @@ class DatabaseOptions:
 @dataclass(frozen=True, slots=True)
 class ListenOptions:
     """Where and how ``pigeon serve`` listens: ``host`` and ``port`` (0: any free one),
-    ``workers`` processes, ``insecure`` (the demo authenticator off loopback anyway) and
-    the connection ``timeouts``."""
+    ``workers`` processes, ``insecure`` (the demo authenticator off loopback anyway), the
+    connection ``timeouts`` and ``drain_timeout``: seconds the requests in flight at a
+    SIGTERM may take to finish before they are cut off (uncommitted, their keys free)."""
 
     host: str = "127.0.0.1"
     port: int = 8765
     workers: int = 1
     insecure: bool = False
     timeouts: ConnectionTimeouts = field(default_factory=ConnectionTimeouts)
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -216,6 +219,11 @@ class ListenOptions:
         if not is_int_in(self.workers, 1):
             raise ConfigurationError(
                 f"workers must be at least 1, not {self.workers}", field="workers"
+            )
+        drain = self.drain_timeout
+        if not (is_finite(drain) and drain >= 0):
+            raise ConfigurationError(
+                f"drain_timeout must be seconds >= 0, not {drain!r}", field="drain_timeout"
             )
 
 
