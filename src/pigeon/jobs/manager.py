@@ -128,7 +128,10 @@ class JobManager:
         *,
         clock: Clock = time.time,
         rng: random.Random | None = None,
+        runs_tasks: bool = False,
     ) -> None:
+        """``runs_tasks``: the caller runs what it claims through ``app`` (a ``Worker``):
+        its claims take only the tasks the app declares, none if it declares none."""
         self.db = db
         self.store: JobStore[LeaseSession] = store_for(db)
         # Without an app there is nothing to check a job against: enqueue then writes what
@@ -137,6 +140,7 @@ class JobManager:
         self.app = app or App()
         self.clock = clock
         self.rng = rng or random.Random()
+        self.runs_tasks = runs_tasks
 
     def enqueue(self, spec: JobSpec) -> JobId:
         with self.store.transaction() as session:
@@ -187,9 +191,9 @@ class JobManager:
         claim leaves a job of a newer version, or of a task the app lacks (a task added by
         a deploy still under way, or removed by one), for a worker that knows it, never
         running it wrongly nor failing it. Without an app, or with one that declares no
-        task (a manager driven by hand, by a tool or a test, that runs none itself): every
-        task, at version 1."""
-        if not self.app.tasks:
+        task, unless it ``runs_tasks`` (a manager driven by hand, by a tool or a test):
+        every task, at version 1."""
+        if not self.app.tasks and not self.runs_tasks:
             return {ANY_TASK: 1}
         return {name: t.version for name, t in self.app.tasks.items()}
 

@@ -127,7 +127,7 @@ class Worker(Heartbeat):
         self.control_every = options.control_every
         self.maintenance = options.maintenance
         self.purge_every = options.purge_every
-        self.manager = JobManager(self.store, app)
+        self.manager = JobManager(self.store, app, runs_tasks=True)
         self.stats = WorkerStats()
         self.exit_code = STOPPED
         self._stop = threading.Event()

@@ -187,6 +187,25 @@ def test_a_claim_takes_only_the_tasks_its_app_declares(
     assert job.id == removed
 
 
+def test_a_worker_whose_app_lacks_the_task_leaves_its_jobs_queued() -> None:
+    """A worker runs what it claims: its claim takes only its app's tasks, none when the
+    app declares none (a manager driven by hand would take every task)."""
+    store = MemoryJobStore()
+    unknown = JobManager(store).enqueue(JobSpec("q", "elsewhere", {"n": 1}))  # due first
+    old, _ = _apps()
+    JobManager(store, old).enqueue(JobSpec("q", "tally", {"n": 2, "count": 1}))
+    run(old, store, lambda: statuses(store) == ["queued", "succeeded"])
+    empty = App()
+    empty.queue("q")
+    worker = Worker(empty, store, {"q": 1})
+    assert worker.manager.known_versions() == {}
+    assert worker.manager.lease_jobs("q", worker.name, 10, lease=5) == []
+    assert (show_job(store, unknown)["status"], show_job(store, unknown)["attempts"]) == (
+        "queued",
+        0,
+    )
+
+
 def test_an_explicit_version_is_checked_by_the_app_and_stored_as_given(
     any_store: BuiltinStore, clock: FakeClock
 ) -> None:
