@@ -128,7 +128,9 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], Any]:
     }
 
 
-def test_jobs_of_a_task_no_live_worker_knows_wait_for_a_newer_worker(db: Database) -> None:
+def test_jobs_of_a_task_no_live_worker_knows_wait_for_a_newer_worker(
+    db: Database, server_db_url: str
+) -> None:
     """A deploy that adds a task ("added", enqueued by a new intake while only old workers
     run) and one that removed a task ("dropped", with jobs left): each is counted, by task,
     as waiting for a newer worker (none knows it: known 0); a task the live workers know
@@ -150,6 +152,18 @@ def test_jobs_of_a_task_no_live_worker_knows_wait_for_a_newer_worker(db: Databas
         {"task": "dropped", "queue": "billing", "known": 0, "newest": 1, "waiting": 1},
     ]
     assert "versions.added.waiting" not in view["estimated"]
+    text = CliRunner().invoke(cli, ["jobs", "stats", "--db", server_db_url]).output
+    assert re.search(r"added .*billing .*not the task .*v1 .*3", text), text
+    with TestClient(
+        create_app(
+            Intake(db),
+            routes=dashboard_routes(db, newer),
+            operator=operator_token(),
+            purge_interval=None,
+        )
+    ) as client:
+        page = client.get("/pigeon/", headers=OPERATOR).text
+    assert re.search(r"<td>not the task</td><td>v1</td>\s*<td class=\"bad\"><span[^>]*>3<", page)
     # A head read cut short (cap 2: the two oldest due): a floor, marked as not exact.
     capped = overview(db, newer, cap=2)
     assert [(e["task"], e["waiting"]) for e in capped["versions"]["waiting"]] == [("added", 2)]
