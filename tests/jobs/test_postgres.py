@@ -90,7 +90,7 @@ _PLANNED = {
         "until": 6e9,
         "n": 8,
         "start": 1,
-        "versions": '{"t": 2}',
+        "versions": '{"t": 2, "u": 1}',
     },
     "job_claim_start": {
         "queue": "q1",
@@ -100,7 +100,7 @@ _PLANNED = {
         "until": 6e9,
         "n": 8,
         "start": 1,
-        "versions": '{"t": 2}',
+        "versions": '{"t": 2, "u": 1}',
     },
     "job_start": {"id": 5, "attempt": 1, "token": "t", "now": 1.0},
     "job_queue_pressure": {"queue": "q1", "now": 5e9, "cap": 100},
@@ -204,6 +204,17 @@ def test_claims_and_lookups_stay_off_sequential_scans(pg: Database) -> None:
                 plan = "\n".join(r["QUERY PLAN"] for r in rows)
                 for table in ("pigeon_jobs", "pigeon_job_attempts", "pigeon_outbox"):
                     assert f"Seq Scan on {table}" not in plan, f"{name} ({mode}):\n{plan}"
+                if name in _CLAIMS:  # the version filter leaves the claim on its indexes
+                    for index in _CLAIMS[name]:
+                        assert index in plan, f"{name} ({mode}):\n{plan}"
+
+
+# The claims read due jobs through the partial indexes made for them, whatever the
+# claimer's {task: version} filter (one parameter, cast once).
+_CLAIMS = {
+    "job_claim": ("pigeon_jobs_ready", "pigeon_jobs_reserved"),
+    "job_claim_start": ("pigeon_jobs_ready", "pigeon_jobs_reserved"),
+}
 
 
 def _numbered(query: str, params: dict[str, object]) -> str:
