@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from tests.clocks import FakeClock
+from tests.pgdatabases import Databases
 
 # Every process a test starts is recorded there and killed with its group, however the
 # run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py).
@@ -97,29 +97,20 @@ def require_broker(kind: str) -> str:
     return BROKERS[kind]
 
 
-def _with_database(dsn: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+DATABASES = Databases(PG_ADMIN_DSN)
 
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    """An empty PostgreSQL database for one test, emptied after it for the next one."""
     require_postgres()
-    name = f"pigeon_t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    dsn = _with_database(PG_ADMIN_DSN, name)
-    # Hand out a URL: open_server_db recognises the backend by the scheme.
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    url = (
-        f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
-        f"{info.get('port', 5432)}/{name}"
-    )
+    url = DATABASES.create("pigeon_t_")
     yield url
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    DATABASES.release(url)
+
+
+def pytest_sessionfinish() -> None:
+    DATABASES.drop_all()
 
 
 @pytest.fixture
