@@ -17,6 +17,7 @@ import httpx
 import jwt
 import pytest
 
+from pigeon.cli import keys_cmd
 from tests import processes
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
@@ -52,13 +53,8 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, Path]:
     keys = tmp / "keys.json"
-    if not keys.exists():
-        processes.run(
-            [*PIGEON, "keys", "generate", "--file", str(keys)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+    if not keys.exists():  # made as `pigeon keys generate --file` makes it, in process
+        keys_cmd.generate(file=str(keys))
     log = tmp / "serve.log"
     env = os.environ | {
         "PIGEON_AUTH": "jwt",
