@@ -1,4 +1,4 @@
-"""Shared fixtures: backends for the conformance suite, PostgreSQL databases per test.
+"""Shared fixtures: PostgreSQL databases per test, the brokers, a hand-moved clock.
 
 PostgreSQL tests use the server named by PIGEON_TEST_PG_DSN (default: the local one on
 127.0.0.1:5432, user postgres). Where it cannot be reached they are skipped with a message
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,12 +19,12 @@ from tests.clocks import FakeClock
 from tests.pgdatabases import Databases
 
 # Every process a test starts is recorded there and killed with its group, however the
-# run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py).
-pytest_plugins = ["tests.processes", "tests.tiers"]
+# run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py); the
+# server databases are fixtures of tests/databases.py.
+pytest_plugins = ["tests.processes", "tests.tiers", "tests.databases"]
 
 PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
-BACKENDS = ["sqlite", "postgres"]
 
 # The CLI's tables are read by substring: a wide console, so that no cell is folded,
 # whatever the terminal of the run or of a pytest-xdist worker (whose stdio is a pipe).
@@ -117,15 +116,6 @@ def pytest_sessionfinish() -> None:
 def clock() -> FakeClock:
     """A hand-moved clock, for whatever the test hands a ``clock`` / ``now`` callable."""
     return FakeClock()
-
-
-@pytest.fixture(params=BACKENDS)
-def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The conformance-suite fixture: a server database URL on each backend in turn."""
-    if request.param == "postgres":
-        url: str = request.getfixturevalue("pg_url")
-        return url
-    return str(tmp_path / "server.db")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -19,7 +19,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -221,13 +220,6 @@ def dead_letter_a_secret(path: Path) -> OfflineQueue:
     transport.close()
     assert [op.entity for op in queue.dead_letters()] == ["note:1"]
     return queue
-
-
-@pytest.fixture
-def db(server_db_url: str) -> Iterator[Database]:
-    database = open_server_db(server_db_url, durability="normal")
-    yield database
-    database.close()
 
 
 def test_the_canary_reaches_no_log_record_in_process(

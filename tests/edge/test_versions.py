@@ -13,18 +13,10 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.reference.notes import create_notes_app, read_ledger
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.events import SyncCallbacks
 from tests.sync.conftest import FAST
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_server_db(tmp_path / "server.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ def _wait_for_lease(db: Database, timeout: float = 5.0) -> bool:
 
 
 @pytest.mark.chaos
-def test_sigkill_rounds_leave_every_effect_exactly_once(db_url: str) -> None:
-    path = db_url
+def test_sigkill_rounds_leave_every_effect_exactly_once(server_db_url: str) -> None:
+    path = server_db_url
     db = open_server_db(path, durability="normal")
     with db.transaction() as tx:
         for n in range(JOBS):

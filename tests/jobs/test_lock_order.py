@@ -22,15 +22,7 @@ from pigeon.jobs import records
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database, Row, Tx
-from pigeon.storage.server import open_server_db
 from tests.conftest import PG_ADMIN_DSN
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    database = open_server_db(pg_url)
-    yield database
-    database.close()
 
 
 class _PausingTx:

@@ -26,18 +26,10 @@ from pigeon.jobs.wakeup import channel
 from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from pigeon.storage.queries import load_queries
-from pigeon.storage.server import open_server_db
 from tests.conftest import PG_ADMIN_DSN
 from tests.waiting import wait_for
 
 from .test_worker import run_in_thread
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    database = open_server_db(pg_url)
-    yield database
-    database.close()
 
 
 def test_every_sqlite_query_has_a_postgres_twin() -> None:

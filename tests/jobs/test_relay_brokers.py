@@ -54,37 +54,39 @@ def test_publishes_in_outbox_order_and_marks_after_the_confirmation(
 
 
 def run_relay(
-    db_url: str, to: str, *, die_after: int | None = None
+    server_db_url: str, to: str, *, die_after: int | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop(TEST_DIE_AFTER_ENV, None)
     if die_after is not None:
         env[TEST_DIE_AFTER_ENV] = str(die_after)
     return processes.run(
-        [sys.executable, "-m", "pigeon", "relay", "--db", db_url, "--to", to, "--once",
+        [sys.executable, "-m", "pigeon", "relay", "--db", server_db_url, "--to", to, "--once",
          "--batch", "40"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
-def test_relay_killed_between_confirm_and_mark_loses_nothing(db_url: str, target: Target) -> None:
+def test_relay_killed_between_confirm_and_mark_loses_nothing(
+    server_db_url: str, target: Target
+) -> None:
     """The relay SIGKILLs itself once the broker confirmed 100 rows: batches of 40, so
     rows 1-80 are marked and rows 81-120 are confirmed but not marked when it dies. The
     next relay publishes 81-200: Redis and NATS drop the 40 repeats, RabbitMQ delivers
     them again (counted and reported)."""
-    db = open_server_db(db_url)
+    db = open_server_db(server_db_url)
     try:
         ids = fill(db, 200)
     finally:
         db.close()
-    killed = run_relay(db_url, target.url, die_after=100)
+    killed = run_relay(server_db_url, target.url, die_after=100)
     assert killed.returncode == -9, killed.stderr
-    db = open_server_db(db_url)
+    db = open_server_db(server_db_url)
     try:
         assert relay_lag(db).pending == 120  # 80 marked before the kill
     finally:
         db.close()
-    again = run_relay(db_url, target.url)
+    again = run_relay(server_db_url, target.url)
     assert again.returncode == 0, again.stderr
     held = target.read()
     duplicates = len(held) - len(set(held))
@@ -168,17 +170,17 @@ def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def test_one_relay_at_a_time_and_a_stand_by_takes_over(
-    db_url: str, caplog: pytest.LogCaptureFixture
+    server_db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two relays on one outbox (two nodes' workers with --relay-to, say): one publishes,
     the other stands by, and takes over when the first stops, saying so in one line at
     WARNING (every command's default level)."""
     caplog.set_level(logging.WARNING, logger="pigeon.jobs.relay")
     target = make_target("redis", require_broker("redis"))
-    db = open_server_db(db_url)
-    first = RelayRunner(db_url, target.url, interval=0.02, standby=0.05).start()
+    db = open_server_db(server_db_url)
+    first = RelayRunner(server_db_url, target.url, interval=0.02, standby=0.05).start()
     _wait(first.lock.held)
-    second = RelayRunner(db_url, target.url, interval=0.02, standby=0.05).start()
+    second = RelayRunner(server_db_url, target.url, interval=0.02, standby=0.05).start()
     try:
         ids = fill(db, 50)
         _wait(lambda: relay_lag(db).pending == 0)

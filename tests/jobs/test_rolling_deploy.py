@@ -146,16 +146,16 @@ def _held_by(db: Database, names: list[str]) -> int:
 
 
 def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
-    db_url: str, tmp_path: Path
+    server_db_url: str, tmp_path: Path
 ) -> None:
-    db = open_server_db(db_url, durability="normal")
+    db = open_server_db(server_db_url, durability="normal")
     with db.transaction() as tx:
         for statement in TABLES:
             tx.sql(statement)
     producer = Producer(db)
     producer.start()
-    gen1 = Generation(db_url, 1, tmp_path / "gen1.log").start()
-    gen2 = Generation(db_url, 2, tmp_path / "gen2.log")
+    gen1 = Generation(server_db_url, 1, tmp_path / "gen1.log").start()
+    gen2 = Generation(server_db_url, 2, tmp_path / "gen2.log")
     measured: dict[str, Any] = {}
     try:
         producer.go[0].set()  # old payloads only: generation 1 works them

@@ -31,18 +31,20 @@ def test_split_spreads_threads_evenly() -> None:
     assert split({"a": 1}, 3) == [{"a": 1}]
 
 
-def test_budget_is_checked(db_url: str) -> None:
+def test_budget_is_checked(server_db_url: str) -> None:
     with pytest.raises(
         ConfigurationError, match=r"'chaos': 9 workers is outside its budget 1\.\.8"
     ):
-        Supervisor(APP, db_url, {"chaos": 9})
+        Supervisor(APP, server_db_url, {"chaos": 9})
     with pytest.raises(ConfigurationError, match="module:attr"):
-        Supervisor("nocolon", db_url, {"chaos": 1})
+        Supervisor("nocolon", server_db_url, {"chaos": 1})
 
 
-def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_url: str) -> None:
+def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, server_db_url: str) -> None:
     job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 1.0, "n": 1}))
-    sup = Supervisor(APP, db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False))
+    sup = Supervisor(
+        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
+    )
     sup.start()
     wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
     sup.stop()  # SIGTERM while the job sleeps
@@ -53,7 +55,7 @@ def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, db_url: str)
 
 
 def test_supervisor_replaces_recycled_workers(
-    db: Database, db_url: str, caplog: pytest.LogCaptureFixture
+    db: Database, server_db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pigeon.jobs.supervisor")
     with db.transaction() as tx:
@@ -61,7 +63,7 @@ def test_supervisor_replaces_recycled_workers(
             enqueue(tx, JobSpec("chaos", "bump", {"n": n * 250}))  # n*250 % 250 != 7
     sup = Supervisor(
         APP,
-        db_url,
+        server_db_url,
         {"chaos": 2},
         processes=1,
         options=WorkerOptions(recycle_jobs=40, batch=4, schedules=False),
@@ -85,8 +87,8 @@ def test_supervisor_replaces_recycled_workers(
     wait_for(lambda: lifecycle_counts(metrics_text(db))["worker_recycled"] == sup.recycled)
 
 
-def test_schedule_runs_once_per_tick_across_three_workers(db: Database, db_url: str) -> None:
-    sup = Supervisor(APP, db_url, {"chaos": 3}, processes=3)
+def test_schedule_runs_once_per_tick_across_three_workers(db: Database, server_db_url: str) -> None:
+    sup = Supervisor(APP, server_db_url, {"chaos": 3}, processes=3)
     assert len(sup.slots) == 3
     sup.start()
     try:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.server.conftest import db, pg
+from tests.server.conftest import notes_db, notes_pg
 
-__all__ = ["browser", "db", "pg"]
+__all__ = ["browser", "notes_db", "notes_pg"]
 
 CHROMIUM = os.environ.get("PIGEON_TEST_CHROMIUM", "/usr/bin/chromium")
 # On a closed network Chromium's own background connections are refused and logged; these

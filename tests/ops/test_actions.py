@@ -21,24 +21,24 @@ from tests.ops.scenario import APP, seed
 from tests.server.conftest import OPERATOR, OPERATOR_TOKEN, live_server, operator_token
 
 
-def test_retry_a_group_and_cancel_by_ids_with_a_log(db: Database) -> None:
-    seed(db, 100)
+def test_retry_a_group_and_cancel_by_ids_with_a_log(notes_db: Database) -> None:
+    seed(notes_db, 100)
     group = actions.Selection(owner="comms-team", queue="notify", error_class="PermanentError")
-    ids, max_id = actions.matching(db, group)
+    ids, max_id = actions.matching(notes_db, group)
     assert len(ids) == 10 and max_id >= max(ids)
     with pytest.raises(InvalidOperation, match="reason"):
-        actions.apply(db, "retry", group, actor="ada", reason="  ")
+        actions.apply(notes_db, "retry", group, actor="ada", reason="  ")
     with pytest.raises(InvalidOperation, match="who"):
-        actions.apply(db, "retry", group, actor="", reason="fixed")
-    done = actions.apply(db, "retry", group, actor="ada", reason="mail server back")
+        actions.apply(notes_db, "retry", group, actor="", reason="fixed")
+    done = actions.apply(notes_db, "retry", group, actor="ada", reason="mail server back")
     assert (done.matched, done.done, done.skipped) == (10, 10, 0)
-    assert {show_job(db, i)["status"] for i in ids} == {"queued"}
-    grading = [j["id"] for j in list_jobs(db, status="failed", queue="grading")]
+    assert {show_job(notes_db, i)["status"] for i in ids} == {"queued"}
+    grading = [j["id"] for j in list_jobs(notes_db, status="failed", queue="grading")]
     cancel = actions.Selection(ids=(grading[0], ids[0]))  # ids[0] is no longer failed
-    done = actions.apply(db, "cancel", cancel, actor="bob", reason="duplicate")
+    done = actions.apply(notes_db, "cancel", cancel, actor="bob", reason="duplicate")
     assert (done.matched, done.done) == (1, 1)
-    assert show_job(db, grading[0])["status"] == "cancelled"
-    log = actions.action_log(db)
+    assert show_job(notes_db, grading[0])["status"] == "cancelled"
+    log = actions.action_log(notes_db)
     assert [(a["action"], a["actor"], a["done"]) for a in log] == [
         ("cancel", "bob", 1),
         ("retry", "ada", 10),
@@ -46,10 +46,13 @@ def test_retry_a_group_and_cancel_by_ids_with_a_log(db: Database) -> None:
     assert '"owner":"comms-team"' in log[1]["selection"]
 
 
-def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
-    seed(db, 50)
+def test_the_forms_over_http_csrf_and_origin(notes_db: Database) -> None:
+    seed(notes_db, 50)
     app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+        Intake(notes_db),
+        routes=dashboard_routes(notes_db, APP),
+        operator=operator_token(),
+        purge_interval=None,
     )
     form = {"owner": "comms-team", "queue": "notify", "error_class": "PermanentError"}
     with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as client:
@@ -83,7 +86,7 @@ def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
         assert client.post("/pigeon/actions/apply", headers=same, data=apply).status_code == 403
         wrong = apply | {"csrf": csrf_token(OPERATOR_TOKEN)}  # keyed by the session, not this
         assert client.post("/pigeon/actions/apply", headers=same, data=wrong).status_code == 403
-        assert len(list_jobs(db, status="failed", queue="notify")) == 5
+        assert len(list_jobs(notes_db, status="failed", queue="notify")) == 5
         ok = client.post(
             "/pigeon/actions/apply",
             headers=same,
@@ -91,7 +94,7 @@ def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
             follow_redirects=False,
         )
         assert ok.status_code == 303 and "/pigeon/?done=" in ok.headers["location"]
-        assert list_jobs(db, status="failed", queue="notify") == []
+        assert list_jobs(notes_db, status="failed", queue="notify") == []
         # signing out clears the cookie: the page asks to sign in again
         client.post("/pigeon/logout", headers=same, data={})
         assert client.get("/pigeon/", headers={"Accept": "text/html"}).status_code == 401
@@ -101,15 +104,17 @@ def test_the_forms_over_http_csrf_and_origin(db: Database) -> None:
         assert stale.status_code == 401 and "data-figure" not in stale.text
 
 
-def test_dashboard_app_mounts_in_any_asgi_app(db: Database) -> None:
+def test_dashboard_app_mounts_in_any_asgi_app(notes_db: Database) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
     from pigeon.ops import dashboard_app
     from tests.server.conftest import TestClient
 
-    seed(db, 20)
-    host = Starlette(routes=[Mount("/ops", dashboard_app(db, APP, operator=operator_token()))])
+    seed(notes_db, 20)
+    host = Starlette(
+        routes=[Mount("/ops", dashboard_app(notes_db, APP, operator=operator_token()))]
+    )
     with TestClient(host, base_url="http://testserver") as client:
         page = client.get("/ops/", headers=OPERATOR)
         assert page.status_code == 200 and 'action="/ops/actions/preview"' in page.text

@@ -39,9 +39,9 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None, operator=operator_token())
-    jobs = JobManager(db, demo_jobs)
+def test_dashboard_and_metrics_answer_the_nine_am_question(notes_db: Database) -> None:
+    app = create_notes_app(notes_db, purge_interval=None, operator=operator_token())
+    jobs = JobManager(notes_db, demo_jobs)
     with live_server(app) as url:
         for notify in ("ada@example.org", "bob@example.org", None):
             _answer(url, notify)
@@ -52,7 +52,7 @@ def test_dashboard_and_metrics_answer_the_nine_am_question(db: Database) -> None
         jobs.finish([AttemptOutcome(note, PermanentError("mailbox does not exist"))])
         # two grading jobs that became ready two minutes ago: one is claimed by a worker
         # that dies (its lease runs out: stuck), one still waits (over the 60 s objective)
-        past = JobManager(db, demo_jobs, clock=lambda: time.time() - 120)
+        past = JobManager(notes_db, demo_jobs, clock=lambda: time.time() - 120)
         past.enqueue(JobSpec("grading", "grade", {"answer_id": "x"}))
         past.enqueue(JobSpec("grading", "grade", {"answer_id": "y"}))
         jobs.lease_jobs("grading", "dead-worker", 1, lease=0.01)

@@ -20,11 +20,11 @@ ZERO = dict.fromkeys(lifecycle.KINDS, 0.0)
 
 
 def test_every_kind_is_a_counter_from_zero(server_db_url: str) -> None:
-    db = open_server_db(server_db_url)
+    notes_db = open_server_db(server_db_url)
     try:
-        text = metrics_text(db)
+        text = metrics_text(notes_db)
     finally:
-        db.close()
+        notes_db.close()
     assert "# TYPE pigeon_lifecycle_events_total counter" in text
     assert lifecycle_counts(text) == ZERO
 
@@ -42,8 +42,8 @@ def test_events_counted_by_two_processes_are_one_count_for_every_scraper(
         lifecycle.count_event_at(server_db_url, lifecycle.SERVE_WORKER_REPLACED).join(30)
         counts = lifecycle_counts(metrics_text(scraper))
     finally:
-        for db in (first, second, scraper):
-            db.close()
+        for notes_db in (first, second, scraper):
+            notes_db.close()
     assert counts == {
         "worker_recycled": 2.0,
         "relay_lock_takeover": 1.0,
@@ -55,9 +55,9 @@ def test_a_count_that_cannot_be_written_is_logged_not_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pigeon.lifecycle")
-    db = open_server_db(str(tmp_path / "server.db"))
-    db.close()  # what saw the event goes on; the count is lost and said so
-    assert lifecycle.count_event(db, lifecycle.RELAY_LOCK_TAKEOVER) is False
+    notes_db = open_server_db(str(tmp_path / "server.db"))
+    notes_db.close()  # what saw the event goes on; the count is lost and said so
+    assert lifecycle.count_event(notes_db, lifecycle.RELAY_LOCK_TAKEOVER) is False
     foreign = tmp_path / "foreign.db"
     foreign.write_bytes(b"not a database" * 100)
     thread = lifecycle.count_event_at(str(foreign), lifecycle.WORKER_RECYCLED)
@@ -66,4 +66,4 @@ def test_a_count_that_cannot_be_written_is_logged_not_raised(
     lost = [r for r in caplog.records if "could not count lifecycle event" in r.getMessage()]
     assert [r.levelno for r in lost] == [logging.WARNING, logging.WARNING]
     with pytest.raises(ValueError, match="unknown lifecycle event"):
-        lifecycle.count_event(db, "worker_exploded")
+        lifecycle.count_event(notes_db, "worker_exploded")

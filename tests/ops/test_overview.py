@@ -59,16 +59,19 @@ def expected_figures(t: dict[str, Any]) -> dict[str, int]:
     return found
 
 
-def test_overview_equals_the_database_on_a_seeded_scenario(db: Database) -> None:
-    seed(db, N_RECORDS)
+def test_overview_equals_the_database_on_a_seeded_scenario(notes_db: Database) -> None:
+    seed(notes_db, N_RECORDS)
     now = time.time()
-    view = overview(db, APP, now=now)
-    t = truth(db, now, 24 * 3600)
+    view = overview(notes_db, APP, now=now)
+    t = truth(notes_db, now, 24 * 3600)
     assert view["estimated"] == []
     assert figures(view) == expected_figures(t)
     # The page itself, rendered by the app: each of its figures is the database's.
     app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+        Intake(notes_db),
+        routes=dashboard_routes(notes_db, APP),
+        operator=operator_token(),
+        purge_interval=None,
     )
     with TestClient(app) as client:
         page = client.get("/pigeon/", headers=OPERATOR)
@@ -101,25 +104,25 @@ def test_overview_equals_the_database_on_a_seeded_scenario(db: Database) -> None
     assert rec["created_total"] == 3 * n and rec["without_job"]["count"] == 0
 
 
-def test_a_pending_obligation_without_a_job_is_reported(db: Database) -> None:
-    seed(db, 20)
-    with db.transaction() as tx:
+def test_a_pending_obligation_without_a_job_is_reported(notes_db: Database) -> None:
+    seed(notes_db, 20)
+    with notes_db.transaction() as tx:
         # the audit jobs finish without settling their obligations (written by hand)
         tx.sql("UPDATE pigeon_jobs SET status = 'succeeded' WHERE queue = 'audit'", {})
-    view = overview(db, APP)
+    view = overview(notes_db, APP)
     assert view["reconciliation"]["without_job"]["count"] == 20
 
 
 @pytest.mark.postgres
-def test_large_counts_are_capped_and_labelled_estimates(pg: Database) -> None:
-    seed(pg, 300)
-    with pg.transaction() as tx:
+def test_large_counts_are_capped_and_labelled_estimates(notes_pg: Database) -> None:
+    seed(notes_pg, 300)
+    with notes_pg.transaction() as tx:
         tx.sql("ANALYZE", {})
-    view = overview(pg, APP, cap=50, large_table=0)
+    view = overview(notes_pg, APP, cap=50, large_table=0)
     assert "records.received" in view["estimated"]
     assert "obligations.grading.completed" in view["estimated"]
     assert "queues.audit.stuck" not in view["estimated"]  # 3 of them: under the cap, exact
-    exact = overview(pg, APP)
+    exact = overview(notes_pg, APP)
     assert exact["estimated"] == []
     # an estimate is the planner's, never below what the capped count saw
     assert view["records"]["received"] >= 51
@@ -159,10 +162,13 @@ def _metric_figures(text: str) -> dict[str, int]:
 
 
 def test_the_page_the_json_the_metrics_and_the_cli_agree(server_db_url: str) -> None:
-    db = open_server_db(server_db_url)
-    seed(db, 200)
+    notes_db = open_server_db(server_db_url)
+    seed(notes_db, 200)
     app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+        Intake(notes_db),
+        routes=dashboard_routes(notes_db, APP),
+        operator=operator_token(),
+        purge_interval=None,
     )
     with live_server(app) as url:
         view = httpx.get(url + "/pigeon/v1/dashboard", headers=OPERATOR, timeout=30).json()
@@ -181,4 +187,4 @@ def test_the_page_the_json_the_metrics_and_the_cli_agree(server_db_url: str) -> 
     metric_figures = _metric_figures(metrics)
     assert {k: want[k] for k in metric_figures} == metric_figures
     assert len(metric_figures) >= 20
-    db.close()
+    notes_db.close()

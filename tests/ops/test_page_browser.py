@@ -30,10 +30,13 @@ def _page_figures(page: Any) -> dict[str, int]:
     return found
 
 
-def test_the_page_in_chromium(db: Database, browser: Any) -> None:
-    seed(db, N_RECORDS)
+def test_the_page_in_chromium(notes_db: Database, browser: Any) -> None:
+    seed(notes_db, N_RECORDS)
     app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+        Intake(notes_db),
+        routes=dashboard_routes(notes_db, APP),
+        operator=operator_token(),
+        purge_interval=None,
     )
     ARTIFACTS.mkdir(exist_ok=True)
     with live_server(app) as url:
@@ -70,15 +73,15 @@ def test_the_page_in_chromium(db: Database, browser: Any) -> None:
         assert OPERATOR_TOKEN not in cookie["value"]  # a session id, never the credential
 
         shown = _page_figures(page)
-        truth = figures(overview(db, APP))
+        truth = figures(overview(notes_db, APP))
         assert shown == truth  # every figure on the page, equal to the database's
         assert shown["failed.total"] == N_RECORDS // 50 + N_RECORDS // 10
-        page.screenshot(path=str(ARTIFACTS / f"ops-page-{db.backend}.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / f"ops-page-{notes_db.backend}.png"), full_page=True)
 
         # retry one failed job: select it, dry run, reason, confirm
         group = page.locator("form.group").first
         job_id = int(group.locator("input[name=job]").first.get_attribute("value"))
-        assert show_job(db, job_id)["status"] == "failed"
+        assert show_job(notes_db, job_id)["status"] == "failed"
         group.locator("input[name=job]").first.check()
         group.locator("button[value='retry:selected']").click()
         assert page.inner_text("#dry-run-count") == "1"
@@ -87,12 +90,12 @@ def test_the_page_in_chromium(db: Database, browser: Any) -> None:
         page.fill("textarea[name=reason]", "provider fixed, see incident 42")
         page.click("#confirm")
         page.wait_for_url(f"{url}/pigeon/?done=*")
-        assert show_job(db, job_id)["status"] == "queued"
+        assert show_job(notes_db, job_id)["status"] == "queued"
         banner = page.inner_text("#done")
         assert "retry by Ada on call: 1 of 1 done" in banner
         log = page.inner_text("#actions")
         assert "provider fixed, see incident 42" in log and f"jobs {job_id}" in log
-        reviews = show_job(db, job_id)["reviews"]
+        reviews = show_job(notes_db, job_id)["reviews"]
         assert [(r["action"], r["reviewer"]) for r in reviews] == [("retry", "Ada on call")]
 
         # on a phone: nothing wider than the screen (the tables scroll inside their boxes)
@@ -100,6 +103,8 @@ def test_the_page_in_chromium(db: Database, browser: Any) -> None:
         page.goto(url + "/pigeon/?refresh=0")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, width
-        page.screenshot(path=str(ARTIFACTS / f"ops-page-phone-{db.backend}.png"), full_page=True)
+        page.screenshot(
+            path=str(ARTIFACTS / f"ops-page-phone-{notes_db.backend}.png"), full_page=True
+        )
         assert errors == []
         context.close()

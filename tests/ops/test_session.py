@@ -34,37 +34,37 @@ TOKEN = OperatorToken("operator-token-of-the-session-tests")
 OTHER = OperatorToken("another-operator-token-entirely-9876")
 
 
-def stored_rows(db: Database) -> list[dict[str, object]]:
-    with db.transaction() as tx:
+def stored_rows(notes_db: Database) -> list[dict[str, object]]:
+    with notes_db.transaction() as tx:
         return list(tx.sql("SELECT * FROM pigeon_ops_sessions").fetchall())
 
 
-def test_a_session_is_a_random_id_kept_hashed_and_ended_by_sign_out(db: Database) -> None:
-    sessions = Sessions(db, SessionPolicy(), FakeClock(SERVER_START))
+def test_a_session_is_a_random_id_kept_hashed_and_ended_by_sign_out(notes_db: Database) -> None:
+    sessions = Sessions(notes_db, SessionPolicy(), FakeClock(SERVER_START))
     session_id = sessions.open("ünï⌘ 🐦", TOKEN)
     assert TOKEN.token not in session_id and len(session_id) == 43
-    (row,) = stored_rows(db)
+    (row,) = stored_rows(notes_db)
     assert row["id_hash"] == hashlib.sha256(session_id.encode()).hexdigest()
     assert session_id not in str(row) and TOKEN.token not in str(row)
     found = sessions.lookup(session_id, TOKEN)
     assert found is not None and found.name == "ünï⌘ 🐦" and session_id not in repr(found)
     sessions.close(session_id)
     assert sessions.lookup(session_id, TOKEN) is None  # every copy of the cookie, too
-    assert stored_rows(db) == []
+    assert stored_rows(notes_db) == []
 
 
 @pytest.mark.parametrize("value", ["", "x", "a" * 42, "a" * 44, "é" * 43, "a" * 42 + "\x00"])
-def test_a_value_of_another_shape_opens_nothing(db: Database, value: str) -> None:
-    sessions = Sessions(db)
+def test_a_value_of_another_shape_opens_nothing(notes_db: Database, value: str) -> None:
+    sessions = Sessions(notes_db)
     sessions.open("ada", TOKEN)
     assert sessions.lookup(value, TOKEN) is None
     sessions.close(value)  # a no-op, not an error
-    assert len(stored_rows(db)) == 1
+    assert len(stored_rows(notes_db)) == 1
 
 
-def test_idle_and_absolute_expiry(db: Database) -> None:
+def test_idle_and_absolute_expiry(notes_db: Database) -> None:
     clock = FakeClock(SERVER_START)
-    sessions = Sessions(db, SessionPolicy(idle=100, lifetime=1000), clock)
+    sessions = Sessions(notes_db, SessionPolicy(idle=100, lifetime=1000), clock)
     idle = sessions.open("ada", TOKEN)
     busy = sessions.open("bob", TOKEN)
     for _ in range(9):  # bob uses his every 90 s; ada leaves hers
@@ -75,11 +75,11 @@ def test_idle_and_absolute_expiry(db: Database) -> None:
     assert sessions.lookup(busy, TOKEN) is not None
     clock.advance(96)  # 1001 s old: past its lifetime however busy
     assert sessions.lookup(busy, TOKEN) is None
-    assert stored_rows(db) == []  # ended sessions are deleted when seen
+    assert stored_rows(notes_db) == []  # ended sessions are deleted when seen
 
 
-def test_a_changed_operator_credential_ends_every_session(db: Database) -> None:
-    sessions = Sessions(db)
+def test_a_changed_operator_credential_ends_every_session(notes_db: Database) -> None:
+    sessions = Sessions(notes_db)
     session_id = sessions.open("ada", TOKEN)
     assert sessions.lookup(session_id, OperatorToken(TOKEN.token)) is not None  # same token
     assert sessions.lookup(session_id, OTHER) is None
@@ -116,9 +116,9 @@ LIMIT = SignInLimit(
 )
 
 
-def test_failures_block_a_client_for_a_doubling_delay(db: Database) -> None:
+def test_failures_block_a_client_for_a_doubling_delay(notes_db: Database) -> None:
     clock = FakeClock(SERVER_START)
-    limiter = SignInLimiter(db, LIMIT, clock)
+    limiter = SignInLimiter(notes_db, LIMIT, clock)
     waits = []
     for _ in range(7):
         assert limiter.retry_after("10.0.0.1") == 0 or waits
@@ -134,9 +134,9 @@ def test_failures_block_a_client_for_a_doubling_delay(db: Database) -> None:
     assert limiter.retry_after("10.0.0.1") == 0
 
 
-def test_a_quiet_client_starts_again(db: Database) -> None:
+def test_a_quiet_client_starts_again(notes_db: Database) -> None:
     clock = FakeClock(SERVER_START)
-    limiter = SignInLimiter(db, LIMIT, clock)
+    limiter = SignInLimiter(notes_db, LIMIT, clock)
     for _ in range(3):
         limiter.failed("10.0.0.1")
     assert limiter.retry_after("10.0.0.1") == 1
@@ -145,9 +145,9 @@ def test_a_quiet_client_starts_again(db: Database) -> None:
     assert limiter.retry_after("10.0.0.1") == 0
 
 
-def test_the_global_guard_slows_many_clients_together(db: Database) -> None:
+def test_the_global_guard_slows_many_clients_together(notes_db: Database) -> None:
     clock = FakeClock(SERVER_START)
-    limiter = SignInLimiter(db, LIMIT, clock)
+    limiter = SignInLimiter(notes_db, LIMIT, clock)
     for n in range(10):  # ten clients, one failure each: none blocked on its own
         limiter.failed(f"10.0.1.{n}")
     assert limiter.retry_after("10.0.2.1") == 1  # a fresh client waits too, briefly
@@ -172,9 +172,12 @@ def test_client_keys() -> None:
 
 
 @pytest.fixture
-def page(db: Database) -> Iterator[TestClient]:
+def page(notes_db: Database) -> Iterator[TestClient]:
     app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+        Intake(notes_db),
+        routes=dashboard_routes(notes_db, APP),
+        operator=operator_token(),
+        purge_interval=None,
     )
     with TestClient(app, base_url="http://testserver") as client:
         yield client
@@ -190,8 +193,8 @@ def sign_in(client: httpx.Client | TestClient, token: str, name: str) -> httpx.R
 
 
 @pytest.mark.parametrize("name", ["ünï⌘", "Zoë 🐦", "名前", "x" * 500])
-def test_any_printable_name_signs_in(db: Database, page: TestClient, name: str) -> None:
-    seed(db, 20)
+def test_any_printable_name_signs_in(notes_db: Database, page: TestClient, name: str) -> None:
+    seed(notes_db, 20)
     signed = sign_in(page, OPERATOR_TOKEN, name)
     assert signed.status_code == 303, signed.text
     session_id = page.cookies["pigeon_ops"]
@@ -242,9 +245,9 @@ def test_the_form_as_raw_bytes_never_answers_5xx(page: TestClient) -> None:
         assert 400 <= answer.status_code < 500, (body, answer.status_code)
 
 
-def test_the_limiter_rows_are_in_the_database(db: Database) -> None:
-    limiter = SignInLimiter(db, LIMIT, FakeClock(SERVER_START))
+def test_the_limiter_rows_are_in_the_database(notes_db: Database) -> None:
+    limiter = SignInLimiter(notes_db, LIMIT, FakeClock(SERVER_START))
     limiter.failed("10.0.0.1")
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         rows = SESSIONS.run(tx, "signin_blocks", {"client": "10.0.0.1"}).fetchall()
     assert {r["client"]: r["failures"] for r in rows} == {"10.0.0.1": 1, "*": 1}

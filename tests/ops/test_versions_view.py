@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -25,7 +23,6 @@ from pigeon.ops.queries import overview
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from tests.server.conftest import OPERATOR, TestClient, operator_token
 
 
@@ -61,13 +58,6 @@ def _seed(db: Database) -> None:
     assert Advert(store, "gen3", tally_app(3), ["billing"]).advertise()
     with db.transaction() as tx:  # its last renewal long ago: not live
         tx.sql(f"UPDATE pigeon_workers SET seen_at = seen_at - {2 * LIVE_FOR} WHERE name = 'gen3'")
-
-
-@pytest.fixture
-def db(server_db_url: str) -> Iterator[Database]:
-    database = open_server_db(server_db_url)
-    yield database
-    database.close()
 
 
 def test_jobs_waiting_for_a_newer_worker_are_counted_alike_everywhere(

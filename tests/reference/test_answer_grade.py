@@ -5,11 +5,7 @@ operator read it; anyone else gets the 404 of an answer that does not exist. Bot
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from pigeon.jobs import records
 from pigeon.jobs.options import WorkerOptions
@@ -18,19 +14,10 @@ from pigeon.reference.jobs import app as reference_jobs
 from pigeon.reference.notes import create_notes_app
 from pigeon.server.auth import BearerAuth
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from tests.server.conftest import OPERATOR, TestClient, operator_token
 
 ALICE = {"Authorization": "Bearer alice.1"}
 BOB = {"Authorization": "Bearer bob.1"}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else tmp_path / "s.db"
-    database = open_server_db(url)
-    yield database
-    database.close()
 
 
 def grade_all(db: Database, ids: list[str]) -> None:

@@ -3,26 +3,12 @@ app has none of them; creating the app (or ``pigeon serve``) makes them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from pigeon.reference.notes import create_notes_app
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 
 REFERENCE_TABLES = {"ref_notes", "ref_effect_ledger", "ref_resources", "ref_write_outcomes"}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else tmp_path / "s.db"
-    database = open_server_db(url)
-    yield database
-    database.close()
 
 
 def tables(db: Database) -> set[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,12 +12,12 @@ from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
 from pigeon.reference.notes import create_note
-from pigeon.reference.schema import REFERENCE, attach
+from pigeon.reference.schema import attach
 from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
 from pigeon.storage.base import Database, Tx
-from pigeon.storage.server import open_server_db, server_queries
 from tests.clocks import FakeClock
+from tests.databases import opened
 
 with warnings.catch_warnings():
     # Starlette's TestClient runs on httpx here; its nudge towards another client is noise.
@@ -65,43 +64,23 @@ class CountingDatabase:
         self.inner.close()
 
 
-def _postgres_store_built() -> bool:
-    """The backend exists and speaks the intake's and the reference notes' named queries."""
-    try:
-        queries = server_queries("postgres")
-        notes = REFERENCE.queries("postgres")
-    except (FileNotFoundError, NotImplementedError):
-        return False
-    return "claim_insert" in queries and {"note_create", "ledger_all"} <= notes.keys()
-
-
-POSTGRES_STORE_BUILT = _postgres_store_built()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """The server database on each backend: the intake tests are its conformance suite."""
-    if request.param == "postgres":
-        if not POSTGRES_STORE_BUILT:
-            pytest.skip("postgres/intake.sql and postgres/notes.sql are not written yet")
-        url: str = request.getfixturevalue("pg_url")
-    else:
-        url = str(tmp_path / "server.db")
-    database = open_server_db(url)
-    # These tests drive the reference app's handlers (create_note, ...) on intakes of
-    # their own: its tables, its own schema component, are attached here.
-    attach(database)
-    yield database
-    database.close()
+@pytest.fixture
+def notes_db(server_db_url: str) -> Iterator[Database]:
+    """The server database on each backend with the reference notes app's tables: these
+    tests drive its handlers (create_note, ...) on intakes of their own."""
+    yield from _with_notes(server_db_url)
 
 
 @pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    """The server database on PostgreSQL alone, for what only that backend can do."""
-    database = open_server_db(pg_url)
-    attach(database)
-    yield database
-    database.close()
+def notes_pg(pg_url: str) -> Iterator[Database]:
+    """``notes_db`` on PostgreSQL alone, for what only that backend can do."""
+    yield from _with_notes(pg_url)
+
+
+def _with_notes(url: str) -> Iterator[Database]:
+    for database in opened(url):
+        attach(database)  # the reference app's schema component, its own tables
+        yield database
 
 
 @pytest.fixture

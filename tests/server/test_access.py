@@ -83,12 +83,12 @@ MATRIX: dict[tuple[str, str], tuple[Rule, tuple[int, int, int, int]]] = {
 }
 
 
-def reference_app(db: Database, **options: Any) -> Starlette:
+def reference_app(notes_db: Database, **options: Any) -> Starlette:
     """The app `pigeon serve` runs, with an operator token and, unless told otherwise,
     no anonymous callers (its defaults)."""
     options = {"authenticate": BearerAuth(), "operator": operator_token()} | options
     return create_notes_app(
-        db,
+        notes_db,
         purge_interval=None,
         lww_collections=("lww-notes",),
         crdt_collections=("docs",),
@@ -168,10 +168,10 @@ def _served(app: Starlette) -> set[tuple[str, str]]:
     return {(method, rr.path) for rr in route_rules(app.routes) for method in rr.methods - {"HEAD"}}
 
 
-def test_the_matrix_covers_every_route_of_the_app(db: Database) -> None:
+def test_the_matrix_covers_every_route_of_the_app(notes_db: Database) -> None:
     """Enumerates the app's routes (the intake's operations, the batch, the read routes):
     each declares a rule, the one the matrix expects, and the matrix has no stale row."""
-    app = reference_app(db)
+    app = reference_app(notes_db)
     rules = {
         (method, rr.path): rr.rule
         for rr in route_rules(app.routes)
@@ -182,8 +182,8 @@ def test_the_matrix_covers_every_route_of_the_app(db: Database) -> None:
     assert rules == {key: rule for key, (rule, _) in MATRIX.items()}
 
 
-def test_every_route_answers_each_caller_as_its_rule_says(db: Database) -> None:
-    app = reference_app(db)
+def test_every_route_answers_each_caller_as_its_rule_says(notes_db: Database) -> None:
+    app = reference_app(notes_db)
     wrong: list[str] = []
     with TestClient(app, raise_server_exceptions=False) as client:
         things = _alices_things(client)
@@ -208,7 +208,7 @@ def test_every_route_answers_each_caller_as_its_rule_says(db: Database) -> None:
                         wrong.append(f"{where}: alice's note reached in a batch: {result}")
     assert not wrong, "\n".join(wrong)
     # Nothing was written but by alice and bob: no anonymous and no operator writes.
-    assert {row["principal"] for row in read_ledger(db)} == {"alice", "bob"}
+    assert {row["principal"] for row in read_ledger(notes_db)} == {"alice", "bob"}
 
 
 def _check_unauthorized(reply: httpx.Response, where: str, wrong: list[str]) -> None:
@@ -238,11 +238,11 @@ def _check_same_as_nothing(
             wrong.append(f"{method} {template} as bob: {mine} differs from {nothing}")
 
 
-def test_a_user_on_an_operator_route_gets_the_routers_own_404(db: Database) -> None:
+def test_a_user_on_an_operator_route_gets_the_routers_own_404(notes_db: Database) -> None:
     """Word for word what a route that does not exist answers, whatever the method (the
     decision comes before Starlette's 405) and with or without a trailing slash (no
     redirect that would confirm the route)."""
-    with TestClient(reference_app(db), follow_redirects=False) as client:
+    with TestClient(reference_app(notes_db), follow_redirects=False) as client:
         absent = client.get("/pigeon/v1/nothing-here", headers=BOB)
         for method, path in (
             ("GET", "/pigeon/v1/dashboard"),
@@ -261,8 +261,8 @@ def test_a_user_on_an_operator_route_gets_the_routers_own_404(db: Database) -> N
         assert client.post("/pigeon/v1/dashboard", headers=OPERATOR).status_code == 405
 
 
-def test_a_record_is_its_creators_and_the_operators(db: Database) -> None:
-    with TestClient(reference_app(db)) as client:
+def test_a_record_is_its_creators_and_the_operators(notes_db: Database) -> None:
+    with TestClient(reference_app(notes_db)) as client:
         created = send(client, "POST", "/answers", ALICE, {"question": "q", "answer": SECRET})
         location = created.headers["location"]
         mine = client.get(location, headers=ALICE)
@@ -275,37 +275,39 @@ def test_a_record_is_its_creators_and_the_operators(db: Database) -> None:
         assert client.get(location).status_code == 401
 
 
-def test_anonymous_callers_are_one_principal_only_when_allowed(db: Database) -> None:
-    with TestClient(reference_app(db)) as strict:
+def test_anonymous_callers_are_one_principal_only_when_allowed(notes_db: Database) -> None:
+    with TestClient(reference_app(notes_db)) as strict:
         refused = send(strict, "POST", "/notes", NOBODY, {"id": "n"})
         assert refused.status_code == 401 and refused.json()["detail"]
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
     anonymous = ServerOptions(auth=AuthOptions(allow_anonymous=True))
-    with TestClient(reference_app(db, options=anonymous)) as open_:
+    with TestClient(reference_app(notes_db, options=anonymous)) as open_:
         assert send(open_, "POST", "/notes", NOBODY, {"id": "n"}).status_code == 201
         # Two anonymous callers are the same user: they share the note.
         assert open_.get("/notes/n").status_code == 200
         assert open_.get("/notes/n", headers=BOB).status_code == 404
         # Anonymous is a user, never an operator.
         assert open_.get("/pigeon/v1/ledger").status_code == 401
-    assert [row["principal"] for row in read_ledger(db)] == ["anonymous"]
+    assert [row["principal"] for row in read_ledger(notes_db)] == ["anonymous"]
 
 
-def test_the_stand_in_without_an_authenticator_still_lets_anonymous_in(db: Database) -> None:
+def test_the_stand_in_without_an_authenticator_still_lets_anonymous_in(notes_db: Database) -> None:
     """The library's default (no authenticator: the BearerAuth stand-in, for tests and
     demos) keeps anonymous callers; any authenticator passed turns them away."""
-    with TestClient(create_notes_app(db, purge_interval=None)) as client:
+    with TestClient(create_notes_app(notes_db, purge_interval=None)) as client:
         assert send(client, "POST", "/notes", NOBODY, {"id": "n"}).status_code == 201
         assert client.get("/pigeon/v1/ledger", headers=OPERATOR).status_code == 404  # no operator
-    with TestClient(create_notes_app(db, purge_interval=None, authenticate=BearerAuth())) as c:
+    with TestClient(
+        create_notes_app(notes_db, purge_interval=None, authenticate=BearerAuth())
+    ) as c:
         assert send(c, "POST", "/notes", NOBODY, {"id": "m"}).status_code == 401
 
 
-def test_a_route_without_a_declared_rule_is_refused_at_build_time(db: Database) -> None:
+def test_a_route_without_a_declared_rule_is_refused_at_build_time(notes_db: Database) -> None:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hi")
 
-    intake = Intake(db)
+    intake = Intake(notes_db)
     with pytest.raises(ConfigurationError, match=r"route GET HEAD /hello declares no access rule"):
         create_app(intake, routes=[Route("/hello", hello)])
     with pytest.raises(ConfigurationError, match=r"/ops/hello declares no access rule"):
@@ -317,7 +319,7 @@ def test_a_route_without_a_declared_rule_is_refused_at_build_time(db: Database) 
         access.user(access.public(Route("/hello", hello)))
 
 
-def test_mounted_routes_are_enumerated_and_guarded(db: Database) -> None:
+def test_mounted_routes_are_enumerated_and_guarded(notes_db: Database) -> None:
     async def who(request: Request) -> JSONResponse:
         return JSONResponse({"principal": access.caller(request).principal})
 
@@ -326,7 +328,7 @@ def test_mounted_routes_are_enumerated_and_guarded(db: Database) -> None:
         Mount("/mixed", routes=[access.user(Route("/who", who)), access.public(Route("/p", who))]),
     ]
     app = create_app(
-        Intake(db), routes=routes, authenticate=BearerAuth(), operator=operator_token()
+        Intake(notes_db), routes=routes, authenticate=BearerAuth(), operator=operator_token()
     )
     rules = {rr.path: rr.rule for rr in route_rules(app.routes)}
     assert rules["/ops/who"] is Rule.OPERATOR
@@ -340,18 +342,18 @@ def test_mounted_routes_are_enumerated_and_guarded(db: Database) -> None:
         assert client.get("/mixed/p").status_code == 200
 
 
-def test_routes_bound_to_one_app_are_not_taken_by_another(db: Database) -> None:
+def test_routes_bound_to_one_app_are_not_taken_by_another(notes_db: Database) -> None:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hi")
 
     shared = [access.public(Route("/hello", hello))]
-    create_app(Intake(db), routes=shared)
+    create_app(Intake(notes_db), routes=shared)
     with pytest.raises(ConfigurationError, match="already served by another app"):
-        create_app(Intake(db), routes=shared)
+        create_app(Intake(notes_db), routes=shared)
 
 
 def test_the_operator_token_is_compared_in_constant_time_and_never_shown(
-    db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    notes_db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     compared: list[tuple[bytes, bytes]] = []
     real = hmac.compare_digest
@@ -363,7 +365,7 @@ def test_the_operator_token_is_compared_in_constant_time_and_never_shown(
     monkeypatch.setattr(hmac, "compare_digest", spy)
     caplog.set_level(logging.DEBUG)
     wrong = {"Authorization": f"Bearer {OPERATOR_TOKEN[:-1]}x"}
-    with TestClient(reference_app(db), raise_server_exceptions=False) as client:
+    with TestClient(reference_app(notes_db), raise_server_exceptions=False) as client:
         assert client.get("/pigeon/v1/ledger", headers=OPERATOR).status_code == 200
         refused = client.get("/pigeon/v1/ledger", headers=wrong)
         assert refused.status_code == 404  # the stand-in reads it as a user's token
@@ -376,12 +378,12 @@ def test_the_operator_token_is_compared_in_constant_time_and_never_shown(
         OperatorToken("short")
 
 
-def test_the_middleware_turns_anonymous_away_with_a_real_authenticator(db: Database) -> None:
+def test_the_middleware_turns_anonymous_away_with_a_real_authenticator(notes_db: Database) -> None:
     async def charge(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True}, status_code=201)
 
     inner = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
-    strict = IdempotencyMiddleware(inner, db, authenticate=BearerAuth())
+    strict = IdempotencyMiddleware(inner, notes_db, authenticate=BearerAuth())
     with TestClient(strict) as client:
         refused = client.post("/charges", json={}, headers={"Idempotency-Key": "k"})
         assert refused.status_code == 401
@@ -390,8 +392,8 @@ def test_the_middleware_turns_anonymous_away_with_a_real_authenticator(db: Datab
         assert ok.status_code == 201
 
 
-def test_the_openapi_document_states_each_read_routes_refusals(db: Database) -> None:
-    with TestClient(reference_app(db)) as client:
+def test_the_openapi_document_states_each_read_routes_refusals(notes_db: Database) -> None:
+    with TestClient(reference_app(notes_db)) as client:
         paths = client.get("/pigeon/v1/openapi.json").json()["paths"]
     # 400: a query parameter out of its range (the strict input checks).
     assert set(paths["/pigeon/v1/ledger"]["get"]["responses"]) == {"200", "400", "401", "404"}
@@ -400,10 +402,10 @@ def test_the_openapi_document_states_each_read_routes_refusals(db: Database) -> 
     assert set(records) == {"200", "400", "401", "404"}
 
 
-def test_a_user_never_reaches_anothers_idempotency_key(db: Database) -> None:
+def test_a_user_never_reaches_anothers_idempotency_key(notes_db: Database) -> None:
     """Bob sending alice's key, with her request or another: a first execution of his
     own, never her stored answer, never the 422 that would tell him the key is taken."""
-    with TestClient(reference_app(db)) as client:
+    with TestClient(reference_app(notes_db)) as client:
         key = {"Idempotency-Key": "shared-key"}
         hers = client.post("/notes", json={"id": "k", "t": SECRET}, headers=key | ALICE)
         same = client.post("/notes", json={"id": "k", "t": SECRET}, headers=key | BOB)
@@ -423,7 +425,7 @@ def test_a_user_never_reaches_anothers_idempotency_key(db: Database) -> None:
     assert "idempotent-replayed" not in same.headers
     assert other.status_code == 422  # his own key now: his own first request decides it
     assert in_batch["status"] == 422 and not in_batch["replayed"]
-    assert [(r["principal"], r["idempotency_key"]) for r in read_ledger(db)] == [
+    assert [(r["principal"], r["idempotency_key"]) for r in read_ledger(notes_db)] == [
         ("alice", "shared-key"),
         ("bob", "shared-key"),
     ]

@@ -41,7 +41,7 @@ def paths_and_methods(app: Starlette) -> dict[str, tuple[set[str], Rule | None]]
 
 @pytest.fixture
 def apps(tmp_path: object) -> Iterator[list[Starlette]]:
-    db = open_server_db(f"{tmp_path}/server.db")
+    notes_db = open_server_db(f"{tmp_path}/server.db")
 
     async def echo(request: Request) -> JSONResponse:
         return JSONResponse({})
@@ -49,16 +49,16 @@ def apps(tmp_path: object) -> Iterator[list[Starlette]]:
     operator = OperatorToken(OPERATOR_TOKEN)
     mounted = Mount("/shelf", routes=[Route("/{book}", echo, methods=["GET", "DELETE"])])
     own = create_app(
-        Intake(db),
+        Intake(notes_db),
         routes=[access.user(mounted), access.user(Route("/shelf/{book}", echo, methods=["PUT"]))],
         operator=operator,
         purge_interval=None,
     )
-    notes = create_notes_app(db, lww_collections=("lww-notes",), operator=operator)
+    notes = create_notes_app(notes_db, lww_collections=("lww-notes",), operator=operator)
     try:
         yield [notes, own]
     finally:
-        db.close()
+        notes_db.close()
 
 
 def test_allow_lists_exactly_the_methods_served_at_each_path(apps: list[Starlette]) -> None:

@@ -37,8 +37,8 @@ def op(key: str, method: str, path: str, body: Any = None, **extra: Any) -> dict
     }
 
 
-def make(db: Database, clock: FakeClock) -> tuple[Intake, CountingDatabase, TestClient]:
-    counted = CountingDatabase(db)
+def make(notes_db: Database, clock: FakeClock) -> tuple[Intake, CountingDatabase, TestClient]:
+    counted = CountingDatabase(notes_db)
     intake = Intake(counted, now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("DELETE", "/notes/{id}", delete_note)
@@ -57,9 +57,9 @@ def batch(client: TestClient, *ops: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_permanent_failures_roll_back_their_savepoint_and_the_batch_goes_on_in_one_commit(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    _, counted, client = make(db, clock)
+    _, counted, client = make(notes_db, clock)
     results = batch(
         client,
         op("a", "POST", "/notes", {"id": "a"}),
@@ -78,13 +78,15 @@ def test_permanent_failures_roll_back_their_savepoint_and_the_batch_goes_on_in_o
         ("op-f", 201),
     ]
     assert counted.commits == 1
-    assert [e["entity"] for e in read_ledger(db)] == ["note:a", "note:f"]
+    assert [e["entity"] for e in read_ledger(notes_db)] == ["note:a", "note:f"]
     again = batch(client, op("b", "POST", "/refuse", {"id": "b"}), op("c", "DELETE", "/notes/zzz"))
     assert [(r["status"], r["replayed"]) for r in again] == [(409, True), (404, True)]
 
 
-def test_the_batch_stops_at_the_first_transient_failure(db: Database, clock: FakeClock) -> None:
-    intake, counted, client = make(db, clock)
+def test_the_batch_stops_at_the_first_transient_failure(
+    notes_db: Database, clock: FakeClock
+) -> None:
+    intake, counted, client = make(notes_db, clock)
     for transient in ("/unavailable", "/crash"):
         name = transient[1:]  # a note id has no '/': no path could address it
         results = batch(
@@ -96,14 +98,14 @@ def test_the_batch_stops_at_the_first_transient_failure(db: Database, clock: Fak
         assert [r["status"] for r in results] == [201, 503 if transient == "/unavailable" else 500]
     assert counted.commits == 2
     # The ops before the failure committed; the failing one left no claim and no write.
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["1/unavailable", "1/crash"]
-    with db.transaction() as tx:
+    assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["1/unavailable", "1/crash"]
+    with notes_db.transaction() as tx:
         assert intake.store.get(tx, "anonymous", "2/unavailable") is None
         assert intake.store.get(tx, "anonymous", "3/unavailable") is None
 
 
-def test_a_not_now_4xx_stops_the_batch_unstored(db: Database, clock: FakeClock) -> None:
-    intake, _, client = make(db, clock)
+def test_a_not_now_4xx_stops_the_batch_unstored(notes_db: Database, clock: FakeClock) -> None:
+    intake, _, client = make(notes_db, clock)
     intake.add_operation("POST", "/later", lambda ctx: (429, {"detail": "slow down"}))
     results = batch(
         client,
@@ -112,17 +114,17 @@ def test_a_not_now_4xx_stops_the_batch_unstored(db: Database, clock: FakeClock) 
         op("c", "POST", "/notes", {"id": "c"}),
     )
     assert [r["status"] for r in results] == [201, 429]  # c would overtake b: not attempted
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert intake.store.get(tx, "anonymous", "b") is None  # a retry runs it
 
 
 def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     # SQLite reports a bad statement as OperationalError, the class it also uses for a busy
     # or broken file. Only the latter is the store being down (503 for everything); a
     # handler's own bad SQL is that operation's 500, and what went before it commits.
-    intake, _, client = make(db, clock)
+    intake, _, client = make(notes_db, clock)
 
     def bad_sql(ctx: Any) -> Any:
         ref.fetchone(ctx.tx, "note_get", {"principal": ctx.principal, "id": "x"})
@@ -137,18 +139,18 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
         op("bad", "POST", "/bad-sql", {}),
     )
     assert [r["status"] for r in results] == [201, 500]
-    _only_ok_committed(db, intake, "bad")
+    _only_ok_committed(notes_db, intake, "bad")
 
 
 def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the_batch(
-    pg: Database, clock: FakeClock
+    notes_pg: Database, clock: FakeClock
 ) -> None:
     # psycopg raises OperationalError for a whole family of SQLSTATEs, some of which are
     # the statement's own fault: 54000 "program limit exceeded" (here a value too large
     # for a btree index) fails the same way every time it runs. Read as "store down" it
     # answered 503 for the whole batch and for every resend: the batch, good operations
     # included, could never get through.
-    intake, _, client = make(pg, clock)
+    intake, _, client = make(notes_pg, clock)
     huge = os.urandom(4000).hex()  # random: no compression brings it under the limit
 
     def oversized(ctx: Any) -> Any:
@@ -179,23 +181,23 @@ def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the
     assert "index row size" not in str(body) and body["error_id"] in body["detail"]
     alone = intake.execute("anonymous", OperationRequest("POST", "/oversized", {}, "big", "big"))
     assert alone.status == 500 and alone.body["type"].endswith("handler-failed")
-    _only_ok_committed(pg, intake, "big")
+    _only_ok_committed(notes_pg, intake, "big")
 
 
-def _only_ok_committed(db: Database, intake: Intake, failed_key: str) -> None:
+def _only_ok_committed(notes_db: Database, intake: Intake, failed_key: str) -> None:
     """The batch's good entry ("ok") took effect; the failed one left no effect and no
     stored answer under its key, so a resend runs it again."""
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["ok"]
-    with db.transaction() as tx:
+    assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["ok"]
+    with notes_db.transaction() as tx:
         assert intake.store.get(tx, "anonymous", failed_key) is None
 
 
 def test_an_entity_name_too_long_to_index_is_refused_as_a_bad_entry(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     # The entity names the operation in the effect ledger, whose index on it cannot hold a
     # few KB on PostgreSQL: that entry failed there on every resend (SQLite took it).
-    _, _, client = make(db, clock)
+    _, _, client = make(notes_db, clock)
     results = batch(
         client,
         op("long", "POST", "/notes", {"id": "a"}, entity="note:" + "x" * 508),
@@ -203,13 +205,13 @@ def test_an_entity_name_too_long_to_index_is_refused_as_a_bad_entry(
     )
     assert [r["status"] for r in results] == [400, 201]
     assert "entity" in results[0]["body"]["detail"]
-    assert [e["entity"] for e in read_ledger(db)] == ["note:b"]
+    assert [e["entity"] for e in read_ledger(notes_db)] == ["note:b"]
 
 
 def test_an_operation_is_the_same_request_alone_or_in_a_batch(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    _, _, client = make(db, clock)
+    _, _, client = make(notes_db, clock)
     alone = client.post("/notes", json={"id": "n", "t": 1}, headers={"Idempotency-Key": "k"})
     results = batch(
         client,
@@ -222,11 +224,13 @@ def test_an_operation_is_the_same_request_alone_or_in_a_batch(
     assert results[0]["headers"]["idempotent-replayed"] == "true"
     assert [r["status"] for r in results] == [201, 422, 201, 201]
     assert [r["replayed"] for r in results] == [True, False, False, True]
-    assert len(read_ledger(db)) == 2
+    assert len(read_ledger(notes_db)) == 2
 
 
-def test_a_batch_path_is_read_as_the_single_route_reads_it(db: Database, clock: FakeClock) -> None:
-    intake = Intake(db, now=clock)
+def test_a_batch_path_is_read_as_the_single_route_reads_it(
+    notes_db: Database, clock: FakeClock
+) -> None:
+    intake = Intake(notes_db, now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     client = TestClient(create_app(intake, purge_interval=None))
@@ -244,12 +248,12 @@ def test_a_batch_path_is_read_as_the_single_route_reads_it(db: Database, clock: 
 
 @pytest.mark.parametrize("note", ["a?b", "a#b", "a\\b"])
 def test_an_id_with_a_reserved_character_is_the_same_note_alone_or_in_a_batch(
-    db: Database, clock: FakeClock, note: str
+    notes_db: Database, clock: FakeClock, note: str
 ) -> None:
     # The single route read its path from request.url, where Starlette escapes ?, # and \
     # again (a%3Fb): PUT /notes/a%3Fb alone looked for the note 'a%3Fb' (404), in a
     # batch it wrote 'a?b'. One operation, two entities, two fingerprints.
-    intake = Intake(db, now=clock)
+    intake = Intake(notes_db, now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     client = TestClient(create_app(intake, purge_interval=None))
@@ -263,11 +267,11 @@ def test_an_id_with_a_reserved_character_is_the_same_note_alone_or_in_a_batch(
 
 
 def test_an_intake_mounted_under_a_prefix_serves_its_operations(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     # Mounted, the app's paths carry the mount's prefix (root_path) as well: the intake
     # matched them against its templates with it and answered 404 for every write.
-    intake = Intake(db, now=clock)
+    intake = Intake(notes_db, now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     outer = Starlette(routes=[Mount("/api", app=create_app(intake, purge_interval=None))])
@@ -287,11 +291,11 @@ def batch_at(client: TestClient, url: str, *ops: dict[str, Any]) -> list[dict[st
     return results
 
 
-def test_a_key_in_progress_stops_the_batch(db: Database, clock: FakeClock) -> None:
-    intake, _, client = make(db, clock)
+def test_a_key_in_progress_stops_the_batch(notes_db: Database, clock: FakeClock) -> None:
+    intake, _, client = make(notes_db, clock)
     from pigeon.server.fingerprint import fingerprint
 
-    with db.transaction() as tx:  # another process holds "busy" (separate claim, committed)
+    with notes_db.transaction() as tx:  # another process holds "busy" (separate claim, committed)
         intake.store.claim(
             tx,
             principal="anonymous",
@@ -308,11 +312,11 @@ def test_a_key_in_progress_stops_the_batch(db: Database, clock: FakeClock) -> No
     )
     assert [r["status"] for r in results] == [409]
     assert int(results[0]["headers"]["retry-after"]) > 0
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
 
 
-def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
-    _, _, client = make(db, clock)
+def test_malformed_batches_are_refused(notes_db: Database, clock: FakeClock) -> None:
+    _, _, client = make(notes_db, clock)
     as_json = {"Content-Type": "application/json"}
     assert client.post("/pigeon/v1/batch", content=b"not json", headers=as_json).status_code == 400
     assert client.post("/pigeon/v1/batch", content=b"not json").status_code == 415  # no type
@@ -323,7 +327,7 @@ def test_malformed_batches_are_refused(db: Database, clock: FakeClock) -> None:
     )
     bad_clock = op("k", "POST", "/notes", {"id": "1"}, clock="yesterday")
     assert batch(client, bad_clock)[0]["status"] == 400
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
 
 
 class _CountingTx:
@@ -376,9 +380,9 @@ def _notes(n: int, prefix: str = "n") -> list[OperationRequest | OpResult]:
 
 
 def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    counted = SavepointCounter(db)
+    counted = SavepointCounter(notes_db)
     intake = Intake(counted, now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("POST", "/refuse", failing_handler("4xx"))
@@ -388,7 +392,7 @@ def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
     assert [r.status for r in results] == [201] * 50 + [409] + [201] * 49
     assert counted.savepoints == 100  # one per operation, never two
     assert counted.commits == 1  # the whole batch is one commit unless batch_chunk is set
-    assert len(read_ledger(db)) == 99
+    assert len(read_ledger(notes_db)) == 99
     replays = intake.execute_batch("p", ops)  # replays run no handler: no savepoint at all
     assert counted.savepoints == 100
     assert [r.status for r in replays] == [r.status for r in results]
@@ -396,9 +400,9 @@ def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
 
 
 def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    counted = SavepointCounter(db)
+    counted = SavepointCounter(notes_db)
     intake = Intake(counted, IntakeOptions(batch_chunk=2), now=clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("POST", "/unavailable", failing_handler("5xx"))
@@ -407,13 +411,13 @@ def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
     results = intake.execute_batch("p", ops)
     assert [r.status for r in results] == [201, 201, 201, 201, 503]
     assert counted.commits == 3  # [n0 n1] [n2 n3] [x: nothing kept], then it stopped
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["n0", "n1", "n2", "n3"]
-    with db.transaction() as tx:
+    assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["n0", "n1", "n2", "n3"]
+    with notes_db.transaction() as tx:
         assert intake.store.get(tx, "p", "x") is None  # released: a retry runs
         assert intake.store.get(tx, "p", "late0") is None
 
 
 @pytest.mark.parametrize("chunk", [0, -3])
-def test_batch_chunk_must_be_positive(db: Database, chunk: int) -> None:
+def test_batch_chunk_must_be_positive(notes_db: Database, chunk: int) -> None:
     with pytest.raises(ConfigurationError, match="batch_chunk"):
         IntakeOptions(batch_chunk=chunk)

@@ -43,12 +43,12 @@ from .conftest import SERVER_START, failing_handler
 DAY = 24 * 3600.0
 
 
-def intake_on(db: Database, clock: FakeClock, many: Any = create_notes) -> Intake:
+def intake_on(notes_db: Database, clock: FakeClock, many: Any = create_notes) -> Intake:
     """The notes' writes as the reference app declares them, ``many`` the create's set
     handler (None: every operation the per-operation way, the replaces' and deletes' too),
     and two failing routes."""
     wall = HybridLogicalClock("server", wall=lambda: int(clock() * 1000))
-    intake = Intake(db, now=clock, clock=wall)
+    intake = Intake(notes_db, now=clock, clock=wall)
     create = {"request_schema": NOTE_SCHEMA, "validate": validate_note, "on_replay": current_note}
     intake.add_operation("POST", "/notes", create_note, many=many, **create)
     at_id = create | {"request_schema": NOTE_AT_ID_SCHEMA}
@@ -66,11 +66,11 @@ class Pair:
     principal of its own in ``db``, with one clock: what each answers and stores (its
     notes, claims and ledger rows) is compared."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, notes_db: Database) -> None:
+        self.db = notes_db
         self.clock = FakeClock(SERVER_START)
-        self.set = intake_on(db, self.clock)
-        self.one = intake_on(db, self.clock, many=None)
+        self.set = intake_on(notes_db, self.clock)
+        self.one = intake_on(notes_db, self.clock, many=None)
 
     def batch(self, principal: str, ops: Sequence[OperationRequest]) -> list[OpResult]:
         got = self.set.execute_batch(f"set-{principal}", list(ops))
@@ -90,11 +90,11 @@ def _answer(result: OpResult) -> tuple[Any, ...]:
     return (result.status, body, result.headers, result.replayed, result.transient)
 
 
-def _state(db: Database, principal: str) -> dict[str, Any]:
+def _state(notes_db: Database, principal: str) -> dict[str, Any]:
     """Notes, claims (their stored answers decoded) and the ledger in per-entity order,
     the principal left out."""
-    mark = ":p" if db.backend == "sqlite" else "%(p)s"
-    with db.transaction() as tx:
+    mark = ":p" if notes_db.backend == "sqlite" else "%(p)s"
+    with notes_db.transaction() as tx:
         state = {}
         for table, order, row in (
             ("ref_notes", "id", _note),
@@ -160,8 +160,8 @@ class _CountingTx:
 
 
 @pytest.fixture
-def pair(db: Database) -> Pair:
-    return Pair(db)
+def pair(notes_db: Database) -> Pair:
+    return Pair(notes_db)
 
 
 def stamp(n: int) -> str:
@@ -190,9 +190,9 @@ def test_a_batch_of_creates_is_a_few_statements_with_the_answers_of_one_by_one(
 
 
 def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
-    db: Database,
+    notes_db: Database,
 ) -> None:
-    counted = Counted(db)
+    counted = Counted(notes_db)
     intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
     ops = [create(f"k{i}", f"n{i}", i) for i in range(100)]
     assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 100
@@ -289,16 +289,16 @@ def test_a_create_without_an_id_gets_a_new_one(pair: Pair) -> None:
 
 
 def test_sealed_at_rest_the_set_path_seals_what_one_by_one_seals(tmp_path: Path) -> None:
-    db = open_server_db(tmp_path / "sealed.db", keyring=Keyring((("k1", generate_key()),)))
-    attach(db)
-    both = Pair(db)
+    notes_db = open_server_db(tmp_path / "sealed.db", keyring=Keyring((("k1", generate_key()),)))
+    attach(notes_db)
+    both = Pair(notes_db)
     both.batch("p", [create(f"k{i}", f"n{i}", i) for i in range(5)])
     both.batch("p", [create("k1", "n1", 1), create("z", "n2", 7)])
     both.same_state("p")
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         raw = tx.sql("SELECT response_body, data FROM pigeon_idempotency_claims, ref_notes")
         assert all(not v.startswith("{") for r in raw.fetchall() for v in r.values())
-    db.close()
+    notes_db.close()
 
 
 def _broken(kind: str) -> Any:
@@ -315,12 +315,12 @@ def _broken(kind: str) -> Any:
 
 @pytest.mark.parametrize("kind", ["raise", "short", "not-2xx"])
 def test_a_failing_set_handler_leaves_the_batch_to_the_one_by_one_way(
-    db: Database, kind: str
+    notes_db: Database, kind: str
 ) -> None:
-    intake = intake_on(db, FakeClock(SERVER_START), many=_broken(kind))
+    intake = intake_on(notes_db, FakeClock(SERVER_START), many=_broken(kind))
     results = intake.execute_batch("p", [create(f"k{i}", f"n{i}", i) for i in range(3)])
     assert [r.status for r in results] == [201] * 3
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert len(tx.sql("SELECT * FROM ref_effect_ledger").fetchall()) == 3
 
 
@@ -349,8 +349,8 @@ def _op(kind: str, key: str, note_id: str, n: int, i: int) -> OperationRequest:
     return OperationRequest(method, path, body, key, f"op-{key}-{i}", clock=stamp(i))
 
 
-def test_any_batch_is_answered_and_stored_as_one_by_one(db: Database) -> None:
-    both = Pair(db)
+def test_any_batch_is_answered_and_stored_as_one_by_one(notes_db: Database) -> None:
+    both = Pair(notes_db)
 
     @settings(max_examples=60, deadline=None)
     @given(plan=PLAN)

@@ -83,12 +83,12 @@ def read_response(conn: socket.socket) -> str:
     return (head + b"\r\n\r\n" + body).decode("latin-1")
 
 
-def stored(db: Database) -> tuple[int, int]:
+def stored(notes_db: Database) -> tuple[int, int]:
     """(idempotency claims, ledger rows) in the server's database."""
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         claims = tx.fetchone("claim_stats")
     assert claims is not None
-    return int(claims["claims"]), len(read_ledger(db))
+    return int(claims["claims"]), len(read_ledger(notes_db))
 
 
 def assert_too_large(response: httpx.Response, limit: int, seen: str) -> None:
@@ -105,8 +105,8 @@ def limited(max_body: int, max_batch_body: int) -> ServerOptions:
 
 
 @pytest.fixture
-def url(db: Database) -> Iterator[str]:
-    app = create_notes_app(db, limited(MAX_BODY, MAX_BATCH_BODY), purge_interval=None)
+def url(notes_db: Database) -> Iterator[str]:
+    app = create_notes_app(notes_db, limited(MAX_BODY, MAX_BATCH_BODY), purge_interval=None)
     with live_server(app) as base:
         yield base
 
@@ -118,7 +118,7 @@ def post(url: str, path: str, content: Any, key: str = "k1") -> httpx.Response:
 
 @pytest.mark.parametrize(("path", "limit"), [("/notes", MAX_BODY), (BATCH_PATH, MAX_BATCH_BODY)])
 def test_a_content_length_over_the_limit_is_refused_before_a_byte_of_body_is_sent(
-    url: str, db: Database, path: str, limit: int
+    url: str, notes_db: Database, path: str, limit: int
 ) -> None:
     """Ten GiB announced, none sent: the 413 comes at once, so the body was never awaited."""
     port = int(url.rsplit(":", 1)[1])
@@ -130,10 +130,10 @@ def test_a_content_length_over_the_limit_is_refused_before_a_byte_of_body_is_sen
         head = read_response(conn)
     assert head.startswith("HTTP/1.1 413 "), head
     assert f"its Content-Length is {10 << 30}" in head and f"at most {limit} bytes" in head
-    assert stored(db) == (0, 0)
+    assert stored(notes_db) == (0, 0)
 
 
-def test_a_chunked_body_is_refused_while_it_is_still_arriving(url: str, db: Database) -> None:
+def test_a_chunked_body_is_refused_while_it_is_still_arriving(url: str, notes_db: Database) -> None:
     """No Content-Length: the limit is counted on the stream, and the 413 is answered
     while the client has not finished (it never does here), not after reading it all."""
     port = int(url.rsplit(":", 1)[1])
@@ -147,12 +147,12 @@ def test_a_chunked_body_is_refused_while_it_is_still_arriving(url: str, db: Data
         head = read_response(conn)
     assert head.startswith("HTTP/1.1 413 "), head
     assert "bytes had arrived when it was refused" in head
-    assert stored(db) == (0, 0)
+    assert stored(notes_db) == (0, 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["content-length", "chunked"])
 def test_a_body_one_byte_over_is_refused_and_one_at_the_limit_accepted(
-    url: str, db: Database, streamed: bool
+    url: str, notes_db: Database, streamed: bool
 ) -> None:
     over, at = note_body(MAX_BODY + 1, "over"), note_body(MAX_BODY, "at")
     refused = post(url, "/notes", chunks(over) if streamed else over, key="k-over")
@@ -160,26 +160,28 @@ def test_a_body_one_byte_over_is_refused_and_one_at_the_limit_accepted(
         f"{MAX_BODY + 1} bytes had arrived" if streamed else f"its Content-Length is {MAX_BODY + 1}"
     )
     assert_too_large(refused, MAX_BODY, seen)
-    assert stored(db) == (0, 0)
+    assert stored(notes_db) == (0, 0)
     accepted = post(url, "/notes", chunks(at) if streamed else at, key="k-at")
     assert accepted.status_code == 201, accepted.text
-    assert [row["entity"] for row in read_ledger(db)] == ["note:at"]
+    assert [row["entity"] for row in read_ledger(notes_db)] == ["note:at"]
 
 
-def test_nothing_is_claimed_or_stored_so_the_same_key_runs_later(url: str, db: Database) -> None:
+def test_nothing_is_claimed_or_stored_so_the_same_key_runs_later(
+    url: str, notes_db: Database
+) -> None:
     refused = post(url, "/notes", chunks(note_body(MAX_BODY * 3, "a")), key="same")
     assert refused.status_code == 413
     batch = post(url, BATCH_PATH, chunks(batch_body(MAX_BATCH_BODY + 1)), key="unused")
     assert batch.status_code == 413
-    assert stored(db) == (0, 0)
+    assert stored(notes_db) == (0, 0)
     assert httpx.get(url + "/notes/a").status_code == 404
     # The key was never taken: the same key with a body that fits runs, fresh.
     again = post(url, "/notes", note_body(100, "a"), key="same")
     assert again.status_code == 201 and "idempotent-replayed" not in again.headers
-    assert stored(db) == (1, 1)
+    assert stored(notes_db) == (1, 1)
 
 
-def test_the_batch_route_has_its_own_limit(url: str, db: Database) -> None:
+def test_the_batch_route_has_its_own_limit(url: str, notes_db: Database) -> None:
     # Over the single-operation limit, under the batch limit: a batch takes it.
     fits = post(url, BATCH_PATH, batch_body(MAX_BATCH_BODY))
     assert fits.status_code == 200, fits.text
@@ -194,13 +196,13 @@ def test_the_batch_route_has_its_own_limit(url: str, db: Database) -> None:
         MAX_BATCH_BODY,
         "bytes had arrived",
     )
-    assert stored(db) == (1, 1)
+    assert stored(notes_db) == (1, 1)
 
 
-def test_a_batch_limit_below_the_single_operation_limit_is_refused(db: Database) -> None:
+def test_a_batch_limit_below_the_single_operation_limit_is_refused(notes_db: Database) -> None:
     """An operation the single route accepts must fit in a batch of one, or a client that
     splits a refused batch down to it would dead-letter it on the batch route's 413."""
-    intake = Intake(db)
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/notes", create_note)
     with pytest.raises(ConfigurationError, match=r"max_batch_body \(5000\) must be at least"):
         BodyLimits(max_body=20_000, max_batch_body=5000)
@@ -220,12 +222,12 @@ def test_a_limit_that_is_not_a_positive_number_of_bytes_is_refused(
 ) -> None:
     from pigeon.storage.server import open_server_db
 
-    db = open_server_db(tmp_path / "server.db")
+    notes_db = open_server_db(tmp_path / "server.db")
     try:
         with pytest.raises(ConfigurationError, match=f"{name} must be a positive number"):
-            create_notes_app(db, ServerOptions(limits=BodyLimits(**{name: value})))
+            create_notes_app(notes_db, ServerOptions(limits=BodyLimits(**{name: value})))
     finally:
-        db.close()
+        notes_db.close()
 
 
 def test_the_defaults_leave_room_above_the_edge_payload_limit() -> None:
@@ -234,8 +236,8 @@ def test_the_defaults_leave_room_above_the_edge_payload_limit() -> None:
     assert DEFAULT_MAX_BATCH_BODY >= 8 * DEFAULT_MAX_BODY
 
 
-def test_the_openapi_document_lists_413_and_states_the_limits(db: Database) -> None:
-    app = create_notes_app(db, limited(1234, 56789), purge_interval=None)
+def test_the_openapi_document_lists_413_and_states_the_limits(notes_db: Database) -> None:
+    app = create_notes_app(notes_db, limited(1234, 56789), purge_interval=None)
     with live_server(app) as base:
         spec = httpx.get(base + "/pigeon/v1/openapi.json").json()
     validate(spec)
@@ -257,11 +259,11 @@ def test_the_openapi_document_lists_413_and_states_the_limits(db: Database) -> N
 
 
 def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered(
-    tmp_path: Path, db: Database
+    tmp_path: Path, notes_db: Database
 ) -> None:
     """The transport halves a batch refused with 413 until the halves fit: every
     operation is applied once, in order, and none is dead-lettered."""
-    app = create_notes_app(db, limited(6000, 6000), purge_interval=None)
+    app = create_notes_app(notes_db, limited(6000, 6000), purge_interval=None)
     statuses: list[int] = []
     with (
         live_server(app) as base,
@@ -281,7 +283,7 @@ def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered
         assert engine.drain(timeout=20)
         assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in made)
     assert statuses[0] == 413 and statuses.count(200) >= 2
-    ledger = read_ledger(db)
+    ledger = read_ledger(notes_db)
     assert [row["idempotency_key"] for row in ledger] == [op.idempotency_key for op in made]
 
 
@@ -331,29 +333,29 @@ def test_pigeon_serve_passes_the_limits_to_the_app(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("option", ["--max-body", "--max-batch-body"])
 def test_pigeon_serve_refuses_a_limit_below_one_byte(tmp_path: Path, option: str) -> None:
-    db = tmp_path / "server.db"
+    notes_db = tmp_path / "server.db"
     result = processes.run(
-        [*PIGEON, "serve", "--db", str(db), "--port", "0", option, "0"],
+        [*PIGEON, "serve", "--db", str(notes_db), "--port", "0", option, "0"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and f"Invalid value for '{option}'" in result.stderr
-    assert not db.exists()
+    assert not notes_db.exists()
 
 
 def test_pigeon_serve_refuses_a_batch_limit_below_the_single_operation_limit(
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "server.db"
+    notes_db = tmp_path / "server.db"
     args = ["--max-body", "5000", "--max-batch-body", "4000"]
     result = processes.run(
-        [*PIGEON, "serve", "--db", str(db), "--port", "0", *args],
+        [*PIGEON, "serve", "--db", str(notes_db), "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "must be at least --max-body" in result.stderr
-    assert not db.exists()
+    assert not notes_db.exists()

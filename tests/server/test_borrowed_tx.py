@@ -27,8 +27,8 @@ from pigeon.storage.server import borrow, open_server_db
 @pytest.fixture(params=["sqlite", "postgres"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
-        pg: str = request.getfixturevalue("pg_url")
-        return pg
+        notes_pg: str = request.getfixturevalue("pg_url")
+        return notes_pg
     return str(tmp_path / "app.db")
 
 
@@ -51,8 +51,8 @@ def begin(conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
 
 
-def count(db: Database, table: str) -> int:
-    with db.transaction() as tx:
+def count(notes_db: Database, table: str) -> int:
+    with notes_db.transaction() as tx:
         row = tx.sql(f"SELECT count(*) AS n FROM {table}").fetchone()
     return int(row["n"])
 
@@ -72,11 +72,11 @@ def order(key: str) -> OperationRequest:
 def test_the_claim_and_the_jobs_commit_or_roll_back_with_the_applications_writes(
     url: str,
 ) -> None:
-    db = open_server_db(url)  # migrates: pigeon's tables beside the application's
+    notes_db = open_server_db(url)  # migrates: pigeon's tables beside the application's
     try:
-        with db.transaction() as tx:
+        with notes_db.transaction() as tx:
             tx.sql("CREATE TABLE app_orders (id text PRIMARY KEY)")
-        intake = Intake(db)
+        intake = Intake(notes_db)
         intake.add_operation("POST", "/orders", accept_order)
         with app_connection(url) as conn:
             begin(conn)
@@ -84,8 +84,8 @@ def test_the_claim_and_the_jobs_commit_or_roll_back_with_the_applications_writes
             first = intake.execute("alice", order("o1"), tx=borrow(conn))
             assert first.status == 202
             conn.rollback()  # the application changed its mind: nothing of it is kept
-            assert count(db, "app_orders") == 0 and count(db, "pigeon_jobs") == 0
-            with db.transaction() as tx:
+            assert count(notes_db, "app_orders") == 0 and count(notes_db, "pigeon_jobs") == 0
+            with notes_db.transaction() as tx:
                 assert intake.store.get(tx, "alice", "o1") is None  # the retry runs
 
             begin(conn)
@@ -93,21 +93,21 @@ def test_the_claim_and_the_jobs_commit_or_roll_back_with_the_applications_writes
             second = intake.execute("alice", order("o1"), tx=borrow(conn))
             assert second.status == 202 and not second.replayed
             conn.commit()  # one commit: the order, the claim, the record, its job
-        assert count(db, "app_orders") == 1 and count(db, "pigeon_jobs") == 1
+        assert count(notes_db, "app_orders") == 1 and count(notes_db, "pigeon_jobs") == 1
         replay = intake.execute("alice", order("o1"))  # the intake's own transaction
         assert replay.replayed and replay.body == second.body
     finally:
-        db.close()
+        notes_db.close()
 
 
 def test_a_refusal_leaves_the_applications_transaction_usable(url: str) -> None:
-    db = open_server_db(url)
+    notes_db = open_server_db(url)
     try:
-        with db.transaction() as tx:
+        with notes_db.transaction() as tx:
             tx.sql("CREATE TABLE app_log (line text)")
-        intake = Intake(db)
+        intake = Intake(notes_db)
         intake.add_operation("POST", "/orders", accept_order)
-        with db.transaction() as tx:  # the key already used for another request
+        with notes_db.transaction() as tx:  # the key already used for another request
             decision = intake.store.claim(
                 tx,
                 principal="alice",
@@ -124,14 +124,14 @@ def test_a_refusal_leaves_the_applications_transaction_usable(url: str) -> None:
             assert refused.status in (409, 422)  # in progress (lock not expired) or reused
             conn.execute("INSERT INTO app_log (line) VALUES ('still usable')")
             conn.commit()
-        assert count(db, "app_log") == 1 and count(db, "pigeon_jobs") == 0
+        assert count(notes_db, "app_log") == 1 and count(notes_db, "pigeon_jobs") == 0
     finally:
-        db.close()
+        notes_db.close()
 
 
 def test_borrow_refuses_a_connection_outside_a_transaction(url: str) -> None:
-    db = open_server_db(url)
-    db.close()
+    notes_db = open_server_db(url)
+    notes_db.close()
     with app_connection(url) as conn:
         if isinstance(conn, psycopg.Connection):
             conn.autocommit = True

@@ -45,8 +45,8 @@ def render(state: bytes) -> str:
 
 
 @pytest.fixture
-def client(db: Database) -> Any:
-    app = create_notes_app(db, purge_interval=None, crdt_collections=["docs"])
+def client(notes_db: Database) -> Any:
+    app = create_notes_app(notes_db, purge_interval=None, crdt_collections=["docs"])
     with TestClient(app) as test_client:
         yield test_client
 
@@ -125,13 +125,13 @@ def test_crdt_convergence_under_interleaving_reordering_and_duplicates(
     )
 
 
-def test_updates_made_offline_on_one_device_all_arrive(tmp_path: Path, db: Database) -> None:
+def test_updates_made_offline_on_one_device_all_arrive(tmp_path: Path, notes_db: Database) -> None:
     # Each is a PATCH: the queue never folds one into the next, as it would PUTs to the
     # same document (the later replacing the earlier), which lost every update but the last.
     with (
         OfflineQueue(tmp_path / "edge.db") as queue,
         InProcessTransport(
-            create_notes_app(db, purge_interval=None, crdt_collections=["docs"])
+            create_notes_app(notes_db, purge_interval=None, crdt_collections=["docs"])
         ) as transport,
     ):
         engine = SyncEngine(queue, transport, connectivity=ManualMonitor(False))

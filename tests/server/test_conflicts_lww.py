@@ -41,14 +41,16 @@ def server_time() -> FakeClock:
 
 
 @pytest.fixture
-def client(db: Database, server_time: FakeClock) -> Any:
-    app = create_notes_app(db, purge_interval=None, now=server_time, lww_collections=["lww-notes"])
+def client(notes_db: Database, server_time: FakeClock) -> Any:
+    app = create_notes_app(
+        notes_db, purge_interval=None, now=server_time, lww_collections=["lww-notes"]
+    )
     with TestClient(app) as test_client:
         yield test_client
 
 
 def test_the_greater_clock_wins_and_the_older_write_is_acknowledged_and_recorded(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     first = put(client, "n", {"text": "newer"}, stamp(T0 - 1000, "a"))
     assert first.status_code == 201 and first.json()["outcome"] == "created"
@@ -59,12 +61,12 @@ def test_the_greater_clock_wins_and_the_older_write_is_acknowledged_and_recorded
     newest = put(client, "n", {"text": "newest"}, stamp(T0 - 500, "b"))
     assert newest.json()["outcome"] == "won" and newest.headers["etag"] == '"2"'
     assert client.get("/lww-notes/n").json()["data"] == {"text": "newest"}
-    outcomes = read_outcomes(db, "anonymous")
+    outcomes = read_outcomes(notes_db, "anonymous")
     assert [(o["outcome"], o["payload"]) for o in outcomes] == [
         ("lost", {"text": "older"}),
         ("won", {"text": "newest"}),
     ]
-    assert len(read_ledger(db)) == 3  # every acknowledged write is accounted for
+    assert len(read_ledger(notes_db)) == 3  # every acknowledged write is accounted for
 
 
 @pytest.mark.parametrize("order", ["fast-first", "fast-last"])
@@ -101,13 +103,13 @@ def test_a_device_hours_slow_still_wins_with_its_later_edit(
 
 
 def test_an_uncorrected_future_stamp_is_bounded_and_does_not_drag_the_server_clock(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     future = put(client, "n", {"text": "from the future"}, stamp(T0 + 5 * HOUR, "fast"))
     assert future.json()["current"]["clock"] <= stamp(T0 + 60_000, "fast")
     # A write with no clock of its own gets the server's stamp: near the server's time.
     client.post("/notes", json={"id": "x"}, headers={"Idempotency-Key": "plain-1"})
-    [plain] = [e for e in read_ledger(db) if e["idempotency_key"] == "plain-1"]
+    [plain] = [e for e in read_ledger(notes_db) if e["idempotency_key"] == "plain-1"]
     assert HLCTimestamp.decode(plain["clock"]).wall_ms < T0 + HOUR
 
 

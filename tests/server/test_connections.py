@@ -50,10 +50,10 @@ def timed_server(app: Any, timeouts: ConnectionTimeouts = SHORT) -> Iterator[int
 
 @pytest.fixture
 def port(tmp_path: Path) -> Iterator[int]:
-    db = open_server_db(str(tmp_path / "server.db"))
-    with timed_server(create_notes_app(db, purge_interval=None)) as bound:
+    notes_db = open_server_db(str(tmp_path / "server.db"))
+    with timed_server(create_notes_app(notes_db, purge_interval=None)) as bound:
         yield bound
-    db.close()
+    notes_db.close()
 
 
 class Records(logging.Handler):
@@ -166,10 +166,10 @@ def test_the_body_timeout_also_ends_a_body_no_one_reads(port: int) -> None:
 def test_a_prompt_client_keeps_its_connection_across_requests(tmp_path: Path) -> None:
     # Its own server with a longer idle timeout: pauses well under it, however loaded
     # the machine, and together well over it.
-    db = open_server_db(str(tmp_path / "server.db"))
+    notes_db = open_server_db(str(tmp_path / "server.db"))
     request = b"GET /pigeon/v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
     timeouts = ConnectionTimeouts(idle=1.5, headers=1.5, body=1.5)
-    app = create_notes_app(db, purge_interval=None)
+    app = create_notes_app(notes_db, purge_interval=None)
     with timed_server(app, timeouts) as port, connect(port) as conn:
         for _ in range(4):
             conn.sendall(request)
@@ -179,7 +179,7 @@ def test_a_prompt_client_keeps_its_connection_across_requests(tmp_path: Path) ->
             assert reply.startswith(b"HTTP/1.1 200 "), reply
             time.sleep(0.5)  # under the idle timeout each time, over it in total
         waited, _ = closed_after(conn, limit=10)  # then idle: closed
-    db.close()
+    notes_db.close()
     assert 0.5 < waited < 8
 
 
@@ -213,8 +213,8 @@ def test_a_path_with_cr_lf_never_forges_a_log_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before: a decoded path with CR/LF reached the error log verbatim."""
-    db = open_server_db(str(tmp_path / "server.db"))
-    intake = Intake(db)
+    notes_db = open_server_db(str(tmp_path / "server.db"))
+    intake = Intake(notes_db)
 
     def boom(ctx: IntakeContext) -> Any:
         raise RuntimeError("handler failed")
@@ -232,7 +232,7 @@ def test_a_path_with_cr_lf_never_forges_a_log_line(
     assert messages and not [m for m in messages if "\n" in m or "\r" in m], messages
     assert any("x\\r\\n2026-12-01 ERROR forged line" in m for m in messages), messages
     assert loggable("a\u2028b") == "a\\u2028b" and loggable("ok €") == "ok €"
-    db.close()
+    notes_db.close()
 
 
 def test_pigeon_serve_help_names_the_timeouts() -> None:

@@ -72,9 +72,9 @@ def _seed(intake: Intake) -> None:
             assert sent.status_code == 201
 
 
-def test_a_deadlock_victim_is_retried_in_place_not_answered_503(pg: Database) -> None:
+def test_a_deadlock_victim_is_retried_in_place_not_answered_503(notes_pg: Database) -> None:
     crossing = Crossing()
-    intake = Intake(pg)
+    intake = Intake(notes_pg)
     intake.add_operation("POST", "/ab", crossing.handler("a", "b"))
     intake.add_operation("POST", "/ba", crossing.handler("b", "a"))
     _seed(intake)
@@ -90,12 +90,12 @@ def test_a_deadlock_victim_is_retried_in_place_not_answered_503(pg: Database) ->
     # One of them was the victim and ran again; each effect committed once.
     assert sorted(crossing.attempts.values()) == [1, 2]
     assert sorted(r.json()["attempt"] for r in replies) == [1, 2]
-    assert len(read_ledger(pg)) == 2  # the two seeds; the crossing handlers write no ledger
+    assert len(read_ledger(notes_pg)) == 2  # the two seeds; the crossing handlers write no ledger
 
 
-def test_a_deadlock_inside_a_batch_retries_the_batch_transaction(pg: Database) -> None:
+def test_a_deadlock_inside_a_batch_retries_the_batch_transaction(notes_pg: Database) -> None:
     crossing = Crossing()
-    intake = Intake(pg)
+    intake = Intake(notes_pg)
     intake.add_operation("POST", "/ab", crossing.handler("a", "b"))
     intake.add_operation("POST", "/ba", crossing.handler("b", "a"))
     intake.add_operation("POST", "/notes", create_note)
@@ -125,7 +125,7 @@ def test_a_deadlock_inside_a_batch_retries_the_batch_transaction(pg: Database) -
     assert sorted(crossing.attempts.values()) == [1, 2]
     # The note the batch created before its deadlock is there once: the retried
     # transaction ran it again from nothing, it did not replay a half-committed one.
-    assert [e["idempotency_key"] for e in read_ledger(pg)] == ["a", "b", "n1"]
+    assert [e["idempotency_key"] for e in read_ledger(notes_pg)] == ["a", "b", "n1"]
 
 
 def test_contention_is_told_from_an_outage() -> None:

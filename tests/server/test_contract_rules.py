@@ -133,8 +133,10 @@ def test_a_batch_entry_is_an_object_of_the_published_fields() -> None:
     assert contract.entry_refusal(entry | {"if_match": {}}, 3) is not None
 
 
-def test_every_route_is_published_with_the_rules_it_enforces(db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None, lww_collections=["l"], crdt_collections=["d"])
+def test_every_route_is_published_with_the_rules_it_enforces(notes_db: Database) -> None:
+    app = create_notes_app(
+        notes_db, purge_interval=None, lww_collections=["l"], crdt_collections=["d"]
+    )
     with TestClient(app) as client:
         spec = client.get("/pigeon/v1/openapi.json").json()
     intake = app.state.intake

@@ -41,20 +41,16 @@ def leak(secret: str) -> None:  # never run here: the test finishes its attempts
 
 
 @pytest.fixture
-def url(server_db_url: str) -> str:
-    return server_db_url
-
-
-@pytest.fixture
-def db(url: str) -> Iterator[Database]:
-    database = open_server_db(url, keyring=KEYS)
+def sealed_db(server_db_url: str) -> Iterator[Database]:
+    """The server database on each backend, sealing with the tests' keyring."""
+    database = open_server_db(server_db_url, keyring=KEYS)
     yield database
     database.close()
 
 
-def _write_everything(db: Database) -> dict[str, Any]:
+def _write_everything(notes_db: Database) -> dict[str, Any]:
     """The canary through every sealed path; returns what to read back."""
-    client = TestClient(create_notes_app(db, purge_interval=None))
+    client = TestClient(create_notes_app(notes_db, purge_interval=None))
     key = str(uuid.uuid4())
     note = {"id": "n1", "title": "t", "body": CANARY}
     created = client.post("/notes", json=note, headers={"Idempotency-Key": key})
@@ -69,7 +65,7 @@ def _write_everything(db: Database) -> dict[str, Any]:
     assert patched.status_code == 200, patched.text
     assert client.get("/notes").json()["notes"][0]["data"]["extra"] == CANARY * 2
 
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         rid = records.accept(
             tx,
             kind="answer",
@@ -79,27 +75,27 @@ def _write_everything(db: Database) -> dict[str, Any]:
         )
         outbox.add(tx, "answers", {"answer": CANARY})
         effect_in(tx, "grade", rid, lambda _tx: {"echo": CANARY}, now=1.0)
-    manager = JobManager(db, jobs_app)
+    manager = JobManager(notes_db, jobs_app)
     for _ in range(2):  # one retry (requeued with its error), then the failed store
         (job,) = manager.lease_jobs("work", "w1", 1, 30.0)
         assert job.payload == {"secret": CANARY}
         manager.finish([AttemptOutcome(job, RuntimeError(f"failed on {CANARY}"))])
-        with db.transaction() as tx:  # due at once, not after the backoff
+        with notes_db.transaction() as tx:  # due at once, not after the backoff
             tx.sql("UPDATE pigeon_jobs SET scheduled_at = 0")
     return {"record": rid, "job": job.id}
 
 
-def _read_back(db: Database, ids: dict[str, Any]) -> None:
-    record = records.get(db, ids["record"])
+def _read_back(notes_db: Database, ids: dict[str, Any]) -> None:
+    record = records.get(notes_db, ids["record"])
     assert record["data"] == {"answer": CANARY}
     assert any(CANARY in str(e["detail"]) for e in record["events"])
-    (failed,) = list_jobs(db, status="failed")
+    (failed,) = list_jobs(notes_db, status="failed")
     assert failed["payload"] == {"secret": CANARY} and CANARY in failed["last_error"]
-    shown = FailedStore(db).show(ids["job"])
+    shown = FailedStore(notes_db).show(ids["job"])
     assert all(CANARY in (a["error"] or "") for a in shown["history"])
-    assert CANARY in failed_by_owner(db)["ops"]["recent"][0]["error"]
+    assert CANARY in failed_by_owner(notes_db)["ops"]["recent"][0]["error"]
     published: list[Message] = []
-    Relay(db, CallablePublisher(published.append)).run_once()
+    Relay(notes_db, CallablePublisher(published.append)).run_once()
     assert [m.payload for m in published] == [{"answer": CANARY}]
 
 
@@ -127,38 +123,40 @@ def _raw_bytes(url: str) -> bytes:
     )
 
 
-def test_a_canary_never_reaches_the_database_in_clear(db: Database, url: str) -> None:
-    ids = _write_everything(db)
-    _read_back(db, ids)
-    if db.backend == "sqlite":
-        raw = _raw_bytes(url)
+def test_a_canary_never_reaches_the_database_in_clear(
+    sealed_db: Database, server_db_url: str
+) -> None:
+    ids = _write_everything(sealed_db)
+    _read_back(sealed_db, ids)
+    if sealed_db.backend == "sqlite":
+        raw = _raw_bytes(server_db_url)
         assert CANARY.encode() not in raw
         assert SEALED.encode() + b"k1:" in raw  # the values are there, sealed
     else:
-        values = _raw_values(url)
+        values = _raw_values(server_db_url)
         assert not [v for v in values if CANARY in v]
         assert any(f"{SEALED}k1:" in v for v in values)
 
 
-def test_without_a_key_the_same_values_are_stored_in_clear(url: str) -> None:
+def test_without_a_key_the_same_values_are_stored_in_clear(server_db_url: str) -> None:
     """The control: the check above would see the canary if sealing were off."""
-    database = open_server_db(url)
+    database = open_server_db(server_db_url)
     try:
         _read_back(database, _write_everything(database))
     finally:
         database.close()
-    if url.startswith("postgresql://"):
-        assert any(CANARY in v for v in _raw_values(url))
+    if server_db_url.startswith("postgresql://"):
+        assert any(CANARY in v for v in _raw_values(server_db_url))
     else:
-        assert CANARY.encode() in _raw_bytes(url)
+        assert CANARY.encode() in _raw_bytes(server_db_url)
 
 
 def test_a_database_sealed_with_a_key_the_reader_lacks_is_a_typed_error(
-    db: Database, url: str
+    sealed_db: Database, server_db_url: str
 ) -> None:
-    ids = _write_everything(db)
+    ids = _write_everything(sealed_db)
     for keyring in (None, Keyring((("other", generate_key()),))):
-        stranger = open_server_db(url, keyring=keyring)
+        stranger = open_server_db(server_db_url, keyring=keyring)
         try:
             with pytest.raises(KeyMissing, match="'k1'"):
                 records.get(stranger, ids["record"])
@@ -169,13 +167,13 @@ def test_a_database_sealed_with_a_key_the_reader_lacks_is_a_typed_error(
 
 
 def test_a_row_written_in_clear_before_the_key_stays_readable_and_new_rows_are_sealed(
-    url: str,
+    server_db_url: str,
 ) -> None:
-    before = open_server_db(url)
+    before = open_server_db(server_db_url)
     with before.transaction() as tx:
         old = records.accept(tx, kind="k", data={"v": "old"})
     before.close()
-    after = open_server_db(url, keyring=KEYS)
+    after = open_server_db(server_db_url, keyring=KEYS)
     try:
         with after.transaction() as tx:
             new = records.accept(tx, kind="k", data={"v": "new"})

@@ -62,16 +62,16 @@ OPERATOR = "operator-token-of-the-contract-tests"
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "412", "429", "5xx"]
 
 
-def footprint(db: Database) -> tuple[int, int]:
-    with db.transaction() as tx:
+def footprint(notes_db: Database) -> tuple[int, int]:
+    with notes_db.transaction() as tx:
         row = tx.fetchone("claim_stats")
     assert row is not None
-    return int(row["claims"]), len(read_ledger(db))
+    return int(row["claims"]), len(read_ledger(notes_db))
 
 
-def notes_app(db: Database, **auth: Any) -> Any:
+def notes_app(notes_db: Database, **auth: Any) -> Any:
     return create_notes_app(
-        db,
+        notes_db,
         purge_interval=None,
         lww_collections=["lww-notes"],
         crdt_collections=["docs"],
@@ -82,9 +82,9 @@ def notes_app(db: Database, **auth: Any) -> Any:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Database]]:
     # One SQLite database for the hostile bodies: the budget goes to requests.
-    db = open_server_db(str(Path(tmp_path_factory.mktemp("fuzz")) / "server.db"))
-    yield notes_app(db), db
-    db.close()
+    notes_db = open_server_db(str(Path(tmp_path_factory.mktemp("fuzz")) / "server.db"))
+    yield notes_app(notes_db), notes_db
+    notes_db.close()
 
 
 def _credentials(operation: Any) -> dict[str, str]:
@@ -99,7 +99,7 @@ def _credentials(operation: Any) -> dict[str, str]:
     return {"Authorization": "Bearer " + jwt.encode(claims, SECRET, algorithm="HS256")}
 
 
-def _operation_failure(operation: Any, db: Database) -> str | None:
+def _operation_failure(operation: Any, notes_db: Database) -> str | None:
     """25 generated requests (valid and invalid) of one operation, all of schemathesis'
     checks, and no effect left by a refusal: the first failure, or None."""
     cases = st.one_of(operation.as_strategy(generation_mode=mode) for mode in GenerationMode)
@@ -110,11 +110,11 @@ def _operation_failure(operation: Any, db: Database) -> str | None:
     def run(case: Any) -> None:
         contract_hooks.prepare(case)
         case.headers = {**(case.headers or {}), **credentials}
-        before = footprint(db)
+        before = footprint(notes_db)
         response = case.call()
         case.validate_response(response, headers=case.headers)
         if response.status_code >= 400:  # a refusal may be stored, never an effect
-            assert footprint(db)[1] == before[1], (case.method, case.path)
+            assert footprint(notes_db)[1] == before[1], (case.method, case.path)
 
     try:
         run()
@@ -123,7 +123,7 @@ def _operation_failure(operation: Any, db: Database) -> str | None:
     return None
 
 
-def _contract_failures(app: Any, db: Database) -> list[str]:
+def _contract_failures(app: Any, notes_db: Database) -> list[str]:
     """Every operation of the document, and what failed, one entry per operation."""
     config = SchemathesisConfig.from_dict(
         {
@@ -133,18 +133,20 @@ def _contract_failures(app: Any, db: Database) -> list[str]:
         }
     )
     api = schemathesis.openapi.from_asgi(OPENAPI_PATH, app, config=config)
-    failures = (_operation_failure(result.ok(), db) for result in api.get_all_operations())
+    failures = (_operation_failure(result.ok(), notes_db) for result in api.get_all_operations())
     return [failure for failure in failures if failure is not None]
 
 
 def test_the_server_accepts_exactly_what_its_document_says(server_db_url: str) -> None:
-    db = open_server_db(server_db_url)
+    notes_db = open_server_db(server_db_url)
     try:
-        app = notes_app(db, authenticate=JwtAuth(secret=SECRET), operator=OperatorToken(OPERATOR))
+        app = notes_app(
+            notes_db, authenticate=JwtAuth(secret=SECRET), operator=OperatorToken(OPERATOR)
+        )
         with TestClient(app):  # the app's lifespan
-            failures = _contract_failures(app, db)
+            failures = _contract_failures(app, notes_db)
     finally:
-        db.close()
+        notes_db.close()
     assert not failures, "\n\n".join(failures)
 
 
@@ -185,12 +187,12 @@ def hostile(value: Any, how: str) -> str:
 def test_hostile_bodies_are_answered_4xx_and_store_nothing(
     served: tuple[Any, Database], value: Any, how: str, path: str
 ) -> None:
-    app, db = served
+    app, notes_db = served
     body = hostile(value, how)
     if path == BATCH_PATH:
         entry = '{"idempotency_key": "fz", "method": "PUT", "path": "/notes/f", "body": '
         body = '{"operations": [' + entry + body + "}]}"
-    before = footprint(db)
+    before = footprint(notes_db)
     with TestClient(app) as client:
         method = "PUT" if path.endswith("/f") else "POST"
         reply = client.request(
@@ -203,7 +205,7 @@ def test_hostile_bodies_are_answered_4xx_and_store_nothing(
     results = reply.json().get("results", []) if path == BATCH_PATH else [reply.json()]
     refused = reply.status_code >= 400 or all(r.get("status", 0) >= 400 for r in results)
     if refused:  # no effect; and when the decoder refused it, not even a claim
-        after = footprint(db)
+        after = footprint(notes_db)
         assert after[1] == before[1], body[:200]
         if reply.status_code == 400 and "json_error" in reply.json():
             assert after == before, body[:200]

@@ -29,9 +29,9 @@ def request(note: str, key: str | None = None, **fields: Any) -> OperationReques
 
 
 def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    counting = CountingDatabase(db)
+    counting = CountingDatabase(notes_db)
     intake = Intake(counting, now=clock)  # type: ignore[arg-type]
     calls = {"n": 0}
 
@@ -56,19 +56,21 @@ def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
     assert [r.status for r in results] == [201, 201, 500, 201, 201]
     assert [r.replayed for r in results] == [False, True, False, False, False]
     assert results[1].body_text == results[0].body_text
-    ledger = read_ledger(db)
+    ledger = read_ledger(notes_db)
     assert sorted((row["principal"], row["entity"]) for row in ledger) == [
         ("alice", "note:1"),
         ("alice", "note:2"),
         ("bob", "note:1"),
     ]
-    with db.transaction() as tx:  # the failed one's key was given back: a retry runs
+    with notes_db.transaction() as tx:  # the failed one's key was given back: a retry runs
         assert intake.store.get(tx, "alice", "k2") is None
         assert ref.fetchone(tx, "note_get", {"principal": "alice", "id": "boom"}) is None
 
 
-def test_a_group_that_breaks_is_applied_again_one_by_one(db: Database, clock: FakeClock) -> None:
-    counting = CountingDatabase(db)
+def test_a_group_that_breaks_is_applied_again_one_by_one(
+    notes_db: Database, clock: FakeClock
+) -> None:
+    counting = CountingDatabase(notes_db)
     intake = Intake(counting, now=clock)  # type: ignore[arg-type]
     intake.add_operation("POST", "/notes", create_note)
     # A clock stamp that cannot be read fails outside any handler, inside the transaction.
@@ -76,7 +78,7 @@ def test_a_group_that_breaks_is_applied_again_one_by_one(db: Database, clock: Fa
         [("alice", request("1")), ("alice", request("2", clock="not-a-clock"))]
     )
     assert [r.status for r in results] == [201, 500]
-    assert len(read_ledger(db)) == 1  # the good one exactly once, the group's attempt undone
+    assert len(read_ledger(notes_db)) == 1  # the good one exactly once, the group's attempt undone
     assert counting.commits == 1  # the failed group committed nothing; the good one alone
 
 
@@ -92,32 +94,32 @@ async def _concurrently(app: Any, n: int) -> list[httpx.Response]:
 
 
 def test_concurrent_requests_share_transactions_and_each_gets_its_own_answer(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    app = create_notes_app(db, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, now=clock, purge_interval=None)
     grouped = app.state.group_commit
-    if db.backend != "sqlite":
+    if notes_db.backend != "sqlite":
         assert grouped is None  # PostgreSQL runs them side by side instead
         return
     replies = asyncio.run(_concurrently(app, 20))
     assert [r.status_code for r in replies] == [201] * 20
     assert [r.json()["id"] for r in replies] == [f"n{i}" for i in range(20)]
-    assert len(read_ledger(db)) == 20
+    assert len(read_ledger(notes_db)) == 20
     assert grouped.groups < 20, "requests that arrive together share a transaction"
 
 
-def test_group_commit_can_be_switched(db: Database) -> None:
-    intake = Intake(db)
+def test_group_commit_can_be_switched(notes_db: Database) -> None:
+    intake = Intake(notes_db)
     assert create_app(intake, purge_interval=None, group_commit=False).state.group_commit is None
     on = create_app(intake, purge_interval=None, group_commit=True).state.group_commit
     assert on is not None and on.max_group >= 1
 
 
-def test_a_group_size_below_one_is_refused(db: Database) -> None:
+def test_a_group_size_below_one_is_refused(notes_db: Database) -> None:
     from pigeon.server.grouping import RequestGroups
 
     with pytest.raises(ValueError, match="max_group"):
-        RequestGroups(Intake(db), max_group=0)
+        RequestGroups(Intake(notes_db), max_group=0)
 
 
 _SENDER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sender", default=None)
@@ -138,10 +140,10 @@ class _SenderMiddleware:
             _SENDER.reset(token)
 
 
-def test_each_request_of_a_group_runs_in_its_own_context(db: Database) -> None:
+def test_each_request_of_a_group_runs_in_its_own_context(notes_db: Database) -> None:
     # The group runs in one worker thread; what a request's middleware put in its context
     # (the device clock that corrects last-write-wins stamps) must still be its own.
-    intake = Intake(db)
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/who", lambda ctx: (200, {"sender": _SENDER.get()}))
     app = create_app(intake, purge_interval=None, group_commit=True)
     app.add_middleware(_SenderMiddleware)
@@ -163,15 +165,15 @@ def test_each_request_of_a_group_runs_in_its_own_context(db: Database) -> None:
     assert app.state.group_commit.groups < 12, "the requests were grouped"
 
 
-def test_execute_group_wants_one_context_per_request(db: Database) -> None:
-    intake = Intake(db)
+def test_execute_group_wants_one_context_per_request(notes_db: Database) -> None:
+    intake = Intake(notes_db)
     with pytest.raises(ValueError, match="2 requests but 1 contexts"):
         intake.execute_group(
             [("a", request("1")), ("a", request("2"))], [contextvars.copy_context()]
         )
 
 
-def test_a_started_group_is_answered_when_its_task_is_cancelled(db: Database) -> None:
+def test_a_started_group_is_answered_when_its_task_is_cancelled(notes_db: Database) -> None:
     # Shutdown cancels the draining task while a group is in the writer thread: the group
     # still commits, and its requests get what committed (not an error for a done effect);
     # the cancellation is raised after that, and the writer thread is one of its own.
@@ -186,7 +188,7 @@ def test_a_started_group_is_answered_when_its_task_is_cancelled(db: Database) ->
         release.wait(5)
         return 201, {"ok": True}
 
-    intake = Intake(db)
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/slow", slow)
     grouped = RequestGroups(intake)
 

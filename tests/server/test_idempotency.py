@@ -74,74 +74,74 @@ def test_policy_values_must_be_in_order() -> None:
         IdempotencyPolicy(lock_timeout=0)
 
 
-def _claim(store: SqlIdempotencyStore, db: Database, fp: str = "f", key: str = "k") -> Any:
-    with db.transaction() as tx:
+def _claim(store: SqlIdempotencyStore, notes_db: Database, fp: str = "f", key: str = "k") -> Any:
+    with notes_db.transaction() as tx:
         return store.claim(
             tx, principal="p", key=key, fingerprint=fp, method="POST", path="/x", operation_id="op"
         )
 
 
-def test_claim_complete_replay_purge_lifecycle(db: Database, clock: FakeClock) -> None:
+def test_claim_complete_replay_purge_lifecycle(notes_db: Database, clock: FakeClock) -> None:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
     store = SqlIdempotencyStore(policy, now=clock)
-    first = _claim(store, db)
+    first = _claim(store, notes_db)
     assert first.outcome is ClaimOutcome.FRESH and first.claim is not None
-    assert _claim(store, db).outcome is ClaimOutcome.IN_PROGRESS  # committed claim, lock held
-    with db.transaction() as tx:
+    assert _claim(store, notes_db).outcome is ClaimOutcome.IN_PROGRESS  # committed claim, lock held
+    with notes_db.transaction() as tx:
         assert store.complete(tx, first.claim, StoredResponse(201, '{"a":1}'))
-    replay = _claim(store, db)
+    replay = _claim(store, notes_db)
     assert replay.outcome is ClaimOutcome.REPLAY
     assert replay.response == StoredResponse(201, '{"a":1}')
-    assert _claim(store, db, fp="other").outcome is ClaimOutcome.MISMATCH
+    assert _claim(store, notes_db, fp="other").outcome is ClaimOutcome.MISMATCH
 
     clock.advance(DAY + 1)  # response expired: decided by time, before any purge ran
-    gone = _claim(store, db)
+    gone = _claim(store, notes_db)
     assert (gone.outcome, gone.operation_id, gone.original_status) == (
         ClaimOutcome.ALREADY_APPLIED,
         "op",
         201,
     )
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert store.purge(tx) == (1, 0)
         row = store.get(tx, "p", "k")
     assert row is not None and row["response_body"] is None
 
     clock.advance(6 * DAY)  # the claim itself expired: the key is free again
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert store.purge(tx) == (0, 1)
-    assert _claim(store, db).outcome is ClaimOutcome.FRESH
+    assert _claim(store, notes_db).outcome is ClaimOutcome.FRESH
 
 
 def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     store = SqlIdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
-    orphan = _claim(store, db).claim
+    orphan = _claim(store, notes_db).claim
     clock.advance(29)
-    assert _claim(store, db).outcome is ClaimOutcome.IN_PROGRESS
+    assert _claim(store, notes_db).outcome is ClaimOutcome.IN_PROGRESS
     clock.advance(2)
-    taker = _claim(store, db)
+    taker = _claim(store, notes_db)
     assert taker.outcome is ClaimOutcome.TAKE_OVER
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         # The first holder woke up: its token no longer matches, it may not complete.
         assert not store.fence(tx, orphan)
         assert not store.complete(tx, orphan, StoredResponse(200, "{}"))
         assert store.complete(tx, taker.claim, StoredResponse(200, '"taker"'))
-    assert _claim(store, db).response == StoredResponse(200, '"taker"')
+    assert _claim(store, notes_db).response == StoredResponse(200, '"taker"')
 
 
-def test_release_frees_the_key_for_a_retry(db: Database, clock: FakeClock) -> None:
+def test_release_frees_the_key_for_a_retry(notes_db: Database, clock: FakeClock) -> None:
     store = SqlIdempotencyStore(now=clock)
-    first = _claim(store, db)
-    with db.transaction() as tx:
+    first = _claim(store, notes_db)
+    with notes_db.transaction() as tx:
         assert store.release(tx, first.claim)
         assert store.stats(tx)["claims"] == 0
-    assert _claim(store, db).outcome is ClaimOutcome.FRESH
+    assert _claim(store, notes_db).outcome is ClaimOutcome.FRESH
 
 
-def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
+def test_keys_are_scoped_by_principal(notes_db: Database, clock: FakeClock) -> None:
     store = SqlIdempotencyStore(now=clock)
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         a = store.claim(
             tx, principal="a", key="k", fingerprint="1", method="POST", path="/", operation_id="x"
         )
@@ -151,10 +151,12 @@ def test_keys_are_scoped_by_principal(db: Database, clock: FakeClock) -> None:
     assert a.outcome is ClaimOutcome.FRESH and b.outcome is ClaimOutcome.FRESH
 
 
-def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: FakeClock) -> None:
+def test_purge_is_bounded_per_transaction_on_every_backend(
+    notes_db: Database, clock: FakeClock
+) -> None:
     policy = IdempotencyPolicy(response_retention=DAY, claim_retention=2 * DAY)
     store = SqlIdempotencyStore(policy, now=clock)
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         for i in range(12):
             claim = store.claim(
                 tx,
@@ -168,15 +170,15 @@ def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: 
             assert claim is not None and store.complete(tx, claim, StoredResponse(201, "{}"))
             clock.advance(1)  # k0 expires first
     clock.advance(DAY)
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert store.purge(tx, limit=5) == (5, 0)
         rows = [store.get(tx, "p", f"k{i}") for i in range(12)]
     # The oldest five went first; a purged row leaves the expiry range (no rescans).
     assert [r is not None and r["response_body"] is None for r in rows] == [True] * 5 + [False] * 7
     assert all(r is not None and r["response_expires_at"] is None for r in rows[:5])
-    assert _claim(store, db, key="k0").outcome is ClaimOutcome.ALREADY_APPLIED
+    assert _claim(store, notes_db, key="k0").outcome is ClaimOutcome.ALREADY_APPLIED
 
-    counted = CountingDatabase(db)
+    counted = CountingDatabase(notes_db)
     intake = Intake(counted, IntakeOptions(policy), now=clock)
     assert intake.purge(batch=5) == (7, 0)
     assert counted.commits == 2  # 5 + 2, one short transaction each
@@ -184,7 +186,7 @@ def test_purge_is_bounded_per_transaction_on_every_backend(db: Database, clock: 
     counted.commits = 0
     assert intake.purge(batch=5) == (0, 12)
     assert counted.commits == 3  # 5 + 5 + 2
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert store.stats(tx)["claims"] == 0
 
 

@@ -30,9 +30,9 @@ def op(key: str, note: str, delay_ms: int = 0) -> OperationRequest:
     return OperationRequest("POST", "/notes", {"id": note}, key, key, hooks=hooks)
 
 
-def intake(db: Database, claim_mode: ClaimMode = "inline") -> Intake:
-    attach(db)  # the reference app's tables, which create_note writes
-    made = Intake(db, IntakeOptions(claim_mode=claim_mode, test_hooks=True))
+def intake(notes_db: Database, claim_mode: ClaimMode = "inline") -> Intake:
+    attach(notes_db)  # the reference app's tables, which create_note writes
+    made = Intake(notes_db, IntakeOptions(claim_mode=claim_mode, test_hooks=True))
     made.add_operation("POST", "/notes", create_note)
     return made
 
@@ -108,7 +108,7 @@ def test_hook_headers_are_parsed_or_refused_by_name() -> None:
             TestHooks.parse(headers)
 
 
-def test_the_in_progress_wait_is_bounded(db: Database) -> None:
+def test_the_in_progress_wait_is_bounded(notes_db: Database) -> None:
     with pytest.raises(ConfigurationError, match="in_progress_wait"):
         IntakeOptions(in_progress_wait=31)
 
@@ -118,9 +118,9 @@ def test_the_in_progress_wait_is_bounded(db: Database) -> None:
 
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
 def test_a_duplicate_in_this_process_is_answered_at_once(
-    db: Database, claim_mode: ClaimMode
+    notes_db: Database, claim_mode: ClaimMode
 ) -> None:
-    made = intake(db, claim_mode)
+    made = intake(notes_db, claim_mode)
     original = running(made, op("k", "n1", delay_ms=2000))
     result, took = timed(made.execute, "p", op("k", "n1"))
     assert isinstance(result, OpResult) and in_progress(result)
@@ -129,16 +129,16 @@ def test_a_duplicate_in_this_process_is_answered_at_once(
     batch, took = timed(made.execute_batch, "p", [op("a", "a"), op("k", "n1"), op("b", "b")])
     assert isinstance(batch, list)
     assert [r.status for r in batch] == [201, 409]  # stopped at the busy key
-    if db.backend == "postgres":  # (SQLite: "a" itself waits for the one write lock)
+    if notes_db.backend == "postgres":  # (SQLite: "a" itself waits for the one write lock)
         assert took < PROMPT
     assert original.result().status == 201
-    assert sorted(r["idempotency_key"] for r in read_ledger(db)) == ["a", "k"]
+    assert sorted(r["idempotency_key"] for r in read_ledger(notes_db)) == ["a", "k"]
 
 
 def test_the_same_key_twice_in_one_batch_replays_rather_than_waiting_on_itself(
-    db: Database,
+    notes_db: Database,
 ) -> None:
-    results = intake(db).execute_batch("p", [op("k", "n1"), op("k", "n1")])
+    results = intake(notes_db).execute_batch("p", [op("k", "n1"), op("k", "n1")])
     assert [(r.status, r.replayed) for r in results] == [(201, False), (201, True)]
 
 
@@ -178,7 +178,7 @@ def test_a_duplicate_on_another_node_is_answered_within_the_claim_wait(
 def test_a_batch_on_another_node_runs_what_precedes_a_busy_key(
     two_nodes: tuple[Intake, Intake, Database],
 ) -> None:
-    a, b, db = two_nodes
+    a, b, notes_db = two_nodes
     original = running(a, op("k", "n1", delay_ms=3000))
     batch, took = timed(b.execute_batch, "p", [op("x", "x"), op("k", "n1"), op("y", "y")])
     assert isinstance(batch, list)
@@ -187,4 +187,4 @@ def test_a_batch_on_another_node_runs_what_precedes_a_busy_key(
     group = b.execute_group([("p", op("z", "z")), ("p", op("k", "n1"))])
     assert [r.status for r in group] == [201, 409]
     assert original.result().status == 201
-    assert sorted(r["idempotency_key"] for r in read_ledger(db)) == ["k", "x", "z"]
+    assert sorted(r["idempotency_key"] for r in read_ledger(notes_db)) == ["k", "x", "z"]

@@ -39,8 +39,8 @@ def send(client: TestClient, method: str, path: str, content: Any = None, **head
     return client.request(method, path, content=content, headers=headers)
 
 
-def claims(db: Database) -> int:
-    with db.transaction() as tx:
+def claims(notes_db: Database) -> int:
+    with notes_db.transaction() as tx:
         row = tx.fetchone("claim_stats")
     assert row is not None
     return int(row["claims"])
@@ -56,9 +56,9 @@ def assert_refused(reply: Any, slug: str, *words: str) -> None:
 
 
 @pytest.fixture
-def client(db: Database) -> Any:
+def client(notes_db: Database) -> Any:
     app = create_notes_app(
-        db,
+        notes_db,
         purge_interval=None,
         lww_collections=["lww"],
         crdt_collections=["docs"],
@@ -87,7 +87,7 @@ HOSTILE_JSON = [
 
 @pytest.mark.parametrize(("body", "problem", "word"), HOSTILE_JSON)
 def test_hostile_json_is_refused_400_naming_it_alone_and_in_a_batch(
-    client: TestClient, db: Database, body: str | bytes, problem: str, word: str
+    client: TestClient, notes_db: Database, body: str | bytes, problem: str, word: str
 ) -> None:
     """Before: NaN and 1e400 taken and echoed as bare NaN/Infinity; the last of two keys
     kept; a lone surrogate a 500 (a plain-text 500 for a whole batch on SQLite); a NUL a
@@ -101,10 +101,10 @@ def test_hostile_json_is_refused_400_naming_it_alone_and_in_a_batch(
     reply = client.post(BATCH_PATH, content=batch, headers={"Content-Type": "application/json"})
     assert_refused(reply, "bad-json", word)
     assert reply.json()["json_error"] == problem
-    assert read_ledger(db) == [] and claims(db) == 0
+    assert read_ledger(notes_db) == [] and claims(notes_db) == 0
 
 
-def test_what_the_decoder_takes_it_takes_whole(client: TestClient, db: Database) -> None:
+def test_what_the_decoder_takes_it_takes_whole(client: TestClient, notes_db: Database) -> None:
     body = '{"id": "ok", "v": [1.5e300, -0.0, 12345678901234567890, "\\ud83d\\ude00", "\\\\u0000"]}'
     reply = send(client, "POST", "/notes", body)
     assert reply.status_code == 201, reply.text
@@ -113,7 +113,7 @@ def test_what_the_decoder_takes_it_takes_whole(client: TestClient, db: Database)
 
 @pytest.mark.parametrize("note", ["€uro", "😀", "東京", "a b", "a?b#c%d", "ünïcödé" * 30])
 def test_a_non_ascii_id_commits_and_answers_with_an_encoded_location_every_time(
-    client: TestClient, db: Database, note: str
+    client: TestClient, notes_db: Database, note: str
 ) -> None:
     """Before: the note and its ledger row committed, then 500 on the first try and on
     every replay (the stored Location was not Latin-1): the client dead-lettered a write
@@ -139,7 +139,7 @@ def test_a_non_ascii_id_commits_and_answers_with_an_encoded_location_every_time(
         },
     ).json()["results"]
     assert result["status"] == 200 and result["headers"]["location"] == location
-    assert len(read_ledger(db)) == 3
+    assert len(read_ledger(notes_db)) == 3
 
 
 IDS_REFUSED: list[tuple[Any, str]] = [
@@ -159,7 +159,7 @@ IDS_REFUSED: list[tuple[Any, str]] = [
 
 @pytest.mark.parametrize(("bad", "word"), IDS_REFUSED)
 def test_an_id_outside_the_alphabet_is_refused_never_stringified(
-    client: TestClient, db: Database, bad: Any, word: str
+    client: TestClient, notes_db: Database, bad: Any, word: str
 ) -> None:
     """Before: {"a": 1} became the note "{'a': 1}", true the note "True", and "a/b" a
     note no path could address again."""
@@ -177,7 +177,7 @@ def test_an_id_outside_the_alphabet_is_refused_never_stringified(
         for method, path in (("PUT", "/notes/"), ("PUT", "/lww/"), ("PATCH", "/docs/")):
             reply = send(client, method, path + segment, {"update": update})
             assert reply.status_code in (400, 404), (path, reply.text)
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
     # An integer names the note it spells, as the path does.
     assert send(client, "POST", "/notes", {"id": 42}).json()["id"] == "42"
     assert send(client, "PUT", "/notes/42", {"id": 42, "t": 1}).status_code == 200
@@ -185,7 +185,7 @@ def test_an_id_outside_the_alphabet_is_refused_never_stringified(
 
 
 def test_a_control_character_in_the_path_is_refused_before_the_claim(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     for path in ("/notes/a%00b", "/notes/a%0Ab", "/lww/a%0D%0Ab"):
         assert_refused(send(client, "PUT", path, {"t": 1}), "bad-path", "control")
@@ -194,7 +194,7 @@ def test_a_control_character_in_the_path_is_refused_before_the_claim(
         json={"operations": [{"idempotency_key": "p", "method": "PUT", "path": "/notes/a%00b"}]},
     ).json()["results"]
     assert result["status"] == 400 and "control" in result["body"]["detail"]
-    assert claims(db) == 0
+    assert claims(notes_db) == 0
 
 
 @pytest.mark.parametrize(
@@ -209,12 +209,12 @@ def test_a_control_character_in_the_path_is_refused_before_the_claim(
     ],
 )
 def test_every_stored_header_has_a_limit(
-    client: TestClient, db: Database, header: str, value: str
+    client: TestClient, notes_db: Database, header: str, value: str
 ) -> None:
     """Before: 12 KB of operation id and 5,000 characters of clock node were stored."""
     reply = send(client, "POST", "/notes", {"id": "h"}, **{header: value})
     assert reply.status_code == 400, reply.text
-    assert claims(db) == 0
+    assert claims(notes_db) == 0
     ok = "o" * 255 if header == "X-Pigeon-Operation-Id" else None
     if ok is not None:
         assert send(client, "POST", "/notes", {"id": "h"}, **{header: ok}).status_code == 201
@@ -233,7 +233,7 @@ def test_every_stored_header_has_a_limit(
     ],
 )
 def test_a_clock_stamp_is_bounded_and_refused_naming_its_header(
-    client: TestClient, db: Database, stamp: str
+    client: TestClient, notes_db: Database, stamp: str
 ) -> None:
     headers = {"Idempotency-Key": "c", "X-Pigeon-Clock": stamp.encode()}  # as UTF-8 bytes
     reply = client.post("/notes", json={"id": "c"}, headers=headers)
@@ -253,7 +253,7 @@ def test_a_clock_stamp_is_bounded_and_refused_naming_its_header(
         },
     ).json()["results"]
     assert result["status"] == 400 and result["body"]["type"] == PROBLEM_PREFIX + "bad-clock"
-    assert claims(db) == 0
+    assert claims(notes_db) == 0
     latest = "253402300799999-9999999999-n"  # the bound itself: the end of year 9999
     assert (
         send(client, "POST", "/notes", {"id": "c"}, **{"X-Pigeon-Clock": latest}).status_code == 201
@@ -276,7 +276,7 @@ def test_a_clock_stamp_is_bounded_and_refused_naming_its_header(
     ],
 )
 def test_a_batch_entry_s_identifiers_are_bounded_strings(
-    client: TestClient, db: Database, field: str, value: Any, word: str
+    client: TestClient, notes_db: Database, field: str, value: Any, word: str
 ) -> None:
     """Before: a batch entry's 1 MiB id was stored as its operation id."""
     entry = {"idempotency_key": "e", "method": "POST", "path": "/notes", "body": {"id": "e"}}
@@ -286,7 +286,7 @@ def test_a_batch_entry_s_identifiers_are_bounded_strings(
     refused, accepted = reply.json()["results"]
     assert refused["status"] == 400 and word in refused["body"]["detail"], refused
     assert accepted["status"] == 201
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["f"]
+    assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["f"]
 
 
 @pytest.mark.parametrize(
@@ -317,7 +317,7 @@ def test_query_parameters_out_of_range_are_400_never_500(client: TestClient, que
 
 
 def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     """Before: decoded whole on the event loop before the 1,000-operation cap was checked
     (21.7 s, 800 MB). Now the entries are decoded one by one and the 1,001st refuses it."""
@@ -328,40 +328,40 @@ def test_a_16_mib_batch_of_empty_objects_is_refused_without_decoding_it_whole(
     elapsed = time.perf_counter() - started
     assert_refused(reply, "batch-too-large", "at most 1000")
     assert elapsed < 5, elapsed  # the upload itself in process; decoding 1,001 entries
-    assert claims(db) == 0
+    assert claims(notes_db) == 0
 
 
 def test_an_identifier_a_handler_checks_itself_is_a_400_and_frees_the_key(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     """The class behind a 500 the fuzz test found: PATCH /notes/0 with {"id": ""} reached
     resource_id("") in the handler, and an InvalidIdentifier raised there was an internal
     error. Every identifier a handler checks itself is the client's mistake: 400, nothing
     stored, and the corrected request runs under the same key."""
     assert send(client, "PATCH", "/notes/0", {"": None, "id": ""}).status_code == 404  # no note 0
-    intake = Intake(db)
+    intake = Intake(notes_db)
 
     def named(ctx: IntakeContext) -> Any:
         return 200, {"id": resource_id(ctx.body.get("name"), "name")}
 
     intake.add_operation("POST", "/named", named)
     with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
-        before = claims(db)
+        before = claims(notes_db)
         assert_refused(
             send(c, "POST", "/named", {"name": "a/b"}, **{"Idempotency-Key": "n"}),
             "bad-identifier",
             "name",
         )
-        assert claims(db) == before  # the key was given back
+        assert claims(notes_db) == before  # the key was given back
         reply = send(c, "POST", "/named", {"name": "ab"}, **{"Idempotency-Key": "n"})
         assert reply.status_code == 200 and reply.json() == {"id": "ab"}
 
 
-def test_a_header_a_handler_returns_is_encoded_before_it_is_stored(db: Database) -> None:
+def test_a_header_a_handler_returns_is_encoded_before_it_is_stored(notes_db: Database) -> None:
     """The class behind the Location bug: whatever a handler puts in a header, the write
     either commits and answers, now and on every replay, or does not commit at all."""
-    reference.attach(db)  # the handler writes the reference app's ledger
-    intake = Intake(db)
+    reference.attach(notes_db)  # the handler writes the reference app's ledger
+    intake = Intake(notes_db)
 
     def odd(ctx: IntakeContext) -> Any:
         return 200, {"ok": True}, {"X-Where": "ça\r\nSet-Cookie: x=1", "Location": "/€"}
@@ -393,10 +393,10 @@ def test_a_header_a_handler_returns_is_encoded_before_it_is_stored(db: Database)
             assert reply.headers["x-where"] == "%C3%A7a%0D%0ASet-Cookie: x=1"
             assert reply.headers["location"] == "/%E2%82%AC" and "set-cookie" not in reply.headers
         assert send(c, "POST", "/bad-name", {}).status_code == 500
-    assert read_ledger(db) == []  # the handler's write did not commit
+    assert read_ledger(notes_db) == []  # the handler's write did not commit
 
 
-def test_the_middleware_decodes_json_bodies_strictly_before_the_claim(db: Database) -> None:
+def test_the_middleware_decodes_json_bodies_strictly_before_the_claim(notes_db: Database) -> None:
     seen: list[bytes] = []
 
     async def echo(request: Request) -> PlainTextResponse:
@@ -404,7 +404,7 @@ def test_the_middleware_decodes_json_bodies_strictly_before_the_claim(db: Databa
         return PlainTextResponse("ok")
 
     app = Starlette(routes=[Route("/{any:path}", echo, methods=["POST"])])
-    wrapped = IdempotencyMiddleware(app, db)
+    wrapped = IdempotencyMiddleware(app, notes_db)
     with TestClient(wrapped) as c:
         reply = send(c, "POST", "/x", '{"a": 1, "a": 2}')
         assert_refused(reply, "bad-json", "twice")
@@ -413,14 +413,14 @@ def test_the_middleware_decodes_json_bodies_strictly_before_the_claim(db: Databa
         assert_refused(send(c, "POST", "/x%00y", "{}"), "bad-path", "control")
         assert send(c, "POST", "/x", '{"a": 1.5}').status_code == 200
     assert seen == [b'{"a": 1, "a": 2}', b'{"a": 1.5}']
-    assert claims(db) == 2
+    assert claims(notes_db) == 2
 
 
-def test_a_route_added_beside_the_intake_is_untouched(db: Database) -> None:
+def test_a_route_added_beside_the_intake_is_untouched(notes_db: Database) -> None:
     # Reads carry no body: nothing of the above gets in their way.
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("hi")
 
     routes = [access.public(Route("/hello", hello))]
-    app = create_app(Intake(db), routes=routes, purge_interval=None)
+    app = create_app(Intake(notes_db), routes=routes, purge_interval=None)
     assert TestClient(app).get("/hello").text == "hi"

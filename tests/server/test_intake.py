@@ -28,10 +28,10 @@ ALICE = {"Authorization": "Bearer alice.token-1"}
 
 
 @pytest.fixture
-def client(db: Database, clock: FakeClock) -> Iterator[TestClient]:
+def client(notes_db: Database, clock: FakeClock) -> Iterator[TestClient]:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
     options = ServerOptions(intake=IntakeOptions(policy))
-    app = create_notes_app(db, options, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, options, now=clock, purge_interval=None)
     with TestClient(app) as test_client:
         yield test_client
 
@@ -54,13 +54,13 @@ def post(client: TestClient, key: str | None, body: Any, **headers: str) -> Any:
     ids=["missing", "empty", "too-long", "two-lines"],
 )
 def test_a_bad_key_is_refused_with_400_and_nothing_runs(
-    client: TestClient, db: Database, headers: list[tuple[str, str]]
+    client: TestClient, notes_db: Database, headers: list[tuple[str, str]]
 ) -> None:
     response = client.post("/notes", json={"id": "1"}, headers=[*ALICE.items(), *headers])
     assert response.status_code == 400
     assert response.headers["content-type"] == PROBLEM_JSON
     assert "Idempotency-Key" in response.json()["detail"]
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
     assert client.get("/notes", headers=ALICE).json() == {"notes": []}
 
 
@@ -126,7 +126,7 @@ def test_a_principal_too_long_to_scope_a_key_is_refused_401(client: TestClient) 
 
 
 def test_a_replay_returns_the_stored_answer_and_runs_nothing(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     first = post(client, "k1", {"id": "1", "title": "a", "tags": [1, 2]})
     assert first.status_code == 201 and "idempotent-replayed" not in first.headers
@@ -140,11 +140,11 @@ def test_a_replay_returns_the_stored_answer_and_runs_nothing(
     assert again.headers["idempotent-replayed"] == "true"
     assert again.content == first.content
     assert again.headers["etag"] == first.headers["etag"]
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
 def test_the_same_key_with_another_request_is_422_and_the_original_is_untouched(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     post(client, "k1", {"id": "1", "title": "a"})
     response = post(client, "k1", {"id": "1", "title": "CHANGED"})
@@ -152,18 +152,20 @@ def test_the_same_key_with_another_request_is_422_and_the_original_is_untouched(
     assert response.headers["content-type"] == PROBLEM_JSON
     assert client.get("/notes/1", headers=ALICE).json()["data"] == {"title": "a"}
     assert post(client, "k1", {"id": "1", "title": "a"}).headers["idempotent-replayed"] == "true"
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
-def test_two_keys_with_identical_bodies_are_two_effects(client: TestClient, db: Database) -> None:
+def test_two_keys_with_identical_bodies_are_two_effects(
+    client: TestClient, notes_db: Database
+) -> None:
     assert post(client, "k1", {"title": "same"}).status_code == 201
     assert post(client, "k2", {"title": "same"}).status_code == 201
     assert len(client.get("/notes", headers=ALICE).json()["notes"]) == 2
-    assert [e["idempotency_key"] for e in read_ledger(db)] == ["k1", "k2"]
+    assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["k1", "k2"]
 
 
 def test_keys_are_scoped_by_principal_and_a_refreshed_token_still_replays(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     first = post(client, "shared-key", {"id": "1", "title": "alice's"})
     refreshed = post(
@@ -175,11 +177,11 @@ def test_keys_are_scoped_by_principal_and_a_refreshed_token_still_replays(
     assert bob.status_code == 201 and "idempotent-replayed" not in bob.headers
     assert bob.json()["data"] == {"title": "bob's"}
     assert client.get("/notes/1", headers=ALICE).json()["data"] == {"title": "alice's"}
-    assert [e["principal"] for e in read_ledger(db)] == ["alice", "bob"]
+    assert [e["principal"] for e in read_ledger(notes_db)] == ["alice", "bob"]
 
 
 def test_deterministic_4xx_after_execution_began_is_stored(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     missing = client.delete("/notes/nope", headers=ALICE | {"Idempotency-Key": "d1"})
     assert missing.status_code == 404
@@ -189,11 +191,11 @@ def test_deterministic_4xx_after_execution_began_is_stored(
     assert client.get("/notes/nope", headers=ALICE).status_code == 200
 
 
-def _refused_then_retried(db: Database, clock: FakeClock, refuse: Handler) -> Any:
+def _refused_then_retried(notes_db: Database, clock: FakeClock, refuse: Handler) -> Any:
     """POST a note under key "k" through a handler that answers with ``refuse`` the first
     time and creates the note the second. Checks that the refusal left no write and gave
     the key back, and that the retry ran; returns the refused response."""
-    intake = Intake(db, now=clock)
+    intake = Intake(notes_db, now=clock)
     calls = {"n": 0}
 
     def handler(ctx: Any) -> Any:
@@ -203,25 +205,25 @@ def _refused_then_retried(db: Database, clock: FakeClock, refuse: Handler) -> An
     intake.add_operation("POST", "/notes", handler)
     with TestClient(create_app(intake, purge_interval=None), raise_server_exceptions=False) as c:
         refused = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
-        assert read_ledger(db) == []
-        with db.transaction() as tx:
+        assert read_ledger(notes_db) == []
+        with notes_db.transaction() as tx:
             assert intake.store.get(tx, "anonymous", "k") is None
         retried = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
     assert retried.status_code == 201 and "idempotent-replayed" not in retried.headers
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
     return refused
 
 
 @pytest.mark.parametrize("kind", ["raise", "5xx"])
 def test_an_exception_or_5xx_rolls_everything_back_and_releases_the_key(
-    db: Database, clock: FakeClock, kind: str
+    notes_db: Database, clock: FakeClock, kind: str
 ) -> None:
-    assert _refused_then_retried(db, clock, failing_handler(kind)).status_code >= 500
+    assert _refused_then_retried(notes_db, clock, failing_handler(kind)).status_code >= 500
 
 
 @pytest.mark.parametrize("status", [401, 403, 408, 425, 429])
 def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
-    db: Database, clock: FakeClock, status: int
+    notes_db: Database, clock: FakeClock, status: int
 ) -> None:
     # The client retries these with the same key (408/425/429 transient, 401/403 after the
     # user signs in again): a stored one would be replayed for ever, the operation never run.
@@ -229,23 +231,25 @@ def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
         create_note(ctx)  # written, then refused: must not survive
         return status, {"detail": "not now"}, {"Retry-After": "1"}
 
-    refused = _refused_then_retried(db, clock, not_now)
+    refused = _refused_then_retried(notes_db, clock, not_now)
     assert refused.status_code == status and refused.headers["retry-after"] == "1"
 
 
-def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(db: Database, clock: FakeClock) -> None:
-    intake = Intake(db, now=clock)
+def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(
+    notes_db: Database, clock: FakeClock
+) -> None:
+    intake = Intake(notes_db, now=clock)
     intake.add_operation("POST", "/notes", failing_handler("4xx"))
     with TestClient(create_app(intake, purge_interval=None)) as c:
         first = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
         again = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
     assert (first.status_code, again.status_code) == (409, 409)
     assert again.headers["idempotent-replayed"] == "true"
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
 
 
 def test_retention_replay_then_already_applied_then_free(
-    client: TestClient, db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, clock: FakeClock
 ) -> None:
     first = post(client, "old", {"id": "1", "op": "create"}, **{"X-Pigeon-Operation-Id": "op-7"})
     clock.advance(DAY - 1)
@@ -256,7 +260,7 @@ def test_retention_replay_then_already_applied_then_free(
     assert late.json()["status"] == "already_applied"
     assert late.json()["operation_id"] == "op-7"
     assert late.json()["original_status"] == 201
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
     assert client.app.state.intake.purge() == (1, 0)  # type: ignore[attr-defined]
     assert post(client, "old", {"id": "1", "op": "create"}).json() == late.json()
     clock.advance(6 * DAY)  # past claim retention: the key is free (the note exists: 409)
@@ -264,7 +268,7 @@ def test_retention_replay_then_already_applied_then_free(
 
 
 def test_already_applied_keeps_a_refusal_a_refusal(
-    client: TestClient, db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, clock: FakeClock
 ) -> None:
     assert post(client, "mk", {"id": "1"}).status_code == 201
     refused = post(client, "dup", {"id": "1"})  # the note exists: a stored 409
@@ -278,7 +282,7 @@ def test_already_applied_keeps_a_refusal_a_refusal(
 
 
 def test_already_applied_conflict_carries_the_current_version(
-    client: TestClient, db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, clock: FakeClock
 ) -> None:
     """A 412 (or 409) answered "already applied" after its stored body is gone names the
     entity's current version and data, as the original did: without them the client's
@@ -307,16 +311,16 @@ def test_already_applied_conflict_carries_the_current_version(
     # this client wrote, and must not become the base of its next merge.
     done = client.put("/notes/1", json={"title": "b"}, headers=ALICE | {"Idempotency-Key": "m"})
     assert done.status_code == 200 and "current" not in done.json()
-    assert len(read_ledger(db)) == 3
+    assert len(read_ledger(notes_db)) == 3
 
 
 def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "server.db"
-    db = open_server_db(path)
-    app = create_notes_app(db, now=clock, purge_interval=None)
+    notes_db = open_server_db(path)
+    app = create_notes_app(notes_db, now=clock, purge_interval=None)
     with TestClient(app) as c:
         assert post(c, "k1", {"id": "1"}).status_code == 201
-        db.close()
+        notes_db.close()
         os.rename(path, tmp_path / "moved.db")
         os.mkdir(path)  # the database path is now a directory: nothing can be opened
         down = post(c, "k2", {"id": "2"})
@@ -327,12 +331,12 @@ def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeCloc
 
 
 def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     policy = IdempotencyPolicy(lock_timeout=30)
     # An orphan: a process claimed the key (committed) and died before its work committed.
-    orphan_intake = Intake(db, IntakeOptions(policy), now=clock)
-    with db.transaction() as tx:
+    orphan_intake = Intake(notes_db, IntakeOptions(policy), now=clock)
+    with notes_db.transaction() as tx:
         orphan = orphan_intake.store.claim(
             tx,
             principal="anonymous",
@@ -344,7 +348,7 @@ def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
         )
     assert orphan.claim is not None
     options = ServerOptions(intake=IntakeOptions(policy, claim_mode="separate"))
-    app = create_notes_app(db, options, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, options, now=clock, purge_interval=None)
     with TestClient(app) as c:
         busy = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
         assert busy.status_code == 409 and busy.headers["retry-after"] == "30"
@@ -358,7 +362,7 @@ def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
             ]
             == "true"
         )
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
 def _print(body: Any) -> str:
@@ -367,10 +371,10 @@ def _print(body: Any) -> str:
     return fingerprint("POST", "/notes", body)
 
 
-def test_authentication_can_be_required(db: Database) -> None:
+def test_authentication_can_be_required(notes_db: Database) -> None:
     from pigeon.server.auth import BearerAuth
 
-    app = create_notes_app(db, authenticate=BearerAuth(required=True), purge_interval=None)
+    app = create_notes_app(notes_db, authenticate=BearerAuth(required=True), purge_interval=None)
     with TestClient(app) as c:
         anonymous = c.post("/notes", json={}, headers={"Idempotency-Key": "k"})
         malformed = c.post(
@@ -380,10 +384,10 @@ def test_authentication_can_be_required(db: Database) -> None:
             "/notes", json={}, headers={"Idempotency-Key": "k", "Authorization": "Bearer a.b"}
         )
     assert (anonymous.status_code, malformed.status_code, ok.status_code) == (401, 401, 201)
-    assert read_ledger(db)[0]["principal"] == "a"
+    assert read_ledger(notes_db)[0]["principal"] == "a"
 
 
-def test_the_purge_loop_survives_a_failed_round(db: Database) -> None:
+def test_the_purge_loop_survives_a_failed_round(notes_db: Database) -> None:
     """One failed purge round that is not a store outage (sqlite3.DatabaseError, a
     psycopg InternalError...) ended the background task for good: nothing was purged
     again until a restart, and the tables grew without bound. It is logged and the next
@@ -398,7 +402,7 @@ def test_the_purge_loop_survives_a_failed_round(db: Database) -> None:
                 raise sqlite3.DatabaseError("database disk image is malformed")
             return super().purge(batch)
 
-    intake = FlakyPurge(db)
+    intake = FlakyPurge(notes_db)
     intake.add_operation("POST", "/notes", create_note)
     with TestClient(create_app(intake, purge_interval=0.05)):
         deadline = time.monotonic() + 5

@@ -31,11 +31,11 @@ LOCK_TIMEOUT_DEFAULT = 10.0  # `pigeon serve --lock-timeout`'s default
 
 
 def effects(db_url: str) -> list[dict[str, Any]]:
-    db = open_server_db(db_url)
+    notes_db = open_server_db(db_url)
     try:
-        return read_ledger(db)
+        return read_ledger(notes_db)
     finally:
-        db.close()
+        notes_db.close()
 
 
 @pytest.fixture

@@ -42,8 +42,10 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def app_with(db: Database, auth: JwtAuth) -> Starlette:
-    return create_notes_app(db, purge_interval=None, authenticate=auth, operator=operator_token())
+def app_with(notes_db: Database, auth: JwtAuth) -> Starlette:
+    return create_notes_app(
+        notes_db, purge_interval=None, authenticate=auth, operator=operator_token()
+    )
 
 
 def hs_auth(**options: Any) -> JwtAuth:
@@ -61,7 +63,7 @@ def _none_token() -> str:
     return ".".join(jwt.utils.base64url_encode(p).decode() for p in parts) + "."
 
 
-def test_a_good_token_writes_as_its_subject_and_every_bad_one_is_a_401(db: Database) -> None:
+def test_a_good_token_writes_as_its_subject_and_every_bad_one_is_a_401(notes_db: Database) -> None:
     now = int(time.time())
     refused = {
         "expired": hs256(exp=now - 120),
@@ -78,7 +80,7 @@ def test_a_good_token_writes_as_its_subject_and_every_bad_one_is_a_401(db: Datab
         "not a JWT": "alice.v1",
         "tampered payload": _tampered(hs256()),
     }
-    with TestClient(app_with(db, hs_auth())) as client:
+    with TestClient(app_with(notes_db, hs_auth())) as client:
         assert write(client, hs256()).status_code == 201
         for why, token in refused.items():
             reply = write(client, token, note=why)
@@ -87,7 +89,7 @@ def test_a_good_token_writes_as_its_subject_and_every_bad_one_is_a_401(db: Datab
             assert reply.headers["www-authenticate"] == "Bearer", why
             assert token not in reply.text, why
         assert write(client, None).status_code == 401  # no credentials: anonymous is off
-    assert [row["principal"] for row in read_ledger(db)] == ["alice"]
+    assert [row["principal"] for row in read_ledger(notes_db)] == ["alice"]
 
 
 def _tampered(token: str) -> str:
@@ -97,9 +99,9 @@ def _tampered(token: str) -> str:
     return f"{header}.{forged}.{signature}"
 
 
-def test_the_leeway_forgives_bounded_clock_skew_and_no_more(db: Database) -> None:
+def test_the_leeway_forgives_bounded_clock_skew_and_no_more(notes_db: Database) -> None:
     now = int(time.time())
-    with TestClient(app_with(db, hs_auth(leeway=30))) as client:
+    with TestClient(app_with(notes_db, hs_auth(leeway=30))) as client:
         assert write(client, hs256(exp=now - 10), "a").status_code == 201
         assert write(client, hs256(nbf=now + 10), "b").status_code == 201
         assert write(client, hs256(exp=now - 60), "c").status_code == 401
@@ -109,24 +111,24 @@ def test_the_leeway_forgives_bounded_clock_skew_and_no_more(db: Database) -> Non
         hs_auth(leeway=float("nan"))
 
 
-def test_principals_are_compared_exactly_as_the_token_says(db: Database) -> None:
-    with TestClient(app_with(db, hs_auth())) as client:
+def test_principals_are_compared_exactly_as_the_token_says(notes_db: Database) -> None:
+    with TestClient(app_with(notes_db, hs_auth())) as client:
         assert write(client, hs256(sub="alice"), "mine").status_code == 201
         upper = client.get("/notes/mine", headers=bearer(hs256(sub="Alice")))
         assert upper.status_code == 404  # "Alice" is someone else
         assert client.get("/notes/mine", headers=bearer(hs256(sub="alice"))).status_code == 200
 
 
-def test_a_configured_claim_names_the_principal(db: Database) -> None:
+def test_a_configured_claim_names_the_principal(notes_db: Database) -> None:
     auth = hs_auth(principal_claim="email")
-    with TestClient(app_with(db, auth)) as client:
+    with TestClient(app_with(notes_db, auth)) as client:
         assert write(client, hs256(email="ada@example.org")).status_code == 201
         assert write(client, hs256(), "no-email").status_code == 401
-    assert [row["principal"] for row in read_ledger(db)] == ["ada@example.org"]
+    assert [row["principal"] for row in read_ledger(notes_db)] == ["ada@example.org"]
 
 
-def test_a_user_token_is_no_operator_and_the_operator_token_is_no_user(db: Database) -> None:
-    with TestClient(app_with(db, hs_auth())) as client:
+def test_a_user_token_is_no_operator_and_the_operator_token_is_no_user(notes_db: Database) -> None:
+    with TestClient(app_with(notes_db, hs_auth())) as client:
         assert client.get("/pigeon/v1/ledger", headers=bearer(hs256())).status_code == 404
         assert client.get("/pigeon/v1/ledger", headers=OPERATOR).status_code == 200
         assert client.get("/notes", headers=OPERATOR).status_code == 403
@@ -181,7 +183,7 @@ def _jwks(*keys: tuple[str, rsa.RSAPrivateKey]) -> dict[str, Any]:
 
 
 def test_a_jwks_file_picks_the_key_by_kid_and_rotates_without_restart(
-    tmp_path: Path, db: Database, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, notes_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(jwt_auth, "_RELOAD_EVERY", 0.0)
     old, new = _rsa(), _rsa()
@@ -192,7 +194,7 @@ def test_a_jwks_file_picks_the_key_by_kid_and_rotates_without_restart(
     def token(key: rsa.RSAPrivateKey, kid: str, sub: str = "alice") -> str:
         return jwt.encode(claims(sub=sub), key, algorithm="RS256", headers={"kid": kid})
 
-    with TestClient(app_with(db, auth)) as client:
+    with TestClient(app_with(notes_db, auth)) as client:
         assert write(client, token(old, "old"), "1").status_code == 201
         assert write(client, token(new, "new"), "2").status_code == 401  # not published yet
         assert write(client, token(new, "old"), "3").status_code == 401  # kid of another key
@@ -202,7 +204,7 @@ def test_a_jwks_file_picks_the_key_by_kid_and_rotates_without_restart(
         path.write_text("{ half a file")  # a broken rewrite keeps the keys in force
         _touch_later(path)
         assert write(client, token(old, "old"), "5").status_code == 201
-    assert [row["principal"] for row in read_ledger(db)] == ["alice", "alice", "alice"]
+    assert [row["principal"] for row in read_ledger(notes_db)] == ["alice", "alice", "alice"]
 
 
 def _touch_later(path: Path) -> None:
@@ -233,7 +235,7 @@ def test_configurations_that_cannot_verify_safely_are_refused(tmp_path: Path) ->
     assert SECRET not in repr(JwtAuth(secret=SECRET))
 
 
-def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(db: Database) -> None:
+def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(notes_db: Database) -> None:
     """The operator hook instead of a shared token: a role claim in a verified JWT. A
     token the hook cannot verify is a 401, as from the authenticator."""
     from pigeon.server.auth import bearer_token
@@ -244,7 +246,7 @@ def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(db: Database) -> 
         token = bearer_token(conn)
         return token is not None and auth.verify(token).get("role") == "operator"
 
-    app = create_notes_app(db, purge_interval=None, authenticate=auth, operator=is_operator)
+    app = create_notes_app(notes_db, purge_interval=None, authenticate=auth, operator=is_operator)
     with TestClient(app) as client:
         ops = bearer(hs256(sub="ops-1", role="operator"))
         assert client.get("/pigeon/v1/ledger", headers=ops).status_code == 200
@@ -254,7 +256,7 @@ def test_an_operator_can_be_told_by_a_claim_of_the_same_tokens(db: Database) -> 
         assert client.get("/pigeon/v1/ledger", headers=expired).status_code == 401
 
 
-def test_numeric_dates_must_be_numbers_within_the_calendar(db: Database) -> None:
+def test_numeric_dates_must_be_numbers_within_the_calendar(notes_db: Database) -> None:
     now = int(time.time())
     refused = {
         "exp as a numeric string": hs256(exp=str(now + 300)),
@@ -265,16 +267,18 @@ def test_numeric_dates_must_be_numbers_within_the_calendar(db: Database) -> None
         "nbf as a numeric string": hs256(nbf=str(now - 10)),
         "a negative iat": hs256(iat=-1),
     }
-    with TestClient(app_with(db, hs_auth())) as client:
+    with TestClient(app_with(notes_db, hs_auth())) as client:
         assert write(client, hs256(exp=now + 300.5, iat=now - 0.5)).status_code == 201
         for why, token in refused.items():
             reply = write(client, token, note=why)
             assert reply.status_code == 401, (why, reply.text)
 
 
-def test_a_configured_lifetime_bounds_a_token_from_its_issue_and_from_now(db: Database) -> None:
+def test_a_configured_lifetime_bounds_a_token_from_its_issue_and_from_now(
+    notes_db: Database,
+) -> None:
     now = int(time.time())
-    with TestClient(app_with(db, hs_auth(max_lifetime=3600, leeway=0))) as client:
+    with TestClient(app_with(notes_db, hs_auth(max_lifetime=3600, leeway=0))) as client:
         assert write(client, hs256(iat=now, exp=now + 3600), "a").status_code == 201
         assert write(client, hs256(iat=None, exp=now + 3000), "b").status_code == 201
         too_long = {
@@ -295,9 +299,9 @@ UNPRINTABLE_SUBJECTS = ("\ud800x", "a\x00b", "a\nb", "\u202eevil", "a\u200bb")
 
 
 def test_a_principal_that_is_not_printable_text_is_a_401_on_every_user_route(
-    db: Database,
+    notes_db: Database,
 ) -> None:
-    with TestClient(app_with(db, hs_auth())) as client:
+    with TestClient(app_with(notes_db, hs_auth())) as client:
         for subject in UNPRINTABLE_SUBJECTS:
             headers = bearer(hs256(sub=subject)) | {"Idempotency-Key": str(uuid.uuid4())}
             for method, path in (
@@ -310,11 +314,11 @@ def test_a_principal_that_is_not_printable_text_is_a_401_on_every_user_route(
             ):
                 reply = client.request(method, path, headers=headers, json={"id": "x"})
                 assert reply.status_code == 401, (subject, method, path, reply.text)
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
 
 
-def test_the_demo_authenticator_s_principals_meet_the_same_rule(db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None)  # BearerAuth, the stand-in
+def test_the_demo_authenticator_s_principals_meet_the_same_rule(notes_db: Database) -> None:
+    app = create_notes_app(notes_db, purge_interval=None)  # BearerAuth, the stand-in
     with TestClient(app) as client:
         for raw in (b"Bearer a\tb.1", b"Bearer \xc2\x85.1", b"Bearer \xa0x.1"):
             reply = client.get("/notes", headers={"Authorization": raw})

@@ -27,10 +27,10 @@ HERE = Path(__file__).parent
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
 @pytest.mark.parametrize("in_progress_wait", [0.0, 20.0])
 def test_fifty_concurrent_requests_with_one_key_make_one_effect_and_identical_bodies(
-    db: Database, claim_mode: ClaimMode, in_progress_wait: float
+    notes_db: Database, claim_mode: ClaimMode, in_progress_wait: float
 ) -> None:
     options = IntakeOptions(claim_mode=claim_mode, in_progress_wait=in_progress_wait)
-    app = create_notes_app(db, ServerOptions(intake=options), purge_interval=None)
+    app = create_notes_app(notes_db, ServerOptions(intake=options), purge_interval=None)
     with live_server(app) as url:
 
         def send(_: int) -> httpx.Response:
@@ -49,12 +49,12 @@ def test_fifty_concurrent_requests_with_one_key_make_one_effect_and_identical_bo
         assert all(r.headers["retry-after"] for r in responses if r.status_code == 409)
     assert len({r.content for r in created}) == 1
     assert sum(r.headers.get("idempotent-replayed") != "true" for r in created) == 1
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
-def test_two_keys_with_identical_bodies_over_http_are_two_effects(db: Database) -> None:
+def test_two_keys_with_identical_bodies_over_http_are_two_effects(notes_db: Database) -> None:
     with (
-        live_server(create_notes_app(db, purge_interval=None)) as url,
+        live_server(create_notes_app(notes_db, purge_interval=None)) as url,
         httpx.Client(base_url=url) as client,
     ):
         for key in ("k1", "k2"):
@@ -63,7 +63,7 @@ def test_two_keys_with_identical_bodies_over_http_are_two_effects(db: Database) 
                 == 201
             )
         assert len(client.get("/notes").json()["notes"]) == 2
-    assert len(read_ledger(db)) == 2
+    assert len(read_ledger(notes_db)) == 2
 
 
 @contextmanager
@@ -119,8 +119,8 @@ def test_killed_after_commit_before_response_then_the_resend_replays(server_db_u
     assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
     assert again.json()["data"] == {"title": "survives"}
     assert [(r["status"], r["replayed"]) for r in batch] == [(201, True)] * 3
-    db = open_server_db(path)
+    notes_db = open_server_db(path)
     try:
-        assert [e["idempotency_key"] for e in read_ledger(db)] == ["k", "b0", "b1", "b2"]
+        assert [e["idempotency_key"] for e in read_ledger(notes_db)] == ["k", "b0", "b1", "b2"]
     finally:
-        db.close()
+        notes_db.close()

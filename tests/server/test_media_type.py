@@ -42,11 +42,14 @@ ACCEPTED = (
 
 @pytest.fixture
 def served(server_db_url: str) -> Iterator[tuple[Starlette, Database]]:
-    db = open_server_db(server_db_url)
+    notes_db = open_server_db(server_db_url)
     try:
-        yield create_notes_app(db, purge_interval=None, lww_collections=("lww-notes",)), db
+        yield (
+            create_notes_app(notes_db, purge_interval=None, lww_collections=("lww-notes",)),
+            notes_db,
+        )
     finally:
-        db.close()
+        notes_db.close()
 
 
 def write_routes(app: Starlette) -> list[tuple[str, str]]:
@@ -65,7 +68,7 @@ def body_for(path: str) -> bytes:
 def test_every_write_route_refuses_a_body_not_declared_json(
     served: tuple[Starlette, Database],
 ) -> None:
-    app, db = served
+    app, notes_db = served
     routes = write_routes(app)
     assert len(routes) >= 6
     with TestClient(app) as client:
@@ -77,7 +80,7 @@ def test_every_write_route_refuses_a_body_not_declared_json(
                 reply = client.request(method, path, content=body_for(path), headers=headers)
                 assert reply.status_code == 415, (method, path, media, reply.text)
                 assert reply.json()["type"] == PROBLEM_PREFIX + "unsupported-media-type"
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
 
 
 def test_json_and_json_based_types_are_accepted(served: tuple[Starlette, Database]) -> None:

@@ -21,7 +21,7 @@ from tests.clocks import FakeClock
 from .conftest import TestClient, live_server
 
 
-def make(db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
+def make(notes_db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
     effects: list[Any] = []
 
     async def charge(request: Request) -> Response:
@@ -38,12 +38,12 @@ def make(db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
 
     app = Starlette(routes=[Route("/charges", charge, methods=["POST"]), Route("/charges", show)])
     policy = IdempotencyPolicy(lock_timeout=10, response_retention=DAY, claim_retention=2 * DAY)
-    wrapped = IdempotencyMiddleware(app, db, policy=policy, now=clock)
+    wrapped = IdempotencyMiddleware(app, notes_db, policy=policy, now=clock)
     return TestClient(wrapped), effects
 
 
-def test_the_middleware_replays_refuses_and_releases(db: Database, clock: FakeClock) -> None:
-    client, effects = make(db, clock)
+def test_the_middleware_replays_refuses_and_releases(notes_db: Database, clock: FakeClock) -> None:
+    client, effects = make(notes_db, clock)
     key = {"Idempotency-Key": "c1"}
     first = client.post("/charges", json={"amount": 5}, headers=key)
     again = client.post("/charges", content=b'{"amount":  5}', headers=key)
@@ -78,13 +78,15 @@ def test_the_middleware_replays_refuses_and_releases(db: Database, clock: FakeCl
     assert len(effects) == 3
 
 
-def test_the_middleware_answers_409_while_a_claim_is_held(db: Database, clock: FakeClock) -> None:
-    client, effects = make(db, clock)
+def test_the_middleware_answers_409_while_a_claim_is_held(
+    notes_db: Database, clock: FakeClock
+) -> None:
+    client, effects = make(notes_db, clock)
     from pigeon.server.fingerprint import fingerprint
 
     wrapped = client.app
     assert isinstance(wrapped, IdempotencyMiddleware)
-    with db.transaction() as tx:  # a process that claimed the key and died before storing
+    with notes_db.transaction() as tx:  # a process that claimed the key and died before storing
         wrapped.store.claim(
             tx,
             principal="anonymous",
@@ -110,7 +112,7 @@ def _app_with(handler: Any) -> Starlette:
 
 
 def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     calls: list[str] = []
 
@@ -124,7 +126,9 @@ def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
         return JSONResponse({"ok": kind}, status_code=201)
 
     policy = IdempotencyPolicy(lock_timeout=10, response_retention=DAY, claim_retention=2 * DAY)
-    client = TestClient(IdempotencyMiddleware(_app_with(things), db, policy=policy, now=clock))
+    client = TestClient(
+        IdempotencyMiddleware(_app_with(things), notes_db, policy=policy, now=clock)
+    )
     assert (
         client.post("/things", json={"kind": "later"}, headers={"Idempotency-Key": "l"}).status_code
         == 429
@@ -144,8 +148,8 @@ def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
     assert calls == ["later", "later", "refused"]
 
 
-def test_the_middleware_fingerprints_the_query_string(db: Database, clock: FakeClock) -> None:
-    client, effects = make(db, clock)
+def test_the_middleware_fingerprints_the_query_string(notes_db: Database, clock: FakeClock) -> None:
+    client, effects = make(notes_db, clock)
     key = {"Idempotency-Key": "q"}
     assert client.post("/charges?qty=1", json={"amount": 5}, headers=key).status_code == 201
     same = client.post("/charges?qty=1", json={"amount": 5}, headers=key)
@@ -154,7 +158,7 @@ def test_the_middleware_fingerprints_the_query_string(db: Database, clock: FakeC
     assert len(effects) == 1
 
 
-def test_the_middleware_renews_the_claim_of_a_slow_request(db: Database) -> None:
+def test_the_middleware_renews_the_claim_of_a_slow_request(notes_db: Database) -> None:
     # Real time: the renewal timer and the lock timeout run on the same clock in production.
     runs: list[int] = []
     started = asyncio.Event()
@@ -166,7 +170,7 @@ def test_the_middleware_renews_the_claim_of_a_slow_request(db: Database) -> None
         return JSONResponse({"runs": len(runs)}, status_code=201)
 
     policy = IdempotencyPolicy(lock_timeout=0.6, response_retention=DAY, claim_retention=2 * DAY)
-    app = IdempotencyMiddleware(_app_with(slow), db, policy=policy)
+    app = IdempotencyMiddleware(_app_with(slow), notes_db, policy=policy)
 
     async def scenario() -> tuple[httpx.Response, httpx.Response]:
         transport = httpx.ASGITransport(app=app)
@@ -185,7 +189,7 @@ def test_the_middleware_renews_the_claim_of_a_slow_request(db: Database) -> None
 
 
 def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
-    db: Database,
+    notes_db: Database,
 ) -> None:
     """Starlette's StreamingResponse (ASGI spec < 2.4, as uvicorn's HTTP says) listens for
     the client's disconnect while it streams. The body the middleware hands the app must
@@ -204,7 +208,7 @@ def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
 
         return StreamingResponse(rows(), status_code=201, media_type="text/plain")
 
-    app = IdempotencyMiddleware(_app_with(export), db)
+    app = IdempotencyMiddleware(_app_with(export), notes_db)
     expected = "".join(f"row {i}\n" for i in range(5))
     with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as client:
         first = client.post("/things", json={}, headers={"Idempotency-Key": "x"})
@@ -219,7 +223,7 @@ def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
             client.post("/things", json={}, headers={"Idempotency-Key": "gone"})
         client.timeout = httpx.Timeout(10)
         deadline = time.monotonic() + 10
-        while len(runs) < 2 or _claim_state(db, "gone") != "completed":  # still streaming
+        while len(runs) < 2 or _claim_state(notes_db, "gone") != "completed":  # still streaming
             assert time.monotonic() < deadline, "the abandoned request never completed"
             time.sleep(0.02)
         late = client.post("/things", json={}, headers={"Idempotency-Key": "gone"})
@@ -229,7 +233,7 @@ def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
 
 
 def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     # Parsing it for the fingerprint raised RecursionError, which is no ValueError: 500.
     runs: list[int] = []
@@ -238,7 +242,7 @@ def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
         runs.append(1)
         return JSONResponse({"size": len(await request.body())}, status_code=201)
 
-    client = TestClient(IdempotencyMiddleware(_app_with(things), db, now=clock))
+    client = TestClient(IdempotencyMiddleware(_app_with(things), notes_db, now=clock))
     deep = "[" * 5000 + "]" * 5000
     key = {"Idempotency-Key": "deep"}
     first = client.post("/things", content=deep, headers=key)
@@ -249,23 +253,23 @@ def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
 
 
 def test_the_middleware_refuses_a_principal_too_long_to_scope_a_key(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
-    client, effects = make(db, clock)
+    client, effects = make(notes_db, clock)
     token = {"Authorization": "Bearer " + "p" * 256 + ".t", "Idempotency-Key": "k"}
     reply = client.post("/charges", json={"amount": 1}, headers=token)
     assert reply.status_code == 401 and "256 characters" in reply.json()["detail"]
     assert effects == []
 
 
-def _claim_state(db: Database, key: str) -> str | None:
-    with db.transaction() as tx:
+def _claim_state(notes_db: Database, key: str) -> str | None:
+    with notes_db.transaction() as tx:
         row = SqlIdempotencyStore().get(tx, "anonymous", key)
     return None if row is None else str(row["state"])
 
 
 def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
-    db: Database, clock: FakeClock
+    notes_db: Database, clock: FakeClock
 ) -> None:
     effects: list[Any] = []
 
@@ -274,13 +278,13 @@ def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
         return JSONResponse({"ok": True}, status_code=201)
 
     app = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
-    client = TestClient(IdempotencyMiddleware(app, db, now=clock, max_body=100))
+    client = TestClient(IdempotencyMiddleware(app, notes_db, now=clock, max_body=100))
     key = {"Idempotency-Key": "big"}
     refused = client.post("/charges", content=b'{"x": "' + b"y" * 200 + b'"}', headers=key)
     assert refused.status_code == 413
     assert refused.headers["content-type"] == "application/problem+json"
     assert "at most 100 bytes" in refused.json()["detail"] and effects == []
-    with db.transaction() as tx:  # nothing claimed: the key runs when the body fits
+    with notes_db.transaction() as tx:  # nothing claimed: the key runs when the body fits
         assert (
             SqlIdempotencyStore(IdempotencyPolicy(), now=clock).get(tx, "anonymous", "big") is None
         )

@@ -25,13 +25,13 @@ def send(client: TestClient, method: str, path: str, body: Any = None, **headers
 
 
 @pytest.fixture
-def client(db: Database) -> Any:
-    app = create_notes_app(db, purge_interval=None, operator=operator_token())
+def client(notes_db: Database) -> Any:
+    app = create_notes_app(notes_db, purge_interval=None, operator=operator_token())
     with TestClient(app) as test_client:
         yield test_client
 
 
-def test_versions_etags_and_if_match(client: TestClient, db: Database) -> None:
+def test_versions_etags_and_if_match(client: TestClient, notes_db: Database) -> None:
     created = send(client, "POST", "/notes", {"id": "1", "title": "a", "tags": ["x"]})
     assert created.status_code == 201 and created.headers["etag"] == '"1"'
     stale = send(client, "PUT", "/notes/1", {"title": "b"}, **{"If-Match": '"7"'})
@@ -49,7 +49,7 @@ def test_versions_etags_and_if_match(client: TestClient, db: Database) -> None:
 
 
 def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
-    client: TestClient, db: Database
+    client: TestClient, notes_db: Database
 ) -> None:
     send(
         client,
@@ -63,7 +63,7 @@ def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
     assert send(client, "DELETE", "/notes/1").status_code == 404
     assert send(client, "PATCH", "/notes/1", {"a": 1}).status_code == 404
     assert send(client, "POST", "/notes", {"id": "1"}).json()["version"] == 3
-    ledger = read_ledger(db)
+    ledger = read_ledger(notes_db)
     assert [(e["method"], e["version"]) for e in ledger] == [
         ("POST", 1),
         ("DELETE", 2),
@@ -101,7 +101,7 @@ def test_merge_patch_sets_what_the_patch_sets_and_removes_nulls(target: Any, pat
     assert merge_patch(merged, patch) == merged  # idempotent
 
 
-def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database) -> None:
+def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(notes_db: Database) -> None:
     """The notes' read routes answered a missing token with a bare {"detail"} as
     application/json (always 401, even for an authenticator's 403) and a query
     parameter that is not a number with a 500 in plain text."""
@@ -112,7 +112,7 @@ def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database
         return BearerAuth(required=True)(conn)
 
     app = create_notes_app(
-        db,
+        notes_db,
         purge_interval=None,
         lww_collections=["l"],
         authenticate=forbid_bob,
@@ -136,12 +136,12 @@ def test_the_read_routes_refuse_with_problems_naming_what_was_wrong(db: Database
             assert "'after'" in bad.json()["detail"]
 
 
-def test_an_id_too_long_to_index_is_refused_400_on_every_backend(db: Database) -> None:
+def test_an_id_too_long_to_index_is_refused_400_on_every_backend(notes_db: Database) -> None:
     """A note (or resource) id is part of its table's primary key. A few KB of it cannot
     be indexed by PostgreSQL: the write failed there with a 500 on every resend, until the
     client gave up, while SQLite stored it. Now a stored 400, the same everywhere."""
     app = create_notes_app(
-        db, purge_interval=None, lww_collections=["lww"], crdt_collections=["docs"]
+        notes_db, purge_interval=None, lww_collections=["lww"], crdt_collections=["docs"]
     )
     huge = "i" * 256
     update = "AQHVptONiNioAQAEAQF0AmQxAA=="  # any base64: the id is refused first

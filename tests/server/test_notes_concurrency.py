@@ -5,7 +5,6 @@ second, and a merge patch must still merge into the latest data."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,16 +17,8 @@ from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.crdt import decode, encode
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 
 from .conftest import live_server
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[Database]:
-    database = open_server_db(pg_url)
-    yield database
-    database.close()
 
 
 def _both_blocked_then_release(pg_url: str, send: Any, requests: list[Any]) -> list[Any]:

@@ -16,10 +16,10 @@ from pigeon.storage.base import Database
 from .conftest import TestClient, failing_handler
 
 
-def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> None:
+def test_the_openapi_document_is_valid_and_states_the_contract(notes_db: Database) -> None:
     policy = IdempotencyPolicy(lock_timeout=45, response_retention=3600, claim_retention=7200)
     options = ServerOptions(intake=IntakeOptions(policy))
-    with TestClient(create_notes_app(db, options, purge_interval=None)) as client:
+    with TestClient(create_notes_app(notes_db, options, purge_interval=None)) as client:
         spec = client.get("/pigeon/v1/openapi.json").json()
     validate(spec)
     contract = spec["x-pigeon-idempotency"]
@@ -47,11 +47,11 @@ def test_the_openapi_document_is_valid_and_states_the_contract(db: Database) -> 
     assert "3600 s" in spec["info"]["description"]
 
 
-def test_the_browser_page_stays_out_of_the_api_document(db: Database) -> None:
+def test_the_browser_page_stays_out_of_the_api_document(notes_db: Database) -> None:
     # The operations page answers a browser (HTML, redirects, a cross-site refusal): none of
     # that is the API's contract, so none of its routes may be published as one. The fuzz
     # test found POST /pigeon/login documented as a read that answers 200/400/404 only.
-    with TestClient(create_notes_app(db, purge_interval=None)) as client:
+    with TestClient(create_notes_app(notes_db, purge_interval=None)) as client:
         paths = set(client.get("/pigeon/v1/openapi.json").json()["paths"])
         assert client.get("/pigeon/login").status_code == 200  # the page is served all the same
     page = {p for p in paths if p == "/pigeon/" or p.startswith(("/pigeon/login", "/pigeon/act"))}
@@ -64,12 +64,12 @@ def _documented(operation: dict[str, Any], status: int) -> dict[str, Any] | None
     return responses.get(str(status)) or responses.get(f"{str(status)[0]}XX")
 
 
-def test_every_status_a_write_answers_is_in_its_contract(db: Database) -> None:
+def test_every_status_a_write_answers_is_in_its_contract(notes_db: Database) -> None:
     """A client generated from the document must know every answer the server gives,
     with the media type it comes in: the operation's own refusals (404, 409, 412) and a
     failed handler's 500 included, not only the idempotency layer's."""
-    app = create_notes_app(db, purge_interval=None)
-    failing = Intake(db)
+    app = create_notes_app(notes_db, purge_interval=None)
+    failing = Intake(notes_db)
     failing.add_operation("POST", "/notes", failing_handler("raise"))
     with (
         TestClient(app) as client,
@@ -100,13 +100,13 @@ def test_every_status_a_write_answers_is_in_its_contract(db: Database) -> None:
 
 
 def test_the_published_request_schemas_agree_with_what_the_handlers_accept(
-    db: Database,
+    notes_db: Database,
 ) -> None:
     """POST /answers was documented with the empty schema: its required fields showed only
     through a 422. Each example is judged by the document and by the server: same verdict."""
     import jsonschema
 
-    app = create_notes_app(db, purge_interval=None)
+    app = create_notes_app(notes_db, purge_interval=None)
     with TestClient(app) as client:
         spec = client.get("/pigeon/v1/openapi.json").json()
         schema = spec["paths"]["/answers"]["post"]["requestBody"]["content"]["application/json"]

@@ -83,8 +83,8 @@ def _own_routes() -> list[Any]:
 @pytest.fixture
 def apps(server_db_url: str) -> Iterator[list[Starlette]]:
     """The reference notes app, and an app built with create_app and its own routes."""
-    db = open_server_db(server_db_url)
-    intake = Intake(db)
+    notes_db = open_server_db(server_db_url)
+    intake = Intake(notes_db)
 
     def touch(ctx: IntakeContext) -> tuple[int, dict[str, str]]:
         return 200, {"id": ctx.params["thing"]}
@@ -92,13 +92,13 @@ def apps(server_db_url: str) -> Iterator[list[Starlette]]:
     intake.add_operation("PUT", "/things/{thing}", touch)
     operator = OperatorToken(OPERATOR_TOKEN)
     notes = create_notes_app(
-        db, lww_collections=("lww-notes",), crdt_collections=("docs",), operator=operator
+        notes_db, lww_collections=("lww-notes",), crdt_collections=("docs",), operator=operator
     )
     own = create_app(intake, routes=_own_routes(), operator=operator, purge_interval=None)
     try:
         yield [notes, own]
     finally:
-        db.close()
+        notes_db.close()
 
 
 def test_every_path_parameter_of_every_route_refuses_hostile_ids(apps: list[Starlette]) -> None:

@@ -38,24 +38,26 @@ def guarded(routes: list[Any]) -> list[Any]:
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Database]]:
-    db = open_server_db(tmp_path / "s.db")
+    notes_db = open_server_db(tmp_path / "s.db")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(Starlette(routes=guarded(records_routes(db))), log_level="warning")
+    config = uvicorn.Config(
+        Starlette(routes=guarded(records_routes(notes_db))), log_level="warning"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", db
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", notes_db
     server.should_exit = True
     thread.join(5)
-    db.close()
+    notes_db.close()
 
 
 def test_record_states_over_http(served: tuple[str, Database]) -> None:
-    base, db = served
-    with db.transaction() as tx:
+    base, notes_db = served
+    with notes_db.transaction() as tx:
         rid = records.accept(
             tx,
             kind="answer",
@@ -69,7 +71,7 @@ def test_record_states_over_http(served: tuple[str, Database]) -> None:
         ["grading"],
         {"answer": "42"},
     )
-    m = JobManager(db)
+    m = JobManager(notes_db)
     (job,) = m.lease_jobs("grading", "w", 1, lease=10)
     m.finish([AttemptOutcome(job)])
     body = httpx.get(f"{base}/pigeon/v1/records/{rid}", headers=OPERATOR).json()
@@ -115,8 +117,8 @@ def test_a_slow_record_read_does_not_stall_the_server(tmp_path: Path) -> None:
     async def health(request: Any) -> Any:
         return PlainTextResponse("ok")
 
-    db = open_server_db(tmp_path / "s.db")
-    slow = SlowDatabase(db, 1.0)
+    notes_db = open_server_db(tmp_path / "s.db")
+    slow = SlowDatabase(notes_db, 1.0)
     app = Starlette(routes=[*guarded(records_routes(slow)), Route("/health", health)])
     with live_server(app) as url, ThreadPoolExecutor(1) as pool:
         nope = f"{url}/pigeon/v1/records/nope"
@@ -126,5 +128,5 @@ def test_a_slow_record_read_does_not_stall_the_server(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/health", timeout=10).text == "ok"
         waited = time.monotonic() - started
         assert reading.result().status_code == 404
-    db.close()
+    notes_db.close()
     assert waited < 0.5, f"the health probe waited {waited:.2f} s behind a record read"

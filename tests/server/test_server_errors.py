@@ -38,8 +38,8 @@ def fine(ctx: IntakeContext) -> Any:
     return 201, {"ok": True}
 
 
-def app_of(db: Database, *, group_commit: bool) -> Any:
-    intake = Intake(db)
+def app_of(notes_db: Database, *, group_commit: bool) -> Any:
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/handler", raising)
     intake.add_operation("POST", "/check", fine, validate=raising)
     read = access.user(Route("/read", raising, methods=["GET"]))
@@ -66,10 +66,10 @@ def assert_told_by_id(body: dict[str, Any], slug: str, ids: set[str]) -> None:
 
 @pytest.mark.parametrize("group_commit", [False, True])
 def test_a_failure_answers_an_error_id_and_never_the_exceptions_text(
-    db: Database, group_commit: bool, caplog: pytest.LogCaptureFixture
+    notes_db: Database, group_commit: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    with live_server(app_of(db, group_commit=group_commit)) as url:
+    with live_server(app_of(notes_db, group_commit=group_commit)) as url:
         handler = httpx.post(url + "/handler", json={}, headers=keyed())
         check = httpx.post(url + "/check", json={}, headers=keyed())
         read = httpx.get(url + "/read", headers=USER)
@@ -97,10 +97,12 @@ def test_a_failure_answers_an_error_id_and_never_the_exceptions_text(
     assert CANARY not in caplog.text
 
 
-def test_a_log_line_names_its_error_id(caplog: pytest.LogCaptureFixture, db: Database) -> None:
+def test_a_log_line_names_its_error_id(
+    caplog: pytest.LogCaptureFixture, notes_db: Database
+) -> None:
     """The text format too: the id is in the message, found with grep."""
     caplog.set_level(logging.INFO)
-    with live_server(app_of(db, group_commit=False)) as url:
+    with live_server(app_of(notes_db, group_commit=False)) as url:
         error_id = httpx.post(url + "/handler", json={}, headers=keyed()).json()["error_id"]
     (line,) = [r.getMessage() for r in caplog.records if getattr(r, "error_id", "") == error_id]
     assert f"[error {error_id}]" in line and "RuntimeError" in line

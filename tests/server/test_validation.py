@@ -27,9 +27,9 @@ def in_mode(claim_mode: ClaimMode) -> ServerOptions:
 
 @pytest.mark.parametrize("claim_mode", ["inline", "separate"])
 def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
-    db: Database, claim_mode: ClaimMode
+    notes_db: Database, claim_mode: ClaimMode
 ) -> None:
-    client = TestClient(create_notes_app(db, in_mode(claim_mode), purge_interval=None))
+    client = TestClient(create_notes_app(notes_db, in_mode(claim_mode), purge_interval=None))
     bad = client.post("/notes", json=["title", "x"], headers=KEY)
     assert bad.status_code == 400, bad.text
     assert bad.headers["content-type"] == "application/problem+json"
@@ -40,7 +40,7 @@ def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
     assert fixed.status_code == 201, fixed.text
     replay = client.post("/notes", json={"id": "n1", "title": "x"}, headers=KEY)
     assert replay.status_code == 201 and replay.headers["idempotent-replayed"] == "true"
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
 @pytest.mark.parametrize(
@@ -55,22 +55,22 @@ def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
     ],
 )
 def test_every_reference_route_refuses_before_the_claim(
-    db: Database, path: str, method: str, body: Any, says: str
+    notes_db: Database, path: str, method: str, body: Any, says: str
 ) -> None:
     app = create_notes_app(
-        db, purge_interval=None, lww_collections=("lww-notes",), crdt_collections=("docs",)
+        notes_db, purge_interval=None, lww_collections=("lww-notes",), crdt_collections=("docs",)
     )
     client = TestClient(app)
     reply = client.request(method, path, json=body, headers=KEY)
     assert reply.status_code in (400, 422), reply.text
     assert says in reply.json()["detail"]
     intake: Intake = app.state.intake
-    with db.transaction() as tx:
+    with notes_db.transaction() as tx:
         assert intake.store.get(tx, "anonymous", "k") is None  # nothing claimed or stored
 
 
-def test_a_batch_reports_an_invalid_entry_in_place_and_goes_on(db: Database) -> None:
-    client = TestClient(create_notes_app(db, purge_interval=None))
+def test_a_batch_reports_an_invalid_entry_in_place_and_goes_on(notes_db: Database) -> None:
+    client = TestClient(create_notes_app(notes_db, purge_interval=None))
 
     def entry(key: str, body: Any) -> dict[str, Any]:
         return {"idempotency_key": key, "method": "POST", "path": "/notes", "body": body}
@@ -81,11 +81,11 @@ def test_a_batch_reports_an_invalid_entry_in_place_and_goes_on(db: Database) -> 
     assert [r["status"] for r in first.json()["results"]] == [400, 201]
     second = client.post("/pigeon/v1/batch", json={"operations": [entry("a", {"id": "a"})]})
     assert [r["status"] for r in second.json()["results"]] == [201]
-    assert sorted(row["idempotency_key"] for row in read_ledger(db)) == ["a", "b"]
+    assert sorted(row["idempotency_key"] for row in read_ledger(notes_db)) == ["a", "b"]
 
 
 def test_a_validation_error_raised_by_the_handler_rolls_back_and_frees_the_key(
-    db: Database,
+    notes_db: Database,
 ) -> None:
     def late_check(ctx: IntakeContext) -> Any:
         result = create_note(ctx)  # written...
@@ -93,20 +93,20 @@ def test_a_validation_error_raised_by_the_handler_rolls_back_and_frees_the_key(
             raise ValidationError("refused after the write", slug="late")  # ...and undone
         return result
 
-    intake = Intake(db)
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/notes", late_check)
     request = OperationRequest("POST", "/notes", {"id": "n", "bad": True}, "k", "op")
     refused = intake.execute("p", request)
     assert (refused.status, refused.transient, refused.committed_key) == (400, False, None)
-    assert read_ledger(db) == []
+    assert read_ledger(notes_db) == []
     fixed = intake.execute("p", OperationRequest("POST", "/notes", {"id": "n"}, "k", "op"))
     assert fixed.status == 201
-    assert len(read_ledger(db)) == 1
+    assert len(read_ledger(notes_db)) == 1
 
 
-def test_the_openapi_document_publishes_the_schema_that_is_enforced(db: Database) -> None:
+def test_the_openapi_document_publishes_the_schema_that_is_enforced(notes_db: Database) -> None:
     schema = {"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}}}
-    intake = Intake(db)
+    intake = Intake(notes_db)
     intake.add_operation("POST", "/things", create_note, request_schema=schema)
     spec = build_openapi(intake)
     published = spec["paths"]["/things"]["post"]["requestBody"]["content"]["application/json"]
@@ -117,9 +117,9 @@ def test_the_openapi_document_publishes_the_schema_that_is_enforced(db: Database
     assert reply.json()["detail"] == "body.title: 3 is not of type 'string'"
 
 
-def test_a_schema_that_is_not_json_schema_is_refused_at_registration(db: Database) -> None:
+def test_a_schema_that_is_not_json_schema_is_refused_at_registration(notes_db: Database) -> None:
     with pytest.raises(ConfigurationError, match="not a valid JSON Schema"):
-        Intake(db).add_operation("POST", "/x", create_note, request_schema={"type": 12})
+        Intake(notes_db).add_operation("POST", "/x", create_note, request_schema={"type": 12})
 
 
 def test_a_validation_error_answers_only_400_or_422() -> None:

@@ -5,7 +5,6 @@ file's own component's version, for older pigeons."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,27 +20,12 @@ from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_
 from pigeon.storage.sqlite import SQLiteDatabase
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        pg: str = request.getfixturevalue("pg_url")
-        return pg
-    return str(tmp_path / "server.db")
-
-
-@pytest.fixture
-def db(url: str) -> Iterator[Database]:
-    database = open_server_db(url)
-    yield database
-    database.close()
-
-
 def versions(db: Database) -> dict[str, int]:
     with db.transaction() as tx:
         return {r["component"]: int(r["version"]) for r in tx.sql("SELECT * FROM pigeon_schema")}
 
 
-def test_each_component_records_its_own_version(db: Database, url: str) -> None:
+def test_each_component_records_its_own_version(db: Database, server_db_url: str) -> None:
     server = len(migrations(db.backend, "server"))
     assert versions(db) == {"server": server}
     reference = len(REFERENCE.migrations(db.backend))
@@ -49,13 +33,13 @@ def test_each_component_records_its_own_version(db: Database, url: str) -> None:
     assert attach(db) == reference  # again: nothing to do, nothing changes
     assert versions(db) == {"server": server, "reference": reference}
     if db.backend == "sqlite":
-        conn = sqlite3.connect(url)
+        conn = sqlite3.connect(server_db_url)
         try:  # the header: the server's own version, which an older pigeon reads
             assert conn.execute("PRAGMA user_version").fetchone() == (server,)
         finally:
             conn.close()
     db.close()
-    again = open_server_db(url)  # reopening migrates nothing and forgets nothing
+    again = open_server_db(server_db_url)  # reopening migrates nothing and forgets nothing
     try:
         assert versions(again) == {"server": server, "reference": reference}
     finally:

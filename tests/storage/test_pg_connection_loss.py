@@ -50,7 +50,8 @@ def _allow_connections(name: str, allow: bool) -> None:
 
 
 @pytest.fixture
-def db(pg_url: str) -> Iterator[PostgresDatabase]:
+def quick_timeout_pg(pg_url: str) -> Iterator[PostgresDatabase]:
+    """A pool on PostgreSQL with short acquire, connect and reconnect timeouts."""
     database = PostgresDatabase(
         pg_url,
         queries=server_queries("postgres"),
@@ -69,9 +70,9 @@ def _post(client: httpx.Client, key: str) -> httpx.Response:
 
 
 def test_terminated_backends_are_replaced_and_no_request_notices(
-    db: PostgresDatabase, pg_url: str
+    quick_timeout_pg: PostgresDatabase, pg_url: str
 ) -> None:
-    app = create_notes_app(db, purge_interval=None)
+    app = create_notes_app(quick_timeout_pg, purge_interval=None)
     with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as client:
         assert _post(client, "before").status_code == 201
         assert _terminate(_dbname(pg_url)) >= 1
@@ -79,14 +80,14 @@ def test_terminated_backends_are_replaced_and_no_request_notices(
         statuses = [_post(client, f"after-{i}").status_code for i in range(5)]
         assert statuses == [201] * 5
         assert _post(client, "before").headers["idempotent-replayed"] == "true"
-    assert len(read_ledger(db)) == 6
+    assert len(read_ledger(quick_timeout_pg)) == 6
 
 
 def test_unreachable_database_fails_closed_then_recovers_without_restart(
-    db: PostgresDatabase, pg_url: str
+    quick_timeout_pg: PostgresDatabase, pg_url: str
 ) -> None:
     name = _dbname(pg_url)
-    app = create_notes_app(db, purge_interval=None)
+    app = create_notes_app(quick_timeout_pg, purge_interval=None)
     with live_server(app) as url, httpx.Client(base_url=url, timeout=10) as client:
         assert _post(client, "k0").status_code == 201
         _allow_connections(name, False)
@@ -120,14 +121,14 @@ def test_unreachable_database_fails_closed_then_recovers_without_restart(
         assert response.status_code == 201
         for key in ("k1", "k2", "k3"):  # the keys refused while down: each runs once now
             assert _post(client, key).status_code == 201
-    ledger = read_ledger(db)
+    ledger = read_ledger(quick_timeout_pg)
     assert sorted(row["idempotency_key"] for row in ledger) == ["k0", "k1", "k2", "k3"]
 
 
-def test_pool_connections_notice_a_silent_peer(db: PostgresDatabase) -> None:
+def test_pool_connections_notice_a_silent_peer(quick_timeout_pg: PostgresDatabase) -> None:
     # A partition drops packets without a reset: without keepalives and tcp_user_timeout a
     # request on such a connection hangs for TCP's ~15 minutes instead of failing closed.
-    with db.pool.connection() as conn:
+    with quick_timeout_pg.pool.connection() as conn:
         dsn = psycopg.conninfo.conninfo_to_dict(conn.info.dsn)
     assert dsn["keepalives"] == "1"
     assert int(dsn["tcp_user_timeout"]) == 15_000

@@ -10,8 +10,6 @@ from pigeon.core.retry import RetryPolicy
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
-from pigeon.storage.base import Database
-from pigeon.storage.server import open_server_db
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.events import SyncCallbacks
@@ -69,11 +67,3 @@ def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]
     for engine, transport in made:
         engine.stop()
         transport.close()
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    """A reference notes server's database (SQLite), for tests against the real app."""
-    database = open_server_db(tmp_path / "server.db")
-    yield database
-    database.close()

@@ -62,9 +62,9 @@ class Device:
 
 
 @pytest.fixture
-def make_device(tmp_path: Path, db: Database) -> Iterator[Callable[..., Device]]:
+def make_device(tmp_path: Path, sqlite_db: Database) -> Iterator[Callable[..., Device]]:
     app = create_notes_app(
-        db, purge_interval=None, lww_collections=["lww-notes"], crdt_collections=["docs"]
+        sqlite_db, purge_interval=None, lww_collections=["lww-notes"], crdt_collections=["docs"]
     )
     made: list[tuple[Device, InProcessTransport]] = []
 
@@ -97,15 +97,15 @@ def shared(phone: Device, laptop: Device, entity: str, data: dict[str, Any]) -> 
     laptop.resolver.store.remember(entity, snapshot.version, snapshot.data)
 
 
-def server_note(db: Database, note_id: str) -> Any:
-    with db.transaction() as tx:
+def server_note(sqlite_db: Database, note_id: str) -> Any:
+    with sqlite_db.transaction() as tx:
         row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 
 
 def test_field_merge_keeps_edits_to_different_fields(
-    make_device: Callable[..., Device], db: Database
+    make_device: Callable[..., Device], sqlite_db: Database
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     shared(phone, laptop, "card:1", {"title": "Trip", "colour": "blue", "done": False})
@@ -120,14 +120,14 @@ def test_field_merge_keeps_edits_to_different_fields(
     )
     phone.sync()
     laptop.sync()  # 412, merged, sent again with a new key against version 2
-    assert server_note(db, "1") == {"title": "Trip to Rome", "colour": "red", "done": True}
+    assert server_note(sqlite_db, "1") == {"title": "Trip to Rome", "colour": "red", "done": True}
     [record] = laptop.resolver.store.records()
     assert record.outcome == "merged" and record.remote_version == "2"
     assert laptop.queue.stats().depth == 0 and laptop.queue.base_version("card:1") == "3"
 
 
 def test_the_custom_notes_merge_keeps_both_texts(
-    make_device: Callable[..., Device], db: Database
+    make_device: Callable[..., Device], sqlite_db: Database
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     shared(phone, laptop, "note:2", {"body": "milk"})
@@ -135,11 +135,11 @@ def test_the_custom_notes_merge_keeps_both_texts(
     laptop.edit("update", "note:2", {"body": "milk, bread"}, endpoint="/notes/2")
     laptop.sync()
     phone.sync()
-    assert server_note(db, "2") == {"body": f"milk, eggs{SEPARATOR}milk, bread"}
+    assert server_note(sqlite_db, "2") == {"body": f"milk, eggs{SEPARATOR}milk, bread"}
 
 
 def test_user_resolution_holds_the_entity_and_sends_a_new_operation(
-    make_device: Callable[..., Device], db: Database
+    make_device: Callable[..., Device], sqlite_db: Database
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     shared(phone, laptop, "draft:3", {"body": "v1"})
@@ -160,16 +160,16 @@ def test_user_resolution_holds_the_entity_and_sends_a_new_operation(
     assert new is not None and new.idempotency_key not in (first.idempotency_key,)
     assert new.base_version == "2"
     laptop.sync()
-    assert server_note(db, "3") == {"body": "laptop, again"}
+    assert server_note(sqlite_db, "3") == {"body": "laptop, again"}
     outcomes = {r.op_id: r.outcome for r in laptop.resolver.store.records()}
     assert outcomes == {first.id: "resolved", later.id: "superseded"}
-    keys = {e["idempotency_key"] for e in read_ledger(db)}
+    keys = {e["idempotency_key"] for e in read_ledger(sqlite_db)}
     assert first.idempotency_key not in keys and later.idempotency_key not in keys
 
 
 @pytest.mark.parametrize("keep", ["remote", "both", "merged"])
 def test_user_resolution_choices(
-    make_device: Callable[..., Device], db: Database, keep: str
+    make_device: Callable[..., Device], sqlite_db: Database, keep: str
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     shared(phone, laptop, "draft:4", {"body": "v1"})
@@ -182,15 +182,15 @@ def test_user_resolution_choices(
     laptop.resolver.store.resolve(held.id, keep, merged)  # type: ignore[arg-type]
     laptop.sync()
     expected = {"remote": {"body": "phone"}, "both": {"body": "phone"}, "merged": merged}[keep]
-    assert server_note(db, "4") == expected
+    assert server_note(sqlite_db, "4") == expected
     if keep == "both":
-        assert server_note(db, f"4-conflicted-copy-{held.id}") == {"body": "laptop"}
+        assert server_note(sqlite_db, f"4-conflicted-copy-{held.id}") == {"body": "laptop"}
     assert laptop.queue.stats().depth == 0
     assert laptop.resolver.store.get(held.id).resolution == keep
 
 
 def test_lww_loser_is_told_and_recorded_on_both_sides(
-    make_device: Callable[..., Device], db: Database
+    make_device: Callable[..., Device], sqlite_db: Database
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     laptop.edit("update", "lww-note:5", {"text": "laptop, earlier"})
@@ -200,13 +200,13 @@ def test_lww_loser_is_told_and_recorded_on_both_sides(
     laptop.sync()  # arrives last, smaller clock: lost
     [lost] = laptop.resolver.store.records("lost")
     assert lost.local == {"text": "laptop, earlier"} and lost.remote == {"text": "phone, later"}
-    assert [o["outcome"] for o in read_outcomes(db, "alice")] == ["lost"]
+    assert [o["outcome"] for o in read_outcomes(sqlite_db, "alice")] == ["lost"]
     snapshot = laptop.resolver.store.snapshot("lww-note:5")
     assert snapshot is not None and snapshot.data == {"text": "phone, later"}
 
 
 def test_a_device_hours_fast_does_not_win_end_to_end(
-    make_device: Callable[..., Device], db: Database
+    make_device: Callable[..., Device], sqlite_db: Database
 ) -> None:
     fast = make_device("fast", now=lambda: time.time() + 3 * 3600)
     right = make_device("right")

@@ -35,8 +35,8 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def notes(db: Database) -> Iterator[LiveServer]:
-    server = LiveServer(create_notes_app(db, purge_interval=None))
+def notes(sqlite_db: Database) -> Iterator[LiveServer]:
+    server = LiveServer(create_notes_app(sqlite_db, purge_interval=None))
     server.start()
     yield server
     server.stop()
@@ -123,15 +123,15 @@ def held_ids(queue: OfflineQueue) -> list[int]:
     return [r.id for r in ConflictStore(queue).records("held")]
 
 
-def server_note(db: Database, note_id: str) -> Any:
-    with db.transaction() as tx:
+def server_note(sqlite_db: Database, note_id: str) -> Any:
+    with sqlite_db.transaction() as tx:
         row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 
 
 def test_a_create_answered_409_without_a_resolver_is_listed_and_resolved_keeping_local(
-    devices: Devices, phone: OfflineQueue, db: Database
+    devices: Devices, phone: OfflineQueue, sqlite_db: Database
 ) -> None:
     devices.laptop_writes("create", "note:42", {"id": "42", "title": "Groceries", "body": "tea"})
     engine = devices.engine(phone)  # the README's first sample: no resolver
@@ -154,13 +154,13 @@ def test_a_create_answered_409_without_a_resolver_is_listed_and_resolved_keeping
     code, output = resolve(phone.path, record.id, "local")
     assert code == 0 and "queued against version 1" in output, output
     assert engine.flush(timeout=10)
-    assert server_note(db, "42") == {"title": "Groceries", "body": "eggs, milk"}
+    assert server_note(sqlite_db, "42") == {"title": "Groceries", "body": "eggs, milk"}
     assert shown(phone.path) == 0
     assert phone.stats().depth == 0
 
 
 def test_an_update_answered_412_without_a_resolver_is_resolved_keeping_remote(
-    devices: Devices, phone: OfflineQueue, db: Database
+    devices: Devices, phone: OfflineQueue, sqlite_db: Database
 ) -> None:
     engine = devices.engine(phone)
     stale = stale_update(devices, engine)
@@ -173,13 +173,13 @@ def test_an_update_answered_412_without_a_resolver_is_resolved_keeping_remote(
     code, output = resolve(phone.path, record.id, "remote")
     assert code == 0 and "nothing to send" in output
     assert engine.flush(timeout=10) and phone.stats().depth == 0
-    assert server_note(db, "1") == {"body": "theirs"}
+    assert server_note(sqlite_db, "1") == {"body": "theirs"}
     assert shown(phone.path) == 0
 
 
 @pytest.mark.parametrize("mode", ["drain", "start"])
 def test_an_engine_started_later_with_a_resolver_settles_what_was_held_without_one(
-    devices: Devices, phone: OfflineQueue, db: Database, mode: str
+    devices: Devices, phone: OfflineQueue, sqlite_db: Database, mode: str
 ) -> None:
     engine = devices.engine(phone)
     engine.enqueue("create", "note:1", {"id": "1", "title": "Trip", "done": False})
@@ -205,7 +205,7 @@ def test_an_engine_started_later_with_a_resolver_settles_what_was_held_without_o
     assert merges == [
         (None, {"id": "1", "title": "Trip to Rome", "done": False}, {"title": "Trip", "done": True})
     ]
-    assert server_note(db, "1") == {"title": "Trip to Rome", "done": True}
+    assert server_note(sqlite_db, "1") == {"title": "Trip to Rome", "done": True}
     with pytest.raises(Exception, match=stale.id):
         phone.get(stale.id)  # settled: replaced by the merge, sent with a new key
     store = ConflictStore(phone)
@@ -262,7 +262,7 @@ def test_conflicts_list_records_unrecorded_holds_and_closes_records_of_discarded
 
 
 def test_an_engine_without_a_resolver_records_unrecorded_holds_and_the_user_resolves(
-    devices: Devices, phone: OfflineQueue, db: Database
+    devices: Devices, phone: OfflineQueue, sqlite_db: Database
 ) -> None:
     engine = devices.engine(phone)
     engine.enqueue("create", "note:1", {"id": "1", "body": "v1"})
@@ -276,4 +276,4 @@ def test_an_engine_without_a_resolver_records_unrecorded_holds_and_the_user_reso
     code, output = resolve(phone.path, record.id, "local")
     assert code == 0, output
     assert engine.flush(timeout=10) and phone.stats().depth == 0
-    assert server_note(db, "1") == {"body": "mine"}  # the user chose: sent unconditionally
+    assert server_note(sqlite_db, "1") == {"body": "mine"}  # the user chose: sent unconditionally

@@ -37,8 +37,8 @@ class BreaksAfterSending:
 
 
 def test_failure_after_send_keeps_the_operation_marked_sent(tmp_path: Path) -> None:
-    db = open_server_db(tmp_path / "server.db")
-    transport = InProcessTransport(create_notes_app(db, purge_interval=None))
+    sqlite_db = open_server_db(tmp_path / "server.db")
+    transport = InProcessTransport(create_notes_app(sqlite_db, purge_interval=None))
     queue = OfflineQueue(tmp_path / "edge.db")
     try:
         first = queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "one"})
@@ -54,12 +54,12 @@ def test_failure_after_send_keeps_the_operation_marked_sent(tmp_path: Path) -> N
         while queue.stats().depth:
             good.run_once(10)
         assert queue.stats().dead == 0
-        ledger = read_ledger(db)
+        ledger = read_ledger(sqlite_db)
         assert [row["method"] for row in ledger] == ["POST", "PUT"]
     finally:
         queue.close()
         transport.close()
-        db.close()
+        sqlite_db.close()
 
 
 def test_an_auth_refusal_pauses_and_keeps_the_operation_marked_sent(tmp_path: Path) -> None:
@@ -114,8 +114,8 @@ def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Pa
                     self.failed = True
                     raise sqlite3.OperationalError("disk I/O error")
 
-    db = open_server_db(tmp_path / "server.db")
-    transport = InProcessTransport(create_notes_app(db, purge_interval=None), batch=True)
+    sqlite_db = open_server_db(tmp_path / "server.db")
+    transport = InProcessTransport(create_notes_app(sqlite_db, purge_interval=None), batch=True)
     queue = FailsToCommitOnce(tmp_path / "edge.db")
     delivered: list[str] = []
     try:
@@ -129,11 +129,11 @@ def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Pa
         executor.run_once(10)  # resent with its key, replayed, settled
         assert delivered == [op.id]
         assert queue.get(op.id).status is OpStatus.DELIVERED
-        assert len(read_ledger(db)) == 1
+        assert len(read_ledger(sqlite_db)) == 1
     finally:
         queue.close()
         transport.close()
-        db.close()
+        sqlite_db.close()
 
 
 def test_operations_a_batch_reply_leaves_out_stay_marked_sent(tmp_path: Path) -> None:

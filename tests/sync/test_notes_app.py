@@ -23,8 +23,8 @@ from tests.sync.conftest import FAST
 
 
 @pytest.fixture
-def notes_server(db: Database) -> Iterator[LiveServer]:
-    server = LiveServer(create_notes_app(db, purge_interval=None))
+def notes_server(sqlite_db: Database) -> Iterator[LiveServer]:
+    server = LiveServer(create_notes_app(sqlite_db, purge_interval=None))
     server.start()
     yield server
     server.stop()
@@ -41,8 +41,8 @@ def make_ops(queue: OfflineQueue, notes: int) -> list[Any]:
     return made
 
 
-def check_exactly_once_in_order(db: Database, queue: OfflineQueue, made: list[Any]) -> None:
-    ledger = read_ledger(db)
+def check_exactly_once_in_order(sqlite_db: Database, queue: OfflineQueue, made: list[Any]) -> None:
+    ledger = read_ledger(sqlite_db)
     assert sorted(row["idempotency_key"] for row in ledger) == sorted(
         op.idempotency_key for op in made
     )
@@ -56,7 +56,7 @@ def check_exactly_once_in_order(db: Database, queue: OfflineQueue, made: list[An
 
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_every_operation_once_and_in_order_over_uvicorn(
-    tmp_path: Path, db: Database, notes_server: LiveServer, batch: bool
+    tmp_path: Path, sqlite_db: Database, notes_server: LiveServer, batch: bool
 ) -> None:
     with (
         OfflineQueue(
@@ -67,16 +67,18 @@ def test_every_operation_once_and_in_order_over_uvicorn(
         made = make_ops(queue, 6)
         engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
         assert engine.drain(timeout=10)
-        check_exactly_once_in_order(db, queue, made)
+        check_exactly_once_in_order(sqlite_db, queue, made)
         assert queue.base_version("note:n0") == "3" and queue.base_version("note:n1") == "2"
         # Sending everything again (a client that lost its delivery records) changes nothing.
         report = engine.executor.transport.send(made)
         assert all(reply.replayed for _, reply in report.replies)
-        assert len(read_ledger(db)) == len(made)
+        assert len(read_ledger(sqlite_db)) == len(made)
 
 
-def test_stale_if_match_is_a_conflict_with_the_current_note(tmp_path: Path, db: Database) -> None:
-    app = create_notes_app(db, purge_interval=None)
+def test_stale_if_match_is_a_conflict_with_the_current_note(
+    tmp_path: Path, sqlite_db: Database
+) -> None:
+    app = create_notes_app(sqlite_db, purge_interval=None)
     with (
         OfflineQueue(
             tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)
@@ -98,4 +100,4 @@ def test_stale_if_match_is_a_conflict_with_the_current_note(tmp_path: Path, db: 
         assert [(c.status, c.body["version"], c.body["data"]) for c in conflicts] == [
             (412, 1, {"text": "v1"})
         ]
-        assert len(read_ledger(db)) == 1
+        assert len(read_ledger(sqlite_db)) == 1

@@ -34,19 +34,19 @@ def broken_merge(base: Any, local: Any, remote: Any) -> Any:
 
 
 @pytest.fixture
-def app(db: Database) -> Any:
-    return create_notes_app(db, purge_interval=None)
+def app(sqlite_db: Database) -> Any:
+    return create_notes_app(sqlite_db, purge_interval=None)
 
 
-def note(db: Database, note_id: str) -> Any:
-    with db.transaction() as tx:
+def note(sqlite_db: Database, note_id: str) -> Any:
+    with sqlite_db.transaction() as tx:
         row = ref.fetchone(tx, "note_get", {"principal": "alice", "id": note_id})
     assert row is not None
     return json.loads(row["data"])
 
 
 def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
-    tmp_path: Path, app: Any, db: Database
+    tmp_path: Path, app: Any, sqlite_db: Database
 ) -> None:
     phone_q = OfflineQueue(tmp_path / "phone.db", QueueOptions(retry_policy=FAST))
     laptop_q = OfflineQueue(tmp_path / "laptop.db", QueueOptions(retry_policy=FAST))
@@ -90,7 +90,7 @@ def test_a_merge_function_that_raises_holds_the_conflict_and_reports_the_error(
         # The way forward: the user's choice settles it like any held conflict.
         resolver.store.resolve(held.id, "local")
         assert laptop.drain(timeout=10)
-        assert note(db, "1") == {"body": "laptop"}
+        assert note(sqlite_db, "1") == {"body": "laptop"}
         assert laptop_q.stats().depth == 0
     phone_q.close()
     laptop_q.close()

@@ -1,0 +1,57 @@
+"""The server databases the tests open, one fixture per meaning (tests/conftest.py loads
+this as a plugin, so every directory shares them):
+
+- ``server_db_url``: the URL of a fresh server database, on each backend in turn;
+- ``db``: that database opened (``open_server_db``), closed after the test;
+- ``pg``: a server database on PostgreSQL alone, for what only that backend does;
+- ``sqlite_db``: one on SQLite alone, for the tests of the unit tier that need a real one.
+
+They open with durability "normal": no test here survives a power cut, and an fsync per
+commit only makes the suite slower. A test that needs other options opens its own under a
+name that says how (``sealed_db``, ``notes_db``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+def opened(url: str | Path) -> Iterator[Database]:
+    """A fixture's body: the server database at ``url``, closed when the test is done."""
+    database = open_server_db(url, durability="normal")
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def server_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh server database's URL: a SQLite file, then a PostgreSQL database."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    return str(tmp_path / "server.db")
+
+
+@pytest.fixture
+def db(server_db_url: str) -> Iterator[Database]:
+    yield from opened(server_db_url)
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Database]:
+    yield from opened(pg_url)
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+    yield from opened(tmp_path / "server.db")
