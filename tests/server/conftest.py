@@ -11,10 +11,11 @@ import pytest
 from starlette.types import ASGIApp
 
 from pigeon.demo.processes import serve_in_thread
-from pigeon.reference.notes import create_note
+from pigeon.reference.notes import create_note, create_notes_app
 from pigeon.reference.schema import attach
 from pigeon.server.access import OperatorToken
 from pigeon.server.intake import IntakeContext
+from pigeon.server.options import ServerOptions
 from pigeon.storage.base import Database, Tx
 from tests.clocks import FakeClock
 from tests.databases import opened
@@ -29,6 +30,7 @@ __all__ = [
     "OPERATOR_TOKEN",
     "SERVER_START",
     "CountingDatabase",
+    "NotesClient",
     "TestClient",
     "failing_handler",
     "live_server",
@@ -75,6 +77,22 @@ def notes_db(server_db_url: str) -> Iterator[Database]:
 def notes_pg(pg_url: str) -> Iterator[Database]:
     """``notes_db`` on PostgreSQL alone, for what only that backend can do."""
     yield from _with_notes(pg_url)
+
+
+NotesClient = Callable[..., TestClient]
+
+
+@pytest.fixture
+def notes_client(notes_db: Database) -> Iterator[NotesClient]:
+    """Makes the reference notes app on ``notes_db`` with the options given (no purge
+    thread unless asked) and a client of it, started (lifespan) and closed with the test."""
+    with contextlib.ExitStack() as clients:
+
+        def make(options: ServerOptions | None = None, **settings: Any) -> TestClient:
+            app = create_notes_app(notes_db, options, **({"purge_interval": None} | settings))
+            return clients.enter_context(TestClient(app))
+
+        yield make
 
 
 def _with_notes(url: str) -> Iterator[Database]:

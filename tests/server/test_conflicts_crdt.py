@@ -21,7 +21,7 @@ from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 
-from .conftest import TestClient
+from .conftest import NotesClient, TestClient
 
 _keys = itertools.count()
 
@@ -45,10 +45,8 @@ def render(state: bytes) -> str:
 
 
 @pytest.fixture
-def client(notes_db: Database) -> Any:
-    app = create_notes_app(notes_db, purge_interval=None, crdt_collections=["docs"])
-    with TestClient(app) as test_client:
-        yield test_client
+def client(notes_client: NotesClient) -> TestClient:
+    return notes_client(crdt_collections=["docs"])
 
 
 def push(client: TestClient, update: bytes) -> Any:

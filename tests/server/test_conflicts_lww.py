@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.conflicts import BoundedClock, Stamped, corrected, read_outcomes
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import read_ledger
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 
-from .conftest import TestClient
+from .conftest import NotesClient, TestClient
 
 T0 = 1_700_000_000_000  # server wall clock, ms
 HOUR = 3_600_000
@@ -41,12 +41,8 @@ def server_time() -> FakeClock:
 
 
 @pytest.fixture
-def client(notes_db: Database, server_time: FakeClock) -> Any:
-    app = create_notes_app(
-        notes_db, purge_interval=None, now=server_time, lww_collections=["lww-notes"]
-    )
-    with TestClient(app) as test_client:
-        yield test_client
+def client(notes_client: NotesClient, server_time: FakeClock) -> TestClient:
+    return notes_client(now=server_time, lww_collections=["lww-notes"])
 
 
 def test_the_greater_clock_wins_and_the_older_write_is_acknowledged_and_recorded(

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.reference import schema as reference
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import read_ledger
 from pigeon.server import access
 from pigeon.server.app import create_app
 from pigeon.server.identifiers import resource_id
@@ -26,7 +26,7 @@ from pigeon.server.intake import Intake, IntakeContext
 from pigeon.server.middleware import IdempotencyMiddleware
 from pigeon.storage.base import Database
 
-from .conftest import OPERATOR, TestClient, operator_token
+from .conftest import OPERATOR, NotesClient, TestClient, operator_token
 
 _keys = iter(range(10**9))
 
@@ -56,16 +56,10 @@ def assert_refused(reply: Any, slug: str, *words: str) -> None:
 
 
 @pytest.fixture
-def client(notes_db: Database) -> Any:
-    app = create_notes_app(
-        notes_db,
-        purge_interval=None,
-        lww_collections=["lww"],
-        crdt_collections=["docs"],
-        operator=operator_token(),
+def client(notes_client: NotesClient) -> TestClient:
+    return notes_client(
+        lww_collections=["lww"], crdt_collections=["docs"], operator=operator_token()
     )
-    with TestClient(app) as test_client:
-        yield test_client
 
 
 HOSTILE_JSON = [

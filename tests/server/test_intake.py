@@ -6,7 +6,6 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,15 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests.clocks import FakeClock
 
-from .conftest import TestClient, failing_handler
+from .conftest import NotesClient, TestClient, failing_handler
 
 ALICE = {"Authorization": "Bearer alice.token-1"}
 
 
 @pytest.fixture
-def client(notes_db: Database, clock: FakeClock) -> Iterator[TestClient]:
+def client(notes_client: NotesClient, clock: FakeClock) -> TestClient:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
-    options = ServerOptions(intake=IntakeOptions(policy))
-    app = create_notes_app(notes_db, options, now=clock, purge_interval=None)
-    with TestClient(app) as test_client:
-        yield test_client
+    return notes_client(ServerOptions(intake=IntakeOptions(policy)), now=clock)
 
 
 def post(client: TestClient, key: str | None, body: Any, **headers: str) -> Any:

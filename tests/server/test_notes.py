@@ -14,7 +14,7 @@ from pigeon.reference.notes import create_notes_app, merge_patch, read_ledger
 from pigeon.server.auth import BearerAuth
 from pigeon.storage.base import Database
 
-from .conftest import OPERATOR, TestClient, operator_token
+from .conftest import OPERATOR, NotesClient, TestClient, operator_token
 
 _counter = iter(range(10**9))
 
@@ -25,10 +25,8 @@ def send(client: TestClient, method: str, path: str, body: Any = None, **headers
 
 
 @pytest.fixture
-def client(notes_db: Database) -> Any:
-    app = create_notes_app(notes_db, purge_interval=None, operator=operator_token())
-    with TestClient(app) as test_client:
-        yield test_client
+def client(notes_client: NotesClient) -> TestClient:
+    return notes_client(operator=operator_token())
 
 
 def test_versions_etags_and_if_match(client: TestClient, notes_db: Database) -> None:
