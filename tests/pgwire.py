@@ -62,6 +62,7 @@ class RoundTrips:
         self.counts = Counts()
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._relayed: list[socket.socket] = []  # closed with the relay
         self.port: int = self._listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -72,6 +73,8 @@ class RoundTrips:
             except OSError:
                 return  # closed
             server = socket.create_connection(self.upstream)
+            with self._lock:
+                self._relayed += [client, server]
             for sock in (client, server):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             last = ["server"]  # who spoke last on this connection
@@ -114,3 +117,7 @@ class RoundTrips:
 
     def close(self) -> None:
         self._listener.close()
+        with self._lock:
+            relayed, self._relayed = self._relayed, []
+        for sock in relayed:
+            sock.close()

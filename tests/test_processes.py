@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pigeon.rehearse.children import Children
 from tests import processes
 
 TESTS = Path(__file__).parent
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from pigeon.rehearse.children import Children
 from tests import processes
 
 PIDS = Path(os.environ["PIGEON_TEST_PIDS"])
@@ -217,3 +219,19 @@ def test_the_pipes_of_an_ended_process_are_closed_and_a_live_ones_kept() -> None
         processes.stop(live, grace=0)
     processes.close_pipes()
     assert live.stdin.closed
+
+
+def test_the_servers_and_children_of_pigeon_close_the_pipes_of_what_they_ended(
+    tmp_path: Path,
+) -> None:
+    """pigeon's own process owners (the demo's server, a rehearsal's children) close an
+    ended process's pipe themselves: a test running them in-process leaks nothing."""
+    children = Children(tmp_path)
+    child = children.spawn([sys.executable, "-c", "print(1)"], "c.log", {}, stdout=subprocess.PIPE)
+    children.end(child, grace=0)
+    assert child.stdout is not None and child.stdout.closed
+    server = processes.ServerProcess(tmp_path / "server.db")
+    server._proc = processes.spawn([sys.executable, "-c", "print(1)"], stdout=subprocess.PIPE)
+    server._proc.wait(30)
+    server.stop()
+    assert server._proc.stdout is not None and server._proc.stdout.closed

@@ -108,6 +108,7 @@ class ServerProcess:
             os.kill(self._proc.pid, signal.SIGKILL)
             self._proc.wait()
             self.kills += 1
+        self._close_pipe()
 
     def restart(self) -> None:
         self.kill()
@@ -121,6 +122,12 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        """The ended process's stdout, closed here rather than by the garbage collector."""
+        if self._proc is not None and self._proc.poll() is not None and self._proc.stdout:
+            self._proc.stdout.close()
 
     def __enter__(self) -> ServerProcess:
         return self.start()

@@ -86,7 +86,7 @@ class Children:
 
     def end(self, proc: subprocess.Popen[Any], grace: float) -> int | None:
         """SIGTERM to its group and ``grace`` seconds (none: SIGKILL at once), then SIGKILL
-        to whatever of the group is left; its exit status."""
+        to whatever of the group is left; its pipes closed; its exit status."""
         if proc.poll() is None and grace > 0:
             self.signal(proc, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -94,6 +94,9 @@ class Children:
         self.signal(proc, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(10)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:  # not left to the garbage collector
+                pipe.close()
         if proc in self.running:
             self.running.remove(proc)
         return proc.returncode
