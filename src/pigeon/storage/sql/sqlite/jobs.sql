@@ -67,19 +67,34 @@ SELECT id FROM pigeon_jobs WHERE unique_key = :unique_key
 -- :versions (JSON {task: version}) is the newest payload version the claimer runs, per
 -- task it knows (the key '' stands for any other task): a job of a newer version, or of
 -- a task it does not know, is left for a worker that knows it. Read once into a few rows
--- (MATERIALIZED), not parsed again for every candidate job.
-WITH known AS MATERIALIZED (SELECT key AS task, value AS version FROM json_each(:versions))
+-- (MATERIALIZED), not parsed again for every candidate job. The ready jobs are read in
+-- due order from their index and the read stops at :n eligible ones, however long the
+-- backlog; the expired leases (few) are sorted; the first :n of both are taken.
+WITH known AS MATERIALIZED (SELECT key AS task, value AS version FROM json_each(:versions)),
+fallback AS MATERIALIZED (SELECT coalesce((SELECT version FROM known WHERE task = ''), 0) AS v)
 UPDATE pigeon_jobs
 SET status = 'reserved', attempts = attempts + 1, lease_token = :token, worker = :worker,
     reserved_until = :until, claimed_at = :now, started_at = NULL
 WHERE id IN (
-    SELECT id FROM pigeon_jobs
-    WHERE queue = :queue
-      AND ((status = 'queued' AND scheduled_at <= :now)
-           OR (status = 'reserved' AND reserved_until < :now))
-      AND version <= coalesce(
-          (SELECT k.version FROM known AS k WHERE k.task = pigeon_jobs.task),
-          (SELECT k.version FROM known AS k WHERE k.task = ''), 0)
+    SELECT id FROM (
+        SELECT * FROM (
+            SELECT id, scheduled_at FROM pigeon_jobs AS j
+            WHERE queue = :queue AND status = 'queued' AND scheduled_at <= :now
+              AND version <= coalesce((SELECT k.version FROM known AS k WHERE k.task = j.task),
+                                      (SELECT v FROM fallback))
+            ORDER BY scheduled_at, id
+            LIMIT :n
+        )
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, scheduled_at FROM pigeon_jobs AS j
+            WHERE queue = :queue AND status = 'reserved' AND reserved_until < :now
+              AND version <= coalesce((SELECT k.version FROM known AS k WHERE k.task = j.task),
+                                      (SELECT v FROM fallback))
+            ORDER BY scheduled_at, id
+            LIMIT :n
+        )
+    )
     ORDER BY scheduled_at, id
     LIMIT :n
 )
