@@ -102,7 +102,9 @@ def _with_notes(url: str) -> Iterator[Database]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
+def server_clock() -> FakeClock:
+    """The hand-moved clock at a present-day time (``SERVER_START``), as the intake's stored
+    claims and responses would be stamped."""
     return FakeClock(SERVER_START)
 
 

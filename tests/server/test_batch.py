@@ -37,9 +37,11 @@ def op(key: str, method: str, path: str, body: Any = None, **extra: Any) -> dict
     }
 
 
-def make(notes_db: Database, clock: FakeClock) -> tuple[Intake, CountingDatabase, TestClient]:
+def make(
+    notes_db: Database, server_clock: FakeClock
+) -> tuple[Intake, CountingDatabase, TestClient]:
     counted = CountingDatabase(notes_db)
-    intake = Intake(counted, now=clock)
+    intake = Intake(counted, now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("DELETE", "/notes/{id}", delete_note)
     intake.add_operation("POST", "/refuse", failing_handler("4xx"))
@@ -57,9 +59,9 @@ def batch(client: TestClient, *ops: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_permanent_failures_roll_back_their_savepoint_and_the_batch_goes_on_in_one_commit(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    _, counted, client = make(notes_db, clock)
+    _, counted, client = make(notes_db, server_clock)
     results = batch(
         client,
         op("a", "POST", "/notes", {"id": "a"}),
@@ -84,9 +86,9 @@ def test_permanent_failures_roll_back_their_savepoint_and_the_batch_goes_on_in_o
 
 
 def test_the_batch_stops_at_the_first_transient_failure(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    intake, counted, client = make(notes_db, clock)
+    intake, counted, client = make(notes_db, server_clock)
     for transient in ("/unavailable", "/crash"):
         name = transient[1:]  # a note id has no '/': no path could address it
         results = batch(
@@ -104,8 +106,10 @@ def test_the_batch_stops_at_the_first_transient_failure(
         assert intake.store.get(tx, "anonymous", "3/unavailable") is None
 
 
-def test_a_not_now_4xx_stops_the_batch_unstored(notes_db: Database, clock: FakeClock) -> None:
-    intake, _, client = make(notes_db, clock)
+def test_a_not_now_4xx_stops_the_batch_unstored(
+    notes_db: Database, server_clock: FakeClock
+) -> None:
+    intake, _, client = make(notes_db, server_clock)
     intake.add_operation("POST", "/later", lambda ctx: (429, {"detail": "slow down"}))
     results = batch(
         client,
@@ -119,12 +123,12 @@ def test_a_not_now_4xx_stops_the_batch_unstored(notes_db: Database, clock: FakeC
 
 
 def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     # SQLite reports a bad statement as OperationalError, the class it also uses for a busy
     # or broken file. Only the latter is the store being down (503 for everything); a
     # handler's own bad SQL is that operation's 500, and what went before it commits.
-    intake, _, client = make(notes_db, clock)
+    intake, _, client = make(notes_db, server_clock)
 
     def bad_sql(ctx: Any) -> Any:
         ref.fetchone(ctx.tx, "note_get", {"principal": ctx.principal, "id": "x"})
@@ -143,14 +147,14 @@ def test_a_handlers_sql_error_fails_its_operation_not_the_batch(
 
 
 def test_a_statements_own_postgres_operational_error_fails_its_operation_not_the_batch(
-    notes_pg: Database, clock: FakeClock
+    notes_pg: Database, server_clock: FakeClock
 ) -> None:
     # psycopg raises OperationalError for a whole family of SQLSTATEs, some of which are
     # the statement's own fault: 54000 "program limit exceeded" (here a value too large
     # for a btree index) fails the same way every time it runs. Read as "store down" it
     # answered 503 for the whole batch and for every resend: the batch, good operations
     # included, could never get through.
-    intake, _, client = make(notes_pg, clock)
+    intake, _, client = make(notes_pg, server_clock)
     huge = os.urandom(4000).hex()  # random: no compression brings it under the limit
 
     def oversized(ctx: Any) -> Any:
@@ -193,11 +197,11 @@ def _only_ok_committed(notes_db: Database, intake: Intake, failed_key: str) -> N
 
 
 def test_an_entity_name_too_long_to_index_is_refused_as_a_bad_entry(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     # The entity names the operation in the effect ledger, whose index on it cannot hold a
     # few KB on PostgreSQL: that entry failed there on every resend (SQLite took it).
-    _, _, client = make(notes_db, clock)
+    _, _, client = make(notes_db, server_clock)
     results = batch(
         client,
         op("long", "POST", "/notes", {"id": "a"}, entity="note:" + "x" * 508),
@@ -209,9 +213,9 @@ def test_an_entity_name_too_long_to_index_is_refused_as_a_bad_entry(
 
 
 def test_an_operation_is_the_same_request_alone_or_in_a_batch(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    _, _, client = make(notes_db, clock)
+    _, _, client = make(notes_db, server_clock)
     alone = client.post("/notes", json={"id": "n", "t": 1}, headers={"Idempotency-Key": "k"})
     results = batch(
         client,
@@ -228,9 +232,9 @@ def test_an_operation_is_the_same_request_alone_or_in_a_batch(
 
 
 def test_a_batch_path_is_read_as_the_single_route_reads_it(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    intake = Intake(notes_db, now=clock)
+    intake = Intake(notes_db, now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     client = TestClient(create_app(intake, purge_interval=None))
@@ -248,12 +252,12 @@ def test_a_batch_path_is_read_as_the_single_route_reads_it(
 
 @pytest.mark.parametrize("note", ["a?b", "a#b", "a\\b"])
 def test_an_id_with_a_reserved_character_is_the_same_note_alone_or_in_a_batch(
-    notes_db: Database, clock: FakeClock, note: str
+    notes_db: Database, server_clock: FakeClock, note: str
 ) -> None:
     # The single route read its path from request.url, where Starlette escapes ?, # and \
     # again (a%3Fb): PUT /notes/a%3Fb alone looked for the note 'a%3Fb' (404), in a
     # batch it wrote 'a?b'. One operation, two entities, two fingerprints.
-    intake = Intake(notes_db, now=clock)
+    intake = Intake(notes_db, now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     client = TestClient(create_app(intake, purge_interval=None))
@@ -267,11 +271,11 @@ def test_an_id_with_a_reserved_character_is_the_same_note_alone_or_in_a_batch(
 
 
 def test_an_intake_mounted_under_a_prefix_serves_its_operations(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     # Mounted, the app's paths carry the mount's prefix (root_path) as well: the intake
     # matched them against its templates with it and answered 404 for every write.
-    intake = Intake(notes_db, now=clock)
+    intake = Intake(notes_db, now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("PUT", "/notes/{id}", replace_note)
     outer = Starlette(routes=[Mount("/api", app=create_app(intake, purge_interval=None))])
@@ -291,8 +295,8 @@ def batch_at(client: TestClient, url: str, *ops: dict[str, Any]) -> list[dict[st
     return results
 
 
-def test_a_key_in_progress_stops_the_batch(notes_db: Database, clock: FakeClock) -> None:
-    intake, _, client = make(notes_db, clock)
+def test_a_key_in_progress_stops_the_batch(notes_db: Database, server_clock: FakeClock) -> None:
+    intake, _, client = make(notes_db, server_clock)
     from pigeon.server.fingerprint import fingerprint
 
     with notes_db.transaction() as tx:  # another process holds "busy" (separate claim, committed)
@@ -315,8 +319,8 @@ def test_a_key_in_progress_stops_the_batch(notes_db: Database, clock: FakeClock)
     assert read_ledger(notes_db) == []
 
 
-def test_malformed_batches_are_refused(notes_db: Database, clock: FakeClock) -> None:
-    _, _, client = make(notes_db, clock)
+def test_malformed_batches_are_refused(notes_db: Database, server_clock: FakeClock) -> None:
+    _, _, client = make(notes_db, server_clock)
     as_json = {"Content-Type": "application/json"}
     assert client.post("/pigeon/v1/batch", content=b"not json", headers=as_json).status_code == 400
     assert client.post("/pigeon/v1/batch", content=b"not json").status_code == 415  # no type
@@ -380,10 +384,10 @@ def _notes(n: int, prefix: str = "n") -> list[OperationRequest | OpResult]:
 
 
 def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     counted = SavepointCounter(notes_db)
-    intake = Intake(counted, now=clock)
+    intake = Intake(counted, now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("POST", "/refuse", failing_handler("4xx"))
     ops = _notes(100)
@@ -400,10 +404,10 @@ def test_each_operation_costs_one_savepoint_and_pg_batches_commit_every_64(
 
 
 def test_a_chunked_batch_commits_each_chunk_and_stops_at_the_first_transient(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     counted = SavepointCounter(notes_db)
-    intake = Intake(counted, IntakeOptions(batch_chunk=2), now=clock)
+    intake = Intake(counted, IntakeOptions(batch_chunk=2), now=server_clock)
     intake.add_operation("POST", "/notes", create_note)
     intake.add_operation("POST", "/unavailable", failing_handler("5xx"))
     ops = _notes(4)

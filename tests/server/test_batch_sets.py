@@ -43,12 +43,12 @@ from .conftest import SERVER_START, failing_handler
 DAY = 24 * 3600.0
 
 
-def intake_on(notes_db: Database, clock: FakeClock, many: Any = create_notes) -> Intake:
+def intake_on(notes_db: Database, server_clock: FakeClock, many: Any = create_notes) -> Intake:
     """The notes' writes as the reference app declares them, ``many`` the create's set
     handler (None: every operation the per-operation way, the replaces' and deletes' too),
     and two failing routes."""
-    wall = HybridLogicalClock("server", wall=lambda: int(clock() * 1000))
-    intake = Intake(notes_db, now=clock, clock=wall)
+    wall = HybridLogicalClock("server", wall=lambda: int(server_clock() * 1000))
+    intake = Intake(notes_db, now=server_clock, clock=wall)
     create = {"request_schema": NOTE_SCHEMA, "validate": validate_note, "on_replay": current_note}
     intake.add_operation("POST", "/notes", create_note, many=many, **create)
     at_id = create | {"request_schema": NOTE_AT_ID_SCHEMA}

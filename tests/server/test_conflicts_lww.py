@@ -27,9 +27,13 @@ def stamp(wall_ms: int, node: str, counter: int = 0) -> str:
 
 
 def put(
-    client: TestClient, note: str, data: dict[str, Any], clock: str, device: str | None = None
+    client: TestClient,
+    note: str,
+    data: dict[str, Any],
+    server_clock: str,
+    device: str | None = None,
 ) -> Any:
-    headers = {"Idempotency-Key": f"lww-{next(_keys)}", "X-Pigeon-Clock": clock}
+    headers = {"Idempotency-Key": f"lww-{next(_keys)}", "X-Pigeon-Clock": server_clock}
     if device is not None:
         headers["X-Pigeon-Device-Clock"] = device
     return client.put(f"/lww-notes/{note}", json=data, headers=headers)
@@ -75,10 +79,10 @@ def test_a_device_hours_fast_does_not_win_over_a_later_edit(
     arrivals = [(fast, 3 * HOUR), (right, 0)]
     if order == "fast-last":
         arrivals.reverse()
-    for (clock, data), offset in arrivals:
+    for (server_clock, data), offset in arrivals:
         server_time.advance(120)
         device_now = stamp(int(server_time() * 1000) + offset, "x")
-        put(client, "n", data, clock, device=device_now)
+        put(client, "n", data, server_clock, device=device_now)
     assert client.get("/lww-notes/n").json()["data"] == {"text": "laptop, later"}
 
 
@@ -92,9 +96,9 @@ def test_a_device_hours_slow_still_wins_with_its_later_edit(
     arrivals = [(slow, -3 * HOUR), (right, 0)]
     if order == "slow-last":
         arrivals.reverse()
-    for (clock, data), offset in arrivals:
+    for (server_clock, data), offset in arrivals:
         server_time.advance(120)
-        put(client, "n", data, clock, device=stamp(int(server_time() * 1000) + offset, "x"))
+        put(client, "n", data, server_clock, device=stamp(int(server_time() * 1000) + offset, "x"))
     assert client.get("/lww-notes/n").json()["data"] == {"text": "slow phone, later"}
 
 
@@ -135,9 +139,11 @@ def test_bad_input_is_refused_with_a_reason(client: TestClient) -> None:
 
 
 def test_the_server_clock_refuses_stamps_beyond_the_skew_bound() -> None:
-    clock = BoundedClock("server", wall=lambda: T0, max_skew_ms=1000)
-    assert clock.receive(HLCTimestamp(T0 + HOUR, 0, "fast")).wall_ms == T0
-    assert clock.receive(HLCTimestamp(T0 + 500, 3, "ok")) == HLCTimestamp(T0 + 500, 4, "server")
+    server_clock = BoundedClock("server", wall=lambda: T0, max_skew_ms=1000)
+    assert server_clock.receive(HLCTimestamp(T0 + HOUR, 0, "fast")).wall_ms == T0
+    assert server_clock.receive(HLCTimestamp(T0 + 500, 3, "ok")) == HLCTimestamp(
+        T0 + 500, 4, "server"
+    )
 
 
 # -- properties -----------------------------------------------------------------------

@@ -29,10 +29,10 @@ def request(note: str, key: str | None = None, **fields: Any) -> OperationReques
 
 
 def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     counting = CountingDatabase(notes_db)
-    intake = Intake(counting, now=clock)  # type: ignore[arg-type]
+    intake = Intake(counting, now=server_clock)  # type: ignore[arg-type]
     calls = {"n": 0}
 
     def flaky(ctx: IntakeContext) -> Any:
@@ -68,10 +68,10 @@ def test_a_group_is_one_commit_and_each_answer_is_what_it_would_get_alone(
 
 
 def test_a_group_that_breaks_is_applied_again_one_by_one(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     counting = CountingDatabase(notes_db)
-    intake = Intake(counting, now=clock)  # type: ignore[arg-type]
+    intake = Intake(counting, now=server_clock)  # type: ignore[arg-type]
     intake.add_operation("POST", "/notes", create_note)
     # A clock stamp that cannot be read fails outside any handler, inside the transaction.
     results = intake.execute_group(
@@ -94,9 +94,9 @@ async def _concurrently(app: Any, n: int) -> list[httpx.Response]:
 
 
 def test_concurrent_requests_share_transactions_and_each_gets_its_own_answer(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    app = create_notes_app(notes_db, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, now=server_clock, purge_interval=None)
     grouped = app.state.group_commit
     if notes_db.backend != "sqlite":
         assert grouped is None  # PostgreSQL runs them side by side instead

@@ -81,9 +81,9 @@ def _claim(store: SqlIdempotencyStore, notes_db: Database, fp: str = "f", key: s
         )
 
 
-def test_claim_complete_replay_purge_lifecycle(notes_db: Database, clock: FakeClock) -> None:
+def test_claim_complete_replay_purge_lifecycle(notes_db: Database, server_clock: FakeClock) -> None:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
-    store = SqlIdempotencyStore(policy, now=clock)
+    store = SqlIdempotencyStore(policy, now=server_clock)
     first = _claim(store, notes_db)
     assert first.outcome is ClaimOutcome.FRESH and first.claim is not None
     assert _claim(store, notes_db).outcome is ClaimOutcome.IN_PROGRESS  # committed claim, lock held
@@ -94,7 +94,7 @@ def test_claim_complete_replay_purge_lifecycle(notes_db: Database, clock: FakeCl
     assert replay.response == StoredResponse(201, '{"a":1}')
     assert _claim(store, notes_db, fp="other").outcome is ClaimOutcome.MISMATCH
 
-    clock.advance(DAY + 1)  # response expired: decided by time, before any purge ran
+    server_clock.advance(DAY + 1)  # response expired: decided by time, before any purge ran
     gone = _claim(store, notes_db)
     assert (gone.outcome, gone.operation_id, gone.original_status) == (
         ClaimOutcome.ALREADY_APPLIED,
@@ -106,20 +106,20 @@ def test_claim_complete_replay_purge_lifecycle(notes_db: Database, clock: FakeCl
         row = store.get(tx, "p", "k")
     assert row is not None and row["response_body"] is None
 
-    clock.advance(6 * DAY)  # the claim itself expired: the key is free again
+    server_clock.advance(6 * DAY)  # the claim itself expired: the key is free again
     with notes_db.transaction() as tx:
         assert store.purge(tx) == (0, 1)
     assert _claim(store, notes_db).outcome is ClaimOutcome.FRESH
 
 
 def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    store = SqlIdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=clock)
+    store = SqlIdempotencyStore(IdempotencyPolicy(lock_timeout=30), now=server_clock)
     orphan = _claim(store, notes_db).claim
-    clock.advance(29)
+    server_clock.advance(29)
     assert _claim(store, notes_db).outcome is ClaimOutcome.IN_PROGRESS
-    clock.advance(2)
+    server_clock.advance(2)
     taker = _claim(store, notes_db)
     assert taker.outcome is ClaimOutcome.TAKE_OVER
     with notes_db.transaction() as tx:
@@ -130,8 +130,8 @@ def test_an_orphaned_claim_is_taken_over_after_the_lock_timeout_and_fenced(
     assert _claim(store, notes_db).response == StoredResponse(200, '"taker"')
 
 
-def test_release_frees_the_key_for_a_retry(notes_db: Database, clock: FakeClock) -> None:
-    store = SqlIdempotencyStore(now=clock)
+def test_release_frees_the_key_for_a_retry(notes_db: Database, server_clock: FakeClock) -> None:
+    store = SqlIdempotencyStore(now=server_clock)
     first = _claim(store, notes_db)
     with notes_db.transaction() as tx:
         assert store.release(tx, first.claim)
@@ -139,8 +139,8 @@ def test_release_frees_the_key_for_a_retry(notes_db: Database, clock: FakeClock)
     assert _claim(store, notes_db).outcome is ClaimOutcome.FRESH
 
 
-def test_keys_are_scoped_by_principal(notes_db: Database, clock: FakeClock) -> None:
-    store = SqlIdempotencyStore(now=clock)
+def test_keys_are_scoped_by_principal(notes_db: Database, server_clock: FakeClock) -> None:
+    store = SqlIdempotencyStore(now=server_clock)
     with notes_db.transaction() as tx:
         a = store.claim(
             tx, principal="a", key="k", fingerprint="1", method="POST", path="/", operation_id="x"
@@ -152,10 +152,10 @@ def test_keys_are_scoped_by_principal(notes_db: Database, clock: FakeClock) -> N
 
 
 def test_purge_is_bounded_per_transaction_on_every_backend(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     policy = IdempotencyPolicy(response_retention=DAY, claim_retention=2 * DAY)
-    store = SqlIdempotencyStore(policy, now=clock)
+    store = SqlIdempotencyStore(policy, now=server_clock)
     with notes_db.transaction() as tx:
         for i in range(12):
             claim = store.claim(
@@ -168,8 +168,8 @@ def test_purge_is_bounded_per_transaction_on_every_backend(
                 operation_id=f"op{i}",
             ).claim
             assert claim is not None and store.complete(tx, claim, StoredResponse(201, "{}"))
-            clock.advance(1)  # k0 expires first
-    clock.advance(DAY)
+            server_clock.advance(1)  # k0 expires first
+    server_clock.advance(DAY)
     with notes_db.transaction() as tx:
         assert store.purge(tx, limit=5) == (5, 0)
         rows = [store.get(tx, "p", f"k{i}") for i in range(12)]
@@ -179,10 +179,10 @@ def test_purge_is_bounded_per_transaction_on_every_backend(
     assert _claim(store, notes_db, key="k0").outcome is ClaimOutcome.ALREADY_APPLIED
 
     counted = CountingDatabase(notes_db)
-    intake = Intake(counted, IntakeOptions(policy), now=clock)
+    intake = Intake(counted, IntakeOptions(policy), now=server_clock)
     assert intake.purge(batch=5) == (7, 0)
     assert counted.commits == 2  # 5 + 2, one short transaction each
-    clock.advance(DAY)
+    server_clock.advance(DAY)
     counted.commits = 0
     assert intake.purge(batch=5) == (0, 12)
     assert counted.commits == 3  # 5 + 5 + 2

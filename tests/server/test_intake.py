@@ -27,9 +27,9 @@ ALICE = {"Authorization": "Bearer alice.token-1"}
 
 
 @pytest.fixture
-def client(notes_client: NotesClient, clock: FakeClock) -> TestClient:
+def client(notes_client: NotesClient, server_clock: FakeClock) -> TestClient:
     policy = IdempotencyPolicy(lock_timeout=30, response_retention=DAY, claim_retention=7 * DAY)
-    return notes_client(ServerOptions(intake=IntakeOptions(policy)), now=clock)
+    return notes_client(ServerOptions(intake=IntakeOptions(policy)), now=server_clock)
 
 
 def post(client: TestClient, key: str | None, body: Any, **headers: str) -> Any:
@@ -187,11 +187,11 @@ def test_deterministic_4xx_after_execution_began_is_stored(
     assert client.get("/notes/nope", headers=ALICE).status_code == 200
 
 
-def _refused_then_retried(notes_db: Database, clock: FakeClock, refuse: Handler) -> Any:
+def _refused_then_retried(notes_db: Database, server_clock: FakeClock, refuse: Handler) -> Any:
     """POST a note under key "k" through a handler that answers with ``refuse`` the first
     time and creates the note the second. Checks that the refusal left no write and gave
     the key back, and that the retry ran; returns the refused response."""
-    intake = Intake(notes_db, now=clock)
+    intake = Intake(notes_db, now=server_clock)
     calls = {"n": 0}
 
     def handler(ctx: Any) -> Any:
@@ -212,14 +212,14 @@ def _refused_then_retried(notes_db: Database, clock: FakeClock, refuse: Handler)
 
 @pytest.mark.parametrize("kind", ["raise", "5xx"])
 def test_an_exception_or_5xx_rolls_everything_back_and_releases_the_key(
-    notes_db: Database, clock: FakeClock, kind: str
+    notes_db: Database, server_clock: FakeClock, kind: str
 ) -> None:
-    assert _refused_then_retried(notes_db, clock, failing_handler(kind)).status_code >= 500
+    assert _refused_then_retried(notes_db, server_clock, failing_handler(kind)).status_code >= 500
 
 
 @pytest.mark.parametrize("status", [401, 403, 408, 425, 429])
 def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
-    notes_db: Database, clock: FakeClock, status: int
+    notes_db: Database, server_clock: FakeClock, status: int
 ) -> None:
     # The client retries these with the same key (408/425/429 transient, 401/403 after the
     # user signs in again): a stored one would be replayed for ever, the operation never run.
@@ -227,14 +227,14 @@ def test_a_not_now_4xx_is_not_stored_and_a_retry_runs(
         create_note(ctx)  # written, then refused: must not survive
         return status, {"detail": "not now"}, {"Retry-After": "1"}
 
-    refused = _refused_then_retried(notes_db, clock, not_now)
+    refused = _refused_then_retried(notes_db, server_clock, not_now)
     assert refused.status_code == status and refused.headers["retry-after"] == "1"
 
 
 def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    intake = Intake(notes_db, now=clock)
+    intake = Intake(notes_db, now=server_clock)
     intake.add_operation("POST", "/notes", failing_handler("4xx"))
     with TestClient(create_app(intake, purge_interval=None)) as c:
         first = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
@@ -245,12 +245,12 @@ def test_a_4xx_rolls_back_the_handlers_writes_but_is_stored(
 
 
 def test_retention_replay_then_already_applied_then_free(
-    client: TestClient, notes_db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, server_clock: FakeClock
 ) -> None:
     first = post(client, "old", {"id": "1", "op": "create"}, **{"X-Pigeon-Operation-Id": "op-7"})
-    clock.advance(DAY - 1)
+    server_clock.advance(DAY - 1)
     assert post(client, "old", {"id": "1", "op": "create"}).content == first.content
-    clock.advance(2)  # a week offline: the stored body is gone, the claim is not
+    server_clock.advance(2)  # a week offline: the stored body is gone, the claim is not
     late = post(client, "old", {"id": "1", "op": "create"})
     assert late.status_code == 200 and late.headers["idempotent-replayed"] == "true"
     assert late.json()["status"] == "already_applied"
@@ -259,17 +259,17 @@ def test_retention_replay_then_already_applied_then_free(
     assert len(read_ledger(notes_db)) == 1
     assert client.app.state.intake.purge() == (1, 0)  # type: ignore[attr-defined]
     assert post(client, "old", {"id": "1", "op": "create"}).json() == late.json()
-    clock.advance(6 * DAY)  # past claim retention: the key is free (the note exists: 409)
+    server_clock.advance(6 * DAY)  # past claim retention: the key is free (the note exists: 409)
     assert post(client, "old", {"id": "1", "op": "create"}).status_code == 409
 
 
 def test_already_applied_keeps_a_refusal_a_refusal(
-    client: TestClient, notes_db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, server_clock: FakeClock
 ) -> None:
     assert post(client, "mk", {"id": "1"}).status_code == 201
     refused = post(client, "dup", {"id": "1"})  # the note exists: a stored 409
     assert refused.status_code == 409
-    clock.advance(DAY + 1)  # the stored body is gone, the claim is not
+    server_clock.advance(DAY + 1)  # the stored body is gone, the claim is not
     late = post(client, "dup", {"id": "1"})
     assert late.status_code == 409, "a client must never read a refused write as delivered"
     assert late.json()["status"] == "already_applied"
@@ -278,7 +278,7 @@ def test_already_applied_keeps_a_refusal_a_refusal(
 
 
 def test_already_applied_conflict_carries_the_current_version(
-    client: TestClient, notes_db: Database, clock: FakeClock
+    client: TestClient, notes_db: Database, server_clock: FakeClock
 ) -> None:
     """A 412 (or 409) answered "already applied" after its stored body is gone names the
     entity's current version and data, as the original did: without them the client's
@@ -290,7 +290,7 @@ def test_already_applied_conflict_carries_the_current_version(
     first = client.put("/notes/1", json={"title": "c"}, headers=stale)
     assert first.status_code == 412 and first.json()["version"] == 2
     client.patch("/notes/1", json={"tag": "x"}, headers=ALICE | {"Idempotency-Key": "p"})
-    clock.advance(DAY + 1)  # the stored 412 is gone, the claim is not
+    server_clock.advance(DAY + 1)  # the stored 412 is gone, the claim is not
     late = client.put("/notes/1", json={"title": "c"}, headers=stale)
     assert late.status_code == 412 and late.headers["idempotent-replayed"] == "true"
     body = late.json()
@@ -299,7 +299,7 @@ def test_already_applied_conflict_carries_the_current_version(
     assert body["current"]["version"] == 3
     assert body["current"]["data"] == {"title": "b", "tag": "x"}
     refused = post(client, "dup", {"id": "1"})  # a create of an existing note: 409
-    clock.advance(DAY + 1)
+    server_clock.advance(DAY + 1)
     late_409 = post(client, "dup", {"id": "1"})
     assert late_409.status_code == 409 and late_409.json()["current"]["version"] == 3
     assert refused.json()["current"]["version"] == 3
@@ -310,10 +310,10 @@ def test_already_applied_conflict_carries_the_current_version(
     assert len(read_ledger(notes_db)) == 3
 
 
-def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeClock) -> None:
+def test_store_unavailable_fails_closed_with_503(tmp_path: Path, server_clock: FakeClock) -> None:
     path = tmp_path / "server.db"
     notes_db = open_server_db(path)
-    app = create_notes_app(notes_db, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, now=server_clock, purge_interval=None)
     with TestClient(app) as c:
         assert post(c, "k1", {"id": "1"}).status_code == 201
         notes_db.close()
@@ -327,11 +327,11 @@ def test_store_unavailable_fails_closed_with_503(tmp_path: Path, clock: FakeCloc
 
 
 def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     policy = IdempotencyPolicy(lock_timeout=30)
     # An orphan: a process claimed the key (committed) and died before its work committed.
-    orphan_intake = Intake(notes_db, IntakeOptions(policy), now=clock)
+    orphan_intake = Intake(notes_db, IntakeOptions(policy), now=server_clock)
     with notes_db.transaction() as tx:
         orphan = orphan_intake.store.claim(
             tx,
@@ -344,12 +344,12 @@ def test_separate_claim_mode_answers_409_while_in_progress_and_recovers_orphans(
         )
     assert orphan.claim is not None
     options = ServerOptions(intake=IntakeOptions(policy, claim_mode="separate"))
-    app = create_notes_app(notes_db, options, now=clock, purge_interval=None)
+    app = create_notes_app(notes_db, options, now=server_clock, purge_interval=None)
     with TestClient(app) as c:
         busy = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
         assert busy.status_code == 409 and busy.headers["retry-after"] == "30"
         assert busy.headers["content-type"] == PROBLEM_JSON
-        clock.advance(31)
+        server_clock.advance(31)
         done = c.post("/notes", json={"id": "1"}, headers={"Idempotency-Key": "k"})
         assert done.status_code == 201
         assert (

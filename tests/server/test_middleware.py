@@ -21,7 +21,7 @@ from tests.clocks import FakeClock
 from .conftest import TestClient, live_server
 
 
-def make(notes_db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
+def make(notes_db: Database, server_clock: FakeClock) -> tuple[TestClient, list[Any]]:
     effects: list[Any] = []
 
     async def charge(request: Request) -> Response:
@@ -38,12 +38,14 @@ def make(notes_db: Database, clock: FakeClock) -> tuple[TestClient, list[Any]]:
 
     app = Starlette(routes=[Route("/charges", charge, methods=["POST"]), Route("/charges", show)])
     policy = IdempotencyPolicy(lock_timeout=10, response_retention=DAY, claim_retention=2 * DAY)
-    wrapped = IdempotencyMiddleware(app, notes_db, policy=policy, now=clock)
+    wrapped = IdempotencyMiddleware(app, notes_db, policy=policy, now=server_clock)
     return TestClient(wrapped), effects
 
 
-def test_the_middleware_replays_refuses_and_releases(notes_db: Database, clock: FakeClock) -> None:
-    client, effects = make(notes_db, clock)
+def test_the_middleware_replays_refuses_and_releases(
+    notes_db: Database, server_clock: FakeClock
+) -> None:
+    client, effects = make(notes_db, server_clock)
     key = {"Idempotency-Key": "c1"}
     first = client.post("/charges", json={"amount": 5}, headers=key)
     again = client.post("/charges", content=b'{"amount":  5}', headers=key)
@@ -72,16 +74,16 @@ def test_the_middleware_replays_refuses_and_releases(notes_db: Database, clock: 
     )
     assert "idempotent-replayed" not in retried.headers  # 5xx was not stored: it ran again
 
-    clock.advance(DAY + 1)
+    server_clock.advance(DAY + 1)
     late = client.post("/charges", json={"amount": 5}, headers=key)
     assert late.status_code == 200 and late.json()["status"] == "already_applied"
     assert len(effects) == 3
 
 
 def test_the_middleware_answers_409_while_a_claim_is_held(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    client, effects = make(notes_db, clock)
+    client, effects = make(notes_db, server_clock)
     from pigeon.server.fingerprint import fingerprint
 
     wrapped = client.app
@@ -98,7 +100,7 @@ def test_the_middleware_answers_409_while_a_claim_is_held(
         )
     busy = client.post("/charges", json={"amount": 1}, headers={"Idempotency-Key": "k"})
     assert busy.status_code == 409 and busy.headers["retry-after"] == "10"
-    clock.advance(11)
+    server_clock.advance(11)
     # The weaker guarantee, documented: after the lock timeout the request runs again.
     assert (
         client.post("/charges", json={"amount": 1}, headers={"Idempotency-Key": "k"}).status_code
@@ -112,7 +114,7 @@ def _app_with(handler: Any) -> Starlette:
 
 
 def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     calls: list[str] = []
 
@@ -127,7 +129,7 @@ def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
 
     policy = IdempotencyPolicy(lock_timeout=10, response_retention=DAY, claim_retention=2 * DAY)
     client = TestClient(
-        IdempotencyMiddleware(_app_with(things), notes_db, policy=policy, now=clock)
+        IdempotencyMiddleware(_app_with(things), notes_db, policy=policy, now=server_clock)
     )
     assert (
         client.post("/things", json={"kind": "later"}, headers={"Idempotency-Key": "l"}).status_code
@@ -141,15 +143,17 @@ def test_the_middleware_keeps_a_refusal_a_refusal_and_does_not_store_not_now(
         ).status_code
         == 409
     )
-    clock.advance(DAY + 1)  # the stored body is purged: the key answers "already applied"
+    server_clock.advance(DAY + 1)  # the stored body is purged: the key answers "already applied"
     late = client.post("/things", json={"kind": "refused"}, headers={"Idempotency-Key": "r"})
     assert late.status_code == 409 and late.json()["status"] == "already_applied"
     assert late.headers["idempotent-replayed"] == "true"
     assert calls == ["later", "later", "refused"]
 
 
-def test_the_middleware_fingerprints_the_query_string(notes_db: Database, clock: FakeClock) -> None:
-    client, effects = make(notes_db, clock)
+def test_the_middleware_fingerprints_the_query_string(
+    notes_db: Database, server_clock: FakeClock
+) -> None:
+    client, effects = make(notes_db, server_clock)
     key = {"Idempotency-Key": "q"}
     assert client.post("/charges?qty=1", json={"amount": 5}, headers=key).status_code == 201
     same = client.post("/charges?qty=1", json={"amount": 5}, headers=key)
@@ -233,7 +237,7 @@ def test_the_middleware_passes_a_streamed_response_whole_and_stores_it_whole(
 
 
 def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     # Parsing it for the fingerprint raised RecursionError, which is no ValueError: 500.
     runs: list[int] = []
@@ -242,7 +246,7 @@ def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
         runs.append(1)
         return JSONResponse({"size": len(await request.body())}, status_code=201)
 
-    client = TestClient(IdempotencyMiddleware(_app_with(things), notes_db, now=clock))
+    client = TestClient(IdempotencyMiddleware(_app_with(things), notes_db, now=server_clock))
     deep = "[" * 5000 + "]" * 5000
     key = {"Idempotency-Key": "deep"}
     first = client.post("/things", content=deep, headers=key)
@@ -253,9 +257,9 @@ def test_the_middleware_fingerprints_json_nested_too_deep_by_its_bytes(
 
 
 def test_the_middleware_refuses_a_principal_too_long_to_scope_a_key(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
-    client, effects = make(notes_db, clock)
+    client, effects = make(notes_db, server_clock)
     token = {"Authorization": "Bearer " + "p" * 256 + ".t", "Idempotency-Key": "k"}
     reply = client.post("/charges", json={"amount": 1}, headers=token)
     assert reply.status_code == 401 and "256 characters" in reply.json()["detail"]
@@ -269,7 +273,7 @@ def _claim_state(notes_db: Database, key: str) -> str | None:
 
 
 def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
-    notes_db: Database, clock: FakeClock
+    notes_db: Database, server_clock: FakeClock
 ) -> None:
     effects: list[Any] = []
 
@@ -278,7 +282,7 @@ def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
         return JSONResponse({"ok": True}, status_code=201)
 
     app = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
-    client = TestClient(IdempotencyMiddleware(app, notes_db, now=clock, max_body=100))
+    client = TestClient(IdempotencyMiddleware(app, notes_db, now=server_clock, max_body=100))
     key = {"Idempotency-Key": "big"}
     refused = client.post("/charges", content=b'{"x": "' + b"y" * 200 + b'"}', headers=key)
     assert refused.status_code == 413
@@ -286,7 +290,8 @@ def test_the_middleware_refuses_a_body_over_its_limit_before_claiming(
     assert "at most 100 bytes" in refused.json()["detail"] and effects == []
     with notes_db.transaction() as tx:  # nothing claimed: the key runs when the body fits
         assert (
-            SqlIdempotencyStore(IdempotencyPolicy(), now=clock).get(tx, "anonymous", "big") is None
+            SqlIdempotencyStore(IdempotencyPolicy(), now=server_clock).get(tx, "anonymous", "big")
+            is None
         )
     assert client.post("/charges", json={"x": 1}, headers=key).status_code == 201
     assert len(effects) == 1
