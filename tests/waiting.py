@@ -9,13 +9,15 @@ from collections.abc import Callable
 def wait_for(
     condition: Callable[[], object],
     timeout: float = 10.0,
-    what: str = "the condition",
+    what: str | Callable[[], object] = "the condition",
     interval: float = 0.02,
 ) -> None:
     """Return once ``condition()`` is true; fail the test, naming ``what``, if it is still
-    false after ``timeout`` seconds."""
+    false after ``timeout`` seconds. ``what`` may be a callable: what it says at the deadline
+    (the state that was not reached) is the failure's message."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {said}")
         time.sleep(interval)

@@ -3,11 +3,13 @@ jobs, ``pigeon jobs list | failed | retry | cancel --db postgresql://...`` revie
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 from typer.testing import CliRunner
 
@@ -17,6 +19,7 @@ from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.jobs.job import JobSpec
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 runner = CliRunner()
 
@@ -28,19 +31,12 @@ def invoke(*args: str) -> str:
 
 
 def wait_for_status(url: str, want: dict[str, int], timeout: float = 30.0) -> None:
-    db = open_server_db(url)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            counts: dict[str, int] = {}
-            for job in list_jobs(db, limit=1000):
-                counts[job["status"]] = counts.get(job["status"], 0) + 1
-            if counts == want:
-                return
-            assert time.monotonic() < deadline, f"jobs are {counts}, expected {want}"
-            time.sleep(0.05)
-    finally:
-        db.close()
+    with contextlib.closing(open_server_db(url)) as db:
+
+        def counts() -> Counter[str]:
+            return Counter(job["status"] for job in list_jobs(db, limit=1000))
+
+        wait_for(lambda: counts() == want, timeout, lambda: f"{want}, jobs are {counts()}", 0.05)
 
 
 def test_worker_and_review_commands_on_postgres(pg_url: str) -> None:

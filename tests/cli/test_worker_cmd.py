@@ -5,6 +5,7 @@ stopped, which would hang an in-process runner."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 
 def spawn_worker(
@@ -94,15 +96,13 @@ def wait_until_succeeded(
     path: Path, count: int, proc: subprocess.Popen[str], timeout: float = 30.0
 ) -> None:
     """Until ``count`` jobs succeeded; fails at once if the worker command exits."""
-    db = open_server_db(path)
-    try:
-        deadline = time.monotonic() + timeout
-        while len(list_jobs(db, status="succeeded")) < count:
+    with contextlib.closing(open_server_db(path)) as db:
+
+        def succeeded() -> bool:
             assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, list_jobs(db)
-            time.sleep(0.05)
-    finally:
-        db.close()
+            return len(list_jobs(db, status="succeeded")) >= count
+
+        wait_for(succeeded, timeout, lambda: f"{count} succeeded: {list_jobs(db)}", 0.05)
 
 
 def test_worker_runs_jobs_of_an_existing_server_db(tmp_path: Path) -> None:
