@@ -12,88 +12,89 @@ import pytest
 
 
 @pytest.fixture
-def client(notes_server: str) -> Iterator[httpx.Client]:
+def notes_http(notes_server: str) -> Iterator[httpx.Client]:
+    """An HTTP client of the notes server under test, whichever framework serves it."""
     with httpx.Client(base_url=notes_server, timeout=30) as http:
         yield http
 
 
-def send(client: httpx.Client, method: str, path: str, body: Any = None, **headers: str) -> Any:
+def send(notes_http: httpx.Client, method: str, path: str, body: Any = None, **headers: str) -> Any:
     headers = {"Idempotency-Key": uuid.uuid4().hex} | headers
-    return client.request(method, path, json=body, headers=headers)
+    return notes_http.request(method, path, json=body, headers=headers)
 
 
-def test_a_create_is_version_1_with_its_etag_and_location(client: httpx.Client) -> None:
-    made = send(client, "POST", "/notes", {"id": "n1", "title": "a"})
+def test_a_create_is_version_1_with_its_etag_and_location(notes_http: httpx.Client) -> None:
+    made = send(notes_http, "POST", "/notes", {"id": "n1", "title": "a"})
     assert made.status_code == 201 and made.headers["etag"] == '"1"'
     assert made.headers["location"] == "/notes/n1"
     assert made.json()["data"] == {"title": "a"} and made.json()["version"] == 1
-    got = client.get("/notes/n1")
+    got = notes_http.get("/notes/n1")
     assert got.status_code == 200 and got.json()["data"] == {"title": "a"}
 
 
-def test_if_match_guards_the_version(client: httpx.Client) -> None:
-    send(client, "POST", "/notes", {"id": "n1", "title": "a"})
-    stale = send(client, "PUT", "/notes/n1", {"title": "b"}, **{"If-Match": '"7"'})
+def test_if_match_guards_the_version(notes_http: httpx.Client) -> None:
+    send(notes_http, "POST", "/notes", {"id": "n1", "title": "a"})
+    stale = send(notes_http, "PUT", "/notes/n1", {"title": "b"}, **{"If-Match": '"7"'})
     assert stale.status_code == 412 and stale.json()["version"] == 1
     assert stale.json()["data"] == {"title": "a"}
-    put = send(client, "PUT", "/notes/n1", {"title": "b"}, **{"If-Match": '"1"'})
+    put = send(notes_http, "PUT", "/notes/n1", {"title": "b"}, **{"If-Match": '"1"'})
     assert put.status_code == 200 and put.headers["etag"] == '"2"'
     assert put.json()["data"] == {"title": "b"}
 
 
-def test_a_patch_merges_and_null_removes(client: httpx.Client) -> None:
-    send(client, "POST", "/notes", {"id": "n1", "title": "a", "tags": ["x"]})
-    patched = send(client, "PATCH", "/notes/n1", {"title": None, "body": "c"})
+def test_a_patch_merges_and_null_removes(notes_http: httpx.Client) -> None:
+    send(notes_http, "POST", "/notes", {"id": "n1", "title": "a", "tags": ["x"]})
+    patched = send(notes_http, "PATCH", "/notes/n1", {"title": None, "body": "c"})
     assert patched.status_code == 200 and patched.json()["version"] == 2
     assert patched.json()["data"] == {"tags": ["x"], "body": "c"}
-    assert client.get("/notes/n1").headers["etag"] == '"2"'
+    assert notes_http.get("/notes/n1").headers["etag"] == '"2"'
 
 
-def test_a_second_create_of_one_id_is_409_with_the_current_note(client: httpx.Client) -> None:
-    send(client, "POST", "/notes", {"id": "n1"})
-    again = send(client, "POST", "/notes", {"id": "n1"})
+def test_a_second_create_of_one_id_is_409_with_the_current_note(notes_http: httpx.Client) -> None:
+    send(notes_http, "POST", "/notes", {"id": "n1"})
+    again = send(notes_http, "POST", "/notes", {"id": "n1"})
     assert again.status_code == 409 and again.json()["current"]["version"] == 1
 
 
-def test_a_delete_leaves_a_tombstone_and_a_recreate_continues(client: httpx.Client) -> None:
-    send(client, "POST", "/notes", {"id": "n1"})
-    deleted = send(client, "DELETE", "/notes/n1")
+def test_a_delete_leaves_a_tombstone_and_a_recreate_continues(notes_http: httpx.Client) -> None:
+    send(notes_http, "POST", "/notes", {"id": "n1"})
+    deleted = send(notes_http, "DELETE", "/notes/n1")
     assert deleted.json() == {"id": "n1", "deleted": True, "version": 2}
-    assert client.get("/notes/n1").status_code == 404
-    assert send(client, "DELETE", "/notes/n1").status_code == 404
-    assert send(client, "PATCH", "/notes/n1", {"a": 1}).status_code == 404
-    assert send(client, "POST", "/notes", {"id": "n1"}).json()["version"] == 3
+    assert notes_http.get("/notes/n1").status_code == 404
+    assert send(notes_http, "DELETE", "/notes/n1").status_code == 404
+    assert send(notes_http, "PATCH", "/notes/n1", {"a": 1}).status_code == 404
+    assert send(notes_http, "POST", "/notes", {"id": "n1"}).json()["version"] == 3
 
 
-def test_the_list_holds_the_callers_live_notes(client: httpx.Client) -> None:
-    ids = {send(client, "POST", "/notes", {"n": i}).json()["id"] for i in range(3)}
+def test_the_list_holds_the_callers_live_notes(notes_http: httpx.Client) -> None:
+    ids = {send(notes_http, "POST", "/notes", {"n": i}).json()["id"] for i in range(3)}
     assert len(ids) == 3  # ids made by the server
-    send(client, "DELETE", f"/notes/{sorted(ids)[0]}")
-    listed = {note["id"] for note in client.get("/notes").json()["notes"]}
+    send(notes_http, "DELETE", f"/notes/{sorted(ids)[0]}")
+    listed = {note["id"] for note in notes_http.get("/notes").json()["notes"]}
     assert listed == set(sorted(ids)[1:])
 
 
-def test_a_body_naming_another_id_is_400_and_frees_the_key(client: httpx.Client) -> None:
-    send(client, "POST", "/notes", {"id": "n1"})
+def test_a_body_naming_another_id_is_400_and_frees_the_key(notes_http: httpx.Client) -> None:
+    send(notes_http, "POST", "/notes", {"id": "n1"})
     key = {"Idempotency-Key": "k-put"}
-    assert send(client, "PUT", "/notes/n1", {"id": "n2"}, **key).status_code == 400
-    assert send(client, "PUT", "/notes/n1", {"id": "n1", "t": 1}, **key).status_code == 200
+    assert send(notes_http, "PUT", "/notes/n1", {"id": "n2"}, **key).status_code == 400
+    assert send(notes_http, "PUT", "/notes/n1", {"id": "n1", "t": 1}, **key).status_code == 200
 
 
-def test_the_key_replays_refuses_another_request_and_is_required(client: httpx.Client) -> None:
+def test_the_key_replays_refuses_another_request_and_is_required(notes_http: httpx.Client) -> None:
     key = {"Idempotency-Key": "k1"}
-    first = send(client, "POST", "/notes", {"id": "n1", "t": 1}, **key)
-    again = send(client, "POST", "/notes", {"id": "n1", "t": 1}, **key)
+    first = send(notes_http, "POST", "/notes", {"id": "n1", "t": 1}, **key)
+    again = send(notes_http, "POST", "/notes", {"id": "n1", "t": 1}, **key)
     assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
     assert again.json() == first.json()
-    other = send(client, "POST", "/notes", {"id": "n1", "t": 2}, **key)
+    other = send(notes_http, "POST", "/notes", {"id": "n1", "t": 2}, **key)
     assert other.status_code == 422
     assert other.headers["content-type"] == "application/problem+json"
-    keyless = client.post("/notes", json={"id": "n9"})
-    assert keyless.status_code == 400 and client.get("/notes/n9").status_code == 404
+    keyless = notes_http.post("/notes", json={"id": "n9"})
+    assert keyless.status_code == 400 and notes_http.get("/notes/n9").status_code == 404
 
 
-def test_a_batch_applies_in_order_and_replays_when_resent(client: httpx.Client) -> None:
+def test_a_batch_applies_in_order_and_replays_when_resent(notes_http: httpx.Client) -> None:
     ops = [
         {
             "id": "op1",
@@ -117,13 +118,13 @@ def test_a_batch_applies_in_order_and_replays_when_resent(client: httpx.Client) 
             "body": None,
         },
     ]
-    first = client.post("/pigeon/v1/batch", json={"operations": ops}).json()["results"]
+    first = notes_http.post("/pigeon/v1/batch", json={"operations": ops}).json()["results"]
     assert [(r["id"], r["status"], r["replayed"]) for r in first] == [
         ("op1", 201, False),
         ("op2", 200, False),
         ("op3", 200, False),
     ]
     assert first[1]["body"]["data"] == {"x": 1}
-    again = client.post("/pigeon/v1/batch", json={"operations": ops}).json()["results"]
+    again = notes_http.post("/pigeon/v1/batch", json={"operations": ops}).json()["results"]
     assert [(r["status"], r["replayed"]) for r in again] == [(201, True), (200, True), (200, True)]
-    assert client.get("/notes/b").status_code == 404
+    assert notes_http.get("/notes/b").status_code == 404
