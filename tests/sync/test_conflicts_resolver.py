@@ -61,6 +61,11 @@ class Device:
         assert self.engine.drain(timeout=10)
 
 
+# Between two devices' edits: more than the server can mismeasure a device's offset
+# (its clock at sending against the server's at arrival) when the machine is loaded.
+EDIT_GAP = 0.3
+
+
 @pytest.fixture
 def make_device(tmp_path: Path, sqlite_db: Database) -> Iterator[Callable[..., Device]]:
     app = create_notes_app(
@@ -194,7 +199,7 @@ def test_lww_loser_is_told_and_recorded_on_both_sides(
 ) -> None:
     phone, laptop = make_device("phone"), make_device("laptop")
     laptop.edit("update", "lww-note:5", {"text": "laptop, earlier"})
-    time.sleep(0.01)
+    time.sleep(EDIT_GAP)
     phone.edit("update", "lww-note:5", {"text": "phone, later"})
     phone.sync()  # arrives first, greater clock
     laptop.sync()  # arrives last, smaller clock: lost
@@ -211,7 +216,7 @@ def test_a_device_hours_fast_does_not_win_end_to_end(
     fast = make_device("fast", now=lambda: time.time() + 3 * 3600)
     right = make_device("right")
     fast.edit("update", "lww-note:6", {"text": "fast clock, earlier"})
-    time.sleep(0.05)
+    time.sleep(EDIT_GAP)
     right.edit("update", "lww-note:6", {"text": "right clock, later"})
     right.sync()
     fast.sync()  # its stamp says +3 h; its measured offset takes that off: it lost
