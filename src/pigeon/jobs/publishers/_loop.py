@@ -4,6 +4,7 @@ clients (nats-py, aio-pika) through it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -45,7 +46,19 @@ class LoopThread:
     def close(self) -> None:
         if self.loop.is_closed():
             return
+        # A client's tasks still pending (a close it started on a lost connection) end
+        # here, cancelled and awaited, rather than as coroutines never awaited.
+        with contextlib.suppress(Exception):
+            self.run(self._cancel_pending(), 5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         if not self._thread.is_alive():
             self.loop.close()
+
+    async def _cancel_pending(self) -> None:
+        current = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()

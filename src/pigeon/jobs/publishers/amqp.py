@@ -65,9 +65,19 @@ class AmqpPublisher:
         if self._channel is not None and not self._channel.is_closed:
             return await self._channel.get_underlay_channel()
         import aio_pika
+        import aio_pika.connection
 
         await self._aclose()
-        self._connection = await aio_pika.connect(self.url, timeout=self.timeout)
+        # aio_pika.connect, failing, leaves its connection to __del__, which starts a close
+        # no loop ever runs (a coroutine never awaited): made and closed here instead.
+        connection = aio_pika.Connection(aio_pika.connection.make_url(self.url))
+        try:
+            await connection.connect(timeout=self.timeout)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise
+        self._connection = connection
         channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
         exchange = await channel.declare_exchange(
             self.exchange, aio_pika.ExchangeType.TOPIC, durable=True, timeout=self.timeout
