@@ -26,6 +26,7 @@ from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import Worker
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 JOBS = 6
 TIMEOUTS = Timeouts(job=4)  # lease 9 s
@@ -75,12 +76,6 @@ def _runs(runs: Path) -> list[tuple[str, int, int]]:
     return [(kind, int(n), int(pid)) for kind, n, pid in (line.split() for line in lines)]
 
 
-def _wait(what: str, until: float, check: object) -> None:
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < until, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.chaos
 def test_sigkill_of_the_supervisor_ends_its_worker_and_every_job_runs_once(
     server_db_url: str, tmp_path: Path
@@ -91,19 +86,22 @@ def test_sigkill_of_the_supervisor_ends_its_worker_and_every_job_runs_once(
         ids = [JobManager(db).enqueue(JobSpec("orphans", "work", {"n": n})) for n in range(JOBS)]
         runs, log = tmp_path / "runs", tmp_path / "worker.log"
         supervisor = _worker(server_db_url, tmp_path, runs, log)
-        _wait("a job to start", time.monotonic() + 60, lambda: _runs(runs))
+        wait_for(lambda: _runs(runs), 60, "a job to start", interval=0.05)
         child = _runs(runs)[0][2]
         assert child != supervisor.pid and _alive(child)
         os.kill(supervisor.pid, signal.SIGKILL)
         supervisor.wait(10)
         killed = time.monotonic()
-        _wait(
-            "the orphaned worker to end", killed + TIMEOUTS.lease_seconds, lambda: not _alive(child)
+        wait_for(
+            lambda: not _alive(child),
+            killed + TIMEOUTS.lease_seconds - time.monotonic(),
+            "the orphaned worker to end",
+            interval=0.05,
         )
         rescuer = _worker(server_db_url, tmp_path, runs, log)
         try:
             done = lambda: len(list_jobs(db, status="succeeded")) == JOBS  # noqa: E731
-            _wait("every job to succeed", time.monotonic() + 90, done)
+            wait_for(done, 90, "every job to succeed", interval=0.05)
         finally:
             processes.stop(rescuer)
         assert {job["id"] for job in list_jobs(db, status="succeeded")} == set(ids)

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,6 +25,7 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests import processes
 from tests.ops.scrape import lifecycle_counts, metrics_text
+from tests.waiting import wait_for
 
 from ..conftest import require_broker
 from .brokers import CutProxy, OwnBroker, Target, fill, first_occurrences, make_target
@@ -134,11 +135,11 @@ def test_broker_gone_mid_stream_loses_and_reorders_nothing(kind: str, tmp_path: 
             ids += fill(db, 10, start=len(ids))
             time.sleep(0.03)
             if round_ == 10:
-                _wait(partial(_some_sent, db, len(ids)))
+                wait_for(partial(_some_sent, db, len(ids)))
                 stop()
             if round_ == 20:
                 start()
-        _wait(lambda: relay_lag(db).pending == 0, timeout=30)
+        wait_for(lambda: relay_lag(db).pending == 0, 30)
         runner.stop()
         held = target.read()
     finally:
@@ -161,14 +162,6 @@ def _some_sent(db: Database, total: int) -> bool:
     return relay_lag(db).pending < total
 
 
-def _wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
-
-
 def test_one_relay_at_a_time_and_a_stand_by_takes_over(
     server_db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -179,16 +172,16 @@ def test_one_relay_at_a_time_and_a_stand_by_takes_over(
     target = make_target("redis", require_broker("redis"))
     db = open_server_db(server_db_url)
     first = RelayRunner(server_db_url, target.url, interval=0.02, standby=0.05).start()
-    _wait(first.lock.held)
+    wait_for(first.lock.held)
     second = RelayRunner(server_db_url, target.url, interval=0.02, standby=0.05).start()
     try:
         ids = fill(db, 50)
-        _wait(lambda: relay_lag(db).pending == 0)
+        wait_for(lambda: relay_lag(db).pending == 0)
         time.sleep(0.2)
         assert not second.lock.held() and second.relay.counts.published == 0
         first.stop()
         ids += fill(db, 50, start=50)
-        _wait(lambda: relay_lag(db).pending == 0)
+        wait_for(lambda: relay_lag(db).pending == 0)
         assert second.lock.held()
         assert (first.relay.counts.published, second.relay.counts.published) == (50, 50)
         took = [r for r in caplog.records if "took over the relay lock" in r.getMessage()]

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests import processes
 from tests.jobs.deploy_app import TABLES, VERSION_ENV, make_app, payload, units
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = 20
@@ -121,13 +121,6 @@ def _count(db: Database, sql: str) -> int:
         return int(tx.sql(f"SELECT count(*) AS n FROM ({sql}) AS t", {}).fetchone()["n"])
 
 
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _waiting_newer(db: Database, task: str = "tally") -> int:
     entries = overview(db, make_app(2), history=False)["versions"]["waiting"]
     return sum(e["waiting"] for e in entries if e["task"] == task)
@@ -159,36 +152,51 @@ def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
     measured: dict[str, Any] = {}
     try:
         producer.go[0].set()  # old payloads only: generation 1 works them
-        _wait(lambda: _count(db, "SELECT 1 FROM deploy_effects") >= 100, 90, "generation 1")
+        wait_for(
+            lambda: _count(db, "SELECT 1 FROM deploy_effects") >= 100,
+            90,
+            "generation 1",
+            interval=0.05,
+        )
         producer.go[1].set()  # both shapes: the new ones wait, counted
-        _wait(lambda: _waiting_newer(db) > 0, 60, "a job waiting for a newer worker")
-        _wait(lambda: _waiting_newer(db, "welcome") > 0, 60, "a new task's job waiting")
+        wait_for(
+            lambda: _waiting_newer(db) > 0, 60, "a job waiting for a newer worker", interval=0.05
+        )
+        wait_for(
+            lambda: _waiting_newer(db, "welcome") > 0, 60, "a new task's job waiting", interval=0.05
+        )
         measured["waiting_newer_seen"] = _waiting_newer(db)
         measured["welcome_waiting_seen"] = _waiting_newer(db, "welcome")
         gen1_names = _workers_of(db, 1)
         assert len(gen1_names) == 2
         gen2.start()
-        _wait(lambda: len(_workers_of(db, 2)) == 2, 90, "generation 2 to advertise")
-        _wait(
+        wait_for(
+            lambda: len(_workers_of(db, 2)) == 2, 90, "generation 2 to advertise", interval=0.05
+        )
+        wait_for(
             lambda: _count(db, "SELECT 1 FROM deploy_effects WHERE generation = 2") >= 50,
             60,
             "generation 2 to work",
+            interval=0.05,
         )
         # SIGTERM while generation 1 holds jobs: it finishes them or hands them back.
         producer.go[2].set()
-        _wait(lambda: _held_by(db, gen1_names) > 0, 30, "generation 1 to hold a job")
+        wait_for(
+            lambda: _held_by(db, gen1_names) > 0, 30, "generation 1 to hold a job", interval=0.05
+        )
         measured["gen1_stop_seconds"] = round(gen1.stop(grace=30), 2)
         measured["gen1_held_after_stop"] = _held_by(db, gen1_names)
         measured["gen1_still_advertised"] = len(_workers_of(db, 1))
         producer.go[3].set()
-        _wait(producer.done.is_set, 120, "the producers")
+        wait_for(producer.done.is_set, 120, "the producers", interval=0.05)
         assert producer.error is None, producer.error
-        _wait(
+        wait_for(
             lambda: (
                 _count(db, "SELECT 1 FROM pigeon_jobs WHERE status IN ('queued', 'reserved')") == 0
             ),
             240,
             "every job to finish",
+            interval=0.05,
         )
     finally:
         for generation in (gen1, gen2):

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 
 from tests import processes
 from tests.conftest import require_broker
+from tests.waiting import wait_for
 
 from .conftest import Deployed, serve
 
@@ -35,13 +35,6 @@ def children(pid: int) -> list[int]:
         if int(stat[1]) == pid and stat[0] != "Z" and b"spawn_main" in cmdline:
             found.append(int(entry.name))
     return found
-
-
-def until(what: str, seconds: float, check: Callable[[], object]) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def answer(deployed: Deployed) -> None:
@@ -69,18 +62,22 @@ def test_a_worker_recycled_or_killed_is_one_line_at_the_default_level(
             stderr=err,
         )
     try:
-        until("a worker process", 30, lambda: len(children(supervisor.pid)) == 1)
+        wait_for(lambda: len(children(supervisor.pid)) == 1, 30, "a worker process", interval=0.05)
         [first] = children(supervisor.pid)
         answer(deployed)  # its one job, then it is recycled
-        until(
-            "the recycled worker replaced",
-            60,
+        wait_for(
             lambda: children(supervisor.pid) not in ([], [first]),
+            60,
+            "the recycled worker replaced",
+            interval=0.05,
         )
         [second] = children(supervisor.pid)
         os.kill(second, signal.SIGKILL)
-        until(
-            "the killed worker replaced", 30, lambda: children(supervisor.pid) not in ([], [second])
+        wait_for(
+            lambda: children(supervisor.pid) not in ([], [second]),
+            30,
+            "the killed worker replaced",
+            interval=0.05,
         )
     finally:
         processes.stop(supervisor)
@@ -99,11 +96,16 @@ def test_a_serve_worker_replaced_is_one_line_at_the_default_level(
     # As deployed, but at the default level (the last --log-level given wins).
     proc, url, log = serve(db, tmp_path, "--workers", "2", "--log-level", "warning")
     try:
-        until("two workers", 30, lambda: len(children(proc.pid)) == 2)
+        wait_for(lambda: len(children(proc.pid)) == 2, 30, "two workers", interval=0.05)
         victim = children(proc.pid)[0]
         os.kill(victim, signal.SIGKILL)
-        until("the worker replaced", 30, lambda: len(set(children(proc.pid)) - {victim}) == 2)
-        until("the health probe", 30, lambda: _healthy(url))
+        wait_for(
+            lambda: len(set(children(proc.pid)) - {victim}) == 2,
+            30,
+            "the worker replaced",
+            interval=0.05,
+        )
+        wait_for(lambda: _healthy(url), 30, "the health probe", interval=0.05)
     finally:
         processes.stop(proc)
     lines = [line for line in log.read_text().splitlines() if f"worker {victim} died" in line]
@@ -132,9 +134,19 @@ def test_a_relay_taking_over_the_lock_says_so_at_the_default_level(
             with log.open("w") as err:
                 relays.append(processes.spawn(args, stdout=subprocess.DEVNULL, stderr=err))
             time.sleep(3)  # the first holds the lock before the second asks
-        until("the second to stand by", 30, lambda: "standing by" in logs[1].read_text())
+        wait_for(
+            lambda: "standing by" in logs[1].read_text(),
+            30,
+            "the second to stand by",
+            interval=0.05,
+        )
         os.kill(relays[0].pid, signal.SIGKILL)
-        until("the take-over", 30, lambda: "took over the relay lock" in logs[1].read_text())
+        wait_for(
+            lambda: "took over the relay lock" in logs[1].read_text(),
+            30,
+            "the take-over",
+            interval=0.05,
+        )
     finally:
         for relay in relays:
             processes.stop(relay)

@@ -19,6 +19,7 @@ from pigeon.jobs.failed import list_jobs
 from pigeon.storage.crypto import Keyring
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 from .conftest import Deployed, serve
 
@@ -45,13 +46,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _until(what: str, seconds: float, check: object) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_sigkilled_server_leaves_no_worker_serving(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str
@@ -59,11 +53,11 @@ def test_a_sigkilled_server_leaves_no_worker_serving(
     db = request.getfixturevalue("pg_url") if backend == "postgres" else str(tmp_path / "s.db")
     proc, url, _ = serve(db, tmp_path, "--workers", "2")
     try:
-        _until("two workers", 30, lambda: len(_children(proc.pid)) == 2)
+        wait_for(lambda: len(_children(proc.pid)) == 2, 30, "two workers", interval=0.05)
         workers = _children(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)  # the supervisor alone, not its group
         proc.wait(10)
-        _until("the workers to end", 10, lambda: not any(map(_alive, workers)))
+        wait_for(lambda: not any(map(_alive, workers)), 10, "the workers to end", interval=0.05)
         with pytest.raises(httpx.TransportError):
             httpx.get(url + "/pigeon/v1/health", timeout=1)
     finally:
@@ -81,11 +75,11 @@ def test_a_sigkilled_worker_supervisor_leaves_no_child_claiming(
         stderr=subprocess.DEVNULL,
     )
     try:
-        _until("a worker process", 30, lambda: len(_children(supervisor.pid)) == 1)
+        wait_for(lambda: len(_children(supervisor.pid)) == 1, 30, "a worker process", interval=0.05)
         [child] = _children(supervisor.pid)
         os.kill(supervisor.pid, signal.SIGKILL)
         supervisor.wait(10)
-        _until("the orphaned worker to end", 10, lambda: not _alive(child))
+        wait_for(lambda: not _alive(child), 10, "the orphaned worker to end", interval=0.05)
     finally:
         processes.stop(supervisor)
     reply = httpx.post(
