@@ -122,7 +122,7 @@ def test_an_interrupted_run_leaves_no_process(tmp_path: Path, sig: signal.Signal
     proc.send_signal(sig)
     output, _ = proc.communicate(timeout=60)
     assert "Interrupted" in output or "KeyboardInterrupt" in output, output
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15  # killed at once; reaped within seconds under load
     while any(_alive(pid) for family in families.values() for pid in family):
         assert time.monotonic() < deadline, (families, output)
         time.sleep(0.05)
