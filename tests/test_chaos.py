@@ -60,7 +60,7 @@ CASES = [
 ]
 
 
-@pytest.mark.slow
+@pytest.mark.chaos
 @pytest.mark.parametrize(("name", "mode"), CASES)
 def test_chaos_exactly_once_in_order(
     request: pytest.FixtureRequest, tmp_path: Path, name: str, mode: str
