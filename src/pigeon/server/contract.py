@@ -37,6 +37,7 @@ from pigeon.server.identifiers import (
     MAX_OPERATION_ID_LENGTH,
     MAX_PATH_LENGTH,
 )
+from pigeon.server.schema_check import Check, fast_check
 
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
 # A clock stamp is "<wall ms>-<counter>-<node>" (`pigeon.clock`): what every ledger and
@@ -185,13 +186,17 @@ JSON_VALUE: dict[str, Any] = {
 
 
 @functools.cache
-def _validator(name: str) -> Any:
+def _validator(name: str) -> tuple[Check, Any]:
+    """The schema's fast check (`pigeon.server.schema_check`) and its jsonschema
+    validator, which words a refusal."""
     schema = BATCH_OPERATION if name == "batch" else HEADERS[name]
-    return jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    return fast_check(schema) or validator.is_valid, validator
 
 
-def _problem(validator: Any, value: object) -> str | None:
-    if validator.is_valid(value):  # the usual case, without collecting errors
+def _problem(checks: tuple[Check, Any], value: object) -> str | None:
+    valid, validator = checks
+    if valid(value):  # the usual case, without collecting errors
         return None
     error = best_match(validator.iter_errors(value))
     return None if error is None else error.message

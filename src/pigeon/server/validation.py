@@ -30,6 +30,7 @@ from jsonschema.exceptions import best_match
 
 from pigeon.exceptions import ConfigurationError, ValidationError
 from pigeon.server.results import OpResult, problem_result
+from pigeon.server.schema_check import Check, fast_check
 
 Validator = Callable[[Any, Mapping[str, Any]], None]
 
@@ -51,6 +52,7 @@ class RequestCheck:
     schema: Mapping[str, Any] | None = None
     validate: Validator | None = None
     _validator: Any = None
+    _valid: Check | None = None  # the schema's fast check (pigeon.server.schema_check)
 
     @classmethod
     def of(
@@ -58,7 +60,7 @@ class RequestCheck:
     ) -> RequestCheck | None:
         if schema is None and validate is None:
             return None
-        compiled = None
+        compiled = valid = None
         if schema is not None:
             try:
                 jsonschema.Draft202012Validator.check_schema(schema)
@@ -67,7 +69,8 @@ class RequestCheck:
                     f"request_schema is not a valid JSON Schema: {exc.message}"
                 ) from exc
             compiled = jsonschema.Draft202012Validator(schema)
-        return cls(schema, validate, compiled)
+            valid = fast_check(schema) or compiled.is_valid
+        return cls(schema, validate, compiled, valid)
 
     def refusal(self, body: Any, path_params: Mapping[str, Any]) -> OpResult | None:
         """The problem that refuses this request, or None when it may run."""
@@ -78,7 +81,7 @@ class RequestCheck:
                 self.validate(body, path_params)
             except ValidationError as exc:
                 return invalid(exc)
-        if self._validator is not None:
+        if self._valid is not None and not self._valid(body):
             error = best_match(self._validator.iter_errors(body))
             if error is not None:
                 return problem_result(

@@ -1,0 +1,168 @@
+"""The fast schema checks say what jsonschema says, value for value: the intake's own
+schemas (a batch entry, the write headers, a note) and schemas drawn from the keywords
+compiled, on values drawn near and far from them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pigeon.reference.notes import NOTE_SCHEMA
+from pigeon.server import contract
+from pigeon.server.schema_check import fast_check
+
+_TEXT = st.text(
+    st.sampled_from(["a", "Z", "0", "9", "-", "/", ".", " ", '"', "\n", "\x00", "\u200b", "é"]),
+    max_size=12,
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**300), 10**300),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, 1.0, 42.0, -0.0, "", ".", "..", "zz", "1-0-n", "9" * 300, "a" * 300]),
+    _TEXT,
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "id",
+                    "idempotency_key",
+                    "method",
+                    "path",
+                    "body",
+                    "clock",
+                    "if_match",
+                    "entity",
+                    "type",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=5,
+        ),
+    ),
+    max_leaves=8,
+)
+_ENTRY_FIELDS = {
+    "idempotency_key": st.one_of(_TEXT, st.sampled_from(["k1", '"k"', " ", "a" * 256])),
+    "method": st.one_of(_TEXT, st.just("POST")),
+    "path": st.one_of(_TEXT, st.just("/notes")),
+    "body": _VALUES,
+    "id": st.one_of(st.none(), _TEXT),
+    "clock": st.one_of(st.none(), _TEXT, st.just("1700000000000-0-node")),
+    "if_match": st.one_of(st.none(), _TEXT),
+    "entity": st.one_of(st.none(), _TEXT, st.integers()),
+    "type": st.one_of(st.none(), _TEXT, st.booleans()),
+}
+_ENTRIES = st.fixed_dictionaries(
+    {}, optional={**_ENTRY_FIELDS, "extra": _VALUES}
+)  # near a batch entry: any subset of its fields, sometimes one more
+
+_SCHEMAS: dict[str, Any] = {
+    "batch entry": contract.BATCH_OPERATION,
+    "note": NOTE_SCHEMA,
+    "resource id": contract.RESOURCE_ID,
+    "integer id": contract.INTEGER_ID,
+    **{f"header {name}": schema for name, schema in contract.HEADERS.items()},
+}
+
+
+def _same(schema: Any, value: object) -> None:
+    check = fast_check(schema)
+    assert check is not None
+    assert check(value) == jsonschema.Draft202012Validator(schema).is_valid(value), value
+
+
+@pytest.mark.parametrize("name", sorted(_SCHEMAS))
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(_VALUES, _ENTRIES, _TEXT))
+def test_the_intake_schemas_say_what_jsonschema_says(name: str, value: object) -> None:
+    _same(_SCHEMAS[name], value)
+
+
+_LEAF_SCHEMAS = st.one_of(
+    st.booleans(),
+    st.builds(
+        lambda t: {"type": t},
+        st.sampled_from(
+            [
+                "string",
+                "integer",
+                "number",
+                "null",
+                "boolean",
+                "object",
+                "array",
+                ["string", "null"],
+                ["integer", "string"],
+            ]
+        ),
+    ),
+    st.builds(lambda n: {"minLength": n}, st.integers(0, 3)),
+    st.builds(lambda n: {"maxLength": n}, st.integers(0, 3)),
+    st.builds(lambda p: {"pattern": p}, st.sampled_from(["^a", "a$", "[/.]", "^$", "\n"])),
+    st.builds(lambda n: {"minimum": n}, st.one_of(st.integers(-3, 3), st.floats(-3, 3))),
+    st.builds(lambda n: {"maximum": n}, st.one_of(st.integers(-3, 3), st.floats(-3, 3))),
+    st.builds(lambda m: {"enum": m}, st.lists(_TEXT, max_size=3)),
+    st.builds(lambda c: {"const": c}, _TEXT),
+    st.builds(lambda r: {"required": r}, st.lists(st.sampled_from(["id", "x"]), unique=True)),
+)
+_GENERATED = st.recursive(
+    _LEAF_SCHEMAS,
+    lambda inner: st.one_of(
+        st.builds(lambda s: {"not": s}, inner),
+        st.builds(lambda s: {"allOf": s}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda s: {"anyOf": s}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(
+            lambda props, extra: {"properties": props, "additionalProperties": extra},
+            st.dictionaries(st.sampled_from(["id", "x", "body"]), inner, max_size=2),
+            st.booleans(),
+        ),
+        st.builds(
+            lambda a, b: {**a, **b, "x-note": 1, "title": "t"},
+            inner.filter(lambda s: isinstance(s, dict)),
+            inner.filter(lambda s: isinstance(s, dict)),
+        ),
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(schema=_GENERATED, value=st.one_of(_VALUES, _ENTRIES))
+def test_each_keyword_says_what_jsonschema_says(schema: Any, value: object) -> None:
+    _same(schema, value)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#/components/schemas/JsonValue"},
+        {"format": "email"},
+        {"items": {"type": "string"}},
+        {"properties": {"a": {"type": "string"}}, "patternProperties": {"^x": {}}},
+        {"additionalProperties": {"type": "string"}},
+        {"enum": [1, "a"]},
+        {"type": "decimal"},
+        {"anyOf": [{"propertyNames": {"pattern": "a"}}]},
+    ],
+)
+def test_a_schema_beyond_the_compiled_keywords_is_left_to_jsonschema(schema: Any) -> None:
+    assert fast_check(schema) is None
+
+
+def test_a_refused_entry_is_worded_by_jsonschema() -> None:
+    entry = {"idempotency_key": "k", "method": "POST", "path": "/notes", "extra": 1}
+    refused = contract.entry_refusal(entry, 3)
+    assert (
+        refused == "operations[3]: Additional properties are not allowed ('extra' was unexpected)"
+    )
