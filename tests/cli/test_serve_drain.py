@@ -108,14 +108,13 @@ def test_sigterm_finishes_requests_in_flight_and_accepts_no_new_ones(tmp_path: P
     assert "in-flight" in _notes(db)  # committed before the process ended
 
 
-def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
-    tmp_path: Path,
-) -> None:
-    db = tmp_path / "server.db"
-    proc, url = start(db, "--test-hooks", env=ENV)
+def _cut_off(db: Path, key: str, *args: str) -> float:
+    """Serve, hold a request under ``key`` past any deadline, SIGTERM the server: the
+    seconds it took to end. The request is never answered a success nor written."""
+    proc, url = start(db, "--test-hooks", *args, env=ENV)
     out: dict[str, Any] = {}
     try:
-        sender = _hold(url, "too-slow", 60_000, out)
+        sender = _hold(url, key, 60_000, out)
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         proc.wait(DRAIN_DEADLINE + 15)
@@ -123,9 +122,17 @@ def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
         sender.join(10)
     finally:
         processes.stop(proc, grace=0)
+    assert not (isinstance(out[key], httpx.Response) and out[key].is_success)
+    assert key not in _notes(db)  # the transaction never committed
+    return took
+
+
+def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "server.db"
+    took = _cut_off(db, "too-slow")
     assert DRAIN_DEADLINE - 0.5 < took < DRAIN_DEADLINE + 10, took  # waited, then cut off
-    assert not (isinstance(out["too-slow"], httpx.Response) and out["too-slow"].is_success)
-    assert "too-slow" not in _notes(db)  # the transaction never committed
     # The key was never completed: the client's retry runs it afresh, once.
     again, url = start(db, env=ENV)
     try:
@@ -139,18 +146,5 @@ def test_a_request_past_the_drain_deadline_is_cut_off_with_nothing_written(
 def test_a_shorter_drain_timeout_is_honoured(tmp_path: Path) -> None:
     """``--drain-timeout 1``: a request held past it is cut off after about a second, not
     after the default five, with nothing of it written."""
-    db = tmp_path / "server.db"
-    proc, url = start(db, "--test-hooks", "--drain-timeout", "1", env=ENV)
-    out: dict[str, Any] = {}
-    try:
-        sender = _hold(url, "cut-short", 60_000, out)
-        stopped = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(DRAIN_DEADLINE + 15)
-        took = time.monotonic() - stopped
-        sender.join(10)
-    finally:
-        processes.stop(proc, grace=0)
+    took = _cut_off(tmp_path / "server.db", "cut-short", "--drain-timeout", "1")
     assert 0.5 < took < DRAIN_DEADLINE - 1.5, took  # its own deadline, not the default
-    assert not (isinstance(out["cut-short"], httpx.Response) and out["cut-short"].is_success)
-    assert "cut-short" not in _notes(db)
