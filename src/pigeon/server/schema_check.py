@@ -80,9 +80,7 @@ def _compile(schema: object) -> Check:
         if compile_keyword is None:
             raise _Unsupported
         checks.append(compile_keyword(argument, schema))
-    if len(checks) == 1:
-        return checks[0]
-    return lambda v: all(check(v) for check in checks)
+    return _every(checks)
 
 
 def _type(argument: Any, schema: Mapping[str, Any]) -> Check:
@@ -139,13 +137,33 @@ def _not(argument: Any, schema: Mapping[str, Any]) -> Check:
 
 
 def _all_of(argument: Any, schema: Mapping[str, Any]) -> Check:
-    inner = [_compile(each) for each in argument]
-    return lambda v: all(check(v) for check in inner)
+    return _every([_compile(each) for each in argument])
+
+
+def _every(checks: list[Check]) -> Check:
+    # A loop, not all() over a generator: this runs for every value of every write.
+    if len(checks) == 1:
+        return checks[0]
+
+    def every(value: Any) -> bool:
+        for check in checks:  # noqa: SIM110 - all() over a generator costs more
+            if not check(value):
+                return False
+        return True
+
+    return every
 
 
 def _any_of(argument: Any, schema: Mapping[str, Any]) -> Check:
     inner = [_compile(each) for each in argument]
-    return lambda v: any(check(v) for check in inner)
+
+    def some(value: Any) -> bool:
+        for check in inner:  # noqa: SIM110 - as _every
+            if check(value):
+                return True
+        return False
+
+    return some
 
 
 def _properties(argument: Any, schema: Mapping[str, Any]) -> Check:
