@@ -166,3 +166,13 @@ def test_a_refused_entry_is_worded_by_jsonschema() -> None:
     assert (
         refused == "operations[3]: Additional properties are not allowed ('extra' was unexpected)"
     )
+
+
+@pytest.mark.parametrize("keyword", ["minLength", "maxLength", "minimum", "maximum"])
+@pytest.mark.parametrize("value", ["abc", 2, 2.5, float("nan")])
+def test_a_bound_that_compares_false_either_way_is_read_as_jsonschema_reads_it(
+    keyword: str, value: object
+) -> None:
+    # NaN: neither "below" nor "at least"; "not" of the keyword must still agree.
+    _same({"not": {keyword: float("nan")}}, value)
+    _same({keyword: float("nan")}, value)

@@ -94,11 +94,11 @@ def _type(argument: Any, schema: Mapping[str, Any]) -> Check:
 
 
 def _min_length(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not isinstance(v, str) or len(v) >= argument
+    return lambda v: not isinstance(v, str) or not len(v) < argument  # as jsonschema
 
 
 def _max_length(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not isinstance(v, str) or len(v) <= argument
+    return lambda v: not isinstance(v, str) or not len(v) > argument
 
 
 def _pattern(argument: Any, schema: Mapping[str, Any]) -> Check:
