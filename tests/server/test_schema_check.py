@@ -78,7 +78,8 @@ _SCHEMAS: dict[str, Any] = {
 
 def _same(schema: Any, value: object) -> None:
     check = fast_check(schema)
-    assert check is not None
+    if check is None:  # left to jsonschema whole: nothing to compare
+        return
     assert check(value) == jsonschema.Draft202012Validator(schema).is_valid(value), value
 
 
@@ -86,6 +87,7 @@ def _same(schema: Any, value: object) -> None:
 @settings(max_examples=300, deadline=None)
 @given(value=st.one_of(_VALUES, _ENTRIES, _TEXT))
 def test_the_intake_schemas_say_what_jsonschema_says(name: str, value: object) -> None:
+    assert fast_check(_SCHEMAS[name]) is not None  # every one of them compiled
     _same(_SCHEMAS[name], value)
 
 
@@ -147,10 +149,10 @@ def test_each_keyword_says_what_jsonschema_says(schema: Any, value: object) -> N
     "schema",
     [
         {"$ref": "#/components/schemas/JsonValue"},
-        {"format": "email"},
         {"items": {"type": "string"}},
         {"properties": {"a": {"type": "string"}}, "patternProperties": {"^x": {}}},
-        {"additionalProperties": {"type": "string"}},
+        {"minimum": float("nan")},
+        {"maxLength": 1.5},
         {"enum": [1, "a"]},
         {"type": "decimal"},
         {"anyOf": [{"propertyNames": {"pattern": "a"}}]},
@@ -169,10 +171,7 @@ def test_a_refused_entry_is_worded_by_jsonschema() -> None:
 
 
 @pytest.mark.parametrize("keyword", ["minLength", "maxLength", "minimum", "maximum"])
-@pytest.mark.parametrize("value", ["abc", 2, 2.5, float("nan")])
-def test_a_bound_that_compares_false_either_way_is_read_as_jsonschema_reads_it(
-    keyword: str, value: object
-) -> None:
-    # NaN: neither "below" nor "at least"; "not" of the keyword must still agree.
-    _same({"not": {keyword: float("nan")}}, value)
-    _same({keyword: float("nan")}, value)
+def test_a_bound_that_compares_false_either_way_is_left_to_jsonschema(keyword: str) -> None:
+    # NaN: neither "below" nor "at least"; left to jsonschema, which reads it so.
+    assert fast_check({"not": {keyword: float("nan")}}) is None
+    assert fast_check({keyword: float("nan")}) is None

@@ -1,207 +1,108 @@
-"""A JSON Schema's "is this value valid?" as plain Python, for the schemas the intake checks
-on every operation (`pigeon.server.contract`, a route's ``request_schema``).
+"""A JSON Schema's "is this value valid?" at compiled speed, for the schemas the intake
+checks on every operation (`pigeon.server.contract`, a route's ``request_schema``).
 
 ``jsonschema`` builds a validator object and an error generator per keyword and per
 property it descends into: its ``is_valid`` on one batch entry took ~60 µs, more than the
-entry's whole storage. ``fast_check(schema)`` compiles the schema once into nested
-closures that say the same thing in a few µs, or None when the schema uses a keyword
-outside the small set below (the caller keeps ``jsonschema`` for all of it).
+entry's whole storage. ``fast_check(schema)`` compiles the schema once with
+``fastjsonschema`` (generated Python, ~1 µs a note), or returns None when the schema says
+something ``fastjsonschema``'s draft 7 could read otherwise than ``jsonschema``'s Draft
+2020-12 (the caller keeps ``jsonschema`` for all of it).
 
-Each keyword's closure is exact, True exactly when ``jsonschema``'s Draft 2020-12 reading
-of it (its ``_keywords`` and ``_types``) finds no error, so that ``not`` of one is exact
-too; tests/server/test_schema_check.py holds them to the same answers. Callers still
-send a value the closures refuse on to ``jsonschema``, whose error names the problem: a
-refusal and its words stay ``jsonschema``'s own.
+Callers send a value the fast check refuses on to ``jsonschema``, which decides and words
+the refusal: only "valid" must be exact, and tests/server/test_schema_check.py holds the
+two to the same answers.
 """
 
 from __future__ import annotations
 
-import numbers
-import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
+
+import fastjsonschema
+
+from pigeon.checks import is_finite, is_int, is_int_in
 
 Check = Callable[[Any], bool]
 
-# Keywords that never refuse a value (annotations), and extensions ("x-..."), which
-# jsonschema ignores as every keyword it does not know.
+_TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
+_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+_COUNTS = frozenset({"minLength", "maxLength", "minProperties", "maxProperties"})
+# Keywords that never refuse a value: annotations (``format`` is one in both, as the
+# fast check is compiled without format checks) and extensions ("x-...").
 _ANNOTATIONS = frozenset(
     {"$schema", "$id", "$comment", "title", "description", "examples", "default",
-     "deprecated", "readOnly", "writeOnly"}
+     "deprecated", "readOnly", "writeOnly", "format"}
 )  # fmt: skip
-
-
-class _Unsupported(Exception):
-    """A keyword (or a form of one) this module does not say: use jsonschema."""
 
 
 def fast_check(schema: object) -> Check | None:
     """``schema`` as a function ``value -> True`` when ``value`` is valid (False: ask
-    ``jsonschema``), or None when it says something beyond the keywords compiled here."""
-    try:
-        return _compile(schema)
-    except _Unsupported:
+    ``jsonschema``), or None when it says something the fast check may read otherwise."""
+    if not _same_in_both(schema):
         return None
+    if isinstance(schema, Mapping):  # the draft is fastjsonschema's own (7)
+        schema = {k: v for k, v in schema.items() if k not in ("$schema", "$id")}
+    validate = fastjsonschema.compile(
+        cast(dict[str, Any] | bool, schema), use_default=False, use_formats=False
+    )
+
+    def valid(value: Any) -> bool:
+        try:
+            validate(value)
+        except fastjsonschema.JsonSchemaException:
+            return False
+        return True
+
+    return valid
 
 
-def _is_integer(value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-
-
-def _is_number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, numbers.Number)
-
-
-_TYPES: dict[str, Check] = {
-    "string": lambda v: isinstance(v, str),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-    "integer": _is_integer,
-    "number": _is_number,
-}
-
-
-def _compile(schema: object) -> Check:
-    if schema is True:
-        return lambda v: True
-    if schema is False:
-        return lambda v: False
+def _same_in_both(schema: object) -> bool:
+    """Every keyword of ``schema`` (and its subschemas) read alike by both drafts."""
+    if isinstance(schema, bool):
+        return True
     if not isinstance(schema, Mapping):
-        raise _Unsupported
-    checks: list[Check] = []
+        return False
     for keyword, argument in schema.items():
         if keyword in _ANNOTATIONS or keyword.startswith("x-"):
             continue
-        compile_keyword = _KEYWORDS.get(keyword)
-        if compile_keyword is None:
-            raise _Unsupported
-        checks.append(compile_keyword(argument, schema))
-    return _every(checks)
-
-
-def _type(argument: Any, schema: Mapping[str, Any]) -> Check:
-    names = [argument] if isinstance(argument, str) else list(argument)
-    if any(name not in _TYPES for name in names):
-        raise _Unsupported
-    tests = [_TYPES[name] for name in names]
-    if len(tests) == 1:
-        return tests[0]
-    return lambda v: any(test(v) for test in tests)
-
-
-def _min_length(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not isinstance(v, str) or not len(v) < argument  # as jsonschema
-
-
-def _max_length(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not isinstance(v, str) or not len(v) > argument
-
-
-def _pattern(argument: Any, schema: Mapping[str, Any]) -> Check:
-    search = re.compile(argument).search  # jsonschema's re.search, compiled once
-    return lambda v: not isinstance(v, str) or search(v) is not None
-
-
-def _minimum(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not _is_number(v) or not v < argument  # NaN: as jsonschema
-
-
-def _maximum(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return lambda v: not _is_number(v) or not v > argument
-
-
-def _strings(members: Any) -> frozenset[str]:
-    # Only string members: jsonschema's equality of a string is ==, of others it is not.
-    if not all(isinstance(member, str) for member in members):
-        raise _Unsupported
-    return frozenset(members)
-
-
-def _enum(argument: Any, schema: Mapping[str, Any]) -> Check:
-    members = _strings(argument)
-    return lambda v: isinstance(v, str) and v in members
-
-
-def _const(argument: Any, schema: Mapping[str, Any]) -> Check:
-    members = _strings([argument])
-    return lambda v: isinstance(v, str) and v in members
-
-
-def _not(argument: Any, schema: Mapping[str, Any]) -> Check:
-    inner = _compile(argument)  # exact, as every check here: so its negation is too
-    return lambda v: not inner(v)
-
-
-def _all_of(argument: Any, schema: Mapping[str, Any]) -> Check:
-    return _every([_compile(each) for each in argument])
-
-
-def _every(checks: list[Check]) -> Check:
-    # A loop, not all() over a generator: this runs for every value of every write.
-    if len(checks) == 1:
-        return checks[0]
-
-    def every(value: Any) -> bool:
-        for check in checks:  # noqa: SIM110 - all() over a generator costs more
-            if not check(value):
+        if not _plain_argument(keyword, argument):
+            return False
+        if keyword in _PLAIN_KEYWORDS:
+            continue
+        if keyword in ("enum", "const"):
+            # Python's == takes 1 for True; jsonschema does not: only strings compare alike.
+            members = argument if keyword == "enum" else [argument]
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
                 return False
-        return True
-
-    return every
-
-
-def _any_of(argument: Any, schema: Mapping[str, Any]) -> Check:
-    inner = [_compile(each) for each in argument]
-
-    def some(value: Any) -> bool:
-        for check in inner:  # noqa: SIM110 - as _every
-            if check(value):
-                return True
-        return False
-
-    return some
+        elif keyword == "not" or keyword == "additionalProperties":
+            if not _same_in_both(argument):
+                return False
+        elif keyword in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(argument, list) or not all(map(_same_in_both, argument)):
+                return False
+        elif keyword == "properties":
+            if not isinstance(argument, Mapping) or not all(map(_same_in_both, argument.values())):
+                return False
+        else:
+            return False
+    return True
 
 
-def _properties(argument: Any, schema: Mapping[str, Any]) -> Check:
-    inner = [(name, _compile(each)) for name, each in argument.items()]
-    return lambda v: (
-        not isinstance(v, dict) or all(check(v[name]) for name, check in inner if name in v)
-    )
+_PLAIN_KEYWORDS = _BOUNDS | _COUNTS | {"type", "pattern", "required"}
 
 
-def _required(argument: Any, schema: Mapping[str, Any]) -> Check:
-    names = list(argument)
-    return lambda v: not isinstance(v, dict) or all(name in v for name in names)
-
-
-def _additional(argument: Any, schema: Mapping[str, Any]) -> Check:
-    if "patternProperties" in schema:
-        raise _Unsupported
-    if argument is True:
-        return lambda v: True
-    if argument is not False:
-        raise _Unsupported
-    known = frozenset(schema.get("properties", ()))
-    return lambda v: not isinstance(v, dict) or known.issuperset(v)
-
-
-_KEYWORDS: dict[str, Callable[[Any, Mapping[str, Any]], Check]] = {
-    "type": _type,
-    "minLength": _min_length,
-    "maxLength": _max_length,
-    "pattern": _pattern,
-    "minimum": _minimum,
-    "maximum": _maximum,
-    "enum": _enum,
-    "const": _const,
-    "not": _not,
-    "allOf": _all_of,
-    "anyOf": _any_of,
-    "properties": _properties,
-    "required": _required,
-    "additionalProperties": _additional,
-}
+def _plain_argument(keyword: str, argument: Any) -> bool:
+    """A keyword without subschemas has an argument both read alike: finite bounds (a NaN
+    bound compares false either way, and fastjsonschema cannot write it), known types."""
+    if keyword in _BOUNDS:
+        return is_int(argument) or is_finite(argument)  # an int of any size is finite
+    if keyword in _COUNTS:
+        return is_int_in(argument, 0)
+    if keyword == "type":
+        names = argument if isinstance(argument, list) else [argument]
+        return all(isinstance(n, str) and n in _TYPES for n in names)
+    if keyword == "pattern":
+        return isinstance(argument, str)
+    if keyword == "required":
+        return isinstance(argument, list) and all(isinstance(n, str) for n in argument)
+    return True
