@@ -21,7 +21,8 @@ from tests.cli.test_serve_cmd import start
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_PACKAGES = {
     "starlette", "uvicorn", "psycopg", "psycopg-binary", "psycopg-pool", "jinja2",
-    "prometheus-client", "pycrdt", "jsonschema", "pyjwt", "redis", "nats-py", "aio-pika",
+    "prometheus-client", "pycrdt", "jsonschema", "fastjsonschema", "pyjwt", "redis", "nats-py",
+    "aio-pika",
     # Not the server's, but no device needs it: typer 0.29 pulled it in for every command.
     "pydantic", "pydantic-core",
 }  # fmt: skip
