@@ -5,16 +5,20 @@ every database, the other tests' included) and took from a quarter of a second t
 second per test here. A database a test has finished with is emptied instead (its
 clients cut off, every schema of its own dropped, ``public`` made anew: what a new
 database holds) and handed to the next test of this process; the pool is dropped when
-the session ends.
+the session ends. Made and dropped by ``pigeon.storage.scratch``, as rehearsals do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 
 import psycopg
 from psycopg import sql
+
+from pigeon.exceptions import StoreUnavailable
+from pigeon.storage import scratch
 
 _OWN_SCHEMAS = """
 SELECT nspname FROM pg_namespace
@@ -27,50 +31,49 @@ class Databases:
 
     def __init__(self, admin_dsn: str) -> None:
         self.admin_dsn = admin_dsn
-        self._free: dict[str, list[str]] = {}  # prefix -> names of emptied databases
+        info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
+        self._server = (
+            f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+            f"{info.get('port', 5432)}/"
+        )
+        self._free: dict[str, list[str]] = {}  # prefix -> URLs of emptied databases
         self._lock = threading.Lock()
 
     def create(self, prefix: str) -> str:
         """The URL of an empty database (a URL: ``open_server_db`` knows it by its scheme)."""
         with self._lock:
             free = self._free.setdefault(prefix, [])
-            name = free.pop() if free else None
-        if name is None:
-            name = f"{prefix}{uuid.uuid4().hex[:12]}"
-            with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-                # A commit returns before its WAL reaches the disk: the tests kill pigeon's
-                # processes, never the database server, so no test can tell the difference.
-                admin.execute(
-                    sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
-                        sql.Identifier(name)
-                    )
+            if free:
+                return free.pop()
+        url = f"{self._server}{prefix}{uuid.uuid4().hex[:12]}"
+        scratch.create(url)
+        # A commit returns before its WAL reaches the disk: the tests kill pigeon's
+        # processes, never the database server, so no test can tell the difference.
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
+                    sql.Identifier(_name(url))
                 )
-        info = psycopg.conninfo.conninfo_to_dict(self.admin_dsn)
-        return (
-            f"postgresql://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
-            f"{info.get('port', 5432)}/{name}"
-        )
+            )
+        return url
 
     def release(self, url: str) -> None:
         """Empty the database of ``url`` for the next test; dropped if it cannot be."""
-        name = url.rsplit("/", 1)[1]
-        prefix = name[:-12]
         try:
-            self._empty(name)
+            self._empty(_name(url))
         except psycopg.Error:
-            self._drop(name)
+            _drop(url)
             return
         with self._lock:
-            self._free.setdefault(prefix, []).append(name)
+            self._free.setdefault(_name(url)[:-12], []).append(url)
 
     def drop_all(self) -> None:
         """Drop every pooled database (at the end of the session)."""
         with self._lock:
-            names = [name for free in self._free.values() for name in free]
+            urls = [url for free in self._free.values() for url in free]
             self._free.clear()
-        for name in names:
-            self._drop(name)
+        for url in urls:
+            _drop(url)
 
     def _empty(self, name: str) -> None:
         with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
@@ -86,11 +89,11 @@ class Databases:
             conn.execute("CREATE SCHEMA public AUTHORIZATION pg_database_owner")
             conn.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
 
-    def _drop(self, name: str) -> None:
-        try:
-            with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
-        except psycopg.Error:
-            pass  # the server is gone: nothing of this run's is left to tidy
+
+def _name(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+def _drop(url: str) -> None:
+    with contextlib.suppress(StoreUnavailable):  # the server is gone: nothing left to tidy
+        scratch.discard(url)
