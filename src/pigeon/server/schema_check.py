@@ -27,6 +27,8 @@ Check = Callable[[Any], bool]
 _TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
 _BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _COUNTS = frozenset({"minLength", "maxLength", "minProperties", "maxProperties"})
+# Keywords without subschemas, read alike by both drafts when their argument is plain.
+_PLAIN_KEYWORDS = _BOUNDS | _COUNTS | {"type", "pattern", "required"}
 # Keywords that never refuse a value: annotations (``format`` is one in both, as the
 # fast check is compiled without format checks) and extensions ("x-...").
 _ANNOTATIONS = frozenset(
@@ -86,9 +88,6 @@ def _same_in_both(schema: object) -> bool:
         else:
             return False
     return True
-
-
-_PLAIN_KEYWORDS = _BOUNDS | _COUNTS | {"type", "pattern", "required"}
 
 
 def _plain_argument(keyword: str, argument: Any) -> bool:
