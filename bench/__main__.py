@@ -9,6 +9,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from bench._condition import measure
 from bench._report import Row, dump, print_rows
 
 
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if m.name.endswith("_bench"))
     if args.only:
         names = [n for n in names if n in args.only or n.removesuffix("_bench") in args.only]
+    print("measuring the machine's condition ...", file=sys.stderr, flush=True)
+    condition = measure()
     rows: list[Row] = []
     for name in names:
         module = importlib.import_module(f"bench.{name}")
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         run = module.run
         kwargs = {"quick": args.quick} if "quick" in inspect.signature(run).parameters else {}
         rows.extend(run(**kwargs))
+    print(condition.markdown(), flush=True)
     print_rows(rows)
     if args.json:
         dump(rows, args.json)

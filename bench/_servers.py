@@ -12,9 +12,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import psycopg
+
+from bench._report import rate
+from bench._warm import WARM_REQUESTS
+
+# What starts a server process: ``subprocess.Popen``, or a test's recording helper.
+Spawn = Callable[..., "subprocess.Popen[Any]"]
+# The body of every note the HTTP benchmarks send, to pigeon and to the floor alike.
+BODY = {"title": "shopping list", "body": "milk, eggs, bread, coffee"}
 
 
 def free_port() -> int:
@@ -36,10 +45,12 @@ def wait_until_up(url: str, timeout: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def process(args: list[str], probe_path: str = "/") -> Iterator[str]:
+def process(
+    args: list[str], probe_path: str = "/", spawn: Spawn = subprocess.Popen
+) -> Iterator[str]:
     """Run `args` (which must accept a trailing --port) and yield its base URL."""
     port = free_port()
-    proc = subprocess.Popen([*args, "--port", str(port)], stdout=subprocess.DEVNULL)
+    proc = spawn([*args, "--port", str(port)], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url + probe_path)
@@ -51,6 +62,19 @@ def process(args: list[str], probe_path: str = "/") -> Iterator[str]:
 
 def uvicorn_app(app: str) -> list[str]:
     return [sys.executable, "-m", "uvicorn", app, "--log-level", "warning", "--no-access-log"]
+
+
+def floor_rate(path: str, n: int, spawn: Spawn = subprocess.Popen) -> float:
+    """Requests per second of plain sequential httpx POSTs to ``path`` of the floor app
+    (bench/_floor_app.py) in its own uvicorn process, after WARM_REQUESTS untimed."""
+    app = uvicorn_app("bench._floor_app:app")
+    with process(app, "/none", spawn) as url, httpx.Client(base_url=url) as client:
+        for i in range(WARM_REQUESTS):
+            client.post(path, json={"id": i, **BODY})
+        started = time.perf_counter()
+        for i in range(n):
+            client.post(path, json={"id": i, **BODY})
+        return rate(n, time.perf_counter() - started)
 
 
 def timed_clients(

@@ -1,11 +1,14 @@
-"""What the edge benchmarks and their ceilings share: the payload, the raw baseline's
-table, and a harness of writer threads that start and stop together."""
+"""What the edge benchmarks, their ceilings and the machine's condition share: the
+payload, the raw baseline (its table and its one INSERT per commit), and a harness of
+writer threads that start and stop together."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
+import uuid
 from pathlib import Path
 
 PAYLOAD = {"title": "shopping list", "body": "milk, eggs, bread, coffee " * 6, "pinned": False}
@@ -18,6 +21,30 @@ def raw_table(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("CREATE TABLE ops (id TEXT PRIMARY KEY, key TEXT, entity TEXT, payload TEXT)")
     return conn
+
+
+class RawInserts:
+    """sqlite3 INSERT + COMMIT per operation, WAL, synchronous=FULL: the edge's floor."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = raw_table(path)
+        self.text = json.dumps(PAYLOAD)
+        self.i = 0
+
+    def step(self, k: int) -> float:
+        started = time.perf_counter()
+        for _ in range(k):
+            self.i += 1
+            self.conn.execute("BEGIN")
+            self.conn.execute(
+                "INSERT INTO ops VALUES (?, ?, ?, ?)",
+                (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{self.i}", self.text),
+            )
+            self.conn.execute("COMMIT")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 class Writers:

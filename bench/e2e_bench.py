@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from bench._report import Row, rate, row
-from bench._servers import process, timed_clients, uvicorn_app
+from bench._servers import BODY, floor_rate, process, timed_clients, uvicorn_app
 from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.options import QueueOptions
@@ -46,19 +46,6 @@ from pigeon.protocol.http import HttpTransport
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.options import SyncOptions
-
-BODY = {"title": "shopping list", "body": "milk, eggs, bread, coffee"}
-
-
-def _floor(path: str, n: int) -> float:
-    app = uvicorn_app("bench._floor_app:app")
-    with process(app, probe_path="/none") as url, httpx.Client(base_url=url) as client:
-        for i in range(50):  # warm up the connection and the app
-            client.post(path, json={"id": i, **BODY})
-        started = time.perf_counter()
-        for i in range(n):
-            client.post(path, json={"id": i, **BODY})
-        return rate(n, time.perf_counter() - started)
 
 
 def _server_alone(
@@ -151,8 +138,8 @@ def run(*, quick: bool = False) -> list[Row]:
     n_batch = 2000 if quick else 10000
     # The floor is taken before and after the pigeon runs and the faster kept, so that a
     # quiet spell on a shared machine flatters the floor rather than pigeon.
-    floors = [_floor("/plain", n_floor)]
-    floor_sqlite = _floor("/sqlite", n_floor)
+    floors = [floor_rate("/plain", n_floor)]
+    floor_sqlite = floor_rate("/sqlite", n_floor)
     with tempfile.TemporaryDirectory(prefix="pigeon-e2e-") as tmp:
         cases = [  # label, target (x floor), rate
             ("1 op/request", 0.6, _pigeon(Path(tmp), n_single, False)),
@@ -174,7 +161,7 @@ def run(*, quick: bool = False) -> list[Row]:
             ("batches of 100, 2 on the wire, set-based",
              _server_alone(Path(tmp), n_batch, 100, 2, raw=True, raw_app="set_app")),
         ]  # fmt: skip
-    floors.append(_floor("/plain", n_floor))
+    floors.append(floor_rate("/plain", n_floor))
     floor = max(floors)
     floor_name = "floor: plain httpx -> Starlette"
     rows: list[Row] = [

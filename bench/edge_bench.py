@@ -27,34 +27,10 @@ from pathlib import Path
 
 from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
-from bench._writers import PAYLOAD, Writers, raw_table
+from bench._writers import PAYLOAD, RawInserts, Writers
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.sqlite import EdgeStore
-
-
-class _Raw:
-    """sqlite3 INSERT + COMMIT per operation, WAL, synchronous=FULL: the floor."""
-
-    def __init__(self, path: Path) -> None:
-        self.conn = raw_table(path)
-        self.text = json.dumps(PAYLOAD)
-        self.i = 0
-
-    def step(self, k: int) -> float:
-        started = time.perf_counter()
-        for _ in range(k):
-            self.i += 1
-            self.conn.execute("BEGIN")
-            self.conn.execute(
-                "INSERT INTO ops VALUES (?, ?, ?, ?)",
-                (str(uuid.uuid4()), str(uuid.uuid4()), f"note:{self.i}", self.text),
-            )
-            self.conn.execute("COMMIT")
-        return time.perf_counter() - started
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 class _PersistPut:
@@ -216,7 +192,7 @@ def run(*, quick: bool = False) -> list[Row]:
         # the fsync latency of a shared machine (it follows the other tenants' writes from
         # one second to the next) weighs on each of them alike.
         raw_c, put_c, one_c, sql_c, least_c = (
-            _Raw(d / "raw.db"),
+            RawInserts(d / "raw.db"),
             _PersistPut(d / "pq-put"),
             _EnqueueOne(d / "one.db"),
             EnqueueSQL(d / "sql.db"),
