@@ -8,8 +8,11 @@ an fsync per commit the disk hides the CPU cost this measures.
 * server intake, one ``POST /notes`` per transaction (the note and the stored response
   sealed) and batches of 100, in process on SQLite: ``open_server_db(keyring=...)`` vs none.
 
-Timed in CPU seconds of this process (``time.process_time``): all of it runs in this one
-thread, and on a shared machine wall time mostly measures the neighbours.
+Each pair runs interleaved, step by step, after one untimed round of the same steps for
+both (``bench._warm.interleaved``), so the first use of a statement, an import or a cache
+is paid by neither. Timed in CPU seconds of this process (``time.process_time``): all of
+it runs in this one thread, and on a shared machine wall time mostly measures the
+neighbours.
 
 Target: a key costs at most 25% of the throughput on these CPU-bound paths. Without a key
 the code path is the one the other benchmarks measure (compare them with main's).
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench._report import Row, rate, row
+from bench._warm import interleaved
 from bench._writers import PAYLOAD
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
@@ -111,11 +115,8 @@ Factory = Callable[[Path, Keyring | None], "_Enqueue | _Deliver | _Intake"]
 def _pair(folder: Path, name: str, factory: Factory, k: int) -> tuple[float, float]:
     """(with a key, without) in operations per second, interleaved step by step."""
     keyed, plain = factory(folder / f"{name}-key.db", KEYS), factory(folder / f"{name}.db", None)
-    spent = [0.0, 0.0]
     try:
-        for _ in range(ROUNDS):
-            spent[0] += keyed.step(k)
-            spent[1] += plain.step(k)
+        spent = interleaved((keyed, plain), (k, k), ROUNDS)
     finally:
         keyed.close()
         plain.close()

@@ -22,6 +22,12 @@ ceiling of pigeon's set-based batches.
 The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
 process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL
 SQLite insert per request.
+
+Every server here gets the same warm-up before its clock starts
+(``bench._warm.WARM_REQUESTS`` requests of the kind it is timed on, over the connections
+it is timed on): the floor's POSTs; pigeon's e2e cases a first delivery of that many
+requests' worth of operations by the same engine and transport; the ceilings and raw
+limits that many of their prebuilt requests, spread over their connections.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import httpx
 
 from bench._report import Row, rate, row
 from bench._servers import BODY, floor_rate, process, timed_clients, uvicorn_app
+from bench._warm import WARM_REQUESTS, warm_share
 from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
 from pigeon.edge.options import QueueOptions
@@ -54,14 +61,14 @@ def _server_alone(
     """Operations per second of `pigeon serve` fed prebuilt requests (``batch`` = 1: single
     POST /notes) over ``streams`` keep-alive connections, each one request at a time.
     ``raw``: the same requests to the intake's SQL alone (bench/_raw_intake_app.py)."""
-    per = max(n // streams // batch, 1)
+    per, warm = max(n // streams // batch, 1), warm_share(streams)
 
     def op(key: str) -> dict[str, Any]:
         return {"id": key, **BODY}
 
     def requests(s: int) -> list[tuple[str, bytes, dict[str, str]]]:
         out = []
-        for r in range(per):
+        for r in range(warm + per):
             keys = [f"c{s}-{r}-{j}" for j in range(batch)]
             if batch == 1:
                 body = json.dumps(op(keys[0])).encode()
@@ -76,9 +83,9 @@ def _server_alone(
 
     planned = [requests(s) for s in range(streams)]
 
-    def send(s: int, client: httpx.Client) -> int:
+    def send(s: int, client: httpx.Client, first: int = warm, end: int = warm + per) -> int:
         ok = 0
-        for path, body, headers in planned[s]:
+        for path, body, headers in planned[s][first:end]:
             headers = {"content-type": "application/json", **headers}
             answer = client.post(path, content=body, headers=headers)
             ok += batch if answer.status_code in (200, 201) else 0
@@ -86,7 +93,7 @@ def _server_alone(
 
     with _alone_server(tmp / f"alone-{batch}-{streams}.db", raw=raw, raw_app=raw_app) as url:
         answered, elapsed = timed_clients(
-            url, streams, send, warm=lambda s, client: client.get(HEALTH_PATH)
+            url, streams, send, warm=lambda s, client: send(s, client, 0, warm)
         )
     if answered != per * batch * streams:
         raise RuntimeError(f"server alone: {answered}/{per * batch * streams} answered")
@@ -110,9 +117,6 @@ def _pigeon(
     name = f"{batch}-{concurrency}-{pipeline}"
     with ServerProcess(tmp / f"server-{name}.db", allow_anonymous=True) as server:
         queue = OfflineQueue(tmp / f"edge-{name}.db", QueueOptions(durability="full"))
-        with queue.batch():
-            for i in range(n):
-                queue.enqueue("create", f"note:b{i}", {"id": f"b{i}", **BODY})
         transport = HttpTransport(server.url, batch=batch, timeout=30.0, concurrency=concurrency)
         size = 100 if batch is False else int(batch)
         engine = SyncEngine(
@@ -121,10 +125,18 @@ def _pigeon(
             SyncOptions(cycle_size=size, pipeline=pipeline),
             connectivity=ManualMonitor(True),
         )
+        # The same warm-up as the floor's: WARM_REQUESTS requests of this kind, untimed.
+        warm = WARM_REQUESTS * (1 if batch is False else int(batch))
+        for tag, count in (("w", warm), ("b", n)):
+            with queue.batch():
+                for i in range(count):
+                    queue.enqueue("create", f"note:{tag}{i}", {"id": f"{tag}{i}", **BODY})
+            if tag == "w" and not engine.drain(timeout=600):
+                raise RuntimeError("the warm-up did not drain")
         started = time.perf_counter()
         drained = engine.drain(timeout=600)
         elapsed = time.perf_counter() - started
-        delivered = queue.stats().delivered
+        delivered = queue.stats().delivered - warm
         transport.close()
         queue.close()
         if not drained or delivered != n:

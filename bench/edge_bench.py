@@ -14,6 +14,12 @@
   "normal" so fsync noise does not hide index costs). The deep file is built by bulk
   inserts through the store's own ``bulk_insert_op`` query in transactions of 50,000
   rows (distinct entities, each its own head), which is what 1,000,000 enqueues leave.
+
+Warm-up, alike for pigeon and its baselines: the interleaved contenders each run one
+round of steps untimed before the 50 timed ones (``bench._warm.interleaved``: first
+statements compiled, lazy imports and caches filled); the delivery cycles, pigeon's and
+persist-queue's, each open their file untimed and time from their first read, the
+median of three; the depth rows compare pigeon with itself.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
+from bench._warm import interleaved
 from bench._writers import PAYLOAD, RawInserts, Writers
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
@@ -203,11 +210,8 @@ def run(*, quick: bool = False) -> list[Row]:
         bare_c = BareThreads(d / "bare.db", 8)
         contenders = (raw_c, put_c, one_c, sql_c, least_c, eight_c, grouped_c, bare_c)
         sizes = (n_single // 50,) * 5 + (n_threads // 50,) * 3
-        spent = [0.0] * len(contenders)
         try:
-            for _ in range(50):
-                for index, (contender, k) in enumerate(zip(contenders, sizes, strict=True)):
-                    spent[index] += contender.step(k)
+            spent = interleaved(contenders, sizes, 50)
             per_commit, bare_per_commit = eight_c.ops_per_commit, bare_c.rows_per_commit
         finally:
             for contender in contenders:
