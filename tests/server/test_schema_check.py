@@ -156,6 +156,7 @@ def test_each_keyword_says_what_jsonschema_says(schema: Any, value: object) -> N
         {"enum": [1, "a"]},
         {"type": "decimal"},
         {"anyOf": [{"propertyNames": {"pattern": "a"}}]},
+        {"required": ["id"], "additionalProperties": False},  # fastjsonschema: no such schema
     ],
 )
 def test_a_schema_beyond_the_compiled_keywords_is_left_to_jsonschema(schema: Any) -> None:
@@ -175,3 +176,24 @@ def test_a_bound_that_compares_false_either_way_is_left_to_jsonschema(keyword: s
     # NaN: neither "below" nor "at least"; left to jsonschema, which reads it so.
     assert fast_check({"not": {keyword: float("nan")}}) is None
     assert fast_check({keyword: float("nan")}) is None
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"pattern": "^a$"}, "a\n"),  # jsonschema: "$" also matches before a final newline
+        ({"not": {"pattern": "^a$"}}, "a\n"),
+        ({"not": {"pattern": "a$"}}, "ba\n"),
+        ({"not": {"pattern": "^a$", "title": "t"}}, "a"),
+        ({"not": {"pattern": "b"}}, 7),  # a pattern passes a non-string: its "not" refuses
+        ({"not": {"enum": ["a", "b"]}}, "a"),
+        ({"not": {"enum": ["a", "b"]}}, 1),
+        ({"not": {"const": "."}}, "."),
+        ({"type": "string", "format": "email"}, "no address"),  # an annotation here
+    ],
+)
+def test_patterns_and_their_negations_read_as_jsonschema_reads_them(
+    schema: Any, value: object
+) -> None:
+    assert fast_check(schema) is not None
+    _same(schema, value)

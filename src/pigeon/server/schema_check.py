@@ -15,6 +15,7 @@ two to the same answers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -23,14 +24,15 @@ import fastjsonschema
 from pigeon.checks import is_finite, is_int, is_int_in
 
 Check = Callable[[Any], bool]
+_Formats = dict[str, Callable[[str], object]]
 
 _TYPES = frozenset({"null", "boolean", "object", "array", "number", "integer", "string"})
 _BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 _COUNTS = frozenset({"minLength", "maxLength", "minProperties", "maxProperties"})
 # Keywords without subschemas, read alike by both drafts when their argument is plain.
 _PLAIN_KEYWORDS = _BOUNDS | _COUNTS | {"type", "pattern", "required"}
-# Keywords that never refuse a value: annotations (``format`` is one in both, as the
-# fast check is compiled without format checks) and extensions ("x-...").
+# Keywords that never refuse a value: annotations (``format`` is one in both: the fast
+# check leaves it out) and extensions ("x-...").
 _ANNOTATIONS = frozenset(
     {"$schema", "$id", "$comment", "title", "description", "examples", "default",
      "deprecated", "readOnly", "writeOnly", "format"}
@@ -42,11 +44,15 @@ def fast_check(schema: object) -> Check | None:
     ``jsonschema``), or None when it says something the fast check may read otherwise."""
     if not _same_in_both(schema):
         return None
-    if isinstance(schema, Mapping):  # the draft is fastjsonschema's own (7)
-        schema = {k: v for k, v in schema.items() if k not in ("$schema", "$id")}
-    validate = fastjsonschema.compile(
-        cast(dict[str, Any] | bool, schema), use_default=False, use_formats=False
-    )
+    formats: _Formats = {}
+    try:
+        validate = fastjsonschema.compile(
+            cast(dict[str, Any] | bool, _compiled_form(schema, formats)),
+            use_default=False,
+            formats=cast(dict[str, Callable[[Any], bool]], formats),
+        )
+    except fastjsonschema.JsonSchemaDefinitionException:
+        return None  # one it refuses to compile (a required property none may have)
 
     def valid(value: Any) -> bool:
         try:
@@ -56,6 +62,62 @@ def fast_check(schema: object) -> Check | None:
         return True
 
     return valid
+
+
+def _compiled_form(schema: Any, formats: _Formats) -> Any:
+    """``schema`` as ``fastjsonschema`` is given it, its annotations left out and each
+    ``pattern`` (and each ``not`` of a pattern or of strings) turned into a format check of
+    ours (``formats``): ``fastjsonschema`` reads ``$`` as the end of the text where
+    ``jsonschema``'s ``re.search`` also takes it before a final newline, and it answers a
+    ``not`` by raising and catching an exception for every valid value (two of them were
+    most of a note's check)."""
+    if not isinstance(schema, Mapping):
+        return schema  # True or False
+    out: dict[str, Any] = {}
+    checks: list[dict[str, Any]] = []
+    for keyword, argument in schema.items():
+        if keyword in _ANNOTATIONS or keyword.startswith("x-"):
+            continue
+        if keyword == "pattern":
+            checks.append({"format": _format(formats, re.compile(argument).search)})
+        elif keyword == "not" and (negated := _negated(argument)) is not None:
+            kind, passes = negated
+            checks.append({**kind, "format": _format(formats, passes)})
+        elif keyword in ("not", "additionalProperties"):
+            out[keyword] = _compiled_form(argument, formats)
+        elif keyword in ("allOf", "anyOf", "oneOf"):
+            out[keyword] = [_compiled_form(each, formats) for each in argument]
+        elif keyword == "properties":
+            out[keyword] = {k: _compiled_form(v, formats) for k, v in argument.items()}
+        else:
+            out[keyword] = argument
+    if checks:
+        out["allOf"] = [*out.get("allOf", []), *checks]
+    return out
+
+
+def _negated(schema: Any) -> tuple[dict[str, str], Callable[[str], bool]] | None:
+    """What ``{"not": schema}`` asks of a value, when ``schema`` is only a pattern (a string
+    it does not match) or only strings (``enum``, ``const``: any value but those): the
+    type it asks for and the format check that says the rest. None for any other."""
+    if not isinstance(schema, Mapping):
+        return None
+    said = {k: v for k, v in schema.items() if k not in _ANNOTATIONS and not k.startswith("x-")}
+    if said.keys() == {"pattern"}:
+        search = re.compile(said["pattern"]).search
+        return {"type": "string"}, lambda text: search(text) is None
+    if said.keys() in ({"enum"}, {"const"}):  # strings only (_same_in_both)
+        members = frozenset(said["enum"] if "enum" in said else [said["const"]])
+        return {}, lambda text: text not in members
+    return None
+
+
+def _format(formats: _Formats, check: Callable[[str], object]) -> str:
+    """A new format name for ``check``, which passes a string when it answers a true value
+    (``fastjsonschema`` applies a format to strings only, as ``pattern`` applies)."""
+    name = f"pigeon-{len(formats)}"
+    formats[name] = check
+    return name
 
 
 def _same_in_both(schema: object) -> bool:
