@@ -23,7 +23,7 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.stores.postgres import ListenWakeup
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.wakeup import channel
-from pigeon.jobs.worker import Worker
+from pigeon.jobs.worker import STUCK, Worker
 from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.queries import load_queries
@@ -388,3 +388,35 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
     assert all(h[-1]["outcome"] == "succeeded" for h in histories)
     if worker.stats.unrecorded:
         assert any(a["outcome"] == "lease_expired" for h in histories for a in h[:-1])
+
+
+def test_a_stuck_job_is_abandoned_on_time_while_the_database_is_away(
+    pg: Database, pg_url: str
+) -> None:
+    # The lease is renewed by a database write, which an outage holds for up to the pool's
+    # acquire timeout (10 s); the supervisor deadline must not wait for it: past the lease
+    # the job is rescued, and its stuck runner would still be running it.
+    dbname = pg_url.rsplit("/", 1)[1]
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=0.5, external_call=0.2, supervisor=0.8, lease=1.5))
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(queue="q")
+    def spin() -> None:
+        started.set()
+        release.wait(10)  # stuck in the job's own code, never in the database
+
+    JobManager(pg, app).enqueue(JobSpec("q", "spin"))
+    abandoned: list[float] = []
+    worker = Worker(app, pg, {"q": 1}, on_stuck=lambda: abandoned.append(time.monotonic()))
+    thread = run_in_thread(worker)
+    try:
+        assert started.wait(10)
+        begun = time.monotonic()
+        with _outage(dbname):
+            wait_for(lambda: bool(abandoned), timeout=3)
+    finally:
+        release.set()
+        worker.stop()
+        thread.join()
+    assert abandoned[0] - begun < 0.8 + 0.3 and worker.exit_code == STUCK

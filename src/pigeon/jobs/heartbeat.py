@@ -2,10 +2,13 @@
 holds and enforces the timeout hierarchy (``Worker``'s, in a mixin of its own).
 
 Job code cannot block it, and a round that fails (a bug of its own, a raising
-``on_stuck``) is logged and the next one runs. It wakes at each running job's timeout and
-supervisor deadline rather than only on its regular ticks: a process with a job past the
-supervisor timeout is abandoned first thing (``on_stuck``); a job past its timeout is
-recorded as failed and retried no earlier than its lease would have run out.
+``on_stuck``) is logged and the next one runs. The deadlines are kept by a watchdog
+thread of their own, which never touches the database: a renewal or a write held by an
+outage must not delay them, since the lease runs out meanwhile. It wakes at each running
+job's timeout and supervisor deadline rather than only on its regular ticks: a process
+with a job past the supervisor timeout is abandoned first thing (``on_stuck``); a job past
+its timeout is marked, then recorded as failed by the heartbeat and retried no earlier
+than its lease would have run out.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ STUCK = 70
 # started marker: a job that ends sooner never costs a write of its own, and one that runs
 # on counts as waiting at most this long (the claim marks its first job itself).
 MARK_AFTER = 0.1
+_HEARTBEAT, _WATCHDOG = "pigeon-heartbeat", "pigeon-watchdog"  # the thread names
 
 
 class Heartbeat:
@@ -52,6 +56,7 @@ class Heartbeat:
     _stop: threading.Event
     _threads: list[threading.Thread]
     _interval: float
+    _expired: list[AttemptOutcome]  # timed out, for the heartbeat to record
 
     def stop(self, code: int = 0) -> None:
         raise NotImplementedError
@@ -59,15 +64,17 @@ class Heartbeat:
     def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
         raise NotImplementedError
 
-    def _heartbeat(self) -> None:
+    def _intervals(self) -> float:
         configs = [self.app.queue_config(q) for q in self.queues]
         lease = min(c.timeouts.lease_seconds for c in configs)
-        interval = max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
-        self._interval = interval
+        return max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
+
+    def _heartbeat(self) -> None:
+        """Renew the leases, write the started markers and the timed-out outcomes."""
+        interval = self._interval = self._intervals()
         while not self._threads_done():
-            self._check_parent()
             try:
-                next_deadline = self._beat()
+                next_due = self._beat()
             except Exception:
                 # The heartbeat must outlive any bug of its own: without it no lease is
                 # renewed, and every job this process runs is run again by whoever
@@ -75,10 +82,24 @@ class Heartbeat:
                 log.exception("heartbeat of worker %s failed; going on", self.name)
                 with self._lock:
                     self.stats.heartbeat_errors += 1
+                next_due = float("inf")
+            wait = min(interval, max(0.0, next_due - time.monotonic()) + 0.005)
+            if self._stop.wait(wait):  # stopping: we only wait for the job threads
+                time.sleep(0.02)
+
+    def _watchdog(self) -> None:
+        """The deadlines and the supervisor's presence, checked in memory only."""
+        interval = self._intervals()
+        while not self._threads_done():
+            self._check_parent()
+            try:
+                next_deadline = self._check_timeouts()
+            except Exception:  # as the heartbeat's: the next round tries again
+                log.exception("deadline check of worker %s failed; going on", self.name)
+                with self._lock:
+                    self.stats.heartbeat_errors += 1
                 next_deadline = float("inf")
-            # Wake at the next timeout or supervisor deadline (just past it: the checks
-            # are strict), not up to an interval late. Once stopping, poll briefly: we
-            # only wait for the job threads to drain.
+            # Wake just past the next deadline (the checks are strict), not a tick late.
             wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
             if self._stop.wait(wait):
                 time.sleep(0.02)
@@ -97,9 +118,15 @@ class Heartbeat:
         self.stop()
 
     def _beat(self) -> float:
-        """One round: the timeout checks, the started markers due, then every held lease
-        renewed; returns the next deadline (monotonic) of a running job."""
-        next_deadline = min(self._check_timeouts(), self._mark_started())
+        """One round: the timed-out outcomes, the started markers due, then every held
+        lease renewed; returns when the next marker is due (monotonic)."""
+        with self._lock:
+            expired, self._expired = self._expired, []
+        if expired:
+            # Retried while the database is away; given up (logged, counted) past the lease,
+            # when the jobs are recovered by lease expiry like any unrecorded outcome.
+            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+        next_due = self._mark_started()
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]
         by_lease: dict[float, list[Job]] = {}
@@ -123,7 +150,7 @@ class Heartbeat:
                         held_job.lost = True
                     else:
                         held_job.lease_end = asked + seconds
-        return next_deadline
+        return next_due
 
     def _mark_started(self) -> float:
         """Write the started markers of the jobs running ``MARK_AFTER`` seconds without
@@ -146,14 +173,16 @@ class Heartbeat:
         return min(later, default=math.inf)
 
     def _threads_done(self) -> bool:
+        """Stopping, and every thread but the heartbeat and the watchdog has ended."""
         if not self._stop.is_set():
             return False
-        current = threading.current_thread()
-        return not any(t.is_alive() for t in list(self._threads) if t is not current)
+        keepers = (_HEARTBEAT, _WATCHDOG)
+        return not any(t.is_alive() for t in list(self._threads) if t.name not in keepers)
 
     def _check_timeouts(self, now: float | None = None) -> float:
-        """Abandon the process if a job is past its supervisor deadline, record the jobs
-        past their timeout; returns the next deadline (monotonic) of a running job."""
+        """Abandon the process if a job is past its supervisor deadline, hand the jobs
+        past their timeout to the heartbeat; returns the next deadline (monotonic) of a
+        running job. No database call here: an outage must not make a deadline late."""
         now = time.monotonic() if now is None else now
         expired: list[AttemptOutcome] = []
         stuck = False
@@ -184,7 +213,7 @@ class Heartbeat:
                             not_before=wall_start + self._retry_delay(timeouts),
                         )
                     )
-        if stuck:  # before any database write, which could make it late
+        if stuck:
             log.error("a job overran its supervisor timeout; abandoning worker %s", self.name)
             try:
                 if self.on_stuck is not None:
@@ -193,9 +222,8 @@ class Heartbeat:
                 log.exception("on_stuck of worker %s failed; stopping it", self.name)
             self.stop(STUCK)
         if expired:
-            # Retried while the database is away; given up (logged, counted) past the lease,
-            # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+            with self._lock:
+                self._expired.extend(expired)
         return next_deadline
 
     def _retry_delay(self, timeouts: Timeouts) -> float:

@@ -8,14 +8,15 @@ maintenance: the freshness alert (``stats.FreshnessMonitor``) and the retention 
 
 A separate heartbeat thread renews the leases of every job the process holds: job code
 cannot block it, and a round that fails (a bug of its own, a raising ``on_stuck``) is
-logged and the next one runs. The heartbeat also enforces the timeout hierarchy, waking
-at each running job's timeout and supervisor deadline rather than only on its regular
-ticks: a process with a job past the supervisor timeout is abandoned first thing
-(``on_stuck``: in a worker process, a hard exit the supervisor replaces); a job past its
-timeout is recorded as failed and retried no earlier than its lease would have run out
-(and at least one heartbeat interval past its supervisor deadline), so no second runner
-starts it while the process still running it may be alive: the same room the lease,
-longer than the supervisor timeout, gives a job whose process is killed.
+logged and the next one runs. A watchdog thread beside it, which never waits on the
+database, enforces the timeout hierarchy, waking at each running job's timeout and
+supervisor deadline rather than only on its regular ticks: a process with a job past the
+supervisor timeout is abandoned first thing (``on_stuck``: in a worker process, a hard
+exit the supervisor replaces); a job past its timeout is recorded as failed and retried
+no earlier than its lease would have run out (and at least one heartbeat interval past
+its supervisor deadline), so no second runner starts it while the process still running
+it may be alive: the same room the lease, longer than the supervisor timeout, gives a job
+whose process is killed.
 
 A queue's threads claim only what its free threads can start now (``prefetch``: by
 default one job per free thread, at most ``batch`` per round trip): a thread with nothing
@@ -137,6 +138,7 @@ class Worker(Heartbeat):
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._interval = 0.05  # the heartbeat's, set when it starts
+        self._expired: list[AttemptOutcome] = []
         self.scaler = Scaler(
             self.queues,
             lambda queue, label: self._spawn(label, self._loop, queue),
@@ -158,6 +160,7 @@ class Worker(Heartbeat):
         for queue, budget in self.queues.items():
             self.scaler.resize(queue, budget.min)
         self._spawn("heartbeat", self._heartbeat)
+        self._spawn("watchdog", self._watchdog)
         self._spawn("control", self._control)
         if self.schedules and self.app.schedules:
             self._spawn("scheduler", Scheduler(self.app, self.store).run, self._stop)
