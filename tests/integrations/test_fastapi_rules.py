@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from pigeon.core.wire import MAX_JSON_DEPTH
-from pigeon.integrations.fastapi import Pigeon
+from pigeon.integrations import fastapi as integration
+from pigeon.integrations.fastapi import Pigeon, Refused
 from tests.integrations.orders_app import counts, create_app
 
 with warnings.catch_warnings():
@@ -124,6 +126,42 @@ def test_without_install_a_refusal_is_fastapis_400_and_nothing_of_the_route_runs
     with TestClient(app, raise_server_exceptions=False) as test_client:
         refused = test_client.post("/items", content='{"n": NaN}', headers=headers)
     assert refused.status_code == 400 and "NaN" in refused.json()["detail"]
+
+
+def test_an_app_answers_refusals_its_own_way_with_a_handler_for_refused() -> None:
+    pigeon = Pigeon()
+    app = FastAPI()
+    pigeon.install(app)
+    seen: list[int] = []
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        seen.append(exc.result.status)
+        return JSONResponse({"error": exc.detail}, exc.status_code, exc.headers)
+
+    @app.post("/items")
+    @pigeon.idempotent
+    def create(item: Item, db: Annotated[Session, Depends(unopened)]) -> Any:
+        raise AssertionError("the handler ran for a refused request")
+
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        answer = test_client.post("/items", json={"n": 1})  # no Idempotency-Key
+    assert answer.status_code == 400 and seen == [400]
+    assert "Idempotency-Key" in answer.json()["error"]
+
+
+def test_the_integrations_names() -> None:
+    assert set(integration.__all__) == {
+        "Pigeon",
+        "Refused",
+        "defer",
+        "defer_async",
+        "principal_from",
+        "session_tx",
+        "sqlalchemy_url",
+    }
+    for name in integration.__all__:
+        assert getattr(integration, name) is not None
 
 
 @pytest.mark.parametrize("fail", ["raise", "500", "429", "commit"])
