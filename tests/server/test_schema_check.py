@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pigeon.reference.notes import NOTE_SCHEMA
 from pigeon.server import contract
-from pigeon.server.schema_check import fast_check
+from pigeon.server.schema_check import SchemaCheck, fast_check
 
 _TEXT = st.text(
     st.sampled_from(["a", "Z", "0", "9", "-", "/", ".", " ", '"', "\n", "\x00", "\u200b", "é"]),
@@ -197,3 +197,30 @@ def test_patterns_and_their_negations_read_as_jsonschema_reads_them(
 ) -> None:
     assert fast_check(schema) is not None
     _same(schema, value)
+
+
+@pytest.mark.parametrize(
+    ("schema", "fast", "message"),
+    [
+        (
+            {"type": "object", "required": ["a"], "properties": {"b": {"type": "string"}}},
+            True,
+            "2 is not of type 'string'",
+        ),
+        # A keyword the fast check does not compile: jsonschema alone, the same answers.
+        (
+            {"type": "object", "required": ["a"], "dependentRequired": {"b": ["c"]}},
+            False,
+            "'c' is a dependency of 'b'",
+        ),
+    ],
+)
+def test_a_schema_check_words_refusals_as_jsonschema_does(
+    schema: dict[str, Any], fast: bool, message: str
+) -> None:
+    check = SchemaCheck.of(schema)
+    assert (check.valid != check.validator.is_valid) is fast
+    assert check.error({"a": 1}) is None
+    for value, words in [({}, "'a' is a required property"), ({"a": 1, "b": 2}, message)]:
+        error = check.error(value)
+        assert error is not None and error.message == words

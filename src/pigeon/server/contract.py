@@ -24,9 +24,6 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import best_match
-
 from pigeon.core.printable import NOT_PRINTABLE_CLASS
 from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_KEY_LENGTH
 from pigeon.server.identifiers import (
@@ -37,7 +34,7 @@ from pigeon.server.identifiers import (
     MAX_OPERATION_ID_LENGTH,
     MAX_PATH_LENGTH,
 )
-from pigeon.server.schema_check import Check, fast_check
+from pigeon.server.schema_check import SchemaCheck
 
 OPERATION_ID = "X-Pigeon-Operation-Id"  # optional: names the operation in "already applied"
 # A clock stamp is "<wall ms>-<counter>-<node>" (`pigeon.clock`): what every ledger and
@@ -186,19 +183,12 @@ JSON_VALUE: dict[str, Any] = {
 
 
 @functools.cache
-def _validator(name: str) -> tuple[Check, Any]:
-    """The schema's fast check (`pigeon.server.schema_check`) and its jsonschema
-    validator, which words a refusal."""
-    schema = BATCH_OPERATION if name == "batch" else HEADERS[name]
-    validator = jsonschema.Draft202012Validator(schema)
-    return fast_check(schema) or validator.is_valid, validator
+def _validator(name: str) -> SchemaCheck:
+    return SchemaCheck.of(BATCH_OPERATION if name == "batch" else HEADERS[name])
 
 
-def _problem(checks: tuple[Check, Any], value: object) -> str | None:
-    valid, validator = checks
-    if valid(value):  # the usual case, without collecting errors
-        return None
-    error = best_match(validator.iter_errors(value))
+def _problem(check: SchemaCheck, value: object) -> str | None:
+    error = check.error(value)
     return None if error is None else error.message
 
 

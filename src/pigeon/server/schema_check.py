@@ -8,18 +8,21 @@ entry's whole storage. ``fast_check(schema)`` compiles the schema once with
 something ``fastjsonschema``'s draft 7 could read otherwise than ``jsonschema``'s Draft
 2020-12 (the caller keeps ``jsonschema`` for all of it).
 
-Callers send a value the fast check refuses on to ``jsonschema``, which decides and words
-the refusal: only "valid" must be exact, and tests/server/test_schema_check.py holds the
-two to the same answers.
+A value the fast check refuses goes on to ``jsonschema``, which decides and words the
+refusal (``SchemaCheck.error``): only "valid" must be exact, and
+tests/server/test_schema_check.py holds the two to the same answers.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import fastjsonschema
+import jsonschema
+from jsonschema.exceptions import best_match
 
 from pigeon.checks import is_finite, is_int, is_int_in
 
@@ -37,6 +40,26 @@ _ANNOTATIONS = frozenset(
     {"$schema", "$id", "$comment", "title", "description", "examples", "default",
      "deprecated", "readOnly", "writeOnly", "format"}
 )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaCheck:
+    """A Draft 2020-12 schema compiled once: its fast check, then ``jsonschema``."""
+
+    validator: jsonschema.Draft202012Validator
+    valid: Check  # the fast check, or jsonschema's own where there is none
+
+    @classmethod
+    def of(cls, schema: Mapping[str, Any] | bool) -> SchemaCheck:
+        validator = jsonschema.Draft202012Validator(schema)
+        return cls(validator, fast_check(schema) or validator.is_valid)
+
+    def error(self, value: object) -> jsonschema.ValidationError | None:
+        """The error refusing ``value`` (the one ``jsonschema`` words best), else None."""
+        if self.valid(value):  # the usual case, without collecting errors
+            return None
+        error: jsonschema.ValidationError | None = best_match(self.validator.iter_errors(value))
+        return error
 
 
 def fast_check(schema: object) -> Check | None:

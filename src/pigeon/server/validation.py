@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import best_match
 
 from pigeon.exceptions import ConfigurationError, ValidationError
 from pigeon.server.results import OpResult, problem_result
-from pigeon.server.schema_check import Check, fast_check
+from pigeon.server.schema_check import SchemaCheck
 
 Validator = Callable[[Any, Mapping[str, Any]], None]
 
@@ -51,8 +50,7 @@ class RequestCheck:
 
     schema: Mapping[str, Any] | None = None
     validate: Validator | None = None
-    _validator: Any = None
-    _valid: Check | None = None  # the schema's fast check (pigeon.server.schema_check)
+    _check: SchemaCheck | None = None
 
     @classmethod
     def of(
@@ -60,7 +58,7 @@ class RequestCheck:
     ) -> RequestCheck | None:
         if schema is None and validate is None:
             return None
-        compiled = valid = None
+        check = None
         if schema is not None:
             try:
                 jsonschema.Draft202012Validator.check_schema(schema)
@@ -68,9 +66,8 @@ class RequestCheck:
                 raise ConfigurationError(
                     f"request_schema is not a valid JSON Schema: {exc.message}"
                 ) from exc
-            compiled = jsonschema.Draft202012Validator(schema)
-            valid = fast_check(schema) or compiled.is_valid
-        return cls(schema, validate, compiled, valid)
+            check = SchemaCheck.of(schema)
+        return cls(schema, validate, check)
 
     def refusal(self, body: Any, path_params: Mapping[str, Any]) -> OpResult | None:
         """The problem that refuses this request, or None when it may run."""
@@ -81,8 +78,8 @@ class RequestCheck:
                 self.validate(body, path_params)
             except ValidationError as exc:
                 return invalid(exc)
-        if self._valid is not None and not self._valid(body):
-            error = best_match(self._validator.iter_errors(body))
+        if self._check is not None:
+            error = self._check.error(body)
             if error is not None:
                 return problem_result(
                     400, "invalid-request", "Bad request", f"{_where(error)}: {error.message}"
