@@ -34,6 +34,37 @@ def test_commit_rollback_and_savepoint(pg_url: str) -> None:
         db.close()
 
 
+class Refused(Exception):
+    pass
+
+
+def test_bookkeeping_travels_with_the_statements_and_errors_stay_theirs(pg_url: str) -> None:
+    never = "SELECT 1 / (SELECT count(*) FROM t WHERE id < 0) AS x"  # fails: nothing matches
+    db = PostgresDatabase(pg_url, queries=QUERIES | {"never": never}, components=())
+    try:
+        with db.transaction() as tx:
+            tx.execute("make")
+            tx.execute("put", {"id": 1, "v": "kept"})
+            with pytest.raises(psycopg.errors.UniqueViolation), tx.savepoint():
+                tx.execute("put", {"id": 1, "v": "a duplicate, rolled back to the savepoint"})
+            with tx.savepoint(), tx.savepoint():
+                pass  # nothing ran: nothing sent
+            with pytest.raises(Refused), tx.savepoint():
+                tx.finish_with("never", {}, Refused())
+                raise Refused  # its statement never left: forgotten with the savepoint
+            tx.finish_with("put", {"id": 2, "v": "sent with the COMMIT"}, Refused())
+        with pytest.raises(Refused), db.transaction() as tx:
+            tx.execute("put", {"id": 3, "v": "rolled back: the last statement failed"})
+            tx.finish_with("never", {}, Refused())
+        with db.transaction() as tx:
+            assert [r["id"] for r in tx.fetchall("all")] == [1, 2]
+        with db.connection() as conn:  # handed back as the pool lends it
+            assert not conn.autocommit
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        db.close()
+
+
 def test_newer_schema_is_refused_and_untouched(pg_url: str) -> None:
     db = PostgresDatabase(pg_url, queries=QUERIES, components=("server",))
     db.close()

@@ -32,6 +32,11 @@ def execute(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
     return QUERIES.run(tx, name, params)
 
 
+def has(tx: Tx, name: str) -> bool:
+    """Has ``tx``'s backend the reference app's statement ``name``?"""
+    return QUERIES.has(tx, name)
+
+
 def fetchone(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
     row: Row | None = execute(tx, name, params).fetchone()
     return row

@@ -21,6 +21,7 @@ from pigeon.server.fingerprint import fingerprint
 from pigeon.server.handler_run import HandlerRunner, refused
 from pigeon.server.idempotency import (
     ClaimDecision,
+    ClaimLost,
     ClaimOutcome,
     IdempotencyStore,
     KeyBusy,
@@ -79,9 +80,11 @@ class Applier:
             if self.claim_mode == "separate":
                 result = self._execute_separate(principal, op)
             else:
-                result = self.transact(lambda tx: self._apply(tx, principal, op))
+                result = self.transact(lambda tx: self._apply(tx, principal, op, last=True))
         except Failed as failed:
             return failed.result
+        except ClaimLost:  # its answer, sent with the COMMIT, found it taken: no commit
+            return lost_claim(op.key)
         except KeyBusy as busy:  # another process holds the key: nothing committed here
             return busy_refusal(busy, op)
         except store_down_errors() as exc:
@@ -146,13 +149,16 @@ class Applier:
         if keys and self.after_commit is not None:
             self.after_commit(keys)
 
-    def _apply(self, tx: Tx, principal: str, op: OperationRequest) -> OpResult:
-        """Claim, run, store: raises ``Failed`` for a transient outcome (roll it all back)."""
+    def _apply(
+        self, tx: Tx, principal: str, op: OperationRequest, *, last: bool = False
+    ) -> OpResult:
+        """Claim, run, store: raises ``Failed`` for a transient outcome (roll it all back).
+        ``last``: ``tx`` commits right after (``HandlerRunner.run``)."""
         call = self._routed(principal, op)
         decision = self._claim(tx, call)
         if decision.claim is None:
             return refused(decision, call)
-        return self.runner.run(tx, decision.claim, call)
+        return self.runner.run(tx, decision.claim, call, last=last)
 
     def _execute_separate(self, principal: str, op: OperationRequest) -> OpResult:
         call = self._routed(principal, op)
@@ -164,7 +170,7 @@ class Applier:
         def work(tx: Tx) -> OpResult:
             if not self.store.fence(tx, claim):
                 return lost_claim(op.key)
-            return self.runner.run(tx, claim, call)
+            return self.runner.run(tx, claim, call, last=True)
 
         try:
             return self.transact(work)  # a deadlock victim runs again under the same claim

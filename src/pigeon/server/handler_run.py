@@ -51,9 +51,11 @@ class HandlerRunner:
     now: Callable[[], float]
     test_hooks: bool = False
 
-    def run(self, tx: Tx, claim: Claim, call: RoutedOperation) -> OpResult:
+    def run(self, tx: Tx, claim: Claim, call: RoutedOperation, *, last: bool = False) -> OpResult:
         """Run ``call``'s handler under ``claim``; the result to answer, or ``Failed``
-        (transient: roll the operation back) for a 5xx or an exception."""
+        (transient: roll the operation back) for a 5xx or an exception. ``last``: the
+        transaction commits right after (the single request's), so the stored answer may
+        go with the COMMIT (``IdempotencyStore.complete``)."""
         ctx = self._context(tx, call)
         hooks = call.op.hooks if self.test_hooks else None
         started = time.monotonic()
@@ -64,7 +66,7 @@ class HandlerRunner:
                 result = _handled(call, ctx, hooks, claim.key)
                 if result.status >= 400:
                     raise Failed(result)
-                store_answer(self.store, tx, claim, result)
+                store_answer(self.store, tx, claim, result, last=last)
             self.timings.observe(call.route.template, time.monotonic() - started)
             return result
         except ValidationError as exc:
@@ -74,7 +76,7 @@ class HandlerRunner:
             self.store.release(tx, claim)
             raise Failed(invalid(exc)) from None
         except Failed as failed:
-            return self._refused(tx, claim, failed)
+            return self._refused(tx, claim, failed, last)
         except Exception as exc:
             if store_down(exc):  # not this operation's fault: the caller answers 503
                 raise
@@ -82,13 +84,13 @@ class HandlerRunner:
             self.store.release(tx, claim)
             raise Failed(result) from exc
 
-    def _refused(self, tx: Tx, claim: Claim, failed: Failed) -> OpResult:
+    def _refused(self, tx: Tx, claim: Claim, failed: Failed, last: bool) -> OpResult:
         """A 4xx the rules store is stored, the handler's writes rolled back; anything
         else gives the key back and is raised again, transient."""
         if failed.result.transient:  # the claim was lost: not ours to release
             raise failed
         if stored(failed.result.status):
-            store_answer(self.store, tx, claim, failed.result)
+            store_answer(self.store, tx, claim, failed.result, last=last)
             return failed.result
         self.store.release(tx, claim)
         raise Failed(
@@ -156,9 +158,12 @@ def stored_answer(result: OpResult) -> StoredResponse:
     return StoredResponse(result.status, result.body_text, kept)
 
 
-def store_answer(store: IdempotencyStore, tx: Tx, claim: Claim, result: OpResult) -> None:
-    """Store ``result`` as the key's answer; ``Failed`` (transient) if the claim was lost."""
-    if not store.complete(tx, claim, stored_answer(result)):
+def store_answer(
+    store: IdempotencyStore, tx: Tx, claim: Claim, result: OpResult, *, last: bool = False
+) -> None:
+    """Store ``result`` as the key's answer; ``Failed`` (transient) if the claim was lost
+    (``ClaimLost`` out of the commit, if ``last`` sent it with the COMMIT)."""
+    if not store.complete(tx, claim, stored_answer(result), last=last):
         raise Failed(lost_claim(claim.key))
 
 

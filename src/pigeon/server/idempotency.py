@@ -59,6 +59,15 @@ class KeyBusy(Exception):
         self.retry_after = retry_after
 
 
+class ClaimLost(Exception):
+    """The stored answer, sent with the COMMIT (``complete(last=True)``), found the claim
+    no longer this transaction's: nothing of the transaction committed."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the claim of key {key!r} was lost before its answer was stored")
+        self.key = key
+
+
 class _LockTokens:
     """Claim tokens: unique, never reused, never shown to a client (they fence a claim
     against whoever takes it over). A random prefix per process and a counter: no system
@@ -242,7 +251,9 @@ class IdempotencyStore(Protocol):
 
     def renew(self, tx: Tx, claim: Claim) -> bool: ...
 
-    def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool: ...
+    def complete(
+        self, tx: Tx, claim: Claim, response: StoredResponse, *, last: bool = False
+    ) -> bool: ...
 
     def release(self, tx: Tx, claim: Claim) -> bool: ...
 
@@ -375,11 +386,20 @@ class SqlIdempotencyStore:
         params = self._key_params(claim) | {"locked_until": self.now() + self.policy.lock_timeout}
         return tx.fetchone("claim_renew", params) is not None
 
-    def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool:
-        """Store the response and mark the key completed; False if the claim was lost."""
-        return (
-            tx.fetchone("claim_complete", self.completion(tx.cipher, claim, response)) is not None
-        )
+    def complete(
+        self, tx: Tx, claim: Claim, response: StoredResponse, *, last: bool = False
+    ) -> bool:
+        """Store the response and mark the key completed; False if the claim was lost.
+
+        ``last``: nothing but the COMMIT follows in ``tx``. A transaction that can
+        (``finish_with``: PostgreSQL's own) then sends it with the COMMIT, one round trip
+        less, and a lost claim raises ``ClaimLost`` out of the commit, nothing committed."""
+        params = self.completion(tx.cipher, claim, response)
+        finish = getattr(tx, "finish_with", None) if last else None
+        if finish is not None:
+            finish("claim_complete_last", params, ClaimLost(claim.key))
+            return True
+        return tx.fetchone("claim_complete", params) is not None
 
     def completion(self, cipher: Cipher, claim: Claim, response: StoredResponse) -> dict[str, Any]:
         """The parameters of ``claim_complete`` (and ``claim_complete_last``) that store

@@ -217,7 +217,9 @@ class MemoryIdempotencyStore:
     def renew(self, tx: Tx, claim: Claim) -> bool:
         return self._update(tx, claim, locked_until=self.now() + self.policy.lock_timeout)
 
-    def complete(self, tx: Tx, claim: Claim, response: StoredResponse) -> bool:
+    def complete(
+        self, tx: Tx, claim: Claim, response: StoredResponse, *, last: bool = False
+    ) -> bool:
         now = self.now()
         return self._update(
             tx,

@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool
 from pigeon.exceptions import ConfigurationError, StoreUnavailable
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import from_postgres
+from pigeon.storage.postgres_tx import PostgresTx, transaction_on
 from pigeon.storage.schema import Component, migrate_component
 
 Row = dict[str, Any]
@@ -50,20 +51,22 @@ def usable(conn: Connection) -> bool:
     return True
 
 
-class PostgresTx:
-    """An open transaction on one pooled connection, with named queries and savepoints."""
+class BorrowedPostgresTx:
+    """A ``Tx`` over the application's own connection, in a transaction it opened and
+    will end (``pigeon.storage.server.borrow``): rows as dicts whatever the connection's
+    row factory, which stays the application's."""
 
     backend = "postgres"
 
     def __init__(
-        self, conn: Connection, queries: Mapping[str, str], cipher: Cipher = PLAIN
+        self, conn: psycopg.Connection[Any], queries: Mapping[str, str], cipher: Cipher = PLAIN
     ) -> None:
         self.conn = conn
         self.queries = queries
         self.cipher = cipher  # seals the columns that hold what users wrote
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
-        return self.conn.execute(self.queries[name], params or {})
+        return self.sql(self.queries[name], params)
 
     def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         return self.execute(name, params).fetchone()
@@ -72,38 +75,17 @@ class PostgresTx:
         return self.execute(name, params).fetchall()
 
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        with self.conn.cursor() as cur:
+        with self.conn.cursor(row_factory=dict_row) as cur:
             cur.executemany(self.queries[name], params)
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
         """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""
-        return self.conn.execute(statement, params or {})
+        return self.conn.cursor(row_factory=dict_row).execute(statement, params or {})
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         with self.conn.transaction():  # nested: psycopg issues SAVEPOINT / ROLLBACK TO
             yield
-
-
-class BorrowedPostgresTx(PostgresTx):
-    """``PostgresTx`` over the application's own connection, in a transaction it opened
-    and will end (``pigeon.storage.server.borrow``): rows as dicts whatever the
-    connection's row factory, which stays the application's."""
-
-    def __init__(
-        self, conn: psycopg.Connection[Any], queries: Mapping[str, str], cipher: Cipher = PLAIN
-    ) -> None:
-        super().__init__(conn, queries, cipher)
-
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
-        return self.sql(self.queries[name], params)
-
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.executemany(self.queries[name], params)
-
-    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
-        return self.conn.cursor(row_factory=dict_row).execute(statement, params or {})
 
 
 def commit_with(conn: psycopg.Connection[Any], statement: str, params: Mapping[str, Any]) -> None:
@@ -249,8 +231,10 @@ class PostgresDatabase:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
-        with self.connection() as conn, conn.transaction():
-            yield PostgresTx(conn, self.queries, self.cipher)
+        """A transaction whose BEGIN, savepoints and COMMIT travel with its statements
+        (`pigeon.storage.postgres_tx`)."""
+        with self.connection() as conn, transaction_on(conn, self.queries, self.cipher) as tx:
+            yield tx
 
     def dedicated_connection(self) -> Connection:
         """A new autocommit connection of its own, outside the pool, for the caller to close.

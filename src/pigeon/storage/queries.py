@@ -78,6 +78,11 @@ class QuerySet:
         except KeyError:
             raise KeyError(f"no query {name!r} in {tx.backend}/{self.component}.sql") from None
 
+    def has(self, tx: Tx, name: str) -> bool:
+        """Has ``tx``'s backend a statement ``name`` (one backend doing in one statement
+        what another does in two)?"""
+        return name in load_queries(tx.backend, self.component, self.package)
+
     def run(self, tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
         """``name`` run in ``tx``; the driver's cursor (rows as dicts), as ``Tx.sql``."""
         return tx.sql(self.text(tx, name), params)

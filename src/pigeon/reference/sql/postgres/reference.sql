@@ -39,6 +39,28 @@ SET version = ref_notes.version + 1, data = excluded.data, deleted = 0, clock = 
 WHERE ref_notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
+-- name: note_create_logged
+-- note_create and, when it creates, the write's ledger row, in one statement: one round
+-- trip where SQLite (no writes in a WITH) runs note_create and ledger_append.
+WITH created AS (
+    INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+    VALUES (%(principal)s, %(id)s, 1, %(data)s, 0, %(clock)s, %(now)s, %(now)s)
+    ON CONFLICT (principal, id) DO UPDATE
+    SET version = ref_notes.version + 1, data = excluded.data, deleted = 0,
+        clock = excluded.clock, updated_at = excluded.updated_at
+    WHERE ref_notes.deleted = 1
+    RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
+), logged AS (
+    INSERT INTO ref_effect_ledger (
+        idempotency_key, principal, operation_id, entity, method, status, version, clock,
+        applied_at
+    )
+    SELECT %(idempotency_key)s, principal, %(operation_id)s, %(entity)s, %(method)s,
+           %(status)s, version, %(clock)s, %(now)s
+    FROM created
+)
+SELECT principal, id, version, data, deleted, clock, created_at, updated_at FROM created
+
 -- name: note_write
 UPDATE ref_notes
 SET version = version + 1, data = %(data)s, deleted = %(deleted)s, clock = %(clock)s,
