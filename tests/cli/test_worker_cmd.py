@@ -212,14 +212,14 @@ def test_worker_imports_the_app_from_the_current_directory(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--recycle-jobs", "-1"], ["--recycle-jobs", "must be at least 1, got -1"]),
-        (["--recycle-jobs", "0"], ["--recycle-jobs", "must be at least 1, got 0"]),
-        (["--recycle-mib", "-1"], ["--recycle-mib", "must be a positive number of MiB"]),
-        (["--recycle-mib", "0"], ["--recycle-mib", "must be a positive number of MiB"]),
+        (["--recycle-jobs", "-1"], ["--recycle-jobs", "-1 is not in the range x>=1"]),
+        (["--recycle-jobs", "0"], ["--recycle-jobs", "0 is not in the range x>=1"]),
+        (["--recycle-mib", "-1"], ["--recycle-mib", "-1.0 is not in the range x>0"]),
+        (["--recycle-mib", "0"], ["--recycle-mib", "0.0 is not in the range x>0"]),
         (["--recycle-mib", "nan"], ["--recycle-mib", "'nan' is not a finite number"]),
-        (["--batch", "0"], ["--batch", "must be at least 1, got 0"]),
-        (["--prefetch", "0"], ["--prefetch", "must be at least 1, got 0"]),
-        (["--processes", "0"], ["--processes", "must be at least 1, got 0"]),
+        (["--batch", "0"], ["--batch", "0 is not in the range x>=1"]),
+        (["--prefetch", "0"], ["--prefetch", "0 is not in the range x>=1"]),
+        (["--processes", "0"], ["--processes", "0 is not in the range x>=1"]),
     ],
 )
 def test_worker_refuses_non_positive_limits(

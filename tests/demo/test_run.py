@@ -169,4 +169,4 @@ def test_demo_command_refuses_a_fault_rate_it_cannot_finish_clean(rate: str) -> 
     result = CliRunner().invoke(app, ["demo", "--operations", "5", "--fault-rate", rate])
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.replace("│", " ").split())  # unwrap rich's error box
-    assert "--fault-rate" in text and "is not between 0 and 0.25" in text
+    assert f"'--fault-rate': {float(rate)} is not in the range 0.0<=x<=0.25" in text, text

@@ -247,9 +247,13 @@ def purge_cmd(
     db: DbOption,
     older_than: Annotated[
         float,
-        typer.Option("--older-than", click_type=Finite(), help="Seconds since a job finished."),
+        typer.Option(
+            "--older-than",
+            click_type=Finite(min=0, min_open=True),
+            help="Seconds since a job finished.",
+        ),
     ] = 7 * 24 * 3600.0,
-    batch: Annotated[int, typer.Option(help="Jobs per transaction.")] = 500,
+    batch: Annotated[int, typer.Option(min=1, help="Jobs per transaction.")] = 500,
 ) -> None:
     """Delete succeeded and cancelled jobs (and their history) finished before the
     retention; failed jobs stay in the failed store."""

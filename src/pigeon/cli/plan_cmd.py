@@ -79,20 +79,24 @@ def _counts(workers: str | None) -> list[int] | None:
 
 def plan(
     ctx: typer.Context,
-    backlog: Annotated[int, typer.Option("--backlog", help="Jobs waiting now (B).")],
+    backlog: Annotated[int, typer.Option("--backlog", min=0, help="Jobs waiting now (B).")],
     arrival_rate: Annotated[
         float,
-        typer.Option("--arrival-rate", click_type=Finite(), help="New jobs per second (L)."),
+        typer.Option("--arrival-rate", click_type=Finite(min=0), help="New jobs per second (L)."),
     ],
     target: Annotated[
         float,
-        typer.Option("--target", click_type=Finite(), help="Drain within this many seconds (T)."),
+        typer.Option(
+            "--target",
+            click_type=Finite(min=0, min_open=True),
+            help="Drain within this many seconds (T).",
+        ),
     ],
     service_time: Annotated[
         float | None,
         typer.Option(
             "--service-time",
-            click_type=Finite(),
+            click_type=Finite(min=0, min_open=True),
             help="Seconds per job (S); or take it from --db.",
         ),
     ] = None,
@@ -100,7 +104,8 @@ def plan(
         str | None, typer.Option("--workers", help="Counts to compare, e.g. 6,12,18.")
     ] = None,
     memory_per_worker: Annotated[
-        float | None, typer.Option("--memory-per-worker", click_type=Finite(), help="MiB each.")
+        float | None,
+        typer.Option("--memory-per-worker", click_type=Finite(min=0), help="MiB each."),
     ] = None,
     db: Annotated[
         str | None,

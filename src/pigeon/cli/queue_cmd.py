@@ -208,7 +208,7 @@ def purge(
         float,
         typer.Option(
             "--older-than",
-            click_type=Finite(),
+            click_type=Finite(min=0),
             help="Seconds since delivery.",
             show_default=False,
         ),

@@ -96,29 +96,36 @@ def worker(
             "first (as uvicorn does), so myapp:app finds ./myapp.py.",
         ),
     ] = DEMO_APP,
-    processes: Annotated[int, typer.Option(help="Worker processes.")] = min(2, os.cpu_count() or 1),
+    # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
+    # the option out means never); a batch of 0 would claim nothing.
+    processes: Annotated[int, typer.Option(min=1, help="Worker processes.")] = min(
+        2, os.cpu_count() or 1
+    ),
     recycle_jobs: Annotated[
         int | None,
         typer.Option(
-            help="Replace a process after exactly N >= 1 started jobs, whatever it claimed "
-            "(the rest go back ready; default: never)."
+            min=1,
+            help="Replace a process after exactly N started jobs, whatever it claimed "
+            "(the rest go back ready; default: never).",
         ),
     ] = None,
     recycle_mib: Annotated[
         float | None,
         typer.Option(
-            click_type=Finite(), help="Replace a process over M > 0 MiB RSS (default: never)."
+            click_type=Finite(min=0, min_open=True),
+            help="Replace a process over M MiB RSS (default: never).",
         ),
     ] = None,
     batch: Annotated[
         int | None,
-        typer.Option(help="At most N jobs claimed per round trip (default: the queue's)."),
+        typer.Option(min=1, help="At most N jobs claimed per round trip (default: the queue's)."),
     ] = None,
     prefetch: Annotated[
         int,
         typer.Option(
+            min=1,
             help="Jobs claimed per free thread (default 1: only what can start now; more "
-            "are claimed, not started, and still count as waiting)."
+            "are claimed, not started, and still count as waiting).",
         ),
     ] = 1,
     log_format: LogFormatOption = "text",
@@ -131,19 +138,6 @@ def worker(
     The --db must exist already (pigeon serve or a migration makes it); it is opened
     once here, before any worker process starts.
     """
-    # Recycling after 0 jobs or 0 MiB would replace every process as it starts (leaving
-    # the option out means never); a batch of 0 would claim nothing.
-    counts = {
-        "--processes": processes, "--recycle-jobs": recycle_jobs, "--batch": batch,
-        "--prefetch": prefetch,
-    }  # fmt: skip
-    for option, count in counts.items():
-        if count is not None and count < 1:
-            raise typer.BadParameter(f"must be at least 1, got {count}", param_hint=option)
-    if recycle_mib is not None and recycle_mib <= 0:
-        raise typer.BadParameter(
-            f"must be a positive number of MiB, got {recycle_mib}", param_hint="--recycle-mib"
-        )
     if relay_to is not None:
         checked_broker_url(relay_to, "worker")
     load_keyring(keys_file)  # refused here, not in every worker process at its start
