@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.wire import canonical_json
 from pigeon.reference.notes import (
     NOTE_AT_ID_SCHEMA,
     NOTE_SCHEMA,
@@ -29,6 +30,7 @@ from pigeon.reference.notes import (
 )
 from pigeon.reference.notes_many import create_notes, delete_notes, replace_notes
 from pigeon.reference.schema import attach
+from pigeon.server import intake_set
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.operations import HandlerResult
 from pigeon.server.results import OpResult
@@ -130,30 +132,35 @@ def _claim(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
 
 
 class Counted:
-    """The real database, its transactions counting the statements run in them."""
+    """The real database, its transactions counting the statements run in them and the
+    characters of each one's parameters."""
 
     def __init__(self, inner: Database) -> None:
         self.inner, self.backend, self.cipher = inner, inner.backend, inner.cipher
         self.statements: list[str] = []
+        self.sizes: list[int] = []
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Tx]:
         with self.inner.transaction() as tx:
-            yield cast(Tx, _CountingTx(tx, self.statements))
+            yield cast(Tx, _CountingTx(tx, self.statements, self.sizes))
 
     def close(self) -> None:
         self.inner.close()
 
 
 class _CountingTx:
-    def __init__(self, inner: Tx, seen: list[str]) -> None:
-        self.inner, self.seen, self.backend, self.cipher = inner, seen, inner.backend, inner.cipher
+    def __init__(self, inner: Tx, seen: list[str], sizes: list[int]) -> None:
+        self.inner, self.seen, self.sizes = inner, seen, sizes
+        self.backend, self.cipher = inner.backend, inner.cipher
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
 
         def counted(*args: Any) -> Any:
             self.seen.append(name if name == "savepoint" else str(args[0]).split()[0])
+            params = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
+            self.sizes.append(sum(len(str(value)) for value in params.values()))
             return method(*args)
 
         return counted
@@ -205,6 +212,51 @@ def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
     # Then the replay hooks' read-only transaction, as on the one-by-one way.
     assert counted.statements[:3] == ["savepoint", "claims_insert_many", "claims_get_many"]
     assert "replay_read_only" in counted.statements[3:]
+
+
+def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
+    notes_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = Counted(notes_db)
+    intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(6)]  # bodies of one length
+    monkeypatch.setattr(intake_set, "SEGMENT_BYTES", 2 * len(canonical_json(ops[0].body)))
+    assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 6
+    # One claim statement for the batch; then two bodies per call: notes, ledger, answers.
+    assert counted.statements == ["savepoint", "claims_insert_many"] + [
+        "--", "--", "claims_complete_many"
+    ] * 3  # fmt: skip
+
+
+def test_no_statement_carries_more_than_a_segment_of_a_large_batch(notes_db: Database) -> None:
+    # 40 notes of 20,000 characters, created then replaced: 800,000 characters a batch.
+    counted = Counted(notes_db)
+    intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
+    big = "x" * 20_000
+    creates = [create(f"c{i}", f"n{i}", i, text=big) for i in range(40)]
+    creates = [
+        OperationRequest(o.method, o.path, {"id": f"n{i}", "text": big}, o.key, o.operation_id)
+        for i, o in enumerate(creates)
+    ]
+    puts = [_op("put", f"p{i}", f"n{i}", i, i) for i in range(40)]
+    puts = [OperationRequest(o.method, o.path, {"text": big}, o.key, o.operation_id) for o in puts]
+    assert [r.status for r in intake.execute_batch("p", creates)] == [201] * 40
+    assert [r.status for r in intake.execute_batch("p", puts)] == [200] * 40
+    assert "claims_complete_many" in counted.statements  # the set path ran
+    # A segment (256 KiB) and its JSON escapes in a statement, never the whole batch.
+    assert max(counted.sizes) < 400_000
+
+
+@pytest.mark.parametrize("segment", [intake_set.SEGMENT_BYTES, 1])
+def test_a_batch_split_into_many_set_calls_answers_as_one_by_one(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch, segment: int
+) -> None:
+    monkeypatch.setattr(intake_set, "SEGMENT_BYTES", segment)
+    ops = [create(f"k{i}", f"n{i % 3}", i) for i in range(9)]  # each note thrice
+    ops += [_op("put", f"p{i}", f"n{i % 3}", i, i) for i in range(6)]
+    ops += [_op("delete", "d0", "n1", 0, 20), create("k9", "n1", 21)]
+    pair.batch("p", ops)
+    pair.same_state("p")
 
 
 def test_an_entity_or_key_twice_and_a_live_note_run_the_one_by_one_way_in_order(

@@ -5,12 +5,15 @@ named queries stay in sqlite3's statement cache."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pigeon.storage.sqlite import SQLiteTx, connect
+from pigeon.storage.queries import load_queries
+from pigeon.storage.server import open_server_db
+from pigeon.storage.sqlite import SQLiteDatabase, SQLiteTx, connect
 
 QUERIES = {"put": "INSERT INTO t (v) VALUES (:v)"}
 
@@ -86,3 +89,34 @@ def test_many_savepoints_use_few_statement_texts(conn: sqlite3.Connection) -> No
         "ROLLBACK TO sp_2",
     }
     assert len(_values(conn)) == 200  # each third rolled back with its outer savepoint
+
+
+def _temp_store(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA temp_store").fetchone()["temp_store"])
+
+
+def _in_another_thread(db: SQLiteDatabase) -> int:
+    seen: list[int] = []
+    thread = threading.Thread(target=lambda: seen.append(_temp_store(db.connection())))
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_every_connection_journals_its_savepoints_in_memory(tmp_path: Path) -> None:
+    # A set-based batch's savepoint journalled to a temporary file cost ~9 us an operation.
+    server = open_server_db(tmp_path / "server.db")
+    edge_like = SQLiteDatabase(  # an edge queue's file: other settings of its own
+        tmp_path / "edge.db",
+        application_id=0x50474E45,
+        components=("edge",),
+        queries=load_queries("sqlite", "edge"),
+        pragmas={"cache_size": -16384},
+    )
+    try:
+        for db in (server, edge_like):
+            assert _temp_store(db.connection()) == 2  # MEMORY
+            assert _in_another_thread(db) == 2  # each thread's connection alike
+    finally:
+        edge_like.close()
+        server.close()

@@ -15,7 +15,13 @@ from pigeon.core.printable import printable
 from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH, canonical_json
 from pigeon.exceptions import InvalidIdempotencyKey
 
-__all__ = ["InvalidIdempotencyKey", "check_key", "fingerprint", "validate_key"]
+__all__ = [
+    "InvalidIdempotencyKey",
+    "check_key",
+    "fingerprint",
+    "fingerprint_canonical",
+    "validate_key",
+]
 
 
 def validate_key(values: Sequence[str]) -> str:
@@ -55,5 +61,10 @@ def check_key(key: object) -> str:
 
 def fingerprint(method: str, path: str, body: Any) -> str:
     """A stable digest of (method, path, canonical JSON body)."""
-    text = "\n".join((method.upper(), path, canonical_json(body)))
+    return fingerprint_canonical(method, path, canonical_json(body))
+
+
+def fingerprint_canonical(method: str, path: str, canonical_body: str) -> str:
+    """``fingerprint`` of a body its caller has in canonical JSON already."""
+    text = "\n".join((method.upper(), path, canonical_body))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

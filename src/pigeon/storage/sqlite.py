@@ -323,8 +323,10 @@ class SQLiteDatabase:
         self.durability: Durability = durability
         self.queries = queries
         self.cipher = cipher
-        # Extra per-connection settings (e.g. temp_store), applied to every connection.
-        self.pragmas = dict(pragmas or {})
+        # Extra per-connection settings, applied to every connection. Savepoints (each
+        # operation's, a set-based batch's, the edge's group commit) journal the pages they
+        # touch: in memory, as a temporary file cost a batch ~9 us an operation in writes.
+        self.pragmas = {"temp_store": "MEMORY", **(pragmas or {})}
         self._local = threading.local()
         self._all: dict[sqlite3.Connection, threading.Thread] = {}  # each with its thread
         self._all_lock = threading.Lock()

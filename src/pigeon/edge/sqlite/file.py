@@ -81,9 +81,7 @@ class QueueFile:
             queries=load_queries("sqlite", "edge") | load_queries("sqlite", "edge_conflicts"),
             durability=durability,
             create=create,
-            # Savepoints (group commit, batch()) journal the pages they touch; in memory,
-            # not in a temporary file, or every enqueue pays for file writes.
-            pragmas={"temp_store": "MEMORY", "cache_size": -16384},
+            pragmas={"cache_size": -16384},
             page_size=PAGE_SIZE,
             upgrade=upgrade,
             cipher=cipher,
