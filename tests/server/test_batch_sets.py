@@ -25,10 +25,11 @@ from pigeon.reference.notes import (
     create_note,
     current_note,
     delete_note,
+    patch_note,
     replace_note,
     validate_note,
 )
-from pigeon.reference.notes_many import create_notes, delete_notes, replace_notes
+from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
 from pigeon.reference.schema import attach
 from pigeon.server import intake_set
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
@@ -54,10 +55,11 @@ def intake_on(notes_db: Database, server_clock: FakeClock, many: Any = create_no
     create = {"request_schema": NOTE_SCHEMA, "validate": validate_note, "on_replay": current_note}
     intake.add_operation("POST", "/notes", create_note, many=many, **create)
     at_id = create | {"request_schema": NOTE_AT_ID_SCHEMA}
-    writes = (None, None) if many is None else (replace_notes, delete_notes)
+    writes = (None,) * 3 if many is None else (replace_notes, patch_notes, delete_notes)
     deletes: dict[str, Any] = {"on_replay": current_note}
     intake.add_operation("PUT", "/notes/{id}", replace_note, many=writes[0], **at_id)
-    intake.add_operation("DELETE", "/notes/{id}", delete_note, many=writes[1], **deletes)
+    intake.add_operation("PATCH", "/notes/{id}", patch_note, many=writes[1], **at_id)
+    intake.add_operation("DELETE", "/notes/{id}", delete_note, many=writes[2], **deletes)
     intake.add_operation("POST", "/refuse", failing_handler("4xx"))
     intake.add_operation("POST", "/crash", failing_handler("raise"))
     return intake
@@ -305,6 +307,43 @@ def test_replaces_and_deletes_go_set_wise_and_what_they_refuse_one_by_one(pair: 
     assert all(r.replayed for r in pair.batch("p", ops))
 
 
+def test_patches_merge_into_the_note_as_one_by_one(pair: Pair) -> None:
+    pair.batch("p", [create(f"c{i}", f"n{i}", i) for i in range(3)])
+
+    def patch(key: str, note_id: str, body: Any, if_match: str | None = None) -> OperationRequest:
+        path = f"/notes/{note_id}"
+        return OperationRequest("PATCH", path, body, key, f"op-{key}", stamp(5), if_match)
+
+    ops = [
+        patch("a", "n0", {"t": {"x": 1}}),
+        patch("b", "n1", {"v": None}, if_match="1"),  # removes v
+        patch("c", "n2", {"t": 1}, if_match="9"),  # 412
+        patch("d", "n0", {"t": {"y": 2}}),  # the same note again: merged over the first
+        patch("e", "nowhere", {"t": 1}),  # 404
+    ]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [200, 200, 412, 200, 404]
+    assert results[3].body["data"] == {"v": 0, "t": {"x": 1, "y": 2}}
+    assert results[1].body["data"] == {}
+    pair.same_state("p")
+
+
+def test_patches_go_set_wise(notes_db: Database) -> None:
+    counted = Counted(notes_db)
+    intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
+    intake.execute_batch("p", [create(f"c{i}", f"n{i}", i) for i in range(20)])
+    counted.statements.clear()
+    ops = [
+        OperationRequest("PATCH", f"/notes/n{i}", {"t": i}, f"p{i}", f"op-p{i}", stamp(i))
+        for i in range(20)
+    ]
+    assert [r.status for r in intake.execute_batch("p", ops)] == [200] * 20
+    # The claims; the notes locked, written, their ledger rows; the answers.
+    assert counted.statements == [
+        "savepoint", "claims_insert_many", "--", "--", "--", "claims_complete_many"
+    ]  # fmt: skip
+
+
 def test_a_transient_failure_mid_batch_stops_it_there_with_nothing_after_it(pair: Pair) -> None:
     ops = [
         create("a", "a"),
@@ -380,7 +419,7 @@ def test_a_failing_set_handler_leaves_the_batch_to_the_one_by_one_way(
 
 NOTE_IDS = st.sampled_from(["a", "b", "c"])
 KEYS = st.sampled_from([f"k{i}" for i in range(10)])
-KINDS = st.sampled_from(["create"] * 6 + ["put", "delete", "bad", "refuse", "crash"])
+KINDS = st.sampled_from(["create"] * 6 + ["put", "patch", "delete", "bad", "refuse", "crash"])
 STEP = st.tuples(KINDS, KEYS, NOTE_IDS, st.integers(0, 2))
 PLAN = st.lists(
     st.tuples(st.lists(STEP, max_size=10), st.sampled_from([0.0, 1.0, DAY + 1])),
@@ -393,6 +432,7 @@ def _op(kind: str, key: str, note_id: str, n: int, i: int) -> OperationRequest:
     method, path, body = {
         "create": ("POST", "/notes", {"id": note_id, "v": n}),
         "put": ("PUT", f"/notes/{note_id}", {"v": n}),
+        "patch": ("PATCH", f"/notes/{note_id}", {"w": n, "v": None} if n else {"w": {"x": n}}),
         "delete": ("DELETE", f"/notes/{note_id}", None),
         "bad": ("POST", "/notes", {"id": [note_id]}),
         "refuse": ("POST", "/refuse", {"id": f"r{note_id}"}),

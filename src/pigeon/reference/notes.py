@@ -43,7 +43,7 @@ from pigeon.reference.conflicts import (
 )
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
-from pigeon.reference.notes_many import create_notes, delete_notes, replace_notes
+from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
 from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
@@ -367,7 +367,7 @@ def add_note_writes(intake: Intake) -> None:
     for method, path, handler, schema, many in (
         ("POST", "/notes", create_note, NOTE_SCHEMA, create_notes),
         ("PUT", "/notes/{id}", replace_note, NOTE_AT_ID_SCHEMA, replace_notes),
-        ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA, None),
+        ("PATCH", "/notes/{id}", patch_note, NOTE_AT_ID_SCHEMA, patch_notes),
     ):
         intake.add_operation(
             method,

@@ -1,7 +1,7 @@
-"""The notes app's set-based writes (`pigeon.server.intake_set`): many creates, replaces
-or deletes of a batch in a statement or two for the notes and one for their ledger rows,
-each answered as `pigeon.reference.notes` answers it alone (``create_note``,
-``replace_note``, ``delete_note``).
+"""The notes app's set-based writes (`pigeon.server.intake_set`): many creates, replaces,
+patches or deletes of a batch in a statement or two for the notes and one for their ledger
+rows, each answered as `pigeon.reference.notes` answers it alone (``create_note``,
+``replace_note``, ``patch_note``, ``delete_note``).
 
 What the one-note handler answers otherwise is left to it (None): a body it would refuse,
 a second write of an id within the call, a create of an id a live note has (409 with the
@@ -15,9 +15,10 @@ import json
 import uuid
 from collections.abc import Sequence
 from json.encoder import encode_basestring as _string  # as canonical_json writes a string
-from typing import Any
+from typing import Any, Literal
 
 from pigeon.core.wire import ETAG, CanonicalJson, canonical_json, quote_etag
+from pigeon.edge.merge import merge_patch
 from pigeon.reference import schema as ref
 from pigeon.server.identifiers import InvalidIdentifier, path_segment, resource_id
 from pigeon.server.operations import HandlerResult, IntakeContext
@@ -26,10 +27,12 @@ from pigeon.storage.sealed import NOTE_DATA
 
 NOTE_AD = NOTE_DATA.ad  # as pigeon.reference.notes seals a note's data
 
-__all__ = ["create_notes", "delete_notes", "replace_notes"]
+__all__ = ["create_notes", "delete_notes", "patch_notes", "replace_notes"]
 
 # A planned write of an existing note: (item's index, note id, data text, deleted).
 _Write = tuple[int, str, str, bool]
+# What a write of an existing note makes of it.
+_Kind = Literal["replace", "patch", "delete"]
 
 
 def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
@@ -98,20 +101,24 @@ def _answer(note_id: str, version: int, data: str, clock: str, updated_at: float
 
 def replace_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
     """``PUT /notes/{id}`` for many operations of one principal at once."""
-    return _write_many(tx, items, deleting=False)
+    return _write_many(tx, items, "replace")
+
+
+def patch_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
+    """``PATCH /notes/{id}`` (a JSON merge patch) for many operations of one principal."""
+    return _write_many(tx, items, "patch")
 
 
 def delete_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
     """``DELETE /notes/{id}`` for many operations of one principal at once."""
-    return _write_many(tx, items, deleting=True)
+    return _write_many(tx, items, "delete")
 
 
-def _write_many(
-    tx: Tx, items: Sequence[IntakeContext], *, deleting: bool
-) -> list[HandlerResult | None]:
+def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[HandlerResult | None]:
     """New versions of existing notes (``note_write`` for many, the notes locked first as
     ``note_lock`` locks one), their ledger rows, and each one's answer."""
     out: list[HandlerResult | None] = [None] * len(items)
+    deleting = kind == "delete"
     targets = _targets(items, deleting)
     if not targets:
         return out
@@ -119,7 +126,7 @@ def _write_many(
     ids = json.dumps([note_id for _, note_id in targets])
     locked = ref.fetchall(tx, "notes_lock_many", {"principal": principal, "ids": ids})
     current = {r["id"]: r for r in locked}
-    planned = (_write(tx, i, items[i], current.get(n), deleting) for i, n in targets)
+    planned = (_write(tx, i, items[i], current.get(n), kind) for i, n in targets)
     writes = [w for w in planned if w is not None]
     if not writes:
         return out
@@ -178,7 +185,7 @@ def _names(body: Any, note_id: str) -> bool:
         return False
 
 
-def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, deleting: bool) -> _Write | None:
+def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, kind: _Kind) -> _Write | None:
     """The write ``ctx`` asks of the note ``row`` (as locked), or None where the one-note
     handler answers otherwise: no live note (404), a version If-Match does not name (412)."""
     if row is None or row["deleted"]:
@@ -186,9 +193,10 @@ def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, deleting: bool) -> _Wri
     if ctx.if_match is not None and ctx.if_match not in ("*", str(row["version"])):
         return None
     note_id = row["id"]
-    if deleting:  # the data stays as it was (delete_note writes it back)
-        kept = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], note_id)
-        data = canonical_json(json.loads(kept))
-    else:
-        data = canonical_json({k: v for k, v in ctx.body.items() if k != "id"})
-    return i, note_id, data, deleting
+    given = {} if kind == "delete" else {k: v for k, v in ctx.body.items() if k != "id"}
+    if kind == "replace":
+        return i, note_id, canonical_json(given), False
+    kept = json.loads(tx.cipher.open(row["data"], *NOTE_AD, row["principal"], note_id))
+    if kind == "patch":
+        return i, note_id, canonical_json(merge_patch(kept, given)), False
+    return i, note_id, canonical_json(kept), True  # delete_note writes the data back
