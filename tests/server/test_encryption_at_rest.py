@@ -64,6 +64,17 @@ def _write_everything(notes_db: Database) -> dict[str, Any]:
     )
     assert patched.status_code == 200, patched.text
     assert client.get("/notes").json()["notes"][0]["data"]["extra"] == CANARY * 2
+    # A replace, its 412 (the current note opened) and a delete (the data kept sealed).
+    put = {"title": "t", "body": CANARY, "extra": CANARY * 2}
+    for if_match, status in (('"2"', 200), ('"2"', 412)):
+        headers = {"Idempotency-Key": str(uuid.uuid4()), "If-Match": if_match}
+        replaced = client.put("/notes/n1", json=put, headers=headers)
+        assert replaced.status_code == status and replaced.json()["data"] == put, replaced.text
+    assert client.post(
+        "/notes", json={"id": "n2", "body": CANARY}, headers={"Idempotency-Key": key + "2"}
+    )
+    deleted = client.delete("/notes/n2", headers={"Idempotency-Key": str(uuid.uuid4())})
+    assert deleted.json() == {"id": "n2", "deleted": True, "version": 2}
 
     with notes_db.transaction() as tx:
         rid = records.accept(

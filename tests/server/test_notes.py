@@ -44,6 +44,18 @@ def test_versions_etags_and_if_match(client: TestClient, notes_db: Database) -> 
     exists = send(client, "POST", "/notes", {"id": "1"})
     assert exists.status_code == 409 and exists.json()["current"]["version"] == 3
     assert send(client, "PUT", "/notes/1", {"id": "2"}).status_code == 400
+    kept = send(client, "DELETE", "/notes/1", **{"If-Match": '"2"'})
+    assert kept.status_code == 412 and kept.headers["etag"] == '"3"'
+    assert kept.json()["data"] == {"body": "c"}
+    anyway = send(client, "PUT", "/notes/1", {"t": 1}, **{"If-Match": "*"})
+    assert anyway.json()["version"] == 4
+    # The refused writes (412, 409, 400) left no effect.
+    assert [(e["method"], e["version"]) for e in read_ledger(notes_db)] == [
+        ("POST", 1),
+        ("PUT", 2),
+        ("PATCH", 3),
+        ("PUT", 4),
+    ]
 
 
 def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
@@ -60,6 +72,7 @@ def test_delete_leaves_a_tombstone_and_a_recreate_continues_the_versions(
     assert client.get("/notes/1").status_code == 404
     assert send(client, "DELETE", "/notes/1").status_code == 404
     assert send(client, "PATCH", "/notes/1", {"a": 1}).status_code == 404
+    assert send(client, "PUT", "/notes/1", {"a": 1}, **{"If-Match": "*"}).status_code == 404
     assert send(client, "POST", "/notes", {"id": "1"}).json()["version"] == 3
     ledger = read_ledger(notes_db)
     assert [(e["method"], e["version"]) for e in ledger] == [

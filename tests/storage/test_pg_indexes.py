@@ -63,6 +63,16 @@ LOOKUPS: dict[str, dict[str, Any]] = {
     "note_lock": NOTE,
     "note_list": NOTE,
     "note_write": NOTE | {"now": NOW},
+    "note_write_logged": NOTE
+    | {
+        "now": NOW,
+        "if_match": "1",
+        "idempotency_key": "key-77",
+        "operation_id": "op-77",
+        "entity": "note:note-77",
+        "method": "PUT",
+        "status": 200,
+    },
     "ledger_all": {"after": ROWS - 100, "limit": 1000},
     # The set-based batch's lookups: one JSON array of keys or ids per statement.
     "claims_get_many": {"principal": "user-7", "keys": '["key-77", "key-78"]'},

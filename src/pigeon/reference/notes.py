@@ -136,27 +136,26 @@ def _current(ctx: IntakeContext, note_id: str) -> Row | None:
 def _precondition_failed(ctx: IntakeContext, row: Row) -> HandlerResult | None:
     if ctx.if_match is None or ctx.if_match in ("*", str(row["version"])):
         return None
+    return _mismatch(row)
+
+
+def _mismatch(row: Row) -> HandlerResult:
+    """The 412 of an ``If-Match`` that names another version than ``row``'s."""
     return 412, note_json(row), {ETAG: quote_etag(str(row["version"]))}
 
 
 def _params(
-    ctx: IntakeContext, note_id: str, data: dict[str, Any], deleted: bool
+    ctx: IntakeContext, note_id: str, data: dict[str, Any] | None, deleted: bool
 ) -> dict[str, Any]:
+    text = None if data is None else canonical_json(data)
     return {
         "principal": ctx.principal,
         "id": note_id,
-        "data": ctx.tx.cipher.seal(canonical_json(data), *NOTE_AD, ctx.principal, note_id),
+        "data": ctx.tx.cipher.seal(text, *NOTE_AD, ctx.principal, note_id),
         "deleted": int(deleted),
         "clock": ctx.clock,
         "now": ctx.now,
     }
-
-
-def _write(ctx: IntakeContext, note_id: str, data: dict[str, Any], *, deleted: bool = False) -> Row:
-    """A new version of an existing note (the statement returns the written row)."""
-    row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
-    assert row is not None
-    return row
 
 
 def _ledger_params(ctx: IntakeContext, note_id: str, status: int) -> dict[str, Any]:
@@ -213,18 +212,62 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     return 409, body | current, {"content-type": PROBLEM_JSON}
 
 
-def replace_note(ctx: IntakeContext) -> HandlerResult:
-    note_id = str(ctx.path_params["id"])
-    data = _data(ctx, note_id)
+def _checked_write(
+    ctx: IntakeContext, note_id: str, data: dict[str, Any] | None, *, deleted: bool = False
+) -> Row | HandlerResult:
+    """A new version of the live note ``note_id`` with ``data`` (None: its own), its ledger
+    row written, if ``If-Match`` allows it; else the 404 or 412 to answer."""
+    if ref.has(ctx.tx, "note_write_logged"):  # lock, check, write, ledger: one round trip
+        params = _logged_params(ctx, note_id, data, deleted, ctx.if_match)
+        row = _note(ctx.tx, "note_write_logged", params)
+        if row is None:
+            return _not_found(note_id)
+        return row if row.pop("written") else _mismatch(row)
     row = _current(ctx, note_id)
     if row is None:
         return _not_found(note_id)
-    return _precondition_failed(ctx, row) or _applied(ctx, _write(ctx, note_id, data), 200)
+    return _precondition_failed(ctx, row) or _write_logged(ctx, row, data, deleted=deleted)
+
+
+def _logged_params(
+    ctx: IntakeContext,
+    note_id: str,
+    data: dict[str, Any] | None,
+    deleted: bool,
+    if_match: str | None,
+) -> dict[str, Any]:
+    params = _params(ctx, note_id, data, deleted) | _ledger_params(ctx, note_id, 200)
+    return params | {"if_match": if_match}
+
+
+def _write_logged(
+    ctx: IntakeContext, current: Row, data: dict[str, Any] | None, *, deleted: bool = False
+) -> Row:
+    """A new version of ``current`` (locked, its checks passed) and its ledger row."""
+    note_id = current["id"]
+    if ref.has(ctx.tx, "note_write_logged"):  # its checks pass again: the lock is ours
+        params = _logged_params(ctx, note_id, data, deleted, None)
+        row = _note(ctx.tx, "note_write_logged", params)
+        assert row is not None and row.pop("written")
+        return row
+    data = json.loads(current["data"]) if data is None else data
+    row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
+    assert row is not None
+    _ledger(ctx, note_id, 200, int(row["version"]))
+    return row
+
+
+def replace_note(ctx: IntakeContext) -> HandlerResult:
+    note_id = str(ctx.path_params["id"])
+    written = _checked_write(ctx, note_id, _data(ctx, note_id))
+    return _answer(written, 200) if isinstance(written, dict) else written
 
 
 def patch_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     patch = _data(ctx, note_id)
+    # The merge needs the current data in Python (sealed at rest, SQL cannot merge it):
+    # read and locked first, then written.
     row = _current(ctx, note_id)
     if row is None:
         return _not_found(note_id)
@@ -232,20 +275,15 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     if failed is not None:
         return failed
     merged = merge_patch(json.loads(row["data"]), patch)
-    return _applied(ctx, _write(ctx, note_id, merged), 200)
+    return _answer(_write_logged(ctx, row, merged), 200)
 
 
 def delete_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
-    row = _current(ctx, note_id)
-    if row is None:
-        return _not_found(note_id)
-    failed = _precondition_failed(ctx, row)
-    if failed is not None:
-        return failed
-    row = _write(ctx, note_id, json.loads(row["data"]), deleted=True)
-    _ledger(ctx, note_id, 200, int(row["version"]))
-    return 200, {"id": note_id, "deleted": True, "version": int(row["version"])}
+    written = _checked_write(ctx, note_id, None, deleted=True)
+    if not isinstance(written, dict):
+        return written
+    return 200, {"id": note_id, "deleted": True, "version": int(written["version"])}
 
 
 def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:

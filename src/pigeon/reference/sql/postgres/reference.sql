@@ -68,6 +68,45 @@ SET version = version + 1, data = %(data)s, deleted = %(deleted)s, clock = %(clo
 WHERE principal = %(principal)s AND id = %(id)s
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
+-- name: note_write_logged
+-- The checks and the write of an existing note, and its ledger row, in one statement: one
+-- round trip where SQLite runs note_lock, note_write and ledger_append. The note is locked
+-- as note_lock locks it and, if live and :if_match (a version, '*' or NULL) allows it,
+-- written with :data, or its own sealed data where :data is NULL (a delete keeps it).
+-- The row comes back with written = 1, or the current note with written = 0 (the 412's),
+-- or nothing (no live note: 404).
+WITH current AS (
+    SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+    FROM ref_notes
+    WHERE principal = %(principal)s AND id = %(id)s
+    FOR UPDATE
+), live AS (
+    SELECT * FROM current WHERE deleted = 0
+), written AS (
+    UPDATE ref_notes AS n
+    SET version = n.version + 1, data = coalesce(%(data)s, n.data), deleted = %(deleted)s,
+        clock = %(clock)s, updated_at = %(now)s
+    FROM live AS c
+    WHERE n.principal = c.principal AND n.id = c.id
+      AND (%(if_match)s::text IS NULL OR %(if_match)s::text IN ('*', c.version::text))
+    RETURNING n.principal, n.id, n.version, n.data, n.deleted, n.clock, n.created_at,
+              n.updated_at
+), logged AS (
+    INSERT INTO ref_effect_ledger (
+        idempotency_key, principal, operation_id, entity, method, status, version, clock,
+        applied_at
+    )
+    SELECT %(idempotency_key)s, principal, %(operation_id)s, %(entity)s, %(method)s,
+           %(status)s, version, %(clock)s, %(now)s
+    FROM written
+)
+SELECT 1 AS written, principal, id, version, data, deleted, clock, created_at, updated_at
+FROM written
+UNION ALL
+SELECT 0, principal, id, version, data, deleted, clock, created_at, updated_at
+FROM live
+WHERE NOT EXISTS (SELECT FROM written)
+
 -- name: ledger_append
 INSERT INTO ref_effect_ledger (
     idempotency_key, principal, operation_id, entity, method, status, version, clock,
