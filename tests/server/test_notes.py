@@ -41,6 +41,7 @@ def test_versions_etags_and_if_match(client: TestClient, notes_db: Database) -> 
     assert patched.json()["data"] == {"body": "c"} and patched.json()["version"] == 3
     got = client.get("/notes/1")
     assert got.headers["etag"] == '"3"' and got.json()["data"] == {"body": "c"}
+    assert got.json() == patched.json()  # the answer is the note as stored, to its clock
     exists = send(client, "POST", "/notes", {"id": "1"})
     assert exists.status_code == 409 and exists.json()["current"]["version"] == 3
     assert send(client, "PUT", "/notes/1", {"id": "2"}).status_code == 400

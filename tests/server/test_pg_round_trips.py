@@ -2,10 +2,10 @@
 travels with the claim, the savepoint with the handler's statement (the note and its
 ledger row in one), and the stored answer and the savepoint's release with the COMMIT. A
 PUT or DELETE of a note costs the same (its lock, If-Match check, write and ledger row in
-one statement); a PATCH one more (see ``PATCH_BOUND``). A batch costs the same number
-whatever its size. Counted on the wire (tests/pgwire.py), the
-app warmed first: psycopg prepares a statement the sixth time it runs it, a round trip of
-its own once per connection, which is not the request's."""
+one statement), and a PATCH (its locked read with the savepoint, its write and ledger row
+with the COMMIT). A batch costs the same number whatever its size. Counted on the wire
+(tests/pgwire.py), the app warmed first: psycopg prepares a statement the sixth time it
+runs it, a round trip of its own once per connection, which is not the request's."""
 
 from __future__ import annotations
 
@@ -26,9 +26,6 @@ from tests.server.conftest import TestClient
 pytestmark = pytest.mark.postgres
 
 SINGLE_BOUND = 3  # two round trips, and the COMMIT's
-# The merge patch is applied in Python to the note's current data (sealed at rest when a
-# key is configured, so SQL cannot merge it): the locked read is a round trip of its own.
-PATCH_BOUND = SINGLE_BOUND + 1
 WARM = 8
 
 # A request made ready (its note created first, uncounted): method, path, client kwargs.
@@ -149,4 +146,4 @@ def test_a_single_write_of_a_note_is_within_its_bound(
 
         counted = _counted(relay, client, write)
     print(f"{method} /notes/{{id}}: {counted}")
-    assert counted.turns <= (PATCH_BOUND if method == "PATCH" else SINGLE_BOUND), counted
+    assert counted.turns <= SINGLE_BOUND, counted

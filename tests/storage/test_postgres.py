@@ -65,6 +65,31 @@ def test_bookkeeping_travels_with_the_statements_and_errors_stay_theirs(pg_url: 
         db.close()
 
 
+def test_a_deferred_statement_travels_with_the_next_round_trip(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, queries=QUERIES, components=())
+    put = QUERIES["put"]
+    try:
+        with db.transaction() as tx:
+            tx.execute("make")
+        with db.transaction() as tx:
+            tx.defer(put, {"id": 1, "v": "alone: sent with BEGIN and the COMMIT"})
+        with db.transaction() as tx:
+            tx.execute("all")  # begun
+            with pytest.raises(Refused), tx.savepoint():
+                tx.defer(put, {"id": 2, "v": "never sent: rolled back with the savepoint"})
+                raise Refused
+            tx.defer(put, {"id": 3, "v": "sent with the next statement"})
+            assert [r["id"] for r in tx.fetchall("all")] == [1, 3]
+            tx.defer(put, {"id": 4, "v": "sent with the COMMIT"})
+        with pytest.raises(psycopg.errors.UniqueViolation), db.transaction() as tx:
+            tx.defer(put, {"id": 5, "v": "rolled back with the one beside it"})
+            tx.defer(put, {"id": 1, "v": "a duplicate: its error is the COMMIT's"})
+        with db.transaction() as tx:
+            assert [r["id"] for r in tx.fetchall("all")] == [1, 3, 4]
+    finally:
+        db.close()
+
+
 def test_newer_schema_is_refused_and_untouched(pg_url: str) -> None:
     db = PostgresDatabase(pg_url, queries=QUERIES, components=("server",))
     db.close()

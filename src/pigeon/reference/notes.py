@@ -176,11 +176,6 @@ def _ledger(ctx: IntakeContext, note_id: str, status: int, version: int) -> None
     ref.execute(ctx.tx, "ledger_append", params)
 
 
-def _applied(ctx: IntakeContext, row: Row, status: int) -> HandlerResult:
-    _ledger(ctx, row["id"], status, int(row["version"]))
-    return _answer(row, status)
-
-
 def _answer(row: Row, status: int) -> HandlerResult:
     # The id as one path segment: '€uro' is /notes/%E2%82%ACuro, 'a?b' is /notes/a%3Fb.
     location = "/notes/" + path_segment(row["id"])
@@ -196,7 +191,9 @@ def _created(ctx: IntakeContext, note_id: str, data: dict[str, Any]) -> HandlerR
         created = _note(ctx.tx, "note_create_logged", params)
         return None if created is None else _answer(created, 201)
     created = _note(ctx.tx, "note_create", params)
-    return None if created is None else _applied(ctx, created, 201)
+    if created is not None:
+        _ledger(ctx, note_id, 201, int(created["version"]))
+    return None if created is None else _answer(created, 201)
 
 
 def create_note(ctx: IntakeContext) -> HandlerResult:
@@ -218,7 +215,7 @@ def _checked_write(
     """A new version of the live note ``note_id`` with ``data`` (None: its own), its ledger
     row written, if ``If-Match`` allows it; else the 404 or 412 to answer."""
     if ref.has(ctx.tx, "note_write_logged"):  # lock, check, write, ledger: one round trip
-        params = _logged_params(ctx, note_id, data, deleted, ctx.if_match)
+        params = _logged_params(ctx, note_id, data, deleted) | {"if_match": ctx.if_match}
         row = _note(ctx.tx, "note_write_logged", params)
         if row is None:
             return _not_found(note_id)
@@ -230,14 +227,10 @@ def _checked_write(
 
 
 def _logged_params(
-    ctx: IntakeContext,
-    note_id: str,
-    data: dict[str, Any] | None,
-    deleted: bool,
-    if_match: str | None,
+    ctx: IntakeContext, note_id: str, data: dict[str, Any] | None, deleted: bool
 ) -> dict[str, Any]:
     params = _params(ctx, note_id, data, deleted) | _ledger_params(ctx, note_id, 200)
-    return params | {"if_match": if_match}
+    return params | {"if_match": None}
 
 
 def _write_logged(
@@ -245,11 +238,6 @@ def _write_logged(
 ) -> Row:
     """A new version of ``current`` (locked, its checks passed) and its ledger row."""
     note_id = current["id"]
-    if ref.has(ctx.tx, "note_write_logged"):  # its checks pass again: the lock is ours
-        params = _logged_params(ctx, note_id, data, deleted, None)
-        row = _note(ctx.tx, "note_write_logged", params)
-        assert row is not None and row.pop("written")
-        return row
     data = json.loads(current["data"]) if data is None else data
     row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
     assert row is not None
@@ -267,7 +255,7 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     patch = _data(ctx, note_id)
     # The merge needs the current data in Python (sealed at rest, SQL cannot merge it):
-    # read and locked first, then written.
+    # read and locked first, then written with the answer.
     row = _current(ctx, note_id)
     if row is None:
         return _not_found(note_id)
@@ -275,7 +263,19 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     if failed is not None:
         return failed
     merged = merge_patch(json.loads(row["data"]), patch)
+    if ref.has(ctx.tx, "note_write_logged"):
+        return _answer(_write_later(ctx, row, merged), 200)
     return _answer(_write_logged(ctx, row, merged), 200)
+
+
+def _write_later(ctx: IntakeContext, current: Row, data: dict[str, Any]) -> Row:
+    """The next version of ``current`` (locked here, its checks passed) with its ledger
+    row, sent with the transaction's next round trip (the answer's and the COMMIT's):
+    the row it makes, returned now, is known, as no other writer can touch it."""
+    params = _logged_params(ctx, current["id"], data, False)
+    ref.execute_later(ctx.tx, "note_write_logged", params)
+    written = {"version": int(current["version"]) + 1, "data": canonical_json(data)}
+    return current | written | {"deleted": 0, "clock": ctx.clock, "updated_at": float(ctx.now)}
 
 
 def delete_note(ctx: IntakeContext) -> HandlerResult:

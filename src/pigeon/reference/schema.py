@@ -32,6 +32,11 @@ def execute(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
     return QUERIES.run(tx, name, params)
 
 
+def execute_later(tx: Tx, name: str, params: Mapping[str, Any]) -> None:
+    """``name`` in ``tx``, sent with its next round trip where it can (`QuerySet.run_later`)."""
+    QUERIES.run_later(tx, name, params)
+
+
 def has(tx: Tx, name: str) -> bool:
     """Has ``tx``'s backend the reference app's statement ``name``?"""
     return QUERIES.has(tx, name)

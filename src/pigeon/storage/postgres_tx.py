@@ -92,6 +92,13 @@ class PostgresTx:
             cursor = self._conn.execute(statement, params or {})
         return cursor
 
+    def defer(self, statement: str, params: Mapping[str, Any]) -> None:
+        """Send ``statement`` with the next round trip (the COMMIT's, if nothing runs
+        before), its result never read. For a statement that cannot fail on its own, such
+        as a write of a row this transaction holds locked: its error, if any, is raised by
+        the statement or COMMIT it travels with, and is not told from theirs."""
+        self._queue.append(_Queued(statement, params))
+
     def finish_with(self, name: str, params: Mapping[str, Any], refused: BaseException) -> None:
         """Run ``name`` right before the COMMIT, in its round trip; if it fails, nothing of
         the transaction commits and ``refused`` is raised. Nothing else may run after it."""
@@ -140,7 +147,7 @@ class PostgresTx:
 
     def commit(self) -> None:
         """The COMMIT, with whatever waits; nothing at all if no statement ever ran."""
-        if not self._begun and not any(isinstance(q, _Last) for q in self._queue):
+        if not self._begun and len(self._queue) <= 1:  # BEGIN alone
             self._queue = []
             return
         last = next((q for q in self._queue if isinstance(q, _Last)), None)

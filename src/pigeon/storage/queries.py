@@ -83,6 +83,16 @@ class QuerySet:
         what another does in two)?"""
         return name in load_queries(tx.backend, self.component, self.package)
 
+    def run_later(self, tx: Tx, name: str, params: Mapping[str, Any]) -> None:
+        """``name`` run in ``tx``, its result unread: sent with the transaction's next
+        round trip where it can hold it back (PostgreSQL's own, ``defer``), else now. For
+        a statement that cannot fail on its own (see `PostgresTx.defer`)."""
+        defer = getattr(tx, "defer", None)
+        if defer is None:
+            self.run(tx, name, params)
+        else:
+            defer(self.text(tx, name), params)
+
     def run(self, tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
         """``name`` run in ``tx``; the driver's cursor (rows as dicts), as ``Tx.sql``."""
         return tx.sql(self.text(tx, name), params)
