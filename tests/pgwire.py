@@ -3,10 +3,13 @@ the server.
 
 A round trip is the client speaking and then waiting for the server's answer: the relay
 counts the client's turns, each burst of bytes the client sends after the server last
-spoke (or first). Statements sent together without waiting (psycopg's pipeline mode)
-are one turn; BEGIN, sent by the driver on its own before a transaction's first
-statement, is one. Statements are the client's Query and Execute messages (BEGIN and
-COMMIT included). Whatever the driver or the ORM does, this is what the network sees.
+spoke (or first), once its last turn ended with a message the client waits after (a Sync,
+a simple Query, a Flush, the startup or a password): the server answering the head of a
+pipeline while its tail is still on the way (a busy machine) starts no turn. Statements
+sent together without waiting (psycopg's pipeline mode) are one turn; BEGIN, sent by the
+driver on its own before a transaction's first statement, is one. Statements are the
+client's Query and Execute messages (BEGIN and COMMIT included). Whatever the driver or
+the ORM does, this is what the network sees.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 _STATEMENTS = (b"Q", b"E")  # a simple query; the Execute of the extended protocol
+_WAITS = (b"S", b"Q", b"H", b"p", b"")  # Sync, Query, Flush, password; b"": untyped (startup)
 _STARTUP = 196608  # protocol 3.0: the startup message, after which every message is typed
 
 
@@ -34,6 +38,7 @@ class _Messages:
     def __init__(self) -> None:
         self.buffer = b""
         self.typed = False  # past the startup message (SSLRequest and the like come first)
+        self.waiting = True  # has the client sent a message it waits for an answer after?
 
     def feed(self, data: bytes) -> int:
         """How many statements ``data`` completes."""
@@ -51,6 +56,7 @@ class _Messages:
             if not self.typed and struct.unpack("!i", self.buffer[4:8])[0] == _STARTUP:
                 self.typed = True
             found += kind in _STATEMENTS
+            self.waiting = self.waiting or kind in _WAITS
             self.buffer = self.buffer[size:]
 
 
@@ -95,7 +101,9 @@ class RoundTrips:
             while data := source.recv(65536):
                 with self._lock:
                     if messages is not None:
-                        self.counts.turns += last[0] == "server"
+                        if last[0] == "server" and messages.waiting:
+                            self.counts.turns += 1
+                            messages.waiting = False
                         self.counts.statements += messages.feed(data)
                     last[0] = side
                 sink.sendall(data)
