@@ -10,7 +10,8 @@ nothing ran in costs nothing; one rolled back before it was sent is forgotten.
 
 ``finish_with`` queues a statement to travel with the COMMIT: the transaction's last, whose
 failure makes PostgreSQL skip the COMMIT behind it (what follows an error is not run up to
-the Sync). That failure is raised as the exception the caller named.
+the Sync). That failure is raised as the exception the caller named. ``defer`` queues one
+whose result nobody reads, to travel with whatever is sent next.
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ class PostgresTx:
         self._queue.append(_Queued(statement, params))
 
     def finish_with(self, name: str, params: Mapping[str, Any], refused: BaseException) -> None:
-        """Run ``name`` right before the COMMIT, in its round trip; if it fails, nothing of
-        the transaction commits and ``refused`` is raised. Nothing else may run after it."""
+        """Run ``name`` right before the COMMIT, in its round trip; if it refuses (by a
+        division by zero, told from a deferred statement's error), nothing of the
+        transaction commits and ``refused`` is raised. Nothing else may run after it."""
         self._queue.append(_Last(self.queries[name], params, refused))
 
     @contextlib.contextmanager
@@ -155,7 +157,7 @@ class PostgresTx:
             with self._conn.pipeline():
                 self._send_queue()
                 self._conn.execute("COMMIT", prepare=False)
-        except psycopg.errors.DataError as exc:
+        except psycopg.errors.DivisionByZero as exc:  # how finish_with's statement refuses
             if last is not None and last.cursor is not None and last.cursor.pgresult is None:
                 raise last.refused from exc
             raise
