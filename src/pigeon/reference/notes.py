@@ -14,7 +14,6 @@ one strategy per entity type, e.g. ``/lww-notes`` (last write wins by hybrid log
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -44,6 +43,7 @@ from pigeon.reference.conflicts import (
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
 from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
+from pigeon.reference.query import integer_param
 from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
@@ -51,7 +51,7 @@ from pigeon.server.auth import Authenticator
 from pigeon.server.identifiers import id_problem, path_segment, resource_id
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.options import ServerOptions, SessionPolicy
-from pigeon.server.problems import problem, problem_response
+from pigeon.server.problems import problem
 from pigeon.server.records import records_routes
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Row, Tx
@@ -313,27 +313,7 @@ def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list
 # Bounds of the integer query parameters: a sequence number and a row count are 64-bit
 # integers in both stores (beyond, PostgreSQL refused the query with a 500). A page of the
 # ledger is 100,000 rows unless a larger one is asked for (the demo asks for all).
-MAX_SEQ = 2**63 - 1
 LEDGER_PAGE = 100_000
-_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
-
-
-def _number(
-    request: Request, name: str, default: int, low: int = 0, high: int = MAX_SEQ
-) -> int | Response:
-    """An integer query parameter within [low, high], or the 400 problem naming it."""
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    value: int | None = None
-    if _INTEGER.fullmatch(text):  # ASCII digits only: int() also takes '١' and '1_0'
-        value = int(text)
-    if value is None or not low <= value <= high:
-        detail = (
-            f"query parameter {name!r} must be an integer from {low} to {high}, not {text[:40]!r}"
-        )
-        return problem_response(problem(400, "bad-query", "Bad request", detail))
-    return value
 
 
 def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
@@ -485,10 +465,10 @@ class NotesReads:
         return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
 
     async def ledger(self, request: Request) -> Response:
-        after = _number(request, "after", 0)
+        after = integer_param(request, "after", 0)
         if isinstance(after, Response):
             return after
-        limit = _number(request, "limit", LEDGER_PAGE, 1)
+        limit = integer_param(request, "limit", LEDGER_PAGE, 1)
         if isinstance(limit, Response):
             return limit
         rows = await run_in_threadpool(read_ledger, self.db, after=after, limit=limit)
@@ -509,7 +489,7 @@ class NotesReads:
 
     async def outcomes(self, request: Request) -> Response:
         principal = access.principal(request)
-        after = _number(request, "after", 0)
+        after = integer_param(request, "after", 0)
         if isinstance(after, Response):
             return after
         rows = await run_in_threadpool(read_outcomes, self.db, principal, after=after)
