@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from pigeon.storage.crypto import Cipher
 
@@ -39,6 +39,34 @@ class Tx(Protocol):
         ...
 
     def savepoint(self) -> AbstractContextManager[None]: ...
+
+
+class _Rows(Protocol):
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> list[Row]: ...
+
+
+C = TypeVar("C", bound=_Rows)
+
+
+class NamedStatements(Generic[C]):
+    """A ``Tx``'s named statements (``queries``) run through its own ``sql``, whose cursor
+    ``C`` gives rows as dicts."""
+
+    queries: Mapping[str, str]
+
+    def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> C:
+        raise NotImplementedError
+
+    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> C:
+        return self.sql(self.queries[name], params)
+
+    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        return self.execute(name, params).fetchone()
+
+    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return self.execute(name, params).fetchall()
 
 
 class Database(Protocol):

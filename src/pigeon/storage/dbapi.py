@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 
 Row = dict[str, Any]
@@ -34,7 +35,7 @@ class DictCursor:
         return rows
 
 
-class DbapiTx:
+class DbapiTx(NamedStatements[DictCursor]):
     """An open transaction the application holds on ``conn`` (it commits or rolls back)."""
 
     def __init__(
@@ -45,15 +46,6 @@ class DbapiTx:
         self.queries = queries
         self.cipher = cipher
         self._depth = 0
-
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> DictCursor:
-        return self.sql(self.queries[name], params)
-
-    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
-        return self.execute(name, params).fetchone()
-
-    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return self.execute(name, params).fetchall()
 
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
         cursor = self.conn.cursor()

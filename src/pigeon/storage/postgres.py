@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from pigeon.exceptions import ConfigurationError, StoreUnavailable
+from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import from_postgres
 from pigeon.storage.postgres_tx import PostgresTx, transaction_on
@@ -51,7 +52,7 @@ def usable(conn: Connection) -> bool:
     return True
 
 
-class BorrowedPostgresTx:
+class BorrowedPostgresTx(NamedStatements[psycopg.Cursor[Row]]):
     """A ``Tx`` over the application's own connection, in a transaction it opened and
     will end (``pigeon.storage.server.borrow``): rows as dicts whatever the connection's
     row factory, which stays the application's."""
@@ -64,15 +65,6 @@ class BorrowedPostgresTx:
         self.conn = conn
         self.queries = queries
         self.cipher = cipher  # seals the columns that hold what users wrote
-
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
-        return self.sql(self.queries[name], params)
-
-    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
-        return self.execute(name, params).fetchone()
-
-    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return self.execute(name, params).fetchall()
 
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
         with self.conn.cursor(row_factory=dict_row) as cur:

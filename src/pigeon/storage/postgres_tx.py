@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 
 Row = dict[str, Any]
@@ -46,7 +47,7 @@ class _Last(_Queued):
     cursor: psycopg.Cursor[Row] | None = None
 
 
-class PostgresTx:
+class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
     """An open transaction on ``conn`` (in autocommit mode while it lasts), with named
     ``queries`` and savepoints, its bookkeeping sent with its statements."""
 
@@ -69,15 +70,6 @@ class PostgresTx:
             with self._conn.pipeline():
                 self._send_queue()
         return self._conn
-
-    def execute(self, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
-        return self.sql(self.queries[name], params)
-
-    def fetchone(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
-        return self.execute(name, params).fetchone()
-
-    def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return self.execute(name, params).fetchall()
 
     def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
         with self._conn.cursor() as cur, self._conn.pipeline():
