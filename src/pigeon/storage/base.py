@@ -41,13 +41,15 @@ class Tx(Protocol):
     def savepoint(self) -> AbstractContextManager[None]: ...
 
 
-class _Rows(Protocol):
+class RowCursor(Protocol):
+    """What a Tx's `sql` returns: a cursor whose rows are dicts."""
+
     def fetchone(self) -> Row | None: ...
 
     def fetchall(self) -> list[Row]: ...
 
 
-C = TypeVar("C", bound=_Rows)
+C = TypeVar("C", bound=RowCursor)
 
 
 class NamedStatements(Generic[C]):
