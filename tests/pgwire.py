@@ -5,7 +5,9 @@ A round trip is the client speaking and then waiting for the server's answer: th
 counts the client's turns, each burst of bytes the client sends after the server last
 spoke (or first), once its last turn ended with a message the client waits after (a Sync,
 a simple Query, a Flush, the startup or a password): the server answering the head of a
-pipeline while its tail is still on the way (a busy machine) starts no turn. Statements
+pipeline while its tail is still on the way (a busy machine) starts no turn, nor does a
+Flush sent after an awaited answer (psycopg sends one behind the Sync that ends a
+pipeline, and waits no longer for it). Statements
 sent together without waiting (psycopg's pipeline mode) are one turn; BEGIN, sent by the
 driver on its own before a transaction's first statement, is one. Statements are the
 client's Query and Execute messages (BEGIN and COMMIT included). Whatever the driver or
@@ -39,23 +41,36 @@ class _Messages:
         self.buffer = b""
         self.typed = False  # past the startup message (SSLRequest and the like come first)
         self.waiting = True  # has the client sent a message it waits for an answer after?
+        self.turn = False  # spoke after an answer it waited for: a turn, from its next message
 
-    def feed(self, data: bytes) -> int:
-        """How many statements ``data`` completes."""
+    def spoken(self, data: bytes, *, after_answer: bool) -> tuple[int, int]:
+        """``feed`` of what the client sent, ``after_answer``: the server spoke since the
+        client's last bytes."""
+        if after_answer and self.waiting:
+            self.turn, self.waiting = True, False
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> tuple[int, int]:
+        """How many statements, and turns, ``data`` completes. A turn starts at the first
+        message after an awaited answer that is not a Flush: psycopg leaving a pipeline
+        sends a Flush behind its Sync, which on a busy machine reaches the server after
+        the Sync's answer left it; the client waits no longer for it."""
         self.buffer += data
-        found = 0
+        found = turns = 0
         while True:
             head = 5 if self.typed else 4
             if len(self.buffer) < head:
-                return found
+                return found, turns
             kind = self.buffer[:1] if self.typed else b""
             (length,) = struct.unpack("!i", self.buffer[head - 4 : head])
             size = length + (1 if self.typed else 0)
             if len(self.buffer) < size:
-                return found
+                return found, turns
             if not self.typed and struct.unpack("!i", self.buffer[4:8])[0] == _STARTUP:
                 self.typed = True
             found += kind in _STATEMENTS
+            if self.turn and kind != b"H":
+                turns, self.turn = turns + 1, False
             self.waiting = self.waiting or kind in _WAITS
             self.buffer = self.buffer[size:]
 
@@ -101,10 +116,10 @@ class RoundTrips:
             while data := source.recv(65536):
                 with self._lock:
                     if messages is not None:
-                        if last[0] == "server" and messages.waiting:
-                            self.counts.turns += 1
-                            messages.waiting = False
-                        self.counts.statements += messages.feed(data)
+                        after_answer = last[0] == "server"
+                        statements, turns = messages.spoken(data, after_answer=after_answer)
+                        self.counts.statements += statements
+                        self.counts.turns += turns
                     last[0] = side
                 sink.sendall(data)
         with contextlib.suppress(OSError):
