@@ -71,37 +71,33 @@ class Heartbeat:
 
     def _heartbeat(self) -> None:
         """Renew the leases, write the started markers and the timed-out outcomes."""
-        interval = self._interval = self._intervals()
+        self._interval = self._intervals()
+        self._rounds("heartbeat", self._beat)
+
+    def _watchdog(self) -> None:
+        """The deadlines and the supervisor's presence, checked in memory only."""
+        self._rounds("deadline check", self._check_timeouts, before=self._check_parent)
+
+    def _rounds(
+        self, what: str, step: Callable[[], float], before: Callable[[], None] = lambda: None
+    ) -> None:
+        """``before`` then ``step`` until the job threads are done, each round woken just
+        past the time ``step`` returns (monotonic; the checks are strict) or after an
+        interval. A round that fails is logged and counted, and the next one runs: the
+        heartbeat must outlive any bug of its own, or no lease is renewed and every job
+        this process runs is run again by whoever rescues it."""
+        interval = self._intervals()
         while not self._threads_done():
+            before()
             try:
-                next_due = self._beat()
+                next_due = step()
             except Exception:
-                # The heartbeat must outlive any bug of its own: without it no lease is
-                # renewed, and every job this process runs is run again by whoever
-                # rescues it. The next round tries again.
-                log.exception("heartbeat of worker %s failed; going on", self.name)
+                log.exception("%s of worker %s failed; going on", what, self.name)
                 with self._lock:
                     self.stats.heartbeat_errors += 1
                 next_due = float("inf")
             wait = min(interval, max(0.0, next_due - time.monotonic()) + 0.005)
             if self._stop.wait(wait):  # stopping: we only wait for the job threads
-                time.sleep(0.02)
-
-    def _watchdog(self) -> None:
-        """The deadlines and the supervisor's presence, checked in memory only."""
-        interval = self._intervals()
-        while not self._threads_done():
-            self._check_parent()
-            try:
-                next_deadline = self._check_timeouts()
-            except Exception:  # as the heartbeat's: the next round tries again
-                log.exception("deadline check of worker %s failed; going on", self.name)
-                with self._lock:
-                    self.stats.heartbeat_errors += 1
-                next_deadline = float("inf")
-            # Wake just past the next deadline (the checks are strict), not a tick late.
-            wait = min(interval, max(0.0, next_deadline - time.monotonic()) + 0.005)
-            if self._stop.wait(wait):
                 time.sleep(0.02)
 
     def _check_parent(self) -> None:
