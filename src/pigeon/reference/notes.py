@@ -189,10 +189,10 @@ def _created(ctx: IntakeContext, note_id: str, data: dict[str, Any]) -> HandlerR
     if ref.has(ctx.tx, "note_create_logged"):  # both in one statement: one round trip
         params |= _ledger_params(ctx, note_id, 201)
         created = _note(ctx.tx, "note_create_logged", params)
-        return None if created is None else _answer(created, 201)
-    created = _note(ctx.tx, "note_create", params)
-    if created is not None:
-        _ledger(ctx, note_id, 201, int(created["version"]))
+    else:
+        created = _note(ctx.tx, "note_create", params)
+        if created is not None:
+            _ledger(ctx, note_id, 201, int(created["version"]))
     return None if created is None else _answer(created, 201)
 
 
