@@ -87,6 +87,11 @@ def fast_check(schema: object) -> Check | None:
     return valid
 
 
+def _annotation(keyword: str) -> bool:
+    """A keyword that never refuses a value: an annotation or an extension."""
+    return keyword in _ANNOTATIONS or keyword.startswith("x-")
+
+
 def _compiled_form(schema: Any, formats: _Formats) -> Any:
     """``schema`` as ``fastjsonschema`` is given it, its annotations left out and each
     ``pattern`` (and each ``not`` of a pattern or of strings) turned into a format check of
@@ -99,7 +104,7 @@ def _compiled_form(schema: Any, formats: _Formats) -> Any:
     out: dict[str, Any] = {}
     checks: list[dict[str, Any]] = []
     for keyword, argument in schema.items():
-        if keyword in _ANNOTATIONS or keyword.startswith("x-"):
+        if _annotation(keyword):
             continue
         if keyword == "pattern":
             checks.append({"format": _format(formats, re.compile(argument).search)})
@@ -125,7 +130,7 @@ def _negated(schema: Any) -> tuple[dict[str, str], Callable[[str], bool]] | None
     type it asks for and the format check that says the rest. None for any other."""
     if not isinstance(schema, Mapping):
         return None
-    said = {k: v for k, v in schema.items() if k not in _ANNOTATIONS and not k.startswith("x-")}
+    said = {k: v for k, v in schema.items() if not _annotation(k)}
     if said.keys() == {"pattern"}:
         search = re.compile(said["pattern"]).search
         return {"type": "string"}, lambda text: search(text) is None
@@ -150,7 +155,7 @@ def _same_in_both(schema: object) -> bool:
     if not isinstance(schema, Mapping):
         return False
     for keyword, argument in schema.items():
-        if keyword in _ANNOTATIONS or keyword.startswith("x-"):
+        if _annotation(keyword):
             continue
         if not _plain_argument(keyword, argument):
             return False
