@@ -10,7 +10,6 @@ import json
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -379,17 +378,41 @@ def test_a_create_without_an_id_gets_a_new_one(pair: Pair) -> None:
     assert len(ids) == 2 and all(len(i) == 32 for i in ids)
 
 
-def test_sealed_at_rest_the_set_path_seals_what_one_by_one_seals(tmp_path: Path) -> None:
-    notes_db = open_server_db(tmp_path / "sealed.db", keyring=Keyring((("k1", generate_key()),)))
-    attach(notes_db)
-    both = Pair(notes_db)
+def _notes_db(url: str, keyring: Keyring | None) -> Iterator[Database]:
+    database = open_server_db(url, durability="normal", keyring=keyring)
+    try:
+        attach(database)
+        yield database
+    finally:
+        database.close()
+
+
+@pytest.fixture
+def sealed_notes_db(server_db_url: str) -> Iterator[Database]:
+    """``notes_db`` sealing the notes' data and the stored answers with a keyring."""
+    yield from _notes_db(server_db_url, Keyring((("k1", generate_key()),)))
+
+
+@pytest.fixture(params=["clear", "sealed"])
+def any_notes_db(request: pytest.FixtureRequest, server_db_url: str) -> Iterator[Database]:
+    """``notes_db``, then ``sealed_notes_db``."""
+    keyring = Keyring((("k1", generate_key()),)) if request.param == "sealed" else None
+    yield from _notes_db(server_db_url, keyring)
+
+
+def test_sealed_at_rest_the_set_path_seals_what_one_by_one_seals(
+    sealed_notes_db: Database,
+) -> None:
+    both = Pair(sealed_notes_db)
     both.batch("p", [create(f"k{i}", f"n{i}", i) for i in range(5)])
     both.batch("p", [create("k1", "n1", 1), create("z", "n2", 7)])
+    ops = [write("u0", "n0", 10), write("d1", "n1", None), write("d2", "n2", None, "9")]
+    ops += [_op("patch", "p3", "n3", 1, 3), write("d4", "n4", None), create("r1", "n1", 11)]
+    assert [r.status for r in both.batch("p", ops)] == [200, 200, 412, 200, 200, 201]
     both.same_state("p")
-    with notes_db.transaction() as tx:
+    with sealed_notes_db.transaction() as tx:
         raw = tx.sql("SELECT response_body, data FROM pigeon_idempotency_claims, ref_notes")
         assert all(not v.startswith("{") for r in raw.fetchall() for v in r.values())
-    notes_db.close()
 
 
 def _broken(kind: str) -> Any:
@@ -441,8 +464,8 @@ def _op(kind: str, key: str, note_id: str, n: int, i: int) -> OperationRequest:
     return OperationRequest(method, path, body, key, f"op-{key}-{i}", clock=stamp(i))
 
 
-def test_any_batch_is_answered_and_stored_as_one_by_one(notes_db: Database) -> None:
-    both = Pair(notes_db)
+def test_any_batch_is_answered_and_stored_as_one_by_one(any_notes_db: Database) -> None:
+    both = Pair(any_notes_db)
 
     @settings(max_examples=60, deadline=None)
     @given(plan=PLAN)

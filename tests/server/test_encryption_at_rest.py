@@ -22,11 +22,15 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
 from pigeon.jobs.relay import CallablePublisher, Message, Relay
 from pigeon.jobs.stats import failed_by_owner
-from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes import create_note, create_notes_app, delete_note
+from pigeon.reference.notes_many import create_notes, delete_notes
+from pigeon.reference.schema import attach
+from pigeon.server.intake import Intake, OperationRequest
 from pigeon.storage.base import Database
-from pigeon.storage.crypto import SEALED, KeyMissing, Keyring, generate_key, kid_of
+from pigeon.storage.crypto import SEALED, Cipher, KeyMissing, Keyring, generate_key, kid_of
+from pigeon.storage.sealed import NOTE_DATA
 from pigeon.storage.server import open_server_db
-from tests.server.conftest import TestClient
+from tests.server.conftest import TestClient, failing_handler
 
 CANARY = "canary-7f3a9c-secret"
 KEYS = Keyring((("k1", generate_key()),))
@@ -197,3 +201,64 @@ def test_a_row_written_in_clear_before_the_key_stays_readable_and_new_rows_are_s
         assert kid_of(stored[old]) is None and kid_of(stored[new]) == "k1"
     finally:
         after.close()
+
+
+class CountingCipher(Cipher):
+    """The real cipher, counting the notes' data it seals and opens."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        super().__init__(keyring)
+        self.calls: list[str] = []
+
+    def seal(self, value: Any, *ad: str) -> Any:
+        self._count("seal", value, ad)
+        return super().seal(value, *ad)
+
+    def open(self, value: Any, *ad: str) -> Any:
+        self._count("open", value, ad)
+        return super().open(value, *ad)
+
+    def _count(self, what: str, value: str | None, ad: tuple[str, ...]) -> None:
+        if value is not None and ad[:2] == NOTE_DATA.ad:
+            self.calls.append(what)
+
+
+def _stored_notes(notes_db: Database) -> dict[str, str]:
+    with notes_db.transaction() as tx:
+        rows = tx.sql("SELECT id, data FROM ref_notes ORDER BY id").fetchall()
+    return {r["id"]: r["data"] for r in rows}
+
+
+@pytest.mark.parametrize("set_wise", [False, True], ids=["one", "set"])
+def test_a_delete_keeps_the_sealed_data_as_stored_without_opening_it(
+    sealed_db: Database, set_wise: bool
+) -> None:
+    cipher = CountingCipher(KEYS)
+    sealed_db.cipher = cipher
+    attach(sealed_db)
+    intake = Intake(sealed_db)
+    intake.add_operation("POST", "/notes", create_note, many=create_notes)
+    # Set-wise, a delete answered the one-by-one way would be a 500 here.
+    one_by_one = failing_handler("raise") if set_wise else delete_note
+    intake.add_operation("DELETE", "/notes/{id}", one_by_one, many=delete_notes)
+    notes = [{"id": f"n{i}", "body": CANARY * i} for i in range(3)]
+    made = intake.execute_batch(
+        "p", [OperationRequest("POST", "/notes", n, n["id"], n["id"]) for n in notes]
+    )
+    assert [r.status for r in made] == [201] * 3
+    before = _stored_notes(sealed_db)
+    assert all(kid_of(v) == "k1" for v in before.values())
+    cipher.calls.clear()
+    deletes = [
+        OperationRequest("DELETE", f"/notes/{n['id']}", None, f"d{n['id']}", f"d{n['id']}")
+        for n in notes
+    ]
+    if set_wise:
+        results = intake.execute_batch("p", deletes)
+    else:
+        results = [intake.execute("p", op) for op in deletes]
+    assert [r.body for r in results] == [
+        {"id": n["id"], "deleted": True, "version": 2} for n in notes
+    ]
+    assert cipher.calls == []  # neither opened nor sealed again
+    assert _stored_notes(sealed_db) == before  # the very bytes

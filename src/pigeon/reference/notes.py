@@ -81,8 +81,12 @@ NOTE_AD = NOTE_DATA.ad
 def _note(tx: Tx, name: str, params: dict[str, Any]) -> Row | None:
     """One note row from the named statement, its data opened."""
     row = ref.fetchone(tx, name, params)
-    if row is not None:
-        row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
+    return None if row is None else _opened(tx, row)
+
+
+def _opened(tx: Tx, row: Row) -> Row:
+    """``row`` with its data, as stored (sealed), opened."""
+    row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
     return row
 
 
@@ -126,21 +130,21 @@ def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
     return {k: v for k, v in ctx.body.items() if k != "id"}
 
 
-def _current(ctx: IntakeContext, note_id: str) -> Row | None:
-    # Locked (note_lock): the check (If-Match) and the write it allows are one step for
-    # other writers of the note, or two of them could both pass it against one version.
-    row = _note(ctx.tx, "note_lock", {"principal": ctx.principal, "id": note_id})
+def _locked(ctx: IntakeContext, note_id: str) -> Row | None:
+    """The live note ``note_id``, its data as stored (sealed). Locked (note_lock): the
+    check (If-Match) and the write it allows are one step for other writers of the note,
+    or two of them could both pass it against one version."""
+    row = ref.fetchone(ctx.tx, "note_lock", {"principal": ctx.principal, "id": note_id})
     return row if row is not None and not row["deleted"] else None
 
 
-def _precondition_failed(ctx: IntakeContext, row: Row) -> HandlerResult | None:
-    if ctx.if_match is None or ctx.if_match in ("*", str(row["version"])):
-        return None
-    return _mismatch(row)
+def _allows(ctx: IntakeContext, row: Row) -> bool:
+    """Does ``If-Match`` allow a write of ``row``'s version?"""
+    return ctx.if_match is None or ctx.if_match in ("*", str(row["version"]))
 
 
 def _mismatch(row: Row) -> HandlerResult:
-    """The 412 of an ``If-Match`` that names another version than ``row``'s."""
+    """The 412 of an ``If-Match`` that names another version than ``row``'s (opened)."""
     return 412, note_json(row), {ETAG: quote_etag(str(row["version"]))}
 
 
@@ -203,27 +207,30 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
     created = _created(ctx, note_id, data)
     if created is not None:
         return created
-    existing = _current(ctx, note_id)
+    existing = _locked(ctx, note_id)
     body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
-    current = {} if existing is None else {"current": note_json(existing)}
+    current = {} if existing is None else {"current": note_json(_opened(ctx.tx, existing))}
     return 409, body | current, {"content-type": PROBLEM_JSON}
 
 
 def _checked_write(
     ctx: IntakeContext, note_id: str, data: dict[str, Any] | None, *, deleted: bool = False
 ) -> Row | HandlerResult:
-    """A new version of the live note ``note_id`` with ``data`` (None: its own), its ledger
-    row written, if ``If-Match`` allows it; else the 404 or 412 to answer."""
+    """A new version of the live note ``note_id`` with ``data`` (None: its stored bytes,
+    neither opened nor sealed again), its ledger row written, if ``If-Match`` allows it;
+    else the 404 or 412 to answer. The row written comes back with its data as stored."""
     if ref.has(ctx.tx, "note_write_logged"):  # lock, check, write, ledger: one round trip
         params = _logged_params(ctx, note_id, data, deleted) | {"if_match": ctx.if_match}
-        row = _note(ctx.tx, "note_write_logged", params)
+        row = ref.fetchone(ctx.tx, "note_write_logged", params)
         if row is None:
             return _not_found(note_id)
-        return row if row.pop("written") else _mismatch(row)
-    row = _current(ctx, note_id)
+        return row if row.pop("written") else _mismatch(_opened(ctx.tx, row))
+    row = _locked(ctx, note_id)
     if row is None:
         return _not_found(note_id)
-    return _precondition_failed(ctx, row) or _write_logged(ctx, row, data, deleted=deleted)
+    if not _allows(ctx, row):
+        return _mismatch(_opened(ctx.tx, row))
+    return _write_logged(ctx, row, data, deleted=deleted)
 
 
 def _logged_params(
@@ -236,10 +243,10 @@ def _logged_params(
 def _write_logged(
     ctx: IntakeContext, current: Row, data: dict[str, Any] | None, *, deleted: bool = False
 ) -> Row:
-    """A new version of ``current`` (locked, its checks passed) and its ledger row."""
+    """A new version of ``current`` (locked, its checks passed) with ``data`` (None: its
+    stored bytes) and its ledger row; the row written, its data as stored."""
     note_id = current["id"]
-    data = json.loads(current["data"]) if data is None else data
-    row = _note(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
+    row = ref.fetchone(ctx.tx, "note_write", _params(ctx, note_id, data, deleted))
     assert row is not None
     _ledger(ctx, note_id, 200, int(row["version"]))
     return row
@@ -248,7 +255,7 @@ def _write_logged(
 def replace_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     written = _checked_write(ctx, note_id, _data(ctx, note_id))
-    return _answer(written, 200) if isinstance(written, dict) else written
+    return _answer(_opened(ctx.tx, written), 200) if isinstance(written, dict) else written
 
 
 def patch_note(ctx: IntakeContext) -> HandlerResult:
@@ -256,16 +263,16 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     patch = _data(ctx, note_id)
     # The merge needs the current data in Python (sealed at rest, SQL cannot merge it):
     # read and locked first, then written with the answer.
-    row = _current(ctx, note_id)
+    row = _locked(ctx, note_id)
     if row is None:
         return _not_found(note_id)
-    failed = _precondition_failed(ctx, row)
-    if failed is not None:
-        return failed
+    row = _opened(ctx.tx, row)
+    if not _allows(ctx, row):
+        return _mismatch(row)
     merged = merge_patch(json.loads(row["data"]), patch)
     if ref.has(ctx.tx, "note_write_logged"):
         return _answer(_write_later(ctx, row, merged), 200)
-    return _answer(_write_logged(ctx, row, merged), 200)
+    return _answer(_opened(ctx.tx, _write_logged(ctx, row, merged)), 200)
 
 
 def _write_later(ctx: IntakeContext, current: Row, data: dict[str, Any]) -> Row:
@@ -280,6 +287,7 @@ def _write_later(ctx: IntakeContext, current: Row, data: dict[str, Any]) -> Row:
 
 def delete_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
+    # Its data stays as stored (sealed to the note's principal and id), never opened here.
     written = _checked_write(ctx, note_id, None, deleted=True)
     if not isinstance(written, dict):
         return written

@@ -29,8 +29,9 @@ NOTE_AD = NOTE_DATA.ad  # as pigeon.reference.notes seals a note's data
 
 __all__ = ["create_notes", "delete_notes", "patch_notes", "replace_notes"]
 
-# A planned write of an existing note: (item's index, note id, data text, deleted).
-_Write = tuple[int, str, str, bool]
+# A planned write of an existing note: (item's index, note id, data text, deleted); the
+# text None keeps the stored bytes (a delete's).
+_Write = tuple[int, str, str | None, bool]
 # What a write of an existing note makes of it.
 _Kind = Literal["replace", "patch", "delete"]
 
@@ -118,8 +119,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
     """New versions of existing notes (``note_write`` for many, the notes locked first as
     ``note_lock`` locks one), their ledger rows, and each one's answer."""
     out: list[HandlerResult | None] = [None] * len(items)
-    deleting = kind == "delete"
-    targets = _targets(items, deleting)
+    targets = _targets(items, kind == "delete")
     if not targets:
         return out
     principal, now = items[0].principal, items[0].now
@@ -145,7 +145,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
         ledger.append(
             [ctx.idempotency_key, ctx.operation_id, entity, ctx.method, 200, version, ctx.clock]
         )
-        if deleting:  # as delete_note answers
+        if data is None:  # a delete, as delete_note answers
             out[i] = 200, {"id": note_id, "deleted": True, "version": version}
         else:
             location = "/notes/" + path_segment(note_id)
@@ -193,10 +193,10 @@ def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, kind: _Kind) -> _Write 
     if ctx.if_match is not None and ctx.if_match not in ("*", str(row["version"])):
         return None
     note_id = row["id"]
-    given = {} if kind == "delete" else {k: v for k, v in ctx.body.items() if k != "id"}
+    if kind == "delete":  # the stored bytes kept, as delete_note keeps them
+        return i, note_id, None, True
+    given = {k: v for k, v in ctx.body.items() if k != "id"}
     if kind == "replace":
         return i, note_id, canonical_json(given), False
     kept = json.loads(tx.cipher.open(row["data"], *NOTE_AD, row["principal"], note_id))
-    if kind == "patch":
-        return i, note_id, canonical_json(merge_patch(kept, given)), False
-    return i, note_id, canonical_json(kept), True  # delete_note writes the data back
+    return i, note_id, canonical_json(merge_patch(kept, given)), False

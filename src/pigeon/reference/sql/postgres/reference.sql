@@ -63,8 +63,8 @@ SELECT principal, id, version, data, deleted, clock, created_at, updated_at FROM
 
 -- name: note_write
 UPDATE ref_notes
-SET version = version + 1, data = %(data)s, deleted = %(deleted)s, clock = %(clock)s,
-    updated_at = %(now)s
+SET version = version + 1, data = coalesce(%(data)s, data), deleted = %(deleted)s,
+    clock = %(clock)s, updated_at = %(now)s
 WHERE principal = %(principal)s AND id = %(id)s
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
@@ -139,10 +139,10 @@ FOR UPDATE
 
 -- name: notes_write_many
 -- note_write for many notes: :notes is a JSON array of [id, data, deleted, clock], each id
--- once.
+-- once, a null data keeping the note's own.
 UPDATE ref_notes AS n
-SET version = n.version + 1, data = w.v ->> 1, deleted = (w.v ->> 2)::integer,
-    clock = w.v ->> 3, updated_at = %(now)s
+SET version = n.version + 1, data = coalesce(w.v ->> 1, n.data),
+    deleted = (w.v ->> 2)::integer, clock = w.v ->> 3, updated_at = %(now)s
 FROM jsonb_array_elements(%(notes)s::jsonb) AS w(v)
 WHERE n.principal = %(principal)s AND n.id = w.v ->> 0
 RETURNING n.id, n.version, n.updated_at

@@ -36,9 +36,11 @@ WHERE ref_notes.deleted = 1
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
 -- name: note_write
+-- A new version of a note with :data, or its own stored (sealed) data where :data is NULL
+-- (a delete keeps it).
 UPDATE ref_notes
-SET version = version + 1, data = :data, deleted = :deleted, clock = :clock,
-    updated_at = :now
+SET version = version + 1, data = coalesce(:data, data), deleted = :deleted,
+    clock = :clock, updated_at = :now
 WHERE principal = :principal AND id = :id
 RETURNING principal, id, version, data, deleted, clock, created_at, updated_at
 
@@ -73,15 +75,16 @@ WHERE principal = :principal AND id IN (SELECT value FROM json_each(:ids))
 
 -- name: notes_write_many
 -- note_write for many notes: :notes is a JSON array of [id, data, deleted, clock], each id
--- once. The ids are materialised first so that each finds its note by the primary key.
+-- once, a null data keeping the note's own. The ids are materialised first so that each
+-- finds its note by the primary key.
 WITH w AS MATERIALIZED (
     SELECT value ->> '$[0]' AS id, value ->> '$[1]' AS data, value ->> '$[2]' AS deleted,
            value ->> '$[3]' AS clock
     FROM json_each(:notes)
 )
 UPDATE ref_notes
-SET version = ref_notes.version + 1, data = w.data, deleted = w.deleted, clock = w.clock,
-    updated_at = :now
+SET version = ref_notes.version + 1, data = coalesce(w.data, ref_notes.data),
+    deleted = w.deleted, clock = w.clock, updated_at = :now
 FROM w
 WHERE ref_notes.principal = :principal AND ref_notes.id = w.id
 RETURNING ref_notes.id, ref_notes.version, ref_notes.updated_at
