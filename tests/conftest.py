@@ -20,8 +20,9 @@ from tests.pgdatabases import Databases
 
 # Every process a test starts is recorded there and killed with its group, however the
 # run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py); the
-# server databases are fixtures of tests/databases.py.
-pytest_plugins = ["tests.processes", "tests.tiers", "tests.databases"]
+# server databases are fixtures of tests/databases.py; every httpx client of the process
+# shares one default SSL context (tests/sslcontext.py).
+pytest_plugins = ["tests.processes", "tests.tiers", "tests.databases", "tests.sslcontext"]
 
 PG_ADMIN_DSN = os.environ.get("PIGEON_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REQUIRE_PG = os.environ.get("PIGEON_REQUIRE_PG") == "1"
