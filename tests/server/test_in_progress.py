@@ -25,6 +25,10 @@ from pigeon.storage.server import open_server_db
 PROMPT = 1.0
 
 
+def _ZERO() -> float:
+    return 0.0
+
+
 def op(key: str, note: str, delay_ms: int = 0) -> OperationRequest:
     hooks = TestHooks(delay_ms=delay_ms) if delay_ms else None
     return OperationRequest("POST", "/notes", {"id": note}, key, key, hooks=hooks)
@@ -66,7 +70,7 @@ def in_progress(result: OpResult) -> bool:
 def test_retry_after_is_whole_seconds_at_least_one_and_never_grows(
     started: float, expected: float, elapsed: float
 ) -> None:
-    holder = Holder("op", started, expected, owner=None)
+    holder = Holder("op", started, lambda: expected, owner=None)
     now = started + elapsed
     assert holder.retry_after(now) >= 1
     assert holder.retry_after(now + 1) <= holder.retry_after(now)
@@ -75,16 +79,16 @@ def test_retry_after_is_whole_seconds_at_least_one_and_never_grows(
 
 def test_one_owner_may_hold_a_key_twice_and_another_may_not() -> None:
     flight, mine, theirs = InFlight(), object(), object()
-    assert flight.enter(("p", "k"), mine, "a", 0) is None
-    assert flight.enter(("p", "k"), mine, "a", 0) is None  # a batch naming it twice
-    holder = flight.enter(("p", "k"), theirs, "b", 0)
+    assert flight.enter(("p", "k"), mine, "a", _ZERO) is None
+    assert flight.enter(("p", "k"), mine, "a", _ZERO) is None  # a batch naming it twice
+    holder = flight.enter(("p", "k"), theirs, "b", _ZERO)
     assert holder is not None and holder.operation_id == "a"
-    assert flight.enter(("q", "k"), theirs, "b", 0) is None  # another principal's key
+    assert flight.enter(("q", "k"), theirs, "b", _ZERO) is None  # another principal's key
     flight.leave(("p", "k"), theirs)  # not the holder: no effect
     flight.leave(("p", "k"), mine)
     assert not holder.done.is_set()
     flight.leave(("p", "k"), mine)
-    assert holder.done.is_set() and flight.enter(("p", "k"), theirs, "b", 0) is None
+    assert holder.done.is_set() and flight.enter(("p", "k"), theirs, "b", _ZERO) is None
 
 
 @given(st.lists(st.floats(0, 100), min_size=1, max_size=20))

@@ -63,6 +63,12 @@ from pigeon.storage.errors import store_down
 
 T = TypeVar("T")
 
+
+def _NONE() -> float:
+    """How long an operation is expected to take: not known here (Retry-After: 1)."""
+    return 0.0
+
+
 __all__ = ["AsyncUnitOfWork", "Claims", "LastStatement", "UnitOfWork"]
 
 COMPLETE_LAST = "claim_complete_last"
@@ -134,7 +140,7 @@ class Claims:
 
     def admit(self, principal: str, op: OperationRequest, owner: object) -> OpResult | None:
         """Hold ``op``'s key in this process, or the 409 of a duplicate still running."""
-        holder = self.inflight.admit((principal, op.key), owner, op.operation_id, 0.0, 0.0)
+        holder = self.inflight.admit((principal, op.key), owner, op.operation_id, _NONE, 0.0)
         if holder is None:
             return None
         retry_after = holder.retry_after(self.inflight.now())

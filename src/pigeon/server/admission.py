@@ -10,6 +10,8 @@ its committed answer.
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Sequence
 
 from pigeon.server.idempotency import ClaimDecision, ClaimOutcome
 from pigeon.server.inflight import InFlight
@@ -37,7 +39,8 @@ class Admission:
         seconds. Whoever is admitted calls ``release`` once its transaction has ended."""
         wait = self.wait if wait is None else wait
         slot = (principal, op.key)
-        holder = self.inflight.admit(slot, owner, op.operation_id, self._expected(op), wait)
+        expected = functools.partial(self._expected, op)
+        holder = self.inflight.admit(slot, owner, op.operation_id, expected, wait)
         if holder is None:
             return None
         retry_after = holder.retry_after(self.inflight.now())
@@ -45,6 +48,33 @@ class Admission:
             ClaimOutcome.IN_PROGRESS, operation_id=holder.operation_id, retry_after=retry_after
         )
         return claim_refusal(decision, op.key)
+
+    def admit_batch(
+        self, principal: str, ops: Sequence[OperationRequest | OpResult], owner: object
+    ) -> tuple[list[OperationRequest], list[OperationRequest | OpResult]]:
+        """``admit`` each operation of a batch in order (one lock for all of them, unless
+        another request holds a key: that one waits as ``admit`` does): the operations
+        held, and the batch to run, cut after the first refused, its 409 in its place."""
+        # A key of the batch is released when the whole batch has ended: that is its
+        # Retry-After (worked out only if a duplicate asks).
+        expected = functools.partial(self._expected_all, ops)
+        wanted = [(i, op) for i, op in enumerate(ops) if not isinstance(op, OpResult)]
+        slots = [((principal, op.key), op.operation_id) for _, op in wanted]
+        admitted: list[OperationRequest] = []
+        start = 0
+        while start < len(wanted):
+            entered, holder = self.inflight.enter_all(slots[start:], owner, expected)
+            admitted.extend(op for _, op in wanted[start : start + entered])
+            start += entered
+            if holder is None:
+                break
+            i, op = wanted[start]
+            refused = self.admit(principal, op, owner)  # waits for the other holder
+            if refused is not None:
+                return admitted, [*ops[:i], refused]  # transient: the batch stops there
+            admitted.append(op)
+            start += 1
+        return admitted, list(ops)
 
     async def admit_async(
         self, principal: str, op: OperationRequest, owner: object
@@ -57,6 +87,12 @@ class Admission:
 
     def release(self, principal: str, op: OperationRequest, owner: object) -> None:
         self.inflight.leave((principal, op.key), owner)
+
+    def release_all(self, principal: str, ops: Sequence[OperationRequest], owner: object) -> None:
+        self.inflight.leave_all([(principal, op.key) for op in ops], owner)
+
+    def _expected_all(self, ops: Sequence[OperationRequest | OpResult]) -> float:
+        return sum(self._expected(op) for op in ops if not isinstance(op, OpResult))
 
     def _expected(self, op: OperationRequest) -> float:
         """Seconds ``op`` is expected to take: its route's recent mean, plus a test delay."""

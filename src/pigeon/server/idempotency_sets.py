@@ -34,7 +34,7 @@ __all__ = ["Answer", "Ask", "SetClaims", "Taken"]
 Answer = tuple[str, str, int, Sequence[Sequence[str]], str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, and why: pigeon.server.operations
 class Ask:
     """One key a batch asks for, with what its claim row records."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 Slot = tuple[str, str]  # (principal, idempotency key)
@@ -31,11 +31,13 @@ _ALPHA = 0.2
 
 @dataclass(slots=True)
 class Holder:
-    """Who holds a key: the request applying it, since when, for how long expected."""
+    """Who holds a key: the request applying it, since when, for how long expected
+    (asked only of a holder a duplicate meets: working it out for every operation of a
+    batch routed each one a second time)."""
 
     operation_id: str
     started: float
-    expected: float
+    expected: Callable[[], float]
     owner: object
     # Made for the first request that waits for this holder (most never meet one): the
     # event a batch's hundred holders each made and set cost it ~4 us an operation.
@@ -44,7 +46,7 @@ class Holder:
 
     def retry_after(self, now: float) -> int:
         """Whole seconds until the holder is expected to be done (at least 1)."""
-        return max(1, math.ceil(self.started + self.expected - now))
+        return max(1, math.ceil(self.started + self.expected() - now))
 
 
 class InFlight:
@@ -56,22 +58,52 @@ class InFlight:
         self._held: dict[Slot, Holder] = {}
         self._durations: dict[str, float] = {}
 
-    def enter(self, slot: Slot, owner: object, operation_id: str, expected: float) -> Holder | None:
+    def enter(
+        self, slot: Slot, owner: object, operation_id: str, expected: Callable[[], float]
+    ) -> Holder | None:
         """Hold ``slot`` for ``owner`` (None), or the other holder that has it."""
         with self._lock:
-            holder = self._held.get(slot)
-            if holder is None:
-                self._held[slot] = Holder(operation_id, self.now(), expected, owner)
-                return None
-            if holder.owner is owner:
-                holder.count += 1
-                return None
-            if holder.done is None:
-                holder.done = threading.Event()
-            return holder
+            return self._enter(slot, owner, operation_id, expected, self.now())
+
+    def enter_all(
+        self, slots: Sequence[tuple[Slot, str]], owner: object, expected: Callable[[], float]
+    ) -> tuple[int, Holder | None]:
+        """``enter`` each (slot, operation id) in order, under one lock, up to the first
+        one another owner holds: how many were entered, and that holder (None: all)."""
+        now = self.now()
+        with self._lock:
+            for n, (slot, operation_id) in enumerate(slots):
+                holder = self._enter(slot, owner, operation_id, expected, now)
+                if holder is not None:
+                    return n, holder
+        return len(slots), None
+
+    def _enter(
+        self,
+        slot: Slot,
+        owner: object,
+        operation_id: str,
+        expected: Callable[[], float],
+        now: float,
+    ) -> Holder | None:
+        holder = self._held.get(slot)
+        if holder is None:
+            self._held[slot] = Holder(operation_id, now, expected, owner)
+            return None
+        if holder.owner is owner:
+            holder.count += 1
+            return None
+        if holder.done is None:
+            holder.done = threading.Event()
+        return holder
 
     def admit(
-        self, slot: Slot, owner: object, operation_id: str, expected: float, wait: float
+        self,
+        slot: Slot,
+        owner: object,
+        operation_id: str,
+        expected: Callable[[], float],
+        wait: float,
     ) -> Holder | None:
         """``enter``, waiting up to ``wait`` seconds for another holder to leave first:
         None once held, or the holder still there when the wait ran out."""
@@ -86,14 +118,23 @@ class InFlight:
 
     def leave(self, slot: Slot, owner: object) -> None:
         with self._lock:
-            holder = self._held.get(slot)
-            if holder is None or holder.owner is not owner:
-                return
-            holder.count -= 1
-            if holder.count == 0:
-                del self._held[slot]
-                if holder.done is not None:
-                    holder.done.set()
+            self._leave(slot, owner)
+
+    def leave_all(self, slots: Iterable[Slot], owner: object) -> None:
+        """``leave`` each of ``slots``, under one lock."""
+        with self._lock:
+            for slot in slots:
+                self._leave(slot, owner)
+
+    def _leave(self, slot: Slot, owner: object) -> None:
+        holder = self._held.get(slot)
+        if holder is None or holder.owner is not owner:
+            return
+        holder.count -= 1
+        if holder.count == 0:
+            del self._held[slot]
+            if holder.done is not None:
+                holder.done.set()
 
     def held(self) -> int:
         with self._lock:

@@ -80,20 +80,11 @@ def execute_batch(
     an operation whose key another request holds right now.
     """
     owner = object()
-    admitted: list[OperationRequest] = []
-    for i, op in enumerate(ops):
-        if isinstance(op, OpResult):
-            continue
-        refused = admission.admit(principal, op, owner)
-        if refused is not None:
-            ops = [*ops[:i], refused]  # transient: the batch stops there
-            break
-        admitted.append(op)
+    admitted, ops = admission.admit_batch(principal, ops, owner)
     try:
         return _execute_admitted(applier, principal, ops)
     finally:
-        for op in admitted:
-            admission.release(principal, op, owner)
+        admission.release_all(principal, admitted, owner)
 
 
 def _execute_admitted(

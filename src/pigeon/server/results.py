@@ -36,7 +36,7 @@ def stored(status: int) -> bool:
     return status < 500 and status not in NOT_STORED_4XX
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, and why: pigeon.server.operations
 class OpResult:
     status: int
     body_text: str  # exactly what goes on the wire (stored text for replays)
@@ -122,14 +122,30 @@ def normalise(out: tuple[Any, ...]) -> tuple[int, Any, tuple[tuple[str, str], ..
         status, body, headers = out
     if not isinstance(status, int) or not 100 <= status <= 599:
         raise TypeError(f"a handler must return an HTTP status, not {status!r}")
-    for name in headers:
-        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-            # Raised in the handler's savepoint: nothing commits, rather than a write
-            # that commits and then cannot be answered.
-            raise TypeError(f"a handler returned a header name that is no HTTP token: {name!r}")
-    # Values encoded now, before they are stored: a stored header is replayed on every
-    # retry, and one that cannot be sent (a non-ASCII Location) failed each of them.
-    return status, body, tuple((k.lower(), header_value(str(v))) for k, v in headers.items())
+    kept: list[tuple[str, str]] = []
+    for name, value in headers.items():
+        lower = _NAMES.get(name) if type(name) is str else None
+        if lower is None:
+            lower = _header_name(name)
+        # Values encoded now, before they are stored: a stored header is replayed on every
+        # retry, and one that cannot be sent (a non-ASCII Location) failed each of them.
+        kept.append((lower, header_value(str(value))))
+    return status, body, tuple(kept)
+
+
+def _header_name(name: object) -> str:
+    """``name`` lower-cased, or TypeError raised in the handler's savepoint (nothing
+    commits, rather than a write that commits and then cannot be answered)."""
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+        raise TypeError(f"a handler returned a header name that is no HTTP token: {name!r}")
+    if len(_NAMES) < _NAMES_KEPT:
+        _NAMES[name] = name.lower()
+    return name.lower()
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Header names found to be tokens, lower-cased: a handler answers with the same few names
+# every time, and checking each again cost a batch ~1 us an operation. Bounded: names are
+# the application's, but a handler could make them up.
+_NAMES: dict[str, str] = {}
+_NAMES_KEPT = 256
