@@ -82,7 +82,7 @@ LOOKUPS: dict[str, dict[str, Any]] = {
         "now": NOW,
         "response_expires_at": NOW + 86400,
     },
-    "notes_lock_many": {"principal": "user-7", "ids": '["note-77", "note-78"]'},
+    "notes_lock_many": {"principal": "user-7", "ids": '["note-77", "note-78"]', "with_data": True},
     "notes_write_many": {"principal": "user-7", "now": NOW, "notes": '[["note-77", "{}", 0, "c"]]'},
 }
 

@@ -124,7 +124,8 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
         return out
     principal, now = items[0].principal, items[0].now
     ids = json.dumps([note_id for _, note_id in targets])
-    locked = ref.fetchall(tx, "notes_lock_many", {"principal": principal, "ids": ids})
+    params = {"principal": principal, "ids": ids, "with_data": kind == "patch"}
+    locked = ref.fetchall(tx, "notes_lock_many", params)
     current = {r["id"]: r for r in locked}
     planned = (_write(tx, i, items[i], current.get(n), kind) for i, n in targets)
     writes = [w for w in planned if w is not None]

@@ -130,8 +130,11 @@ WHERE ref_notes.deleted = 1
 RETURNING id, version, updated_at
 
 -- name: notes_lock_many
--- note_lock for a JSON array of ids (:ids): the rows locked until the commit.
-SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+-- note_lock for a JSON array of ids (:ids): the rows locked until the commit. The data
+-- comes back only with :with_data (a patch merges into it; a replace or a delete does not
+-- read it).
+SELECT principal, id, version, CASE WHEN %(with_data)s THEN data END AS data, deleted, clock,
+       created_at, updated_at
 FROM ref_notes
 WHERE principal = %(principal)s AND id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
 ORDER BY id

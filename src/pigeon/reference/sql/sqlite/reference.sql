@@ -68,8 +68,11 @@ WHERE ref_notes.deleted = 1
 RETURNING id, version, updated_at
 
 -- name: notes_lock_many
--- note_lock for a JSON array of ids (:ids): SQLite's one writer holds them already.
-SELECT principal, id, version, data, deleted, clock, created_at, updated_at
+-- note_lock for a JSON array of ids (:ids): SQLite's one writer holds them already. The
+-- data comes back only with :with_data (a patch merges into it; a replace or a delete does
+-- not read it).
+SELECT principal, id, version, CASE WHEN :with_data THEN data END AS data, deleted, clock,
+       created_at, updated_at
 FROM ref_notes
 WHERE principal = :principal AND id IN (SELECT value FROM json_each(:ids))
 
