@@ -23,6 +23,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psycopg
+
 _STATEMENTS = (b"Q", b"E")  # a simple query; the Execute of the extended protocol
 _WAITS = (b"S", b"Q", b"H", b"p", b"")  # Sync, Query, Flush, password; b"": untyped (startup)
 _STARTUP = 196608  # protocol 3.0: the startup message, after which every message is typed
@@ -76,11 +78,16 @@ class _Messages:
 
 
 class RoundTrips:
-    """Relay 127.0.0.1:``port`` to ``upstream``; count the client's turns and statements."""
+    """Relay 127.0.0.1:``port`` to ``upstream``; count the client's turns and statements.
+
+    It can also fail as a network does: ``cut()`` (the server gone: connections closed,
+    new ones refused) and ``stall()`` (a partition: bytes vanish, nothing is closed),
+    each until ``restore()``."""
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.counts = Counts()
+        self.state = "open"  # or "cut", "stalled"
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._relayed: list[socket.socket] = []  # closed with the relay
@@ -93,6 +100,12 @@ class RoundTrips:
                 client, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            if self.state != "open":  # refused; or, stalled, left hanging unanswered
+                with self._lock:
+                    self._relayed.append(client)
+                if self.state == "cut":
+                    client.close()
+                continue
             server = socket.create_connection(self.upstream)
             with self._lock:
                 self._relayed += [client, server]
@@ -121,7 +134,8 @@ class RoundTrips:
                         self.counts.statements += statements
                         self.counts.turns += turns
                     last[0] = side
-                sink.sendall(data)
+                if self.state == "open":  # stalled: lost on the way
+                    sink.sendall(data)
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_WR)
 
@@ -138,9 +152,40 @@ class RoundTrips:
                 counted.turns = self.counts.turns - before.turns
                 counted.statements = self.counts.statements - before.statements
 
+    def cut(self) -> None:
+        self.state = "cut"
+        self._drop_relayed()
+
+    def stall(self) -> None:
+        self.state = "stalled"
+
+    def restore(self) -> None:
+        """Connections through again; those a stall held are closed (what they lost is
+        never resent)."""
+        if self.state == "stalled":
+            self._drop_relayed()
+        self.state = "open"
+
     def close(self) -> None:
         self._listener.close()
+        self._drop_relayed()
+
+    def _drop_relayed(self) -> None:
         with self._lock:
             relayed, self._relayed = self._relayed, []
         for sock in relayed:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+
+
+def relay_for(url: str) -> RoundTrips:
+    """A relay in front of the server of ``url`` (a postgresql:// URL)."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return RoundTrips((str(info.get("host", "127.0.0.1")), int(str(info.get("port", 5432)))))
+
+
+def relayed_url(url: str, relay: RoundTrips) -> str:
+    """``url``'s database, reached through ``relay``."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return f"postgresql://{info.get('user', 'postgres')}@127.0.0.1:{relay.port}/{info['dbname']}"

@@ -5,10 +5,12 @@ A connection whose backend went away (a restarted server, a terminated backend) 
 at checkout and replaced at once, so a process survives the database going away and
 coming back. While it is away a transaction waits at most ``acquire_timeout`` for a
 connection and then raises ``StoreUnavailable`` (the intake answers 503: fail closed,
-never run without the claim). A pool slot whose reconnection keeps failing gives up after
-``reconnect_timeout`` and is re-grown on demand, so recovery after a long outage does not
-wait out a long backoff. Migrations are numbered like SQLite's and applied under an
-advisory lock, so two processes starting at once do not race.
+never run without the claim); a thread with a deadline (``storage.deadline``: a running
+job) waits for a connection and for each answer no longer than it. A pool slot whose
+reconnection keeps failing gives up after ``reconnect_timeout`` and is re-grown on demand,
+so recovery after a long outage does not wait out a long backoff. Migrations are numbered
+like SQLite's and applied under an advisory lock, so two processes starting at once do
+not race.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import select
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.abc import PQGen
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pigeon.exceptions import ConfigurationError, StoreUnavailable
+from pigeon.storage import deadline
 from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import from_postgres
@@ -30,7 +34,27 @@ from pigeon.storage.postgres_tx import PostgresTx, transaction_on
 from pigeon.storage.schema import Component, migrate_component
 
 Row = dict[str, Any]
-Connection = psycopg.Connection[Row]
+RV = TypeVar("RV")
+
+
+class Connection(psycopg.Connection[Row]):
+    """psycopg's connection, whose every wait for the server (a statement's answer, a
+    pipeline's, a COMMIT's) ends by the calling thread's deadline (``storage.deadline``).
+    One that runs out leaves the connection in an unknown state: it is closed (the pool
+    drops it) and ``JobTimeout`` raised, as a network partition would otherwise hold the
+    thread until the kernel gives up on the socket (``network_timeout``)."""
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        if deadline.left() is None:  # the common case: no deadline, psycopg's own wait
+            return super().wait(gen, interval, timeout)
+        limit, bounded = deadline.bound(float("inf") if timeout is None else timeout)
+        try:
+            return super().wait(gen, interval, limit)
+        except psycopg.OperationalError as exc:
+            if not bounded or deadline.left() != 0:
+                raise
+            self.pgconn.finish()  # mid-exchange: never to be lent again
+            raise deadline.expired("PostgreSQL's answer") from exc
 
 
 def usable(conn: Connection) -> bool:
@@ -199,11 +223,24 @@ class PostgresDatabase:
         # Every pooled connection may be dead after an outage: at most max_size discards
         # (each replaced in the background), then a fresh one or the acquire timeout.
         for _ in range(self.pool.max_size + 1):
-            conn = self.pool.getconn()
+            conn = self._getconn()
             if usable(conn):
                 return conn
             self.pool.putconn(conn)  # closed: the pool drops it and connects a new one
         raise StoreUnavailable("PostgreSQL unavailable: every pooled connection was dead")
+
+    def _getconn(self) -> Connection:
+        """A connection from the pool, waited for no longer than the acquire timeout nor
+        past the thread's deadline (``JobTimeout`` then, not ``StoreUnavailable``)."""
+        timeout, bounded = deadline.bound(self.pool.timeout)
+        if bounded and timeout <= 0:
+            raise deadline.expired("a PostgreSQL connection")
+        try:
+            return self.pool.getconn(timeout)
+        except PoolTimeout as exc:
+            if bounded:
+                raise deadline.expired("a PostgreSQL connection") from exc
+            raise
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:

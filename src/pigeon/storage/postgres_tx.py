@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from pigeon.exceptions import JobTimeout
 from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 
@@ -159,7 +160,7 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         error that caused it is the one that propagates."""
         self._queue = []
         if self._begun and self._conn.info.transaction_status != TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
+            with contextlib.suppress(psycopg.Error, JobTimeout):  # past a deadline: closed
                 self._conn.execute("ROLLBACK", prepare=False)
 
 

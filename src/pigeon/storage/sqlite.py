@@ -24,6 +24,7 @@ from pigeon.exceptions import (
     StorageFull,
     StoreUnavailable,
 )
+from pigeon.storage import deadline
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import is_full as is_full  # where the edge looks for it
 from pigeon.storage.files import private_file
@@ -42,6 +43,7 @@ Durability = Literal["full", "normal"]
 Row = dict[str, Any]
 
 _SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
+_BUSY_MS = 30_000  # a writer waits this long for another process's lock, without a deadline
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> Row:
@@ -63,7 +65,7 @@ def connect(path: str | os.PathLike[str], durability: Durability = "full") -> sq
         os.fspath(path), isolation_level=None, check_same_thread=False, timeout=30.0
     )
     conn.row_factory = _dict_row
-    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
     return conn
@@ -409,9 +411,10 @@ class SQLiteDatabase:
     @contextlib.contextmanager
     def transaction(self, *, immediate: bool = True) -> Iterator[SQLiteTx]:
         conn = self.connection()
-        lock = self._writer if immediate else contextlib.nullcontext()
-        with lock:
-            conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if immediate:
+            self._take_writer()
+        try:
+            self._begin(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
             try:
                 yield SQLiteTx(conn, self.queries, self.cipher)
                 conn.execute("COMMIT")
@@ -422,14 +425,18 @@ class SQLiteDatabase:
                 if is_full(exc) and not isinstance(exc, StorageFull):
                     raise full(exc, self.path) from exc
                 raise
+        finally:
+            if immediate:
+                self._writer.release()
 
     def run_in_transaction(self, work: Callable[[SQLiteTx], T]) -> T:
         """``work(tx)`` in one write transaction: what ``with transaction() as tx`` does,
         without a generator context manager, which costs more Python than a one-row
         INSERT (every enqueue of the edge queue comes here)."""
         conn = self.connection()
-        with self._writer:
-            conn.execute("BEGIN IMMEDIATE")
+        self._take_writer()
+        try:
+            self._begin(conn, "BEGIN IMMEDIATE")
             try:
                 result = work(SQLiteTx(conn, self.queries, self.cipher))
                 conn.execute("COMMIT")
@@ -439,7 +446,36 @@ class SQLiteDatabase:
                 if is_full(exc) and not isinstance(exc, StorageFull):
                     raise full(exc, self.path) from exc
                 raise
+        finally:
+            self._writer.release()
         return result
+
+    def _take_writer(self) -> None:
+        """The process's write lock, waited for no longer than the thread's deadline."""
+        remaining = deadline.left()
+        if remaining is None:
+            self._writer.acquire()
+        elif not remaining or not self._writer.acquire(timeout=remaining):
+            raise deadline.expired(f"the write lock of {self.path}")
+
+    def _begin(self, conn: sqlite3.Connection, begin: str) -> None:
+        """``begin``, whose wait for another process's write lock (the busy handler) ends
+        by the thread's deadline, if it has one."""
+        remaining = deadline.left()
+        if remaining is None:
+            conn.execute(begin)
+            return
+        if not remaining:  # past it: nothing more is asked, as on PostgreSQL
+            raise deadline.expired(f"a transaction on {self.path}")
+        conn.execute(f"PRAGMA busy_timeout = {int(remaining * 1000)}")
+        try:
+            conn.execute(begin)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY and deadline.left() == 0:
+                raise deadline.expired(f"the write lock of {self.path}") from exc
+            raise
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
 
     def read(self) -> SQLiteTx:
         """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""

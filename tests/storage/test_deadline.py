@@ -1,0 +1,174 @@
+"""A thread's deadline bounds every wait it makes on a database: PostgreSQL's wait for a
+pooled connection and for an answer (a dead server, a partition), SQLite's write locks.
+Each blocker here lets go after a few seconds, so a wait that ignored the deadline fails
+its test in that time rather than in the 10-30 s of the configured waits."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pigeon.exceptions import JobTimeout
+from pigeon.storage import deadline
+from pigeon.storage.postgres import PostgresDatabase
+from pigeon.storage.server import open_server_db, server_queries
+from pigeon.storage.sqlite import SQLiteDatabase
+from tests.pgwire import RoundTrips, relay_for, relayed_url
+
+BOUND = 0.3  # seconds of deadline each test gives
+SLACK = 0.3  # how late past it the wait may end, on a busy 2-core machine
+HELD = 3.0  # how long a blocker holds, far past BOUND + SLACK
+
+
+def _timed_out(work: object) -> float:
+    """Seconds until ``work()`` raised JobTimeout under a deadline BOUND away."""
+    begun = time.monotonic()
+    with pytest.raises(JobTimeout), deadline.waits_until(begun + BOUND):
+        work()  # type: ignore[operator]
+    return time.monotonic() - begun
+
+
+def test_a_deadline_nests_the_earlier_one_holding() -> None:
+    assert deadline.left() is None
+    now = time.monotonic()
+    with deadline.waits_until(now + 5):
+        with deadline.waits_until(now + 60):
+            limit, bounded = deadline.bound(60)
+            assert bounded and 4 < limit <= 5
+        assert deadline.bound(0.5) == (0.5, False)
+    assert deadline.left() is None and deadline.bound(60) == (60, False)
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path) -> Iterator[SQLiteDatabase]:
+    db = open_server_db(tmp_path / "server.db")
+    assert isinstance(db, SQLiteDatabase)
+    yield db
+    db.close()
+
+
+@contextlib.contextmanager
+def _until_later(seconds: float, end: Callable[[], object]) -> Iterator[None]:
+    """``end()`` after ``seconds`` or as the block ends, whichever comes first."""
+    timer = threading.Timer(seconds, end)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+        end()
+
+
+@contextlib.contextmanager
+def _locked_by_another_process(path: str, seconds: float) -> Iterator[None]:
+    """A connection of its own holding the file's write lock for ``seconds``."""
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with _until_later(seconds, lambda: other.in_transaction and other.execute("ROLLBACK")):
+            yield
+    finally:
+        other.close()
+
+
+def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> None:
+    with _locked_by_another_process(sqlite_file.path, HELD):
+
+        def write() -> None:
+            with sqlite_file.transaction() as tx:
+                tx.sql("DELETE FROM pigeon_jobs")
+
+        assert _timed_out(write) < BOUND + SLACK
+        assert _timed_out(lambda: sqlite_file.run_in_transaction(lambda tx: None)) < BOUND + SLACK
+        # The busy wait is the configured one again outside the deadline.
+        busy = sqlite_file.connection().execute("PRAGMA busy_timeout").fetchone()
+        assert busy == {"timeout": 30000}
+
+
+def test_sqlite_process_write_lock_waits_until_the_deadline(sqlite_file: SQLiteDatabase) -> None:
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with sqlite_file.writer:
+            taken.set()
+            done.wait(HELD)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(5)
+        assert _timed_out(lambda: sqlite_file.transaction().__enter__()) < BOUND + SLACK
+    finally:
+        done.set()
+        holder.join()
+    with sqlite_file.transaction() as tx:  # the lock was not left taken
+        tx.sql("DELETE FROM pigeon_jobs")
+
+
+def test_sqlite_without_a_deadline_waits_as_configured(sqlite_file: SQLiteDatabase) -> None:
+    # Waits for the other writer, then runs.
+    with _locked_by_another_process(sqlite_file.path, 0.4), sqlite_file.transaction() as tx:
+        tx.sql("DELETE FROM pigeon_jobs")
+
+
+@pytest.fixture
+def relay(pg_url: str) -> Iterator[RoundTrips]:
+    relay = relay_for(pg_url)
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def relayed(pg_url: str, relay: RoundTrips) -> Iterator[PostgresDatabase]:
+    """The database through the relay, with the default waits (10 s for a connection)."""
+    db = PostgresDatabase(relayed_url(pg_url, relay), queries=server_queries("postgres"))
+    yield db
+    db.close()
+
+
+def _select(db: PostgresDatabase) -> None:
+    with db.transaction() as tx:
+        tx.sql("SELECT 1").fetchall()
+
+
+def test_pool_wait_ends_by_the_deadline(relayed: PostgresDatabase, relay: RoundTrips) -> None:
+    _select(relayed)
+    relay.cut()  # the pooled connection is dead and no new one can be made
+    with _until_later(HELD, relay.restore):
+        assert _timed_out(lambda: _select(relayed)) < BOUND + SLACK
+
+
+def test_answer_wait_ends_by_the_deadline(relayed: PostgresDatabase, relay: RoundTrips) -> None:
+    _select(relayed)
+    relay.stall()  # a partition: the statement goes out, no answer comes back
+    with _until_later(HELD, relay.restore):
+        assert _timed_out(lambda: _select(relayed)) < BOUND + SLACK
+    _select(relayed)  # the stalled connection was not lent again
+
+
+def test_a_deadline_already_past_asks_for_nothing(pg_url: str) -> None:
+    db = PostgresDatabase(pg_url, queries=server_queries("postgres"))
+    try:
+        asked = db.pool.get_stats().get("requests_num", 0)
+        with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() - 1):
+            _select(db)
+        assert db.pool.get_stats().get("requests_num", 0) == asked
+        _select(db)
+    finally:
+        db.close()
+
+
+def test_a_deadline_already_past_opens_no_sqlite_transaction(sqlite_file: SQLiteDatabase) -> None:
+    with deadline.waits_until(time.monotonic() - 1):
+        for immediate in (True, False):
+            with pytest.raises(JobTimeout), sqlite_file.transaction(immediate=immediate):
+                pass
+    with sqlite_file.transaction() as tx:  # nothing was left taken
+        tx.sql("DELETE FROM pigeon_jobs")
