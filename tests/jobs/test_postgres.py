@@ -341,11 +341,10 @@ def test_terminated_connections_reconnect_and_recover_leased_jobs(
     with pg.transaction() as tx:
         for n in range(jobs):
             enqueue(tx, JobSpec("q", "work", {"n": n}, max_attempts=20))
-    # A job that touches the database during the outage is held until it gets a
-    # connection: 10 s by default, longer than the outage and far past the 0.8 s
-    # supervisor timeout, and abandoning the process then is right (its lease runs out
-    # meanwhile). The worker's pool gives up well within the job timeout instead, so such
-    # a job fails and is retried like any other, whatever the timing.
+    # A job that touches the database during the outage waits for a connection until its
+    # own timeout (not the pool's 10 s, far past the 0.8 s supervisor timeout), so it fails
+    # and is retried like any other (test_job_deadline.py); the worker's claims and
+    # renewals wait as configured, so this pool gives up quickly to keep the test short.
     quick = PostgresDatabase(pg_url, queries=server_queries("postgres"), acquire_timeout=0.2)
     worker = Worker(app, quick, {"q": 2}, WorkerOptions(batch=10, poll_max=5.0))
     thread = run_in_thread(worker)

@@ -35,10 +35,13 @@ logs it and goes on claiming.
 
 An idle queue thread sleeps until its queue is woken (NOTIFY on PostgreSQL, see
 ``wakeup``) or its polling back-off runs out. When the database goes away, claims and
-lease renewals fail and are retried; an outcome that cannot be recorded within the lease
-is dropped, and the job is claimed again once its lease has expired: never lost, and its
-effects, being claims, never doubled. A claimed job whose lease the renewals did not
-keep ahead is not started before one renewal of its own gets through.
+lease renewals fail and are retried; a running job's waits on it end by the job's timeout
+(``storage.deadline``: it fails with ``JobTimeout`` in its own thread, never held until
+the watchdog abandons the process); an outcome that cannot be recorded within the lease
+(each try's waits bounded by it too) is dropped, and the job is claimed again once its
+lease has expired: never lost, and its effects, being claims, never doubled. A claimed
+job whose lease the renewals did not keep ahead is not started before one renewal of its
+own gets through.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
-from pigeon.exceptions import ConfigurationError, NotFound, PermanentError
+from pigeon.exceptions import ConfigurationError, JobTimeout, NotFound, PermanentError
 from pigeon.jobs.app import App
 from pigeon.jobs.autoscale import Budget
 from pigeon.jobs.context import JobContext
@@ -69,7 +72,9 @@ from pigeon.jobs.scaling import Scaler
 from pigeon.jobs.schedule import Scheduler
 from pigeon.jobs.stats import FreshnessMonitor
 from pigeon.jobs.stores import BuiltinStore, store_for
+from pigeon.jobs.timeouts import Timeouts
 from pigeon.logs import summary
+from pigeon.storage import deadline
 from pigeon.storage.base import Database
 
 log = logging.getLogger("pigeon.jobs.worker")
@@ -346,31 +351,40 @@ class Worker(Heartbeat):
         with self._lock:
             held.started = time.monotonic()
             job.started_at = self.manager.clock()  # the attempt's occupied time starts here
-        error: BaseException | None = None
-        try:
-            task = self.app.get_task(job.task)
-        except NotFound as exc:
-            task, error = None, PermanentError(str(exc))
-        if task is not None:
-            try:
-                task.before_run(self.store, job)  # declared fields, the access re-check
-                if task.context:
-                    # Effects are SQL: a context task's database is the one the worker was
-                    # given (with the in-memory store, the store itself: no effects).
-                    db = cast(Database, self.db)
-                    task.func(JobContext(job, db, config.timeouts), **job.payload)
-                else:
-                    task.func(**job.payload)
-            except BaseException as exc:  # SystemExit too: this job's error, not the thread's
-                error = exc
+        # Every database wait of the work ends by the job's timeout (JobTimeout), so a job
+        # whose database is away ends here, not as a process the watchdog abandons.
+        until = held.started + config.timeouts.job
+        with deadline.waits_until(until):
+            error = self._work(job, config.timeouts)
         with self._lock:
             if held.timed_out:
                 # Already recorded by the heartbeat; the lease is gone.
                 self._held.pop((job.id, job.token), None)
                 return None
+            if isinstance(error, JobTimeout) and time.monotonic() >= until:
+                self.stats.timed_out += 1  # its own wait ran out just before the watchdog
             # Finished: the timeout check leaves it alone while its outcome is buffered.
             held.done = True
         return AttemptOutcome(job, error)
+
+    def _work(self, job: Job, timeouts: Timeouts) -> BaseException | None:
+        """The job's task, after its checks: what it raised, or None."""
+        try:
+            task = self.app.get_task(job.task)
+        except NotFound as exc:
+            return PermanentError(str(exc))
+        try:
+            task.before_run(self.store, job)  # declared fields, the access re-check
+            if task.context:
+                # Effects are SQL: a context task's database is the one the worker was
+                # given (with the in-memory store, the store itself: no effects).
+                db = cast(Database, self.db)
+                task.func(JobContext(job, db, timeouts), **job.payload)
+            else:
+                task.func(**job.payload)
+        except BaseException as exc:  # SystemExit too: this job's error, not the thread's
+            return exc
+        return None
 
     def _too_new(self, job: Job) -> bool:
         """A payload newer than this worker's task knows is never run nor failed: it goes
@@ -393,7 +407,8 @@ class Worker(Heartbeat):
         delay = 0.05
         while True:
             try:
-                return write()
+                with deadline.waits_until(give_up):  # one try's waits too (pool, answer, lock)
+                    return write()
             except Exception as exc:
                 if time.monotonic() + delay > give_up:
                     log.warning(
