@@ -17,7 +17,7 @@ import pytest
 from pigeon.exceptions import JobTimeout
 from pigeon.storage import deadline
 from pigeon.storage.postgres import PostgresDatabase
-from pigeon.storage.server import open_server_db, server_queries
+from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests.pgwire import RoundTrips, relay_for, relayed_url
 
@@ -172,3 +172,19 @@ def test_a_deadline_already_past_opens_no_sqlite_transaction(sqlite_file: SQLite
                 pass
     with sqlite_file.transaction() as tx:  # nothing was left taken
         tx.sql("DELETE FROM pigeon_jobs")
+
+
+def test_the_busy_wait_put_back_is_the_configured_one(tmp_path: Path) -> None:
+    db = SQLiteDatabase(
+        tmp_path / "server.db",
+        application_id=SERVER_APPLICATION_ID,
+        components=("server",),
+        queries=server_queries("sqlite"),
+        pragmas={"busy_timeout": 5000},
+    )
+    try:
+        with deadline.waits_until(time.monotonic() + 2), db.transaction():
+            assert db.connection().execute("PRAGMA busy_timeout").fetchone() == {"timeout": 5000}
+        assert db.connection().execute("PRAGMA busy_timeout").fetchone() == {"timeout": 5000}
+    finally:
+        db.close()

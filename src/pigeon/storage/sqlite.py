@@ -331,6 +331,7 @@ class SQLiteDatabase:
         # operation's, a set-based batch's, the edge's group commit) journal the pages they
         # touch: in memory, as a temporary file cost a batch ~9 us an operation in writes.
         self.pragmas = {"temp_store": "MEMORY", **(pragmas or {})}
+        self._busy_ms = int(self.pragmas.get("busy_timeout", _BUSY_MS))  # put back after a deadline
         self._local = threading.local()
         self._all: dict[sqlite3.Connection, threading.Thread] = {}  # each with its thread
         self._all_lock = threading.Lock()
@@ -462,11 +463,11 @@ class SQLiteDatabase:
         """``begin``, whose wait for another process's write lock (the busy handler) ends
         by the thread's deadline, if it has one."""
         remaining = deadline.left()
-        if remaining is None:
+        if remaining == 0:  # past it: nothing more is asked, as on PostgreSQL
+            raise deadline.expired(f"a transaction on {self.path}")
+        if remaining is None or remaining * 1000 >= self._busy_ms:  # the busy wait ends first
             conn.execute(begin)
             return
-        if not remaining:  # past it: nothing more is asked, as on PostgreSQL
-            raise deadline.expired(f"a transaction on {self.path}")
         conn.execute(f"PRAGMA busy_timeout = {int(remaining * 1000)}")
         try:
             conn.execute(begin)
@@ -475,7 +476,7 @@ class SQLiteDatabase:
                 raise deadline.expired(f"the write lock of {self.path}") from exc
             raise
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
     def read(self) -> SQLiteTx:
         """Autocommit access for single-statement reads (WAL: never blocked by the writer)."""
