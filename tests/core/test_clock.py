@@ -10,6 +10,7 @@ events = st.lists(
     st.one_of(
         st.tuples(st.just("local"), walls),
         st.tuples(st.just("recv"), walls, st.integers(0, 10**13), st.integers(0, 1000)),
+        st.tuples(st.just("many"), walls, st.integers(0, 5)),
     ),
     max_size=60,
 )
@@ -24,6 +25,13 @@ def test_monotonic_and_never_behind_received(evs: list[tuple[object, ...]]) -> N
         wall[0] = int(ev[1])  # type: ignore[call-overload]
         if ev[0] == "local":
             stamp = clock.now()
+        elif ev[0] == "many":  # what as many calls of now() give, each after the last
+            made = clock.stamps(int(ev[2]))  # type: ignore[call-overload]
+            for stamp in made:
+                assert (stamp.wall_ms, stamp.counter) > (last.wall_ms, last.counter)
+                assert stamp.wall_ms >= wall[0]
+                last = stamp
+            continue
         else:
             remote = HLCTimestamp(int(ev[2]), int(ev[3]), "b")  # type: ignore[call-overload]
             stamp = clock.receive(remote)

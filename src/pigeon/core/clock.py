@@ -60,6 +60,18 @@ class HybridLogicalClock:
             self._last = tick(self._last, self.wall(), self.node)
             return self._last
 
+    def stamps(self, n: int) -> list[HLCTimestamp]:
+        """``n`` stamps of local events in a row, each greater than the one before (what
+        ``n`` calls of ``now`` give, under one lock and one reading of the wall)."""
+        made: list[HLCTimestamp] = []
+        with self._lock:
+            last, wall = self._last, self.wall()
+            for _ in range(n):
+                last = tick(last, wall, self.node)
+                made.append(last)
+            self._last = last
+        return made
+
     def receive(self, remote: HLCTimestamp) -> HLCTimestamp:
         """Merge a stamp from another node; the result is greater than both."""
         with self._lock:

@@ -54,14 +54,8 @@ class InvalidIdentifier(ValidationError, ValueError):
 
 def resource_id(value: object, what: str = "id") -> str:
     """``value`` as a resource id, or ``InvalidIdentifier`` naming what is wrong."""
-    if isinstance(value, float) and value.is_integer():
-        # JSON has one kind of number: 42.0 is the integer 42 to JSON Schema, and to the
-        # published contract (`pigeon.server.contract.INTEGER_ID`), so the note "42" here.
-        value = int(value)
-    if is_int(value):
-        value = str(value)
-    if not isinstance(value, str):
-        raise InvalidIdentifier(f"the {what} must be a string or an integer, not {_kind(value)}")
+    if type(value) is not str:  # nearly every id is one: checked three times an operation
+        value = _number_id(value, what)
     if not value:
         raise InvalidIdentifier(f"the {what} must not be empty")
     if len(value) > MAX_ID_LENGTH:
@@ -77,6 +71,18 @@ def resource_id(value: object, what: str = "id") -> str:
             f"the {what} {value!r} holds a control, separator or format character"
         )
     return value
+
+
+def _number_id(value: object, what: str) -> str:
+    if isinstance(value, float) and value.is_integer():
+        # JSON has one kind of number: 42.0 is the integer 42 to JSON Schema, and to the
+        # published contract (`pigeon.server.contract.INTEGER_ID`), so the note "42" here.
+        value = int(value)
+    if is_int(value):
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidIdentifier(f"the {what} must be a string or an integer, not {_kind(value)}")
+    return str(value)  # a subclass of str, as the str it holds
 
 
 def id_problem(value: object, what: str = "id") -> str | None:

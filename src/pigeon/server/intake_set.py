@@ -285,13 +285,15 @@ class _Run:
         stamps = [HLCTimestamp.decode(c.op.clock) for c, _, _ in segment if c.op.clock]
         if stamps:
             clock.receive(max(stamps))
+        # The server's own stamps for the operations that came without one, in order.
+        own = iter(clock.stamps(len(segment) - len(stamps)))
         return [
             IntakeContext(
                 tx=tx,
                 principal=principal,
                 body=call.op.body,
                 path_params=call.params,
-                clock=call.op.clock or clock.now().encode(),
+                clock=call.op.clock or next(own).encode(),
                 if_match=call.op.if_match,
                 idempotency_key=call.op.key,
                 operation_id=call.op.operation_id,
