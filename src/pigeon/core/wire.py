@@ -78,7 +78,7 @@ def canonical_json(value: Any) -> str:
 
 
 def quote_etag(version: str) -> str:
-    return version if version.startswith('"') or version.startswith('W/"') else f'"{version}"'
+    return version if version.startswith(('"', 'W/"')) else f'"{version}"'
 
 
 def unquote_etag(value: str) -> str:

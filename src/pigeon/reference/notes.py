@@ -48,7 +48,7 @@ from pigeon.server import access, contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator
-from pigeon.server.identifiers import id_problem, path_segment, resource_id
+from pigeon.server.identifiers import InvalidIdentifier, path_segment, resource_id
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.server.options import ServerOptions, SessionPolicy
 from pigeon.server.problems import problem
@@ -112,14 +112,20 @@ def validate_note(body: Any, path_params: Mapping[str, Any]) -> None:
         raise ValidationError("a note is a JSON object", slug="bad-note")
     body_id, path_id = body.get("id"), path_params.get("id")
     # Each id from the documented alphabet (pigeon.server.identifiers): never stringified.
-    for note_id, what in ((body_id, "body.id"), (path_id, "id")):
-        refused = None if note_id in (None, "") else id_problem(note_id, what)
-        if refused is not None:
-            raise ValidationError(refused, slug="bad-note")
-    if path_id is not None and body_id not in (None, "") and resource_id(body_id) != str(path_id):
+    named = None if body_id in (None, "") else _note_id(body_id, "body.id")
+    if path_id not in (None, ""):
+        _note_id(path_id, "id")
+    if path_id is not None and named is not None and named != str(path_id):
         raise ValidationError(
             f"the body names note {body_id!r} but the path names {path_id!r}", slug="bad-note"
         )
+
+
+def _note_id(value: object, what: str) -> str:
+    try:
+        return resource_id(value, what)
+    except InvalidIdentifier as exc:
+        raise ValidationError(str(exc), slug="bad-note") from None
 
 
 def _data(ctx: IntakeContext, note_id: str | None) -> dict[str, Any]:
