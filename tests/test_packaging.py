@@ -6,6 +6,7 @@ index (or pip's cache)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
@@ -74,8 +75,27 @@ def _pip(venv: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def edge_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("wheel")
+def edge_venv(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The wheel installed in a fresh virtualenv, made once per run: pytest-xdist's
+    workers share their base temporary folder's parent, and the first one to take the
+    lock there builds it (a minute of pip) while any other waits and then uses it."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # under xdist: the run's folder, above the workers' own
+        shared = shared.parent
+    venv = shared / "edge-venv"
+    with (shared / "edge-venv.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "built").exists():
+            _build(venv)
+            (venv / "built").touch()
+    return venv
+
+
+def _build(venv: Path) -> None:
+    tmp = venv.parent / "edge-wheel"
+    shutil.rmtree(tmp, ignore_errors=True)  # what a build that failed left
+    shutil.rmtree(venv, ignore_errors=True)
+    tmp.mkdir()
     source = tmp / "source"  # a copy: the build leaves its build/ folder there
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     built = processes.run(
@@ -88,10 +108,8 @@ def edge_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp.glob("pigeon-*.whl")
-    venv = tmp / "venv"
     processes.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     _pip(venv, "install", "-q", str(wheel))
-    return venv
 
 
 @pytest.mark.slow
