@@ -25,7 +25,8 @@ from starlette.routing import Mount, Route
 
 from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import ConfigurationError
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server import access
 from pigeon.server.access import AccessPolicy, OperatorToken, Rule, route_rules
 from pigeon.server.app import create_app

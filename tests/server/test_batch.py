@@ -15,7 +15,8 @@ from starlette.routing import Mount
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.reference import schema as ref
-from pigeon.reference.notes import create_note, delete_note, read_ledger, replace_note
+from pigeon.reference.notes import create_note, delete_note, replace_note
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.options import IntakeOptions

@@ -22,7 +22,8 @@ from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
-from pigeon.reference.notes import create_note, create_notes_app, read_ledger
+from pigeon.reference.notes import create_note, create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.conflicts import BoundedClock, Stamped, corrected, read_outcomes
-from pigeon.reference.notes import read_ledger
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 

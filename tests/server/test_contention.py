@@ -17,7 +17,8 @@ import psycopg
 
 from pigeon.exceptions import StoreUnavailable
 from pigeon.reference import schema as ref
-from pigeon.reference.notes import create_note, read_ledger
+from pigeon.reference.notes import create_note
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
 from pigeon.storage.base import Database

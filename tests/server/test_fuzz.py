@@ -28,7 +28,8 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 from pigeon.core.wire import BATCH_PATH
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.access import OperatorToken
 from pigeon.server.jwt_auth import JwtAuth
 from pigeon.server.openapi import OPENAPI_PATH

@@ -14,7 +14,8 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pigeon.reference import schema as ref
-from pigeon.reference.notes import create_note, create_notes_app, read_ledger
+from pigeon.reference.notes import create_note, create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.storage.base import Database

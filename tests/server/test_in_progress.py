@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.reference.notes import create_note, read_ledger
+from pigeon.reference.notes import create_note
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.reference.schema import attach
 from pigeon.server.inflight import Holder, InFlight
 from pigeon.server.intake import ClaimMode, Intake, OperationRequest

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.reference import schema as reference
-from pigeon.reference.notes import read_ledger
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server import access
 from pigeon.server.app import create_app
 from pigeon.server.identifiers import resource_id

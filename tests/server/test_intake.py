@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from pigeon.core.wire import PROBLEM_JSON
-from pigeon.reference.notes import create_note, create_notes_app, read_ledger
+from pigeon.reference.notes import create_note, create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.idempotency import DAY, IdempotencyPolicy
 from pigeon.server.intake import Handler, Intake

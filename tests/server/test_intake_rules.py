@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from pigeon.reference.notes import read_ledger
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.testhooks import DELAY, FAIL, SET_COOKIE
 from pigeon.storage.server import open_server_db
 from tests.processes import ServerProcess

@@ -17,7 +17,8 @@ from starlette.applications import Starlette
 
 from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import ConfigurationError
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server import jwt_auth
 from pigeon.server.jwt_auth import JwtAuth
 from pigeon.storage.base import Database

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.intake import ClaimMode
 from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.storage.base import Database

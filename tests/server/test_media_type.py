@@ -13,7 +13,8 @@ import pytest
 from starlette.applications import Starlette
 
 from pigeon.core.wire import BATCH_PATH, PROBLEM_PREFIX
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.messages import is_json_media
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

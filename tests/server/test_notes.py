@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import AuthorizationRequired
-from pigeon.reference.notes import create_notes_app, merge_patch, read_ledger
+from pigeon.reference.notes import create_notes_app, merge_patch
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.auth import BearerAuth
 from pigeon.storage.base import Database
 

@@ -16,7 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from pigeon.exceptions import ConfigurationError, ValidationError
-from pigeon.reference.notes import create_note, create_notes_app, read_ledger
+from pigeon.reference.notes import create_note, create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import ClaimMode, Intake, IntakeContext, OperationRequest
 from pigeon.server.openapi import build_openapi

@@ -16,7 +16,8 @@ import httpx
 import psycopg
 import pytest
 
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import server_queries
 from tests.conftest import PG_ADMIN_DSN

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 
 from pigeon.reference.conflicts import read_outcomes, read_resource
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.reference.schema import REFERENCE
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.storage.base import Database

@@ -14,7 +14,8 @@ from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.inprocess import InProcessTransport
 from pigeon.protocol.transport import Exchange
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.storage.server import open_server_db
 from pigeon.sync.executor import Executor
 

@@ -13,7 +13,8 @@ from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.protocol.http import HttpTransport
 from pigeon.protocol.inprocess import InProcessTransport
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 from pigeon.storage.base import Database
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine

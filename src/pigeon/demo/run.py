@@ -30,7 +30,7 @@ from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
 from pigeon.protocol.http import HttpTransport
 from pigeon.reference.faultproxy import FaultPlan, FaultProxy
-from pigeon.reference.notes import LEDGER_PATH
+from pigeon.reference.notes_reads import LEDGER_PATH
 from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from pigeon.sync.options import SyncOptions

@@ -14,6 +14,7 @@ auth) and ``pigeon.jobs``; nothing there imports this package.
 
 from __future__ import annotations
 
-from pigeon.reference.notes import create_notes_app, read_ledger
+from pigeon.reference.notes import create_notes_app
+from pigeon.reference.notes_reads import read_ledger
 
 __all__ = ["create_notes_app", "read_ledger"]

@@ -16,48 +16,36 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 
 from pigeon.core.wire import ETAG, PROBLEM_JSON, canonical_json, quote_etag
 from pigeon.edge.merge import merge_patch
 from pigeon.exceptions import ValidationError
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.reference import schema as ref
-from pigeon.reference.answers import add_answers, answers_routes
+from pigeon.reference.answers import add_answers
 from pigeon.reference.conflicts import (
     DEFAULT_MAX_SKEW,
-    OUTCOMES_PATH,
     BoundedClock,
     DeviceClockMiddleware,
-    read_outcomes,
-    read_resource,
-    resource_json,
 )
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
 from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
-from pigeon.reference.query import integer_param
-from pigeon.server import access, contract
+from pigeon.reference.notes_reads import NOTE_AD, NotesReads, note_json, note_row, opened
+from pigeon.server import contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
 from pigeon.server.auth import Authenticator
 from pigeon.server.identifiers import InvalidIdentifier, path_segment, resource_id
 from pigeon.server.intake import HandlerResult, Intake, IntakeContext
-from pigeon.server.options import ServerOptions, SessionPolicy
+from pigeon.server.options import ServerOptions
 from pigeon.server.problems import problem
-from pigeon.server.records import records_routes
 from pigeon.server.replay import ReplayInfo
 from pigeon.storage.base import Database, Row, Tx
-from pigeon.storage.sealed import NOTE_DATA
 
-LEDGER_PATH = "/pigeon/v1/ledger"
 REFERENCE_LWW = ("lww-notes",)  # last-write-wins by hybrid logical clock
 REFERENCE_CRDT = ("docs",)  # Yjs documents merged on the server
 
@@ -72,32 +60,6 @@ NOTE_SCHEMA: dict[str, Any] = {
     "additionalProperties": True,
 }
 NOTE_AT_ID_SCHEMA: dict[str, Any] = NOTE_SCHEMA | {"x-pigeon-path-id": "id"}
-
-
-# notes.data is sealed when a keyring is configured, bound to the note's (principal, id).
-NOTE_AD = NOTE_DATA.ad
-
-
-def _note(tx: Tx, name: str, params: dict[str, Any]) -> Row | None:
-    """One note row from the named statement, its data opened."""
-    row = ref.fetchone(tx, name, params)
-    return None if row is None else _opened(tx, row)
-
-
-def _opened(tx: Tx, row: Row) -> Row:
-    """``row`` with its data, as stored (sealed), opened."""
-    row["data"] = tx.cipher.open(row["data"], *NOTE_AD, row["principal"], row["id"])
-    return row
-
-
-def note_json(row: Row) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "version": int(row["version"]),
-        "data": json.loads(row["data"]),
-        "clock": row["clock"],
-        "updated_at": row["updated_at"],
-    }
 
 
 def _not_found(note_id: str) -> HandlerResult:
@@ -198,9 +160,9 @@ def _created(ctx: IntakeContext, note_id: str, data: dict[str, Any]) -> HandlerR
     params = _params(ctx, note_id, data, False)
     if ref.has(ctx.tx, "note_create_logged"):  # both in one statement: one round trip
         params |= _ledger_params(ctx, note_id, 201)
-        created = _note(ctx.tx, "note_create_logged", params)
+        created = note_row(ctx.tx, "note_create_logged", params)
     else:
-        created = _note(ctx.tx, "note_create", params)
+        created = note_row(ctx.tx, "note_create", params)
         if created is not None:
             _ledger(ctx, note_id, 201, int(created["version"]))
     return None if created is None else _answer(created, 201)
@@ -215,7 +177,7 @@ def create_note(ctx: IntakeContext) -> HandlerResult:
         return created
     existing = _locked(ctx, note_id)
     body = problem(409, "version-conflict", "Conflict", f"note {note_id!r} already exists")
-    current = {} if existing is None else {"current": note_json(_opened(ctx.tx, existing))}
+    current = {} if existing is None else {"current": note_json(opened(ctx.tx, existing))}
     return 409, body | current, {"content-type": PROBLEM_JSON}
 
 
@@ -230,12 +192,12 @@ def _checked_write(
         row = ref.fetchone(ctx.tx, "note_write_logged", params)
         if row is None:
             return _not_found(note_id)
-        return row if row.pop("written") else _mismatch(_opened(ctx.tx, row))
+        return row if row.pop("written") else _mismatch(opened(ctx.tx, row))
     row = _locked(ctx, note_id)
     if row is None:
         return _not_found(note_id)
     if not _allows(ctx, row):
-        return _mismatch(_opened(ctx.tx, row))
+        return _mismatch(opened(ctx.tx, row))
     return _write_logged(ctx, row, data, deleted=deleted)
 
 
@@ -261,7 +223,7 @@ def _write_logged(
 def replace_note(ctx: IntakeContext) -> HandlerResult:
     note_id = str(ctx.path_params["id"])
     written = _checked_write(ctx, note_id, _data(ctx, note_id))
-    return _answer(_opened(ctx.tx, written), 200) if isinstance(written, dict) else written
+    return _answer(opened(ctx.tx, written), 200) if isinstance(written, dict) else written
 
 
 def patch_note(ctx: IntakeContext) -> HandlerResult:
@@ -272,13 +234,13 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     row = _locked(ctx, note_id)
     if row is None:
         return _not_found(note_id)
-    row = _opened(ctx.tx, row)
+    row = opened(ctx.tx, row)
     if not _allows(ctx, row):
         return _mismatch(row)
     merged = merge_patch(json.loads(row["data"]), patch)
     if ref.has(ctx.tx, "note_write_logged"):
         return _answer(_write_later(ctx, row, merged), 200)
-    return _answer(_opened(ctx.tx, _write_logged(ctx, row, merged)), 200)
+    return _answer(opened(ctx.tx, _write_logged(ctx, row, merged)), 200)
 
 
 def _write_later(ctx: IntakeContext, current: Row, data: dict[str, Any]) -> Row:
@@ -314,25 +276,8 @@ def current_note(tx: Tx, stored: Any, info: ReplayInfo) -> Any:
         note_id = info.body.get("id")
     if note_id in (None, ""):
         return None
-    row = _note(tx, "note_get", {"principal": info.principal, "id": str(note_id)})
+    row = note_row(tx, "note_get", {"principal": info.principal, "id": str(note_id)})
     return None if row is None or row["deleted"] else note_json(row)
-
-
-def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
-    """Every applied operation, in the order it committed (for tests and the demo)."""
-    with db.transaction() as tx:
-        return ref.fetchall(tx, "ledger_all", {"after": after, "limit": limit})
-
-
-# Bounds of the integer query parameters: a sequence number and a row count are 64-bit
-# integers in both stores (beyond, PostgreSQL refused the query with a 500). A page of the
-# ledger is 100,000 rows unless a larger one is asked for (the demo asks for all).
-LEDGER_PAGE = 100_000
-
-
-def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
-    with db.transaction() as tx:
-        return fn(tx)
 
 
 def create_notes_app(
@@ -428,83 +373,3 @@ def add_settled_collections(
 
         CrdtCollection(name, max_skew=max_skew).register(intake)
     add_answers(intake, demo_jobs)
-
-
-class NotesReads:
-    """The notes app's read routes over ``db``: the caller's notes, resources and conflict
-    outcomes; the ledger (operator only); records, the dashboard and /metrics. Each read
-    runs in the thread pool, off the event loop."""
-
-    def __init__(self, db: Database, sessions: SessionPolicy | None = None) -> None:
-        self.db = db
-        self.sessions = sessions
-
-    def routes(self, collections: Sequence[str]) -> list[BaseRoute]:
-        """The GET routes, ``/<name>/{id}`` for each settled collection among them."""
-        return [
-            access.user(Route("/notes", self.list_notes, methods=["GET"])),
-            access.user(Route("/notes/{id}", self.get_note, methods=["GET"])),
-            access.operator(Route(LEDGER_PATH, self.ledger, methods=["GET"])),
-            *records_routes(self.db),
-            *answers_routes(self.db),  # an answer and its grade, once graded
-            # the 9 a.m. question and /metrics
-            *dashboard_routes(self.db, demo_jobs, sessions=self.sessions),
-            access.user(Route(OUTCOMES_PATH, self.outcomes, methods=["GET"])),
-            *(
-                access.user(Route(f"/{name}/{{id}}", self.get_resource(name), methods=["GET"]))
-                for name in collections
-            ),
-        ]
-
-    async def list_notes(self, request: Request) -> Response:
-        principal = access.principal(request)
-        rows = await run_in_threadpool(
-            _read, self.db, lambda tx: ref.fetchall(tx, "note_list", {"principal": principal})
-        )
-        for r in rows:
-            r["data"] = self.db.cipher.open(r["data"], *NOTE_AD, r["principal"], r["id"])
-        return JSONResponse({"notes": [note_json(r) for r in rows]})
-
-    async def get_note(self, request: Request) -> Response:
-        principal = access.principal(request)
-        note_id = request.path_params["id"]
-        row = await run_in_threadpool(
-            _read,
-            self.db,
-            lambda tx: _note(tx, "note_get", {"principal": principal, "id": note_id}),
-        )
-        if row is None or row["deleted"]:
-            body = problem(404, "no-such-note", "Not found", f"no note {note_id!r}")
-            return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
-        return JSONResponse(note_json(row), headers={ETAG: quote_etag(str(row["version"]))})
-
-    async def ledger(self, request: Request) -> Response:
-        after = integer_param(request, "after", 0)
-        if isinstance(after, Response):
-            return after
-        limit = integer_param(request, "limit", LEDGER_PAGE, 1)
-        if isinstance(limit, Response):
-            return limit
-        rows = await run_in_threadpool(read_ledger, self.db, after=after, limit=limit)
-        return JSONResponse({"entries": rows})
-
-    def get_resource(self, collection: str) -> Callable[[Request], Awaitable[Response]]:
-        async def get(request: Request) -> Response:
-            principal = access.principal(request)
-            found = request.path_params["id"]
-            row = await run_in_threadpool(read_resource, self.db, principal, collection, found)
-            if row is None or row["deleted"]:
-                body = problem(404, "no-such-resource", "Not found", f"no {collection} {found!r}")
-                return JSONResponse(body, status_code=404, media_type=PROBLEM_JSON)
-            etag = {ETAG: quote_etag(str(row["version"]))}
-            return JSONResponse(resource_json(row), headers=etag)
-
-        return get
-
-    async def outcomes(self, request: Request) -> Response:
-        principal = access.principal(request)
-        after = integer_param(request, "after", 0)
-        if isinstance(after, Response):
-            return after
-        rows = await run_in_threadpool(read_outcomes, self.db, principal, after=after)
-        return JSONResponse({"outcomes": rows})

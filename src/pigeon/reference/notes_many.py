@@ -20,12 +20,10 @@ from typing import Any, Literal
 from pigeon.core.wire import ETAG, CanonicalJson, canonical_json, quote_etag
 from pigeon.edge.merge import merge_patch
 from pigeon.reference import schema as ref
+from pigeon.reference.notes_reads import NOTE_AD
 from pigeon.server.identifiers import InvalidIdentifier, path_segment, resource_id
 from pigeon.server.operations import HandlerResult, IntakeContext
 from pigeon.storage.base import Tx
-from pigeon.storage.sealed import NOTE_DATA
-
-NOTE_AD = NOTE_DATA.ad  # as pigeon.reference.notes seals a note's data
 
 __all__ = ["create_notes", "delete_notes", "patch_notes", "replace_notes"]
 
