@@ -15,8 +15,11 @@ import psycopg
 import pytest
 from hypothesis import settings
 
+from pigeon.storage.postgres import PostgresDatabase
+from pigeon.storage.server import server_queries
 from tests.clocks import FakeClock
 from tests.pgdatabases import Databases
+from tests.pgwire import RoundTrips, relay_for, relayed_url
 
 # Every process a test starts is recorded there and killed with its group, however the
 # run ends (tests/processes.py); each test is marked with its tier (tests/tiers.py); the
@@ -107,6 +110,24 @@ def pg_url() -> Iterator[str]:
     url = DATABASES.create("pigeon_t_")
     yield url
     DATABASES.release(url)
+
+
+@pytest.fixture
+def pg_relay(pg_url: str) -> Iterator[RoundTrips]:
+    """A relay in front of the test's database that can fail as a network does
+    (``cut``, ``stall``, ``restore``: `tests.pgwire`)."""
+    relay = relay_for(pg_url)
+    yield relay
+    relay.close()
+
+
+@pytest.fixture
+def pg_relayed(pg_url: str, pg_relay: RoundTrips) -> Iterator[PostgresDatabase]:
+    """The test's database through ``pg_relay``, with the pool's default waits (10 s for
+    a connection, 15 s of silence before a connection is declared dead)."""
+    db = PostgresDatabase(relayed_url(pg_url, pg_relay), queries=server_queries("postgres"))
+    yield db
+    db.close()
 
 
 def pytest_sessionfinish() -> None:

@@ -25,8 +25,8 @@ from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import STOPPED, Worker
 from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
-from pigeon.storage.server import open_server_db, server_queries
-from tests.pgwire import RoundTrips, relay_for, relayed_url
+from pigeon.storage.server import open_server_db
+from tests.pgwire import RoundTrips
 from tests.waiting import wait_for
 
 from .test_worker import run_in_thread
@@ -131,34 +131,18 @@ def _ends_on_time_and_is_retried(
     assert _effects(run.db) == 1
 
 
-@pytest.fixture
-def relay(pg_url: str) -> Iterator[RoundTrips]:
-    relay = relay_for(pg_url)
-    yield relay
-    relay.close()
-
-
-@pytest.fixture
-def relayed(pg_url: str, relay: RoundTrips) -> Iterator[PostgresDatabase]:
-    """The test's database through the relay, with the pool's default waits (10 s for a
-    connection, 15 s of silence before a connection is declared dead)."""
-    db = PostgresDatabase(relayed_url(pg_url, relay), queries=server_queries("postgres"))
-    yield db
-    db.close()
-
-
 @pytest.mark.parametrize("fault", ["cut", "stall"])
 def test_a_job_whose_postgres_is_gone_times_out_by_itself(
-    fault: str, relayed: PostgresDatabase, relay: RoundTrips
+    fault: str, pg_relayed: PostgresDatabase, pg_relay: RoundTrips
 ) -> None:
     # cut: connections closed, new ones refused (the wait for a pooled connection);
     # stall: a partition, nothing answers (the wait for a statement's answer).
     app = _app()
-    task = FirstAttempt(getattr(relay, fault))
+    task = FirstAttempt(getattr(pg_relay, fault))
     app.task(task, queue="q", name="work", context=True)
-    JobManager(relayed, app).enqueue(JobSpec("q", "work", {"n": 1}, max_attempts=3))
-    with running(app, relayed, relay.restore) as run:
-        _ends_on_time_and_is_retried(run, task, relay.restore)
+    JobManager(pg_relayed, app).enqueue(JobSpec("q", "work", {"n": 1}, max_attempts=3))
+    with running(app, pg_relayed, pg_relay.restore) as run:
+        _ends_on_time_and_is_retried(run, task, pg_relay.restore)
 
 
 def test_a_job_waiting_for_sqlites_write_lock_times_out_by_itself(tmp_path: Path) -> None:
@@ -184,7 +168,7 @@ def test_a_job_waiting_for_sqlites_write_lock_times_out_by_itself(tmp_path: Path
 
 
 def test_an_outcome_that_cannot_be_written_is_given_up_at_the_lease(
-    relayed: PostgresDatabase, relay: RoundTrips
+    pg_relayed: PostgresDatabase, pg_relay: RoundTrips
 ) -> None:
     # The job succeeds and the database goes as it returns: its outcome's write is retried
     # until the lease, each try waiting no longer than that (not the pool's 10 s), then
@@ -196,16 +180,16 @@ def test_an_outcome_that_cannot_be_written_is_given_up_at_the_lease(
     def work(ctx: JobContext, n: int) -> None:
         ctx.effect(f"work:{n}", lambda tx: n)
         if not done:
-            relay.cut()
+            pg_relay.cut()
             done.append(time.monotonic())
 
-    JobManager(relayed, app).enqueue(JobSpec("q", "work", {"n": 1}, max_attempts=3))
-    with running(app, relayed, relay.restore) as run:
+    JobManager(pg_relayed, app).enqueue(JobSpec("q", "work", {"n": 1}, max_attempts=3))
+    with running(app, pg_relayed, pg_relay.restore) as run:
         wait_for(lambda: done, timeout=5)
         wait_for(lambda: run.worker.stats.unrecorded, timeout=LEASE + 2)
         given_up = time.monotonic() - done[0]
-        relay.restore()
-        wait_for(lambda: _history(relayed)[-1:] == ["succeeded"], timeout=10)
+        pg_relay.restore()
+        wait_for(lambda: _history(pg_relayed)[-1:] == ["succeeded"], timeout=10)
     assert given_up < LEASE + MARGIN + 0.2  # the last try's backoff sleep included
-    assert run.abandoned == [] and _history(relayed) == ["lease_expired", "succeeded"]
-    assert _effects(relayed) == 1
+    assert run.abandoned == [] and _history(pg_relayed) == ["lease_expired", "succeeded"]
+    assert _effects(pg_relayed) == 1

@@ -19,7 +19,7 @@ from pigeon.storage import deadline
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
-from tests.pgwire import RoundTrips, relay_for, relayed_url
+from tests.pgwire import RoundTrips
 
 BOUND = 0.3  # seconds of deadline each test gives
 SLACK = 0.3  # how late past it the wait may end, on a busy 2-core machine
@@ -118,39 +118,26 @@ def test_sqlite_without_a_deadline_waits_as_configured(sqlite_file: SQLiteDataba
         tx.sql("DELETE FROM pigeon_jobs")
 
 
-@pytest.fixture
-def relay(pg_url: str) -> Iterator[RoundTrips]:
-    relay = relay_for(pg_url)
-    yield relay
-    relay.close()
-
-
-@pytest.fixture
-def relayed(pg_url: str, relay: RoundTrips) -> Iterator[PostgresDatabase]:
-    """The database through the relay, with the default waits (10 s for a connection)."""
-    db = PostgresDatabase(relayed_url(pg_url, relay), queries=server_queries("postgres"))
-    yield db
-    db.close()
-
-
 def _select(db: PostgresDatabase) -> None:
     with db.transaction() as tx:
         tx.sql("SELECT 1").fetchall()
 
 
-def test_pool_wait_ends_by_the_deadline(relayed: PostgresDatabase, relay: RoundTrips) -> None:
-    _select(relayed)
-    relay.cut()  # the pooled connection is dead and no new one can be made
-    with _until_later(HELD, relay.restore):
-        assert _timed_out(lambda: _select(relayed)) < BOUND + SLACK
+def test_pool_wait_ends_by_the_deadline(pg_relayed: PostgresDatabase, pg_relay: RoundTrips) -> None:
+    _select(pg_relayed)
+    pg_relay.cut()  # the pooled connection is dead and no new one can be made
+    with _until_later(HELD, pg_relay.restore):
+        assert _timed_out(lambda: _select(pg_relayed)) < BOUND + SLACK
 
 
-def test_answer_wait_ends_by_the_deadline(relayed: PostgresDatabase, relay: RoundTrips) -> None:
-    _select(relayed)
-    relay.stall()  # a partition: the statement goes out, no answer comes back
-    with _until_later(HELD, relay.restore):
-        assert _timed_out(lambda: _select(relayed)) < BOUND + SLACK
-    _select(relayed)  # the stalled connection was not lent again
+def test_answer_wait_ends_by_the_deadline(
+    pg_relayed: PostgresDatabase, pg_relay: RoundTrips
+) -> None:
+    _select(pg_relayed)
+    pg_relay.stall()  # a partition: the statement goes out, no answer comes back
+    with _until_later(HELD, pg_relay.restore):
+        assert _timed_out(lambda: _select(pg_relayed)) < BOUND + SLACK
+    _select(pg_relayed)  # the stalled connection was not lent again
 
 
 def test_a_deadline_already_past_asks_for_nothing(pg_url: str) -> None:
