@@ -11,6 +11,8 @@ rules a generator can reach, in tests/server/test_fuzz.py).
 
 from __future__ import annotations
 
+import functools
+import json
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -55,8 +57,14 @@ values = st.one_of(
 
 def _verdicts(schema: dict[str, Any]) -> Callable[[object], bool]:
     """The schema's verdict, checked to be the same for both validators."""
-    python = jsonschema.Draft202012Validator(schema).is_valid
-    rust = jsonschema_rs.validator_for(schema).is_valid
+    return _made(json.dumps(schema, sort_keys=True))
+
+
+@functools.cache
+def _made(schema: str) -> Callable[[object], bool]:
+    """Both validators of a schema (its JSON), built once for all the values drawn."""
+    python = jsonschema.Draft202012Validator(json.loads(schema)).is_valid
+    rust = jsonschema_rs.validator_for(json.loads(schema)).is_valid
 
     def valid(value: object) -> bool:
         verdict = python(value)
