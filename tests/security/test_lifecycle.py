@@ -131,9 +131,10 @@ def test_a_relay_taking_over_the_lock_says_so_at_the_default_level(
     relays = []
     try:
         for log in logs:  # no --log-level: the default
+            if relays:
+                time.sleep(3)  # the first holds the lock before the second asks
             with log.open("w") as err:
                 relays.append(processes.spawn(args, stdout=subprocess.DEVNULL, stderr=err))
-            time.sleep(3)  # the first holds the lock before the second asks
         wait_for(
             lambda: "standing by" in logs[1].read_text(),
             30,
