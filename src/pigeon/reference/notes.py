@@ -34,7 +34,14 @@ from pigeon.reference.conflicts import (
 from pigeon.reference.jobs import app as demo_jobs
 from pigeon.reference.lww import LwwCollection
 from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
-from pigeon.reference.notes_reads import NOTE_AD, NotesReads, note_json, note_row, opened
+from pigeon.reference.notes_reads import (
+    NOTE_AD,
+    NotesReads,
+    if_match_allows,
+    note_json,
+    note_row,
+    opened,
+)
 from pigeon.server import contract
 from pigeon.server.access import OperatorCheck
 from pigeon.server.app import create_app
@@ -104,11 +111,6 @@ def _locked(ctx: IntakeContext, note_id: str) -> Row | None:
     or two of them could both pass it against one version."""
     row = ref.fetchone(ctx.tx, "note_lock", {"principal": ctx.principal, "id": note_id})
     return row if row is not None and not row["deleted"] else None
-
-
-def _allows(ctx: IntakeContext, row: Row) -> bool:
-    """Does ``If-Match`` allow a write of ``row``'s version?"""
-    return ctx.if_match is None or ctx.if_match in ("*", str(row["version"]))
 
 
 def _mismatch(row: Row) -> HandlerResult:
@@ -196,7 +198,7 @@ def _checked_write(
     row = _locked(ctx, note_id)
     if row is None:
         return _not_found(note_id)
-    if not _allows(ctx, row):
+    if not if_match_allows(ctx.if_match, row):
         return _mismatch(opened(ctx.tx, row))
     return _write_logged(ctx, row, data, deleted=deleted)
 
@@ -235,7 +237,7 @@ def patch_note(ctx: IntakeContext) -> HandlerResult:
     if row is None:
         return _not_found(note_id)
     row = opened(ctx.tx, row)
-    if not _allows(ctx, row):
+    if not if_match_allows(ctx.if_match, row):
         return _mismatch(row)
     merged = merge_patch(json.loads(row["data"]), patch)
     if ref.has(ctx.tx, "note_write_logged"):

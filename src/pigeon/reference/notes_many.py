@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pigeon.core.wire import ETAG, CanonicalJson, canonical_json, quote_etag
 from pigeon.edge.merge import merge_patch
 from pigeon.reference import schema as ref
-from pigeon.reference.notes_reads import NOTE_AD
+from pigeon.reference.notes_reads import NOTE_AD, if_match_allows
 from pigeon.server.identifiers import InvalidIdentifier, path_segment, resource_id
 from pigeon.server.operations import HandlerResult, IntakeContext
 from pigeon.storage.base import Tx
@@ -189,7 +189,7 @@ def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, kind: _Kind) -> _Write 
     handler answers otherwise: no live note (404), a version If-Match does not name (412)."""
     if row is None or row["deleted"]:
         return None
-    if ctx.if_match is not None and ctx.if_match not in ("*", str(row["version"])):
+    if not if_match_allows(ctx.if_match, row):
         return None
     note_id = row["id"]
     if kind == "delete":  # the stored bytes kept, as delete_note keeps them

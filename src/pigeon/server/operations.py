@@ -27,8 +27,8 @@ WRITE_METHODS = frozenset(wire.WRITE_METHODS)
 
 # The values made for every operation of a batch (these, OpResult, Ask) are plain slots
 # dataclasses, never changed once made, but not frozen: a frozen one's __init__ sets each
-# field through object.__setattr__, and the four of them cost the set path ~7% of its
-# instructions an operation.
+# field through object.__setattr__: the four the set path makes for each operation cost it
+# ~7% of its instructions.
 
 
 @dataclass(slots=True)
