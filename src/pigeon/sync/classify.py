@@ -110,6 +110,9 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     if value is not None:
         return value
     lowered = name.lower()
+    value = headers.get(lowered)  # a batch result's headers: lower-case, as HTTP/2 sends them
+    if value is not None:
+        return value
     for key, candidate in headers.items():
         if key.lower() == lowered:
             return candidate
@@ -165,7 +168,6 @@ def classify(
     if status is None:
         return ReplyOutcome(ReplyKind.TRANSIENT, "no reply and no error", sent=True)
     headers = headers or {}
-    retry_after = parse_retry_after(header(headers, wire.RETRY_AFTER), now=now)
     if 200 <= status < 300:
         etag = header(headers, wire.ETAG)
         return ReplyOutcome(
@@ -176,6 +178,7 @@ def classify(
             etag=(wire.unquote_etag(etag) if etag else "") or None,
             body=body,
         )
+    retry_after = parse_retry_after(header(headers, wire.RETRY_AFTER), now=now)
     if status in wire.TRANSIENT_4XX or 500 <= status < 600:
         return ReplyOutcome(
             ReplyKind.TRANSIENT,

@@ -216,6 +216,9 @@ class Executor:
                 op.base_version = self.queue.base_version(op.entity)
 
     def _keep_going(self, reply: Reply) -> bool:
+        status = reply.status
+        if reply.error is None and status is not None and 200 <= status < 300:
+            return True  # delivered: what classify says of a 2xx; asked for every op of a batch
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
         if outcome.status == 429:
             return False  # "too many requests": sending the rest now only earns more 429s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from json import encoder as json_encoder
 from typing import Any
 
 from pigeon.core.operation import Operation, OpStatus
@@ -11,6 +12,8 @@ from pigeon.exceptions import InvalidState
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.sqlite import Row
 
+# The C encoder json.dumps itself builds (None on a Python without _json).
+_make_encoder: Any = getattr(json_encoder, "c_make_encoder", None)
 _EMPTY_HISTORY = "[]"  # what almost every row holds: no json.loads for it
 # With a keyring, an operation's payload and the server's response to it are sealed, each
 # bound to the operation's id (`pigeon.storage.crypto`).
@@ -113,4 +116,18 @@ def require(row: Row, *allowed: OpStatus, action: str) -> None:
 def response_text(response: Any, op_id: str, cipher: Cipher = PLAIN) -> str | None:
     if response is None:
         return None
-    return cipher.seal(json.dumps(response, default=str), *RESPONSE_AD, op_id)
+    return cipher.seal(response_json(response), *RESPONSE_AD, op_id)
+
+
+def response_json(value: Any) -> str:
+    """``json.dumps(value, default=str)``, the same text, straight from the C encoder: for
+    every operation delivered, dumps' Python layers (a new JSONEncoder, encode, iterencode)
+    cost more than encoding a reply's body (2.5 us instead of 6)."""
+    if _make_encoder is None:  # pragma: no cover - a Python built without _json
+        return json.dumps(value, default=str)
+    # A new C encoder each time: its circular-reference markers start empty, as dumps'.
+    # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys,
+    # allow_nan): what json.dumps(value, default=str) passes.
+    ascii_text = json_encoder.encode_basestring_ascii
+    encode = _make_encoder({}, str, ascii_text, None, ": ", ", ", False, False, True)
+    return "".join(encode(value, 0))
