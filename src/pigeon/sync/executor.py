@@ -256,10 +256,12 @@ class Executor:
                 for op, _, o in run
             ]
         )
-        for op, reply, outcome in run:
-            report.delivered += 1
-            report.replayed += reply.replayed
-            self._emit("on_delivered", op, outcome)
+        report.delivered += len(run)
+        report.replayed += sum(reply.replayed for _, reply, _ in run)
+        # Nothing to tell without a callback: no event per operation held until the commit.
+        if self.callbacks.on_delivered is not None:
+            for op, _, outcome in run:
+                self._emit("on_delivered", op, outcome)
         run.clear()
 
     def _honour(self, attempts: int, retry_after: float | None) -> float | None:

@@ -17,6 +17,9 @@ from pigeon.exceptions import InvalidState, NotFound
 from pigeon.storage.sqlite import Row, SQLiteTx
 
 HISTORY_LIMIT = 100  # failed attempts remembered per operation
+# The statuses as stored (plain str), compared once per operation of a reply.
+_IN_FLIGHT, _PENDING = OpStatus.IN_FLIGHT.value, OpStatus.PENDING.value
+_DELIVERED = OpStatus.DELIVERED.value
 
 
 def row(tx: SQLiteTx, path: str, op_id: str) -> Row:
@@ -56,30 +59,30 @@ def deliver_many(tx: SQLiteTx, path: str, items: Sequence[Delivery], now: float)
     for op_id, response, etag in items:
         first.setdefault(op_id, (response, etag))
     ids = json.dumps(list(first))
-    rows = {r["id"]: r for r in tx.fetchall("delivery_states", {"ids": ids})}
+    # (id, entity, status, dispatches) tuples: a dict per row cost more than its read.
+    states = {r[0]: r for r in tx.tuples("delivery_states", {"ids": ids})}
     moved: list[str] = []
+    entities: dict[str, None] = {}
     for op_id in first:
-        found = rows.get(op_id)
+        found = states.get(op_id)
         if found is None:
             raise NotFound(f"no operation {op_id!r} in {path}")
         # What deliver_all's WHERE accepts: in flight, or pending once sent.
-        status = found["status"]
-        if status == OpStatus.IN_FLIGHT or (status == OpStatus.PENDING and found["dispatches"]):
+        _, entity, status, dispatches = found
+        if status == _IN_FLIGHT or (status == _PENDING and dispatches):
             moved.append(op_id)
-        elif status != OpStatus.DELIVERED:
-            require(found, OpStatus.IN_FLIGHT, action="mark delivered")
+            entities[entity] = None
+        elif status != _DELIVERED:
+            require({"id": op_id, "status": status}, OpStatus.IN_FLIGHT, action="mark delivered")
     if not moved:  # all of it delivered before: a repeat changes nothing
         return
     responses = [[i, response_text(first[i][0], i, tx.cipher)] for i in moved]
     tx.execute("deliver_all", {"items": json.dumps(responses), "now": now})
     versions: list[Mapping[str, Any]] = [
-        {"entity": rows[i]["entity"], "version": first[i][1]}
-        for i in moved
-        if first[i][1] is not None
+        {"entity": states[i][1], "version": first[i][1]} for i in moved if first[i][1] is not None
     ]
     if versions:
         tx.executemany("set_base_version", versions)
-    entities = dict.fromkeys(rows[i]["entity"] for i in moved)
     tx.execute("promote_heads", {"entities": json.dumps(list(entities))})
 
 
