@@ -31,6 +31,8 @@ from pigeon.reference.notes import (
 from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
 from pigeon.reference.schema import attach
 from pigeon.server import intake_set
+from pigeon.server.idempotency_sets import Answer, Ask
+from pigeon.server.idempotency_stores import set_claims
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.operations import HandlerResult
 from pigeon.server.results import OpResult
@@ -206,13 +208,30 @@ def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
     assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 100
     # The claims, the notes, the ledger rows, the answers: one statement each.
     assert counted.statements == [
-        "savepoint", "claims_insert_many", "--", "--", "claims_complete_many"
+        "claims_insert_many", "--", "--", "claims_complete_many"
     ]  # fmt: skip
     counted.statements.clear()
     assert all(r.replayed for r in intake.execute_batch("p", list(ops)))
     # Then the replay hooks' read-only transaction, as on the one-by-one way.
-    assert counted.statements[:3] == ["savepoint", "claims_insert_many", "claims_get_many"]
-    assert "replay_read_only" in counted.statements[3:]
+    assert counted.statements[:2] == ["claims_insert_many", "claims_get_many"]
+    assert "replay_read_only" in counted.statements[2:]
+
+
+def test_the_claims_of_a_batch_count_what_they_take_and_complete(notes_db: Database) -> None:
+    # On each backend's own transaction (each counts its own way): a count that came out
+    # short would give every batch up to the one-by-one way, with the same answers.
+    claims = set_claims(intake_on(notes_db, FakeClock(SERVER_START)).store)
+    assert claims is not None
+    asks = [Ask(f"k{i}", "f", "POST", "/notes", f"op{i}") for i in range(3)]
+    with notes_db.transaction() as tx:
+        taken = claims.claim_many(tx, "p", asks)
+        assert sorted(taken.tokens) == ["k0", "k1", "k2"]
+        answers: list[Answer] = [
+            (key, token if key != "k1" else "not-ours", 201, [], "{}")
+            for key, token in taken.tokens.items()
+        ]
+        assert claims.complete_many(tx, "p", answers) == 2
+        assert claims.claim_many(tx, "p", asks).tokens == {}  # each key has its row now
 
 
 def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
@@ -224,7 +243,7 @@ def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
     monkeypatch.setattr(intake_set, "SEGMENT_BYTES", 2 * len(canonical_json(ops[0].body)))
     assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 6
     # One claim statement for the batch; then two bodies per call: notes, ledger, answers.
-    assert counted.statements == ["savepoint", "claims_insert_many"] + [
+    assert counted.statements == ["claims_insert_many"] + [
         "--", "--", "claims_complete_many"
     ] * 3  # fmt: skip
 
@@ -339,7 +358,7 @@ def test_patches_go_set_wise(notes_db: Database) -> None:
     assert [r.status for r in intake.execute_batch("p", ops)] == [200] * 20
     # The claims; the notes locked, written, their ledger rows; the answers.
     assert counted.statements == [
-        "savepoint", "claims_insert_many", "--", "--", "--", "claims_complete_many"
+        "claims_insert_many", "--", "--", "--", "claims_complete_many"
     ]  # fmt: skip
 
 

@@ -109,10 +109,7 @@ def _chunk(
 ) -> list[OpResult]:
     busy_at: list[int] = []
 
-    def apply(tx: Tx) -> list[OpResult]:
-        done = intake_set.run_set(applier, tx, principal, ops)  # None: one at a time
-        if done is not None:
-            return done
+    def one_by_one(tx: Tx) -> list[OpResult]:
         results: list[OpResult] = []
         for i, op in enumerate(ops):
             busy_at[:] = [i]
@@ -122,8 +119,15 @@ def _chunk(
                 break
         return results
 
+    def apply(tx: Tx) -> list[OpResult]:
+        done = intake_set.run_set(applier, tx, principal, ops)  # None: one at a time
+        return one_by_one(tx) if done is None else done
+
     try:
-        return applier.transact(apply)
+        try:
+            return applier.transact(apply)
+        except intake_set.SetAbandoned:  # rolled back: the chunk anew, one at a time
+            return applier.transact(one_by_one)
     except KeyBusy as busy:
         # Another process holds the key of ops[i] and the database aborted the whole
         # transaction: the ops before it run again without it, and it answers 409
