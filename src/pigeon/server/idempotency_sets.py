@@ -129,4 +129,8 @@ class SetClaims:
             "now": now,
             "response_expires_at": now + self.policy.response_retention,
         }
+        return self.completed(tx, params)
+
+    def completed(self, tx: Tx, params: Mapping[str, Any]) -> int:
+        """How many claims ``claims_complete_many`` completed (the keys it returns)."""
         return len(tx.fetchall("claims_complete_many", params))

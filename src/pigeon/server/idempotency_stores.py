@@ -27,7 +27,7 @@ from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencySt
 from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
-from pigeon.storage.sqlite import SQLiteDatabase
+from pigeon.storage.sqlite import SQLiteDatabase, SQLiteTx
 
 
 class SQLiteIdempotencyStore(SqlIdempotencyStore):
@@ -81,6 +81,12 @@ class SQLiteSetClaims(SetClaims):
 
     def inserted(self, tx: Tx, params: Mapping[str, Any]) -> int:
         return int(tx.execute("claims_insert_many", params).rowcount)
+
+    def completed(self, tx: Tx, params: Mapping[str, Any]) -> int:
+        # Counted as tuples: a dict made for each returned key cost ~1% of a batch.
+        if isinstance(tx, SQLiteTx):
+            return len(tx.tuples("claims_complete_many", params).fetchall())
+        return super().completed(tx, params)  # a connection borrowed through DB-API
 
 
 class PostgresSetClaims(SetClaims):
