@@ -293,23 +293,20 @@ class _Run:
             clock.receive(max(stamps))
         # The server's own stamps for the operations that came without one, in order.
         own = iter(clock.stamps(len(segment) - len(stamps)))
-        return [
-            IntakeContext(
-                tx=tx,
-                principal=principal,
-                body=call.op.body,
-                path_params=call.params,
-                clock=call.op.clock or next(own).encode(),
-                if_match=call.op.if_match,
-                idempotency_key=call.op.key,
-                operation_id=call.op.operation_id,
-                method=call.op.method.upper(),
-                path=call.op.path,
-                entity=call.op.entity,
-                now=now,
-            )
-            for call, _, _ in segment
-        ]
+        contexts = []
+        for call, _, _ in segment:
+            op = call.op
+            # In the fields' order (tx, principal, body, path_params, clock, if_match,
+            # idempotency_key, operation_id, method, path, entity, now): by keyword, the
+            # call cost 2.5 times as much, ~0.3 us an operation.
+            contexts.append(
+                IntakeContext(
+                    tx, principal, op.body, call.params, op.clock or next(own).encode(),
+                    op.if_match, op.key, op.operation_id, op.method.upper(), op.path,
+                    op.entity, now,
+                )
+            )  # fmt: skip
+        return contexts
 
 
 def _applied(out: Any, key: str) -> OpResult:
