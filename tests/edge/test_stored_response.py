@@ -1,47 +1,74 @@
 """What the queue stores as an operation's response: the text json.dumps(response,
-default=str) would give, whichever way it is written (one delivery, or a reply's run)."""
+default=str) gives, whichever way it is written (one delivery, or a reply's run), and
+with a key that text sealed, bound to the operation."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pigeon.core.operation import OpStatus
+from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
+from pigeon.edge.sqlite.rows import RESPONSE_AD
+from pigeon.storage.crypto import Cipher, Keyring, generate_key
 
 ODD: list[Any] = [
     {"status": 201, "body": {"title": "caf\u00e9 \u2603", "n": 1.1, "big": 10**30}, "etag": "1"},
-    {"body": [1.5e-7, float("inf"), float("nan"), True, None], "when": datetime.date(2026, 1, 2)},
+    {"body": [1.5e-7, float("inf"), float("nan"), True, None, 'q"uo\\te\n\x00']},
+    {"when": datetime.date(2026, 1, 2), 1: "int key", "nested": [[], [{}], {"a": [None]}]},
     ("a", 1),
     "plain text",
     0,
+    None,
 ]
 
 
-def _stored(queue: OfflineQueue, op_id: str) -> str:
-    with sqlite3.connect(queue.path) as conn:
+def _stored(path: str, op_id: str) -> str | None:
+    with sqlite3.connect(path) as conn:
         (text,) = conn.execute("SELECT response FROM operations WHERE id = ?", (op_id,)).fetchone()
-    assert isinstance(text, str)
+    assert text is None or isinstance(text, str)
     return text
+
+
+def _deliver(queue: OfflineQueue, many: bool) -> list[tuple[str, Any]]:
+    ops = [queue.enqueue("create", f"note:{i}", i) for i in range(len(ODD))]
+    queue.next_batch()
+    pairs = [(op.id, response) for op, response in zip(ops, ODD, strict=True)]
+    if many:
+        queue.mark_delivered_many([(op_id, response, None) for op_id, response in pairs])
+    else:
+        for op_id, response in pairs:
+            queue.mark_delivered(op_id, response=response)
+    return pairs
 
 
 @pytest.mark.parametrize("many", [False, True])
 def test_the_stored_text_is_json_dumps_of_the_response(queue: OfflineQueue, many: bool) -> None:
-    ops = [queue.enqueue("create", f"note:{i}", i) for i in range(len(ODD))]
-    queue.next_batch()
-    if many:
-        queue.mark_delivered_many(
-            [(op.id, response, None) for op, response in zip(ops, ODD, strict=True)]
-        )
-    else:
-        for op, response in zip(ops, ODD, strict=True):
-            queue.mark_delivered(op.id, response=response)
-    for op, response in zip(ops, ODD, strict=True):
-        assert _stored(queue, op.id) == json.dumps(response, default=str)
+    for op_id, response in _deliver(queue, many):
+        expected = None if response is None else json.dumps(response, default=str)
+        assert _stored(queue.path, op_id) == expected
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_with_a_key_it_is_that_text_sealed_to_its_operation(tmp_path: Path, many: bool) -> None:
+    keys = Keyring((("k1", generate_key()),))
+    with OfflineQueue(tmp_path / "q.db", QueueOptions(durability="normal"), keys=keys) as queue:
+        pairs = _deliver(queue, many)
+        for op_id, response in pairs:
+            stored = _stored(queue.path, op_id)
+            if response is None:
+                assert stored is None
+                continue
+            assert stored is not None and stored.startswith("pg1:k1:")
+            clear = Cipher(keys).open(stored, *RESPONSE_AD, op_id)
+            assert clear == json.dumps(response, default=str)
+            assert json.dumps(queue.get(op_id).response) == json.dumps(json.loads(clear))
 
 
 def test_a_circular_response_is_refused_and_nothing_is_delivered(queue: OfflineQueue) -> None:

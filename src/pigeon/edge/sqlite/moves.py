@@ -12,7 +12,14 @@ from typing import Any
 
 from pigeon.core.operation import Operation, OpStatus
 from pigeon.edge.queue_store import Delivery, NextAttempt
-from pigeon.edge.sqlite.rows import operations, require, response_text, to_operation, was_sent
+from pigeon.edge.sqlite.rows import (
+    operations,
+    require,
+    response_text,
+    responses_json,
+    to_operation,
+    was_sent,
+)
 from pigeon.exceptions import InvalidState, NotFound
 from pigeon.storage.sqlite import Row, SQLiteTx
 
@@ -76,8 +83,8 @@ def deliver_many(tx: SQLiteTx, path: str, items: Sequence[Delivery], now: float)
             require({"id": op_id, "status": status}, OpStatus.IN_FLIGHT, action="mark delivered")
     if not moved:  # all of it delivered before: a repeat changes nothing
         return
-    responses = [[i, response_text(first[i][0], i, tx.cipher)] for i in moved]
-    tx.execute("deliver_all", {"items": json.dumps(responses), "now": now})
+    responses = responses_json([(i, first[i][0]) for i in moved], tx.cipher)
+    tx.execute("deliver_all", {"items": responses, "now": now})
     versions: list[Mapping[str, Any]] = [
         {"entity": states[i][1], "version": first[i][1]} for i in moved if first[i][1] is not None
     ]
