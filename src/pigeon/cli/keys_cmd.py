@@ -16,7 +16,7 @@ from rich.console import Console
 
 from pigeon.cli._db import open_db
 from pigeon.cli._format import titled_table
-from pigeon.cli.options import DbOption, KeysFileOption
+from pigeon.cli.options import DbOption, KeysFileOption, load_keyring
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.crypto import Keyring, generate_key, key_entry, new_kid
 from pigeon.storage.files import write_private
@@ -24,15 +24,6 @@ from pigeon.storage.rotate import CLEAR, DEFAULT_BATCH, ColumnReport, rotate, st
 
 app = typer.Typer(help="Encryption keys: generate, status, rotate.", no_args_is_help=True)
 console = Console()
-
-
-def load_keyring(keys_file: str | None, param_hint: str = "--keys-file") -> Keyring | None:
-    """The keyring of ``--keys-file``, else of the environment, else None; a usage error
-    (exit 2, the reason named) for a key file or variable that cannot be used."""
-    try:
-        return Keyring.from_file(keys_file) if keys_file else Keyring.from_env()
-    except ConfigurationError as exc:
-        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
 
 
 @app.command()

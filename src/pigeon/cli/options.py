@@ -15,7 +15,9 @@ from typer._click.types import FLOAT, FloatRange
 
 from pigeon.checks import is_finite
 from pigeon.cli.secrets import FILE_HELP, secret_url
+from pigeon.exceptions import ConfigurationError
 from pigeon.logs import REDACT_ENV, LogFormat
+from pigeon.storage.crypto import Keyring
 
 # The options that may carry a password take it from the environment or a file too
 # (pigeon.cli.secrets): an argument is visible to every user of the machine.
@@ -64,6 +66,16 @@ KeysFileOption = Annotated[
         "PIGEON_KEYS or PIGEON_KEYS_FILE.",
     ),
 ]
+
+
+def load_keyring(keys_file: str | None, param_hint: str = "--keys-file") -> Keyring | None:
+    """The keyring of ``--keys-file``, else of the environment, else None; a usage error
+    (exit 2, the reason named) for a key file or variable that cannot be used."""
+    try:
+        return Keyring.from_file(keys_file) if keys_file else Keyring.from_env()
+    except ConfigurationError as exc:
+        raise typer.BadParameter(str(exc), param_hint=param_hint) from exc
+
 
 # The logging options of the long-running commands (serve, worker): see pigeon.logs.
 LogFormatOption = Annotated[

@@ -13,8 +13,7 @@ from rich.markup import escape
 
 from pigeon import logs
 from pigeon.cli._db import open_db
-from pigeon.cli.keys_cmd import load_keyring
-from pigeon.cli.options import RELAY_TO_ENV, DbOption, Finite, KeysFileOption
+from pigeon.cli.options import RELAY_TO_ENV, DbOption, Finite, KeysFileOption, load_keyring
 from pigeon.cli.secrets import FILE_HELP, scrub, secret_url
 from pigeon.exceptions import ConfigurationError
 from pigeon.jobs.manager import describe

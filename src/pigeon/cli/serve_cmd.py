@@ -35,7 +35,6 @@ from pigeon.cli.options import (
     LogRedactOption,
     RelayToOption,
 )
-from pigeon.cli.relay_cmd import make_runner, stop_before_exit_signals
 from pigeon.cli.secrets import scrub
 from pigeon.cli.serve_options import (
     REFERENCE_APP,
@@ -74,7 +73,6 @@ from pigeon.cli.serve_options import (
 )
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.orphans import die_with_parent, watch_parent
-from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
@@ -232,6 +230,9 @@ def _run(config: uvicorn.Config, sock: socket.socket, options: ServerOptions) ->
     assert database is not None
     runner = None
     if options.relay_to is not None:
+        # The relay (pigeon.jobs, ~0.1 s of imports) loads only when --relay-to asks for it.
+        from pigeon.cli.relay_cmd import make_runner, stop_before_exit_signals
+
         runner = make_runner(
             database.url, options.relay_to, "serve", keys_file=database.keys_file
         ).start()
@@ -291,6 +292,9 @@ def _bind_and_open(options: ServerOptions) -> socket.socket:
         database = open_server_db(db.url, durability=db.durability)
         try:
             if options.app == REFERENCE_APP:  # its own tables (its schema component)
+                # The reference package (its app, pigeon.jobs) loads only when it is served.
+                from pigeon.reference.schema import attach as attach_reference
+
                 attach_reference(database)
         finally:
             database.close()

@@ -19,9 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from pigeon.cli._db import check_postgres
-from pigeon.cli.keys_cmd import load_keyring
-from pigeon.cli.options import Finite
-from pigeon.cli.relay_cmd import checked_broker_url
+from pigeon.cli.options import Finite, load_keyring
 from pigeon.cli.secrets import FILE_HELP, secret_token
 from pigeon.core.imports import add_app_dir
 from pigeon.exceptions import ConfigurationError
@@ -343,6 +341,9 @@ def _check_environment(options: ServerOptions) -> None:
             param_hint="'--test-hooks'",
         )
     if options.relay_to is not None:
+        # The relay (pigeon.jobs, ~0.1 s of imports) loads only when --relay-to asks for it.
+        from pigeon.cli.relay_cmd import checked_broker_url
+
         checked_broker_url(options.relay_to, "serve")
     assert options.database is not None
     load_keyring(options.database.keys_file)  # refused now, not in every worker

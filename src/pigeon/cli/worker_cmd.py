@@ -11,7 +11,6 @@ import typer
 
 from pigeon import logs
 from pigeon.cli._db import check_db
-from pigeon.cli.keys_cmd import load_keyring
 from pigeon.cli.options import (
     DbOption,
     Finite,
@@ -19,6 +18,7 @@ from pigeon.cli.options import (
     LogFormatOption,
     LogRedactOption,
     RelayToOption,
+    load_keyring,
 )
 from pigeon.cli.relay_cmd import checked_broker_url, make_runner
 from pigeon.core.imports import add_app_dir

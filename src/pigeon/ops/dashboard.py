@@ -10,11 +10,11 @@ process and node reports the same truth from the shared database).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection, Request
@@ -22,7 +22,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from pigeon.jobs.app import App
-from pigeon.ops.metrics import OpsCollector
 from pigeon.ops.queries import DEFAULT_WINDOW, WINDOWS, overview
 from pigeon.ops.web import page_routes
 from pigeon.server import access
@@ -62,8 +61,13 @@ def dashboard_routes(
     operators alone (`pigeon.server.access`): the failed jobs name records and errors, the
     counts are the business's. ``sessions``: how long a browser stays signed in to the
     page (`page_routes`)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(OpsCollector(lambda: overview(db, app, history=False)))
+
+    @functools.cache
+    def scrape() -> Callable[[], tuple[bytes, str]]:
+        # prometheus_client (~20 ms of imports) loads at the first scrape, not at startup.
+        from pigeon.ops.metrics import exposition
+
+        return exposition(lambda: overview(db, app, history=False))
 
     async def get_dashboard(request: Request) -> Response:
         chosen = request.query_params.get("window")
@@ -74,8 +78,8 @@ def dashboard_routes(
         return JSONResponse(await run_in_threadpool(dashboard, db, app, window=window))
 
     async def get_metrics(request: Request) -> Response:
-        body = await run_in_threadpool(generate_latest, registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+        body, content_type = await run_in_threadpool(scrape())
+        return Response(body, media_type=content_type)
 
     routes: list[BaseRoute] = [
         access.operator(Route(json_path, get_dashboard, methods=["GET"], name="pigeon_dashboard")),

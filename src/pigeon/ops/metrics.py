@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeHistogramMetricFamily,
     GaugeMetricFamily,
     Metric,
 )
+from prometheus_client.registry import CollectorRegistry
 
 from pigeon.ops.queries import DURATION_BUCKETS, JOB_STATES, OBLIGATION_STATES
 
@@ -32,6 +34,14 @@ class OpsCollector:
         yield from _health(view)
         yield from _lifecycle(view)
         yield from _versions(view)
+
+
+def exposition(source: Callable[[], dict[str, Any]]) -> Callable[[], tuple[bytes, str]]:
+    """``/metrics``' answer: a registry of its own holding an `OpsCollector` of ``source``;
+    each call (a scrape) reads the figures and gives the body and its content type."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(OpsCollector(source))
+    return lambda: (generate_latest(registry), CONTENT_TYPE_LATEST)
 
 
 def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
