@@ -182,30 +182,33 @@ class _Endpoints:
         # Up to 16 MiB: the only reference is handed over (the holder is emptied in the
         # worker thread), so the bytes go as soon as they are text, and the decoded
         # operations as soon as they are applied, instead of living as long as this frame.
-        size = len(raw)
         held: list[Any] = [raw]
         del raw
-        # In a worker thread, whatever its size: up to 16 MiB must not stop the event loop.
+        # Decoding, checking the entries, applying them and writing the answer (up to
+        # 16 MiB of it), all in ONE hand-off to a worker thread, whatever the size: none of
+        # it may hold up the event loop, and each hand-off costs a wake-up of both threads.
+        return await run_in_threadpool(self.answer_batch, principal, held)
+
+    def answer_batch(self, principal: str, held: list[Any]) -> Response:
+        size = len(held[0])
+        try:
+            return self._answer_batch(principal, held)
+        finally:
+            memory.give_back(size)  # once all that the batch decoded is let go of
+
+    def _answer_batch(self, principal: str, held: list[Any]) -> Response:
         # The operations are decoded one by one and the count is checked at each, so a
         # body of millions of tiny entries is refused after MAX_BATCH + 1.
-        held = [await run_in_threadpool(decode_batch, held)]
-        if isinstance(held[0], JsonRefused):
-            refused = held.pop()
-            await run_in_threadpool(memory.give_back, size)
-            if isinstance(refused, TooManyItems):
+        payload = decode_batch(held)
+        if isinstance(payload, JsonRefused):
+            if isinstance(payload, TooManyItems):
                 detail = f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
                 return render_result(bad_request("batch-too-large", detail))
-            return render_result(bad_json("the batch body", refused))
-        payload = held[0]
+            return render_result(bad_json("the batch body", payload))
         if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
             return render_result(bad_request("bad-batch", 'a batch is {"operations": [...]}'))
+        entries: list[Any] = payload.pop("operations")
         del payload
-        # Checking the entries, applying them and writing the answer (up to 16 MiB of it)
-        # all in the worker thread: none of it may hold up the event loop.
-        return await run_in_threadpool(self.answer_batch, principal, held, size)
-
-    def answer_batch(self, principal: str, held: list[Any], size: int) -> Response:
-        entries: list[Any] = held.pop()["operations"]
         ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
         # An entry's id is given back as it came only when it is one (a string): the
         # answer's schema says so, whatever an entry refused for its shape held.
@@ -214,12 +217,9 @@ class _Endpoints:
         try:
             results = self.intake.execute_batch(principal, ops)
         except store_down_errors() as exc:
-            memory.give_back(size)
             return render_result(store_unavailable(exc))
         del ops
-        answer = sent_in_slices(results_json(ids, results))
-        memory.give_back(size)
-        return answer
+        return sent_in_slices(results_json(ids, results))
 
     async def health(self, request: Request) -> Response:
         # Deliberately touches no database: connectivity monitors probe it often.
