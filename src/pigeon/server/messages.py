@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -330,6 +330,8 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
 
 
 _RESULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_STRING: Callable[[str], str] = json.encoder.encode_basestring  # _RESULT's, for one string
+_RESULTS_AT_ONCE = 64  # results written as one text, then encoded: few copies, few calls
 
 
 def results_json(ids: Sequence[object], results: list[OpResult]) -> bytearray:
@@ -339,20 +341,28 @@ def results_json(ids: Sequence[object], results: list[OpResult]) -> bytearray:
     ``results`` as it goes, so each result's text is let go of once it is encoded."""
     out = bytearray(b'{"results":[')
     results.reverse()
+    texts: list[str] = []
     for n, op_id in enumerate(ids):
         if not results:
             break
         result = results.pop()
-        rest = {
-            "id": op_id,
-            "status": result.status,
-            "replayed": result.replayed,
-            "headers": dict(result.headers),
-        }
-        body = result.body_text or "null"
+        # What _RESULT writes of {"id", "status", "replayed", "headers"}, written here a
+        # piece at a time: encoding a dict per result took twice as long.
+        shown = "null" if op_id is None else _STRING(op_id) if type(op_id) is str else None
+        headers = ",".join(
+            f"{_STRING(name)}:{_STRING(value)}" for name, value in dict(result.headers).items()
+        )
+        texts.append(
+            f'{"," if n else ""}{{"body":{result.body_text or "null"},'
+            f'"id":{_RESULT.encode(op_id) if shown is None else shown},'
+            f'"status":{int.__repr__(result.status)},'
+            f'"replayed":{"true" if result.replayed else "false"},"headers":{{{headers}}}}}'
+        )
         del result
-        out += ("," if n else "").encode() + b'{"body":' + body.encode("utf-8")
-        out += b"," + _RESULT.encode(rest)[1:].encode("utf-8")
+        if len(texts) == _RESULTS_AT_ONCE:
+            out += "".join(texts).encode("utf-8")
+            texts.clear()
+    out += "".join(texts).encode("utf-8")
     out += b"]}"
     return out
 

@@ -1,0 +1,47 @@
+"""A batch's answer as bytes: the results written as JSON text, each stored body spliced in."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pigeon.server.messages import results_json
+from pigeon.server.results import OpResult
+
+COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)
+documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
+)
+results = st.builds(
+    OpResult,
+    status=st.integers(100, 599),
+    body_text=st.just("") | documents.map(lambda doc: json.dumps(doc, **COMPACT)),
+    # A name twice: the last value, as a dict of them says.
+    headers=st.lists(st.tuples(st.sampled_from(["etag", "location", "x-é"]), texts)).map(tuple),
+    replayed=st.booleans(),
+)
+
+
+@given(st.lists(st.none() | texts, max_size=80), st.lists(results, max_size=80))
+def test_the_answer_is_the_json_of_each_result_with_its_body_spliced_in(
+    ids: list[str | None], answered: list[OpResult]
+) -> None:
+    expected: list[dict[str, Any]] = [
+        {
+            "body": json.loads(result.body_text) if result.body_text else None,
+            "id": op_id,
+            "status": result.status,
+            "replayed": result.replayed,
+            "headers": dict(result.headers),
+        }
+        for op_id, result in zip(ids, answered, strict=False)
+    ]
+    written = results_json(ids, list(answered))
+    # Byte for byte what one encoder of the whole answer writes (compact, UTF-8).
+    assert bytes(written) == json.dumps({"results": expected}, **COMPACT).encode("utf-8")
