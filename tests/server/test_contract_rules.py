@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
 
@@ -28,8 +29,9 @@ from pigeon.core import printable as pr
 from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH
 from pigeon.exceptions import InvalidIdempotencyKey
 from pigeon.reference.notes import create_notes_app
-from pigeon.server import contract
+from pigeon.server import contract, messages
 from pigeon.server.access import Guarded
+from pigeon.server.contract import MAX_CLOCK_COUNTER, MAX_CLOCK_WALL_MS, MAX_NODE_LENGTH
 from pigeon.server.fingerprint import check_key
 from pigeon.server.identifiers import InvalidIdentifier, resource_id, token
 from pigeon.server.messages import _clock
@@ -120,6 +122,39 @@ def test_a_clock_stamp_the_document_allows_is_one_the_server_takes(value: str) -
         assert _accepts(_clock, value), value
     if _verdicts(contract.HEADERS[CLOCK])(value):
         assert _accepts(_clock, value) and value.isascii(), value
+
+
+def _digits(numbers: st.SearchStrategy[int], widest: int) -> st.SearchStrategy[str]:
+    """Numbers written with leading zeros up to ``widest`` digits."""
+    return numbers.flatmap(lambda n: st.integers(len(str(n)), widest).map(str(n).zfill))
+
+
+# Stamps at the edges: each part as long as allowed and one more, walls by the largest.
+stamps = st.builds(
+    "{}-{}-{}".format,
+    _digits(st.integers(0, 10**16) | st.integers(MAX_CLOCK_WALL_MS - 2, MAX_CLOCK_WALL_MS + 2), 17),
+    _digits(st.integers(0, 10**11), 12),
+    st.integers(0, MAX_NODE_LENGTH + 2).map("n".__mul__) | st.text(_TELLING, max_size=66),
+)
+
+
+@given(values | stamps)
+@example(f"{MAX_CLOCK_WALL_MS}-9999999999-{'n' * MAX_NODE_LENGTH}")  # the largest, 91 characters
+@example(f"0{MAX_CLOCK_WALL_MS}-0000000000-{'n' * MAX_NODE_LENGTH}")  # one character more
+@example(f"{MAX_CLOCK_WALL_MS + 1}-0-n")
+@example(f"1-{MAX_CLOCK_COUNTER + 1}-n")
+@example(f"1-00{MAX_CLOCK_COUNTER}-n")
+@example(f"1-2-{'n' * (MAX_NODE_LENGTH + 1)}")
+@RULES
+def test_a_stamp_taken_at_a_glance_is_answered_as_the_full_checks_answer_it(value: str) -> None:
+    glanced = _clock(value)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(messages, "_PLAIN_STAMP", re.compile(r"(?!)"))  # never matches
+        checked = _clock(value)
+    if isinstance(checked, str):
+        assert glanced == checked
+    else:
+        assert isinstance(glanced, OpResult) and glanced.body_text == checked.body_text
 
 
 @given(values)
