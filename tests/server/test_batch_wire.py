@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pigeon.server.messages import results_json
+from pigeon.server import messages
+from pigeon.server.messages import parse_batch_entry, results_json
 from pigeon.server.results import OpResult
 
 COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -45,3 +46,19 @@ def test_the_answer_is_the_json_of_each_result_with_its_body_spliced_in(
     written = results_json(ids, list(answered))
     # Byte for byte what one encoder of the whole answer writes (compact, UTF-8).
     assert bytes(written) == json.dumps({"results": expected}, **COMPACT).encode("utf-8")
+
+
+@given(st.lists(st.text(st.sampled_from("/a%2F.é?#\x00 "), max_size=300), max_size=6))
+@example(["a%2F", "a%2", "a", "a/.", "a/..", "x" * 300])
+def test_entry_paths_read_before_are_read_as_the_first_time(paths: list[str]) -> None:
+    def parsed(path: str) -> object:
+        return parse_batch_entry({"idempotency_key": "k", "method": "PUT", "path": path}, 0)
+
+    paths = ["/" + path for path in paths]
+    messages._PATHS.clear()
+    remembered = [parsed(path) for path in paths + paths]
+    fresh = []
+    for path in paths + paths:
+        messages._PATHS.clear()
+        fresh.append(parsed(path))
+    assert remembered == fresh

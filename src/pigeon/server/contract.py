@@ -206,7 +206,10 @@ def header_refusal(headers: Mapping[str, str]) -> tuple[str, str] | None:
 
 def entry_refusal(entry: object, index: int) -> str | None:
     """Why batch entry ``index`` is outside ``BATCH_OPERATION``, else None."""
-    problem = _problem(_validator("batch"), entry)
+    check = _validator("batch")
+    if check.valid(entry):  # every entry of every batch: no more than the check
+        return None
+    problem = _problem(check, entry)
     return None if problem is None else f"operations[{index}]: {_short(problem)}"
 
 

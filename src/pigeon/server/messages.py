@@ -47,6 +47,7 @@ from pigeon.server.identifiers import (
     loggable,
     optional_token,
     path_problem,
+    token,
 )
 from pigeon.server.intake import OperationRequest
 from pigeon.server.limits import DEFAULT_MAX_BODY, read_body, too_large
@@ -277,6 +278,34 @@ def _operation(
     )
 
 
+_ENTRY_TOKENS = (
+    ("id", MAX_OPERATION_ID_LENGTH),
+    ("entity", MAX_ENTITY_LENGTH),
+    ("if_match", MAX_ETAG_LENGTH),
+)
+
+
+# Paths already read (a batch's creates share one): at most 1024 of at most 256 characters.
+_PATHS: dict[str, tuple[str, str | None]] = {}
+
+
+def _entry_path(path: str) -> tuple[str, str | None]:
+    """A batch entry's path as the single-operation route sees it (ASGI gives it
+    percent-decoded, the query apart, which handlers never see): the same operation must
+    reach the same entity, and have the same fingerprint, alone or in a batch. And why it
+    is refused (``path_problem``: the rule every request's path meets, ``PathCheck``)."""
+    known = _PATHS.get(path)
+    if known is None:
+        raw = urlsplit(path).path
+        decoded = unquote(raw)
+        known = decoded, path_problem(decoded, raw)
+        if len(path) <= 256:
+            if len(_PATHS) >= 1024:
+                _PATHS.clear()
+            _PATHS[path] = known
+    return known
+
+
 def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
     """One entry of a batch (see ``pigeon.core.wire``), or its permanent refusal."""
     if not isinstance(entry, dict):
@@ -298,12 +327,7 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
             f"operations[{index}] needs a string method and an absolute path "
             f"(at most {MAX_METHOD_LENGTH} and {MAX_PATH_LENGTH} characters)",
         )
-    # The path as the single-operation route sees it (ASGI gives it percent-decoded, the
-    # query apart, which handlers never see): the same operation must reach the same
-    # entity, and have the same fingerprint, alone or in a batch.
-    raw = urlsplit(path).path
-    path = unquote(raw)
-    problem = path_problem(path, raw)  # the rule every request's path meets (PathCheck)
+    path, problem = _entry_path(path)
     if problem is not None:
         return bad_request("bad-path", f"operations[{index}]: {problem}")
     clock = _clock(entry.get("clock"))
@@ -313,14 +337,12 @@ def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
         # "" or null: not given (the operation id is then the key, as for one request).
         # The entity names the effect in the ledger, whose index on it PostgreSQL cannot
         # fill with a few KB: refused here, not failed there on every resend.
-        op_id, entity, if_match = (
-            optional_token(entry.get(name) or None, f"operations[{index}].{name}", limit)
-            for name, limit in (
-                ("id", MAX_OPERATION_ID_LENGTH),
-                ("entity", MAX_ENTITY_LENGTH),
-                ("if_match", MAX_ETAG_LENGTH),
-            )
-        )
+        op_id, entity, if_match = [
+            token(value, f"operations[{index}].{name}", limit)
+            if (value := entry.get(name))
+            else None
+            for name, limit in _ENTRY_TOKENS
+        ]
     except InvalidIdentifier as exc:
         return bad_request("bad-batch-entry", str(exc))
     refused = contract.entry_refusal(entry, index)  # the published BatchOperation
