@@ -1,9 +1,10 @@
-"""What ``pigeon serve`` leaves unloaded until it is asked for: every test that starts a
-server, and an operator restarting one, waits for its imports. The relay (and with it
-pigeon.jobs) loads only with ``--relay-to``, the reference app only when it is served,
-Jinja2 with the first operations page rendered, prometheus_client with the first scrape
-of ``/metrics``, rich (the tables of ``pigeon keys``) not at all. Checked by name in
-``sys.modules`` of a new interpreter, not timed."""
+"""What ``pigeon serve`` and ``pigeon worker`` leave unloaded until it is asked for: every
+test that starts one, and an operator restarting one, waits for its imports. The relay
+(and with it pigeon.jobs) loads only with ``--relay-to``, the reference app only when it
+is served (the worker's tasks and the app's tables come without it), Jinja2 with the
+first operations page rendered, prometheus_client with the first scrape of ``/metrics``,
+rich (the tables of ``pigeon keys``) not at all. Checked by name in ``sys.modules`` of a
+new interpreter, not timed."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _loaded(code: str, names: tuple[str, ...]) -> dict[str, bool]:
 
 
 def test_the_serve_command_loads_no_app_no_relay_and_no_jobs() -> None:
-    names = (*NEVER_AT_START, "pigeon.jobs", "pigeon.reference", "pigeon.ops")
+    names = (*NEVER_AT_START, "pigeon.jobs", "pigeon.reference.notes", "pigeon.ops")
     loaded = _loaded("import pigeon.cli.serve_cmd", names)
     assert not any(loaded.values()), loaded
 
@@ -58,3 +59,14 @@ def test_the_reference_app_is_served_without_the_page_renderer_or_the_metrics(
         "pigeon.ops.dashboard": True,
         "pigeon.ops.web": True,
     }
+
+
+def test_the_worker_runs_the_reference_tasks_without_the_reference_web_app() -> None:
+    code = (
+        "from pigeon.cli.worker_cmd import DEMO_APP\n"
+        "from pigeon.jobs.app import load_app\n"
+        "load_app(DEMO_APP)\n"
+    )
+    names = ("pigeon.reference.jobs", "pigeon.reference.notes", "pigeon.server", "starlette")
+    loaded = _loaded(code, names)
+    assert loaded == {**dict.fromkeys(names, False), "pigeon.reference.jobs": True}

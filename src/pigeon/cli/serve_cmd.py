@@ -73,6 +73,7 @@ from pigeon.cli.serve_options import (
 )
 from pigeon.exceptions import ConfigurationError, StoreError
 from pigeon.orphans import die_with_parent, watch_parent
+from pigeon.reference.schema import attach as attach_reference
 from pigeon.server import memory
 from pigeon.server.idempotency import DAY
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
@@ -292,9 +293,6 @@ def _bind_and_open(options: ServerOptions) -> socket.socket:
         database = open_server_db(db.url, durability=db.durability)
         try:
             if options.app == REFERENCE_APP:  # its own tables (its schema component)
-                # The reference package (its app, pigeon.jobs) loads only when it is served.
-                from pigeon.reference.schema import attach as attach_reference
-
                 attach_reference(database)
         finally:
             database.close()

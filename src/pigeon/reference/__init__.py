@@ -10,11 +10,38 @@
 
 An application builds on ``pigeon.server`` (the intake, the app factory, middleware,
 auth) and ``pigeon.jobs``; nothing there imports this package.
+
+The names below load their modules on first use: the worker's tasks (``jobs``) and the
+app's tables (``schema``) come without the web app (``pigeon worker``, ``pigeon serve
+--app``).
 """
 
 from __future__ import annotations
 
-from pigeon.reference.notes import create_notes_app
-from pigeon.reference.notes_reads import read_ledger
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pigeon.reference.notes import create_notes_app
+    from pigeon.reference.notes_reads import read_ledger
+
+# Each public name and the module that defines it.
+_LAZY = {
+    "create_notes_app": "pigeon.reference.notes",
+    "read_ledger": "pigeon.reference.notes_reads",
+}
 
 __all__ = ["create_notes_app", "read_ledger"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
