@@ -67,6 +67,12 @@ def test_the_worker_runs_the_reference_tasks_without_the_reference_web_app() -> 
         "from pigeon.jobs.app import load_app\n"
         "load_app(DEMO_APP)\n"
     )
-    names = ("pigeon.reference.jobs", "pigeon.reference.notes", "pigeon.server", "starlette")
+    names = (
+        "pigeon.reference.jobs",
+        "pigeon.reference.notes",
+        "pigeon.server",
+        "starlette",
+        "rich",
+    )
     loaded = _loaded(code, names)
     assert loaded == {**dict.fromkeys(names, False), "pigeon.reference.jobs": True}
