@@ -6,12 +6,36 @@
     from pigeon.server.access import OperatorToken
 
     routes = [Mount("/ops", dashboard_app(db, jobs_app, operator=OperatorToken(token)))]
+
+The names below load their modules on first use: ``pigeon jobs stats`` reads the figures
+(`pigeon.ops.queries`) without the page's web app.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pigeon.ops import _extra  # noqa: F401  (first: one line naming the extra)
-from pigeon.ops.dashboard import dashboard_app
-from pigeon.ops.queries import overview
+
+if TYPE_CHECKING:
+    from pigeon.ops.dashboard import dashboard_app
+    from pigeon.ops.queries import overview
+
+# Each public name and the module that defines it.
+_LAZY = {"dashboard_app": "pigeon.ops.dashboard", "overview": "pigeon.ops.queries"}
 
 __all__ = ["dashboard_app", "overview"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

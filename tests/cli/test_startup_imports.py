@@ -1,9 +1,10 @@
-"""What ``pigeon serve`` and ``pigeon worker`` leave unloaded until it is asked for: every
-test that starts one, and an operator restarting one, waits for its imports. The relay
-(and with it pigeon.jobs) loads only with ``--relay-to``, the reference app only when it
-is served (the worker's tasks and the app's tables come without it), Jinja2 with the
-first operations page rendered, prometheus_client with the first scrape of ``/metrics``,
-rich (the tables of ``pigeon keys``) not at all. Checked by name in ``sys.modules`` of a
+"""What ``pigeon serve``, ``pigeon worker`` and ``pigeon jobs`` leave unloaded until it is
+asked for: every test that starts one, and an operator restarting one, waits for its
+imports. The relay (and with it pigeon.jobs) loads only with ``--relay-to``, the
+reference app only when it is served (the worker's tasks and the app's tables come
+without it), the operations page not for ``pigeon jobs``' figures, Jinja2 with the first
+page rendered, prometheus_client with the first scrape of ``/metrics``, rich (the tables
+of ``pigeon keys``) not for serving or working. Checked by name in ``sys.modules`` of a
 new interpreter, not timed."""
 
 from __future__ import annotations
@@ -76,3 +77,10 @@ def test_the_worker_runs_the_reference_tasks_without_the_reference_web_app() -> 
     )
     loaded = _loaded(code, names)
     assert loaded == {**dict.fromkeys(names, False), "pigeon.reference.jobs": True}
+
+
+def test_the_jobs_commands_read_the_figures_without_the_operations_page() -> None:
+    code = "import pigeon.cli.jobs_cmd\n"
+    names = ("pigeon.ops.queries", "pigeon.ops.dashboard", "pigeon.server", "starlette")
+    loaded = _loaded(code, names)
+    assert loaded == {**dict.fromkeys(names, False), "pigeon.ops.queries": True}
