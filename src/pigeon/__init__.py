@@ -5,8 +5,7 @@ milliseconds, and a device that only queues never imports the sync engine's HTTP
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pigeon.exceptions import (
     AccessRevoked,
@@ -40,6 +39,7 @@ from pigeon.exceptions import (
     UnknownOperationType,
     UnknownOutcome,
 )
+from pigeon.lazy import lazy_names
 
 if TYPE_CHECKING:
     from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
@@ -148,15 +148,4 @@ __all__ = [
     "notes_merge",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

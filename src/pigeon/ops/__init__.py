@@ -13,9 +13,9 @@ The names below load their modules on first use: ``pigeon jobs stats`` reads the
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pigeon.lazy import lazy_names
 from pigeon.ops import _extra  # noqa: F401  (first: one line naming the extra)
 
 if TYPE_CHECKING:
@@ -27,15 +27,4 @@ _LAZY = {"dashboard_app": "pigeon.ops.dashboard", "overview": "pigeon.ops.querie
 
 __all__ = ["dashboard_app", "overview"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)

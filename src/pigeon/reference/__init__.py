@@ -18,8 +18,9 @@ app's tables (``schema``) come without the web app (``pigeon worker``, ``pigeon 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pigeon.lazy import lazy_names
 
 if TYPE_CHECKING:
     from pigeon.reference.notes import create_notes_app
@@ -33,15 +34,4 @@ _LAZY = {
 
 __all__ = ["create_notes_app", "read_ledger"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next access is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
