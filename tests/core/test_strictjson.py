@@ -152,3 +152,39 @@ def test_a_repeated_top_level_key_of_a_batch_is_refused() -> None:
     with pytest.raises(JsonRefused) as refused:
         loads_members('{"operations": [], "operations": [1]}', member="operations", max_items=5)
     assert refused.value.problem == "duplicate-key"
+
+
+@given(st.lists(documents, max_size=6), st.data())
+def test_a_batch_array_is_refused_where_and_as_the_whole_document_is(
+    items: list[Any], data: st.DataObject
+) -> None:
+    # Read element by element, an array's syntax errors are worded and placed as the
+    # scanner words and places them reading the document whole.
+    text = json.dumps({"operations": items}, indent=data.draw(st.sampled_from([None, 1])))
+    at = data.draw(st.integers(0, len(text)))
+    text = text[:at] + data.draw(st.sampled_from(["x", ",", "]", ":", "[", "}", '"'])) + text[at:]
+    try:
+        loads(text)
+    except JsonRefused as whole:
+        if whole.problem == "syntax":
+            with pytest.raises(JsonRefused) as read:
+                loads_members(text, member="operations", max_items=10)
+            assert (read.value.problem, str(read.value)) == ("syntax", str(whole))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"operations": [1 \n x]}',
+        '{"operations": [1\n, 2 x]}',
+        '{"operations": [1 2]}',
+        '{"operations": [1, ]}',
+        '{"operations": [1 ,\n 2 \n',
+    ],
+)
+def test_a_batch_array_s_syntax_error_is_placed_past_the_blanks(text: str) -> None:
+    with pytest.raises(JsonRefused) as whole:
+        loads(text)
+    with pytest.raises(JsonRefused) as read:
+        loads_members(text, member="operations", max_items=10)
+    assert str(read.value) == str(whole.value)

@@ -100,6 +100,7 @@ _DECODER = json.JSONDecoder(
 _scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _ENCODER = json.JSONEncoder(ensure_ascii=False, check_circular=False)
 _WS = re.compile(r"[ \t\n\r]*")
+_AFTER_ITEM = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")
 # Escapes that may decode to something refused: cheap to look for, so the exact checks
 # below run only on the rare text that has one.
 _SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
@@ -250,7 +251,11 @@ def _array(
             raise TooManyItems(member, max_items)
         item, at = _value_at(text, at, max_depth, suspect, 2)
         items.append(item)
-        at = _skip(text, at)
-        if _expect(text, at, ",]", "',' delimiter") == "]":
-            return items, at + 1
-        at = _skip(text, at + 1)
+        # The blanks, the comma or bracket and the blanks after it in one match (three
+        # calls per element were half of what reading a batch cost beyond the scanner).
+        after = _AFTER_ITEM.match(text, at)
+        if after is None:
+            raise _syntax(json.JSONDecodeError("Expecting ',' delimiter", text, _skip(text, at)))
+        if after[1] == "]":
+            return items, after.end(1)
+        at = after.end()
