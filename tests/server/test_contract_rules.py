@@ -176,6 +176,34 @@ def test_a_batch_entry_is_an_object_of_the_published_fields() -> None:
     assert contract.entry_refusal(entry | {"if_match": {}}, 3) is not None
 
 
+@pytest.mark.parametrize("field", ["id", "type", "entity", "clock", "if_match"])
+def test_a_null_optional_field_is_published_and_taken_as_not_given(field: str) -> None:
+    # Each is typed string-or-null; a "not" of a bare pattern refused every null (a
+    # pattern passes what is not a string, so its "not" fails it).
+    entry = {"idempotency_key": "k", "method": "POST", "path": "/notes", field: None}
+    assert _verdicts(contract.BATCH_OPERATION)(entry)
+    assert contract.entry_refusal(entry, 0) is None
+    parsed = messages.parse_batch_entry(entry, 0)
+    assert not isinstance(parsed, OpResult), parsed
+    assert parsed == messages.parse_batch_entry({k: v for k, v in entry.items() if k != field}, 0)
+
+
+def test_no_schema_of_the_contract_negates_a_bare_pattern() -> None:
+    # The class of the null refusal above: under "not", a pattern goes with its type.
+    def walk(schema: object) -> None:
+        if isinstance(schema, dict):
+            negated = schema.get("not")
+            assert not (isinstance(negated, dict) and negated.keys() == {"pattern"}), schema
+            for value in schema.values():
+                walk(value)
+        elif isinstance(schema, list):
+            for value in schema:
+                walk(value)
+
+    walk(contract.components())
+    walk(contract.HEADERS)
+
+
 def test_every_route_is_published_with_the_rules_it_enforces(notes_db: Database) -> None:
     app = create_notes_app(
         notes_db, purge_interval=None, lww_collections=["l"], crdt_collections=["d"]

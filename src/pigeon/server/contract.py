@@ -49,6 +49,15 @@ MAX_CLOCK_COUNTER = 9_999_999_999
 SCHEMA_REF = "#/components/schemas/"
 
 _NOT_PRINTABLE = f"[{NOT_PRINTABLE_CLASS}]"
+
+
+def _none_matching(pattern: str) -> dict[str, Any]:
+    """``{"not": ...}`` of this: no string that ``pattern`` finds. A bare ``pattern`` under
+    ``not`` refuses every value that is not a string (a pattern passes those), null included
+    where a field's type allows it."""
+    return {"type": "string", "pattern": pattern}
+
+
 _DOUBLE = sys.float_info.max
 
 
@@ -73,7 +82,7 @@ def body_text(max_length: int, *, nullable: bool = False) -> dict[str, Any]:
     return {
         "type": ["string", "null"] if nullable else "string",
         "maxLength": max_length,
-        "not": {"pattern": _NOT_PRINTABLE},
+        "not": _none_matching(_NOT_PRINTABLE),
     }
 
 
@@ -82,7 +91,7 @@ RESOURCE_ID: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_ID_LENGTH,
-    "not": {"pattern": f"[/{NOT_PRINTABLE_CLASS}]"},
+    "not": _none_matching(f"[/{NOT_PRINTABLE_CLASS}]"),
     "allOf": [{"not": {"enum": [".", ".."]}}],
 }
 # An integer id is the id of its decimal text ("42"): at most MAX_ID_LENGTH characters.
@@ -104,7 +113,7 @@ def _key(char: str) -> dict[str, Any]:
         "pattern": f"^{char}+$",
         "anyOf": [{"maxLength": MAX_KEY_LENGTH}, {"pattern": '^".*"$'}],
         # "\n" too: "$" also matches before a last newline in Python's expressions.
-        "not": {"pattern": '^(?: *|" *")$|\n'},
+        "not": _none_matching('^(?: *|" *")$|\n'),
     }
 
 
@@ -118,7 +127,7 @@ def _clock(char: str) -> dict[str, Any]:
             f"^(?:0*{at_most(MAX_CLOCK_WALL_MS)}-0*{at_most(MAX_CLOCK_COUNTER)}"
             f"-{char}{{0,{MAX_NODE_LENGTH}}})?$"
         ),
-        "not": {"pattern": "\n"},
+        "not": _none_matching("\n"),
     }
 
 
@@ -136,7 +145,7 @@ def header_text(max_length: int) -> dict[str, Any]:
         "type": "string",
         "maxLength": max_length,
         "pattern": f"^{_HEADER_CHAR}*$",
-        "not": {"pattern": "\n"},
+        "not": _none_matching("\n"),
     }
 
 
@@ -156,13 +165,13 @@ BATCH_OPERATION: dict[str, Any] = {
     "properties": {
         "id": body_text(MAX_OPERATION_ID_LENGTH, nullable=True),
         "idempotency_key": IDEMPOTENCY_KEY_SCHEMA
-        | {"allOf": [{"not": {"pattern": _NOT_PRINTABLE}}]},
+        | {"allOf": [{"not": _none_matching(_NOT_PRINTABLE)}]},
         "type": {"type": ["string", "null"]},
         "entity": body_text(MAX_ENTITY_LENGTH, nullable=True),
         "method": {"type": "string", "minLength": 1, "maxLength": MAX_METHOD_LENGTH},
         "path": {"type": "string", "maxLength": MAX_PATH_LENGTH, "pattern": "^/"},
         "body": {},
-        "clock": CLOCK_SCHEMA | {"type": ["string", "null"], "not": {"pattern": _NOT_PRINTABLE}},
+        "clock": CLOCK_SCHEMA | {"type": ["string", "null"], "not": _none_matching(_NOT_PRINTABLE)},
         "if_match": body_text(MAX_ETAG_LENGTH, nullable=True),
     },
 }
@@ -171,11 +180,11 @@ JSON_VALUE: dict[str, Any] = {
     "anyOf": [
         {"type": ["null", "boolean"]},
         {"type": "number", "minimum": -_DOUBLE, "maximum": _DOUBLE},
-        {"type": "string", "not": {"pattern": "\\u0000"}},
+        {"type": "string", "not": _none_matching("\\u0000")},
         {"type": "array", "items": {"$ref": SCHEMA_REF + "JsonValue"}},
         {
             "type": "object",
-            "propertyNames": {"not": {"pattern": "\\u0000"}},
+            "propertyNames": {"not": _none_matching("\\u0000")},
             "additionalProperties": {"$ref": SCHEMA_REF + "JsonValue"},
         },
     ]

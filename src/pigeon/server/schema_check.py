@@ -126,14 +126,19 @@ def _compiled_form(schema: Any, formats: _Formats) -> Any:
 
 def _negated(schema: Any) -> tuple[dict[str, str], Callable[[str], bool]] | None:
     """What ``{"not": schema}`` asks of a value, when ``schema`` is only a pattern (a string
-    it does not match) or only strings (``enum``, ``const``: any value but those): the
-    type it asks for and the format check that says the rest. None for any other."""
+    it does not match), a string with a pattern (anything but a string that matches) or
+    only strings (``enum``, ``const``: any value but those): the type it asks for and the
+    format check that says the rest. None for any other."""
     if not isinstance(schema, Mapping):
         return None
     said = {k: v for k, v in schema.items() if not _annotation(k)}
     if said.keys() == {"pattern"}:
         search = re.compile(said["pattern"]).search
         return {"type": "string"}, lambda text: search(text) is None
+    if said.keys() == {"type", "pattern"} and said["type"] == "string":
+        # Not a string that matches: any other value passes (formats see strings only).
+        search = re.compile(said["pattern"]).search
+        return {}, lambda text: search(text) is None
     if said.keys() in ({"enum"}, {"const"}):  # strings only (_same_in_both)
         members = frozenset(said["enum"] if "enum" in said else [said["const"]])
         return {}, lambda text: text not in members
