@@ -125,3 +125,17 @@ def test_pigeon_queue_stats_serves_them_beside_the_app(queue: OfflineQueue) -> N
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C: stops serving, exits cleanly
         assert proc.wait(30) == 0  # room for a loaded machine; a hang still fails
+
+
+def test_ctrl_c_right_after_the_port_line_stops_serving_cleanly(queue: OfflineQueue) -> None:
+    # The port's line comes before the figures' table: a supervisor (or a test) that
+    # stops the command as soon as it has read it must get a clean exit, not 130.
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "pigeon", "queue", "stats", "--file", queue.path]
+    proc = processes.spawn(
+        [*command, "--metrics-port", "0"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("metrics: http://127.0.0.1:")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0

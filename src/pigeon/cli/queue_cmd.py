@@ -298,12 +298,16 @@ def stats(
     --watch, a live view that adds the delivery rate (deliveries per second between
     refreshes; a purge of old deliveries between two refreshes reads as 0)."""
     title = shown(file)
-    with open_queue(file) as queue, _metrics(queue, metrics_port, metrics_addr):
+    # With --metrics-port, Ctrl-C ends the serving cleanly whenever it comes after the
+    # port's line, the table's printing included (it came as exit 130 there).
+    serving: contextlib.AbstractContextManager[object] = (
+        contextlib.nullcontext() if metrics_port is None else contextlib.suppress(KeyboardInterrupt)
+    )
+    with serving, open_queue(file) as queue, _metrics(queue, metrics_port, metrics_addr):
         if not watch:
             out.print(_stats_table(title, queue.stats(), None))
             if metrics_port is not None:  # serve until interrupted
-                with contextlib.suppress(KeyboardInterrupt):
-                    threading.Event().wait()
+                threading.Event().wait()
             return
         previous, at, shown_times = queue.stats(), time.monotonic(), 1
         with (
