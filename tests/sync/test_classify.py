@@ -19,7 +19,7 @@ from pigeon.exceptions import (
     RetryableError,
     UnknownOutcome,
 )
-from pigeon.sync.classify import ReplyKind, classify, parse_retry_after
+from pigeon.sync.classify import ReplyKind, classify, delivers, parse_retry_after
 
 NOW = 1_700_000_000.0
 statuses = st.integers(min_value=100, max_value=599)
@@ -194,3 +194,15 @@ def test_retry_after_reads_all_three_http_date_formats_as_gmt(value: str) -> Non
     assert parse_retry_after(value, now=when - 120) == pytest.approx(120.0)
     outcome = classify(503, {"Retry-After": value}, None, now=when - 120)
     assert outcome.retry_after == pytest.approx(120.0)
+
+
+@given(
+    st.one_of(st.none(), statuses),
+    st.sampled_from([None, httpx.ConnectError("down"), RetryableError("later")]),
+)
+def test_delivers_is_what_classify_calls_delivered(
+    status: int | None, error: BaseException | None
+) -> None:
+    # The executor asks delivers() for each operation of a batch instead of classify().
+    outcome = classify(status, {}, None, error, now=NOW)
+    assert delivers(status, error) == (outcome.kind is ReplyKind.DELIVERED)

@@ -154,6 +154,13 @@ def problem_type(body: Any) -> str | None:
     return None
 
 
+def delivers(status: int | None, error: BaseException | None) -> bool:
+    """The reply delivered its operation (``classify`` answers ``DELIVERED``): a 2xx and no
+    error. Asked on its own for each operation of a batch, where making the outcome to read
+    the same answer cost more than the rule."""
+    return error is None and status is not None and 200 <= status < 300
+
+
 def classify(
     status: int | None,
     headers: Mapping[str, str] | None = None,
@@ -163,13 +170,8 @@ def classify(
     now: float,
 ) -> ReplyOutcome:
     """Classify one reply, or the exception raised instead of one."""
-    if error is not None:
-        return _classify_error(error)
-    if status is None:
-        return ReplyOutcome(ReplyKind.TRANSIENT, "no reply and no error", sent=True)
-    headers = headers or {}
-    if 200 <= status < 300:
-        etag = header(headers, wire.ETAG)
+    if delivers(status, error):
+        etag = header(headers or {}, wire.ETAG)
         return ReplyOutcome(
             ReplyKind.DELIVERED,
             f"HTTP {status}",
@@ -178,6 +180,11 @@ def classify(
             etag=(wire.unquote_etag(etag) if etag else "") or None,
             body=body,
         )
+    if error is not None:
+        return _classify_error(error)
+    if status is None:
+        return ReplyOutcome(ReplyKind.TRANSIENT, "no reply and no error", sent=True)
+    headers = headers or {}
     retry_after = parse_retry_after(header(headers, wire.RETRY_AFTER), now=now)
     if status in wire.TRANSIENT_4XX or 500 <= status < 600:
         return ReplyOutcome(

@@ -29,7 +29,7 @@ from pigeon.edge.conflicts import ConflictStore, QueueWrites
 from pigeon.edge.queue import Unsent
 from pigeon.exceptions import InvalidState, NotFound, NotSent
 from pigeon.protocol.transport import Reply, Transport
-from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify
+from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify, delivers
 from pigeon.sync.events import CycleReport, DeadTail, EventName, SyncCallbacks
 
 Clock = Callable[[], float]
@@ -216,9 +216,8 @@ class Executor:
                 op.base_version = self.queue.base_version(op.entity)
 
     def _keep_going(self, reply: Reply) -> bool:
-        status = reply.status
-        if reply.error is None and status is not None and 200 <= status < 300:
-            return True  # delivered: what classify says of a 2xx; asked for every op of a batch
+        if delivers(reply.status, reply.error):  # asked for every operation of a batch
+            return True
         outcome = classify(reply.status, reply.headers, reply.body, reply.error, now=self.clock())
         if outcome.status == 429:
             return False  # "too many requests": sending the rest now only earns more 429s
