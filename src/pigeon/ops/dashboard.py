@@ -78,7 +78,8 @@ def dashboard_routes(
         return JSONResponse(await run_in_threadpool(dashboard, db, app, window=window))
 
     async def get_metrics(request: Request) -> Response:
-        body, content_type = await run_in_threadpool(scrape())
+        # In the thread, the first scrape's import too: it must not hold the event loop.
+        body, content_type = await run_in_threadpool(lambda: scrape()())
         return Response(body, media_type=content_type)
 
     routes: list[BaseRoute] = [
