@@ -132,22 +132,29 @@ RETURNING id, version, updated_at
 -- name: notes_lock_many
 -- note_lock for a JSON array of ids (:ids): the rows locked until the commit. The data
 -- comes back only with :with_data (a patch merges into it; a replace or a delete does not
--- read it).
+-- read it). The ids go to the primary key as one array (= ANY), as in intake.sql's
+-- claims_get_many: a principal's every note is not read to find a few.
 SELECT principal, id, version, CASE WHEN %(with_data)s THEN data END AS data, deleted, clock,
        created_at, updated_at
 FROM ref_notes
-WHERE principal = %(principal)s AND id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+WHERE principal = %(principal)s
+  AND id = ANY (ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)))
 ORDER BY id
 FOR UPDATE
 
 -- name: notes_write_many
 -- note_write for many notes: :notes is a JSON array of [id, data, deleted, clock], each id
--- once, a null data keeping the note's own.
+-- once, a null data keeping the note's own. Materialised, the ids given to the primary
+-- key as one array, as in notes_lock_many.
+WITH w AS MATERIALIZED (
+    SELECT v ->> 0 AS id, v ->> 1 AS data, (v ->> 2)::integer AS deleted, v ->> 3 AS clock
+    FROM jsonb_array_elements(%(notes)s::jsonb) AS v
+)
 UPDATE ref_notes AS n
-SET version = n.version + 1, data = coalesce(w.v ->> 1, n.data),
-    deleted = (w.v ->> 2)::integer, clock = w.v ->> 3, updated_at = %(now)s
-FROM jsonb_array_elements(%(notes)s::jsonb) AS w(v)
-WHERE n.principal = %(principal)s AND n.id = w.v ->> 0
+SET version = n.version + 1, data = coalesce(w.data, n.data), deleted = w.deleted,
+    clock = w.clock, updated_at = %(now)s
+FROM w
+WHERE n.principal = %(principal)s AND n.id = ANY (ARRAY(SELECT id FROM w)) AND n.id = w.id
 RETURNING n.id, n.version, n.updated_at
 
 -- name: ledger_append_many
