@@ -8,7 +8,7 @@ a browser signs in once with the operator token (`pigeon.ops.session`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -105,17 +105,23 @@ def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=HEADERS)
 
 
+async def rendered(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """``render`` in a worker thread: a page's rendering, and the first one's Jinja2 import
+    and template compiling (~50 ms for page.html), never hold the event loop."""
+    return await run_in_threadpool(functools.partial(render, template, status, **context))
+
+
 def base_of(conn: HTTPConnection, prefix: str) -> str:
     return str(conn.scope.get("root_path", "")).rstrip("/") + prefix
 
 
-def login_page(prefix: str) -> Callable[[HTTPConnection], Response]:
+def login_page(prefix: str) -> Callable[[HTTPConnection], Awaitable[Response]]:
     """The sign-in form, answered with 401 to a browser without (valid) credentials."""
     return lambda conn: login_refused(conn, prefix, None)
 
 
-def login_refused(conn: HTTPConnection, prefix: str, error: str | None) -> Response:
-    return render("login.html", 401, base=base_of(conn, prefix), error=error)
+async def login_refused(conn: HTTPConnection, prefix: str, error: str | None) -> Response:
+    return await rendered("login.html", 401, base=base_of(conn, prefix), error=error)
 
 
 async def _form(request: Request) -> dict[str, list[str]] | Response:
@@ -176,17 +182,17 @@ class _SignIn:
         wait = await run_in_threadpool(self.limiter.retry_after, client)
         if wait > 0:
             error = f"too many failed sign-ins: try again in {wait} s"
-            refused = render("login.html", 429, base=base, error=error)
+            refused = await rendered("login.html", 429, base=base, error=error)
             refused.headers["Retry-After"] = str(wait)
             return refused
         operator = self.guard[0].policy.operator if self.guard[0].policy else None
         if not self._is_operator(base, _first(form, "token").strip()):
             await run_in_threadpool(self.limiter.failed, client)
-            return login_refused(request, self.prefix, "that is not the operator token")
+            return await login_refused(request, self.prefix, "that is not the operator token")
         await run_in_threadpool(self.limiter.succeeded, client)
         name = _first(form, "name").strip()[: session.MAX_NAME]
         if not name or not name.isprintable():
-            return login_refused(
+            return await login_refused(
                 request, self.prefix, "give your name: it goes into the action log"
             )
         session_id = await run_in_threadpool(self.sessions.open, name, operator)
@@ -236,7 +242,7 @@ def page_routes(
         done = request.query_params.get("done", "")
         done_row = next((a for a in view["actions"] if str(a["id"]) == done), None)
         signed = session.current(request)
-        return render(
+        return await rendered(
             "page.html",
             view=view,
             base=base_of(request, prefix),
@@ -261,8 +267,10 @@ def page_routes(
             selection = _selection(form, scope)
             ids, max_id = await run_in_threadpool(actions.matching, db, selection)
         except InvalidOperation as exc:
-            return render("message.html", 400, base=base_of(request, prefix), message=str(exc))
-        return render(
+            return await rendered(
+                "message.html", 400, base=base_of(request, prefix), message=str(exc)
+            )
+        return await rendered(
             "confirm.html",
             base=base_of(request, prefix),
             action=action,
@@ -294,12 +302,14 @@ def page_routes(
                 )
             )
         except InvalidOperation as exc:
-            return render("message.html", 400, base=base_of(request, prefix), message=str(exc))
+            return await rendered(
+                "message.html", 400, base=base_of(request, prefix), message=str(exc)
+            )
         target = f"{base_of(request, prefix)}/?done={outcome.action_id}#actions"
         return RedirectResponse(target, status_code=303)
 
     async def login_form(request: Request) -> Response:
-        return render("login.html", base=base_of(request, prefix), error=None)
+        return await rendered("login.html", base=base_of(request, prefix), error=None)
 
     async def sign_out(request: Request) -> Response:
         signed = session.current(request)

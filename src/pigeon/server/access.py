@@ -31,7 +31,7 @@ import enum
 import functools
 import hashlib
 import hmac
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -203,7 +203,7 @@ class BrowserLogin:
     instead of the problem+json every other client gets."""
 
     cookie: str
-    login: Callable[[HTTPConnection], Response] | None = None
+    login: Callable[[HTTPConnection], Awaitable[Response]] | None = None
     sessions: BrowserSessions | None = field(default=None, kw_only=True)
 
 
@@ -295,7 +295,7 @@ class Guarded(BaseRoute):
             and (decided.status_code == 401 or scope.get(_COOKIE_FLAG))
         ):
             if self.browser.login is not None and "text/html" in conn.headers.get("accept", ""):
-                decided = self.browser.login(conn)
+                decided = await self.browser.login(conn)
             else:
                 decided = auth_refusal(401, "unauthorized", "Unauthorized", "sign in again")
         if isinstance(decided, Response):
