@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
+import json
 import pkgutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from bench._condition import measure
@@ -27,16 +28,24 @@ def main(argv: list[str] | None = None) -> int:
     condition = measure()
     rows: list[Row] = []
     for name in names:
-        module = importlib.import_module(f"bench.{name}")
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        run = module.run
-        kwargs = {"quick": args.quick} if "quick" in inspect.signature(run).parameters else {}
-        rows.extend(run(**kwargs))
+        rows.extend(isolated(f"bench.{name}", quick=args.quick))
     print(condition.markdown(), flush=True)
     print_rows(rows)
     if args.json:
         dump(rows, args.json)
     return 0 if all(r.get("ok", True) for r in rows) else 1
+
+
+def isolated(module: str, *, quick: bool = False) -> list[Row]:
+    """The rows of the benchmark ``module``, run in an interpreter of its own
+    (`bench._one`)."""
+    with tempfile.TemporaryDirectory(prefix="pigeon-bench-") as tmp:
+        path = Path(tmp) / "rows.json"
+        command = [sys.executable, "-m", "bench._one", module, str(path)]
+        subprocess.run([*command, *(["--quick"] if quick else [])], check=True)
+        rows: list[Row] = json.loads(path.read_text(encoding="utf-8"))
+        return rows
 
 
 if __name__ == "__main__":
