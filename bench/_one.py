@@ -1,9 +1,7 @@
 """One benchmark module run in this interpreter, its rows written to a JSON file:
 ``python -m bench._one bench.e2e_bench ROWS.json [--quick]``. ``python -m bench`` runs
 each module so, in a process of its own: what ran before it (its heap, its imports, the
-threads it left) costs it nothing. The in-process set-based row read ~5% lower after the
-end-to-end and PostgreSQL modules had run in the same interpreter (0.79-0.88x against
-0.89-0.96x alone)."""
+threads it left) is not in its figures."""
 
 from __future__ import annotations
 
