@@ -13,12 +13,18 @@ import time
 import uuid
 from typing import Any
 
+from starlette.applications import Starlette
+
 from pigeon.exceptions import PermanentError
 from pigeon.jobs import effects, outbox, records
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager
+from pigeon.ops.dashboard import dashboard_routes
+from pigeon.server.app import create_app
+from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
+from tests.server.conftest import operator_token
 
 APP = App(default_owner="operations")
 APP.queue("grading", max_workers=12, freshness=60, owner="grading-team")
@@ -26,6 +32,14 @@ APP.queue("notify", max_workers=4, freshness=300, owner="comms-team")
 APP.queue("audit", max_workers=2, freshness=30)
 
 KINDS = ("grading", "notify", "audit")
+
+
+def ops_app(db: Database) -> Starlette:
+    """The server with the operations page and API over ``db``, for APP, the operator's
+    token required, no purge loop."""
+    return create_app(
+        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
+    )
 
 
 class ProviderDown(Exception):

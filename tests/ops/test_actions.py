@@ -12,12 +12,9 @@ import pytest
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs.failed import list_jobs, show_job
 from pigeon.ops import actions
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.session import csrf_token
-from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
-from tests.ops.scenario import APP, seed
+from tests.ops.scenario import APP, ops_app, seed
 from tests.server.conftest import OPERATOR, OPERATOR_TOKEN, live_server, operator_token
 
 
@@ -48,12 +45,7 @@ def test_retry_a_group_and_cancel_by_ids_with_a_log(notes_db: Database) -> None:
 
 def test_the_forms_over_http_csrf_and_origin(notes_db: Database) -> None:
     seed(notes_db, 50)
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     form = {"owner": "comms-team", "queue": "notify", "error_class": "PermanentError"}
     with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         host = url.split("//", 1)[1]
@@ -156,12 +148,7 @@ def test_every_page_renders_off_the_event_loop(
 
     monkeypatch.setattr(web, "templates", watched)
     seed(notes_db, 20)
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     same = {"Origin": "http://testserver"}
     html = {"Accept": "text/html"}
     with TestClient(app, base_url="http://testserver") as client:

@@ -19,14 +19,11 @@ from pigeon import OfflineQueue
 from pigeon.jobs.app import App
 from pigeon.jobs.registry import Advert
 from pigeon.jobs.stores import store_for
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.edge_metrics import serve_edge_metrics
-from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
 from pigeon.storage.server import open_server_db
 from tests import processes
-from tests.ops.scenario import APP, seed
-from tests.server.conftest import OPERATOR, live_server, operator_token
+from tests.ops.scenario import ops_app, seed
+from tests.server.conftest import OPERATOR, live_server
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
 RULES = OPS / "prometheus" / "pigeon-rules.yml"
@@ -82,9 +79,7 @@ def test_every_metric_the_rules_and_the_board_name_is_exported(tmp_path: Path) -
     stale = App()
     stale.task(lambda: None, queue="audit", name="other")
     assert Advert(store_for(db), "stale", stale, ["audit"]).advertise()
-    app = create_app(
-        Intake(db), routes=dashboard_routes(db, APP), operator=operator_token(), purge_interval=None
-    )
+    app = ops_app(db)
     with live_server(app) as url:
         text = httpx.get(url + "/metrics", headers=OPERATOR, timeout=30).text
     db.close()

@@ -15,14 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from pigeon.cli import app as cli
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.queries import overview
-from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
-from tests.ops.scenario import APP, figures, seed, truth
-from tests.server.conftest import OPERATOR, TestClient, live_server, operator_token
+from tests.ops.scenario import APP, figures, ops_app, seed, truth
+from tests.server.conftest import OPERATOR, TestClient, live_server
 
 # x 3 obligations, seeded set-based past 1,000 (tests/ops/scenario.py): a few seconds a
 # backend; bench/ops_bench.py times the page at 1,000,000 jobs.
@@ -67,12 +64,7 @@ def test_overview_equals_the_database_on_a_seeded_scenario(notes_db: Database) -
     assert view["estimated"] == []
     assert figures(view) == expected_figures(t)
     # The page itself, rendered by the app: each of its figures is the database's.
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     with TestClient(app) as client:
         page = client.get("/pigeon/", headers=OPERATOR)
     assert page.status_code == 200
@@ -164,12 +156,7 @@ def _metric_figures(text: str) -> dict[str, int]:
 def test_the_page_the_json_the_metrics_and_the_cli_agree(server_db_url: str) -> None:
     notes_db = open_server_db(server_db_url)
     seed(notes_db, 200)
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     with live_server(app) as url:
         view = httpx.get(url + "/pigeon/v1/dashboard", headers=OPERATOR, timeout=30).json()
         metrics = httpx.get(url + "/metrics", headers=OPERATOR, timeout=30).text

@@ -9,13 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from pigeon.jobs.failed import show_job
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.queries import overview
-from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
 from pigeon.storage.base import Database
-from tests.ops.scenario import APP, figures, seed
-from tests.server.conftest import OPERATOR_TOKEN, live_server, operator_token
+from tests.ops.scenario import APP, figures, ops_app, seed
+from tests.server.conftest import OPERATOR_TOKEN, live_server
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 N_RECORDS = 200
@@ -32,12 +29,7 @@ def _page_figures(page: Any) -> dict[str, int]:
 
 def test_the_page_in_chromium(notes_db: Database, browser: Any) -> None:
     seed(notes_db, N_RECORDS)
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     ARTIFACTS.mkdir(exist_ok=True)
     with live_server(app) as url:
         # a user (the stand-in authenticator takes "bob.1" as bob) and a stranger get no page

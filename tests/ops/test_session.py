@@ -18,17 +18,14 @@ from typer.testing import CliRunner
 
 from pigeon.cli import app as cli_app
 from pigeon.exceptions import ConfigurationError
-from pigeon.ops.dashboard import dashboard_routes
 from pigeon.ops.session import SESSIONS, Sessions, csrf_token, operator_fingerprint
 from pigeon.ops.signin_limit import SignInBackoff, SignInLimit, SignInLimiter, client_key
 from pigeon.server.access import OperatorToken
-from pigeon.server.app import create_app
-from pigeon.server.intake import Intake
 from pigeon.server.options import SessionPolicy
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
-from tests.ops.scenario import APP, seed
-from tests.server.conftest import OPERATOR_TOKEN, SERVER_START, TestClient, operator_token
+from tests.ops.scenario import ops_app, seed
+from tests.server.conftest import OPERATOR_TOKEN, SERVER_START, TestClient
 
 TOKEN = OperatorToken("operator-token-of-the-session-tests")
 OTHER = OperatorToken("another-operator-token-entirely-9876")
@@ -173,12 +170,7 @@ def test_client_keys() -> None:
 
 @pytest.fixture
 def page(notes_db: Database) -> Iterator[TestClient]:
-    app = create_app(
-        Intake(notes_db),
-        routes=dashboard_routes(notes_db, APP),
-        operator=operator_token(),
-        purge_interval=None,
-    )
+    app = ops_app(notes_db)
     with TestClient(app, base_url="http://testserver") as client:
         yield client
 
