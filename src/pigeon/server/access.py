@@ -200,7 +200,8 @@ class BrowserLogin:
     equal to ``Host``; ``Sec-Fetch-Site`` not cross-site): 403 otherwise. The page's forms
     also carry a CSRF token (`pigeon.ops.session`). ``login``: the answer to a browser
     (``Accept: text/html``) without valid credentials, the login form with status 401,
-    instead of the problem+json every other client gets."""
+    instead of the problem+json every other client gets; awaited, so that a page is
+    rendered off the event loop."""
 
     cookie: str
     login: Callable[[HTTPConnection], Awaitable[Response]] | None = None
