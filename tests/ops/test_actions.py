@@ -4,6 +4,7 @@ log; a cookie session's forms need the CSRF token and the page's own origin."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -11,11 +12,17 @@ import pytest
 
 from pigeon.exceptions import InvalidOperation
 from pigeon.jobs.failed import list_jobs, show_job
-from pigeon.ops import actions
+from pigeon.ops import actions, web
 from pigeon.ops.session import csrf_token
 from pigeon.storage.base import Database
 from tests.ops.scenario import APP, ops_app, seed
-from tests.server.conftest import OPERATOR, OPERATOR_TOKEN, live_server, operator_token
+from tests.server.conftest import (
+    OPERATOR,
+    OPERATOR_TOKEN,
+    TestClient,
+    live_server,
+    operator_token,
+)
 
 
 def test_retry_a_group_and_cancel_by_ids_with_a_log(notes_db: Database) -> None:
@@ -101,7 +108,6 @@ def test_dashboard_app_mounts_in_any_asgi_app(notes_db: Database) -> None:
     from starlette.routing import Mount
 
     from pigeon.ops import dashboard_app
-    from tests.server.conftest import TestClient
 
     seed(notes_db, 20)
     host = Starlette(
@@ -130,11 +136,6 @@ def test_every_page_renders_off_the_event_loop(
 ) -> None:
     # A page's rendering, and the first one's Jinja2 import and compiling (~50 ms), held
     # the event loop: each is now rendered in a worker thread, where no loop runs.
-    import asyncio
-
-    from pigeon.ops import web
-    from tests.server.conftest import TestClient
-
     on_loop: list[str] = []
     real = web.templates
 

@@ -145,6 +145,31 @@ def filled(pg_url_module: str) -> PostgresDatabase:
     return db
 
 
+def _plan(db: PostgresDatabase, name: str, *, analyze: bool = False) -> dict[str, Any]:
+    """The plan of query ``name`` with the parameters the code passes; ``analyze``: run
+    too, for the rows each node read (and rolled back)."""
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    with db.connection() as conn:
+        try:
+            row = conn.execute(f"EXPLAIN ({options}) {db.queries[name]}".encode(), LOOKUPS[name])
+            found = row.fetchone()
+        finally:
+            conn.rollback()  # under ANALYZE the statement ran: nothing it wrote stays
+    assert found is not None
+    plan = found["QUERY PLAN"]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    root: dict[str, Any] = plan[0]["Plan"]
+    return root
+
+
+@pytest.mark.parametrize("name", sorted(LOOKUPS))
+def test_claims_and_lookups_never_scan_a_big_table(filled: PostgresDatabase, name: str) -> None:
+    scans = _scans(_plan(filled, name))
+    seq = [table for node, table in scans if node == "Seq Scan" and table in BIG_TABLES]
+    assert not seq, f"{name} scans {seq} sequentially: {scans}"
+    assert any("Index" in node for node, _ in scans), f"{name} uses no index: {scans}"
+
+
 @pytest.fixture(scope="module")
 def one_principal() -> Iterator[PostgresDatabase]:
     """The same rows, every one of them user-7's, in tables never analyzed."""
@@ -181,17 +206,9 @@ def _rows_read(plan: dict[str, Any]) -> int:
 def test_a_lookup_reads_the_rows_it_asks_for_not_its_principals(
     one_principal: PostgresDatabase, name: str
 ) -> None:
-    sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + one_principal.queries[name]
-    with one_principal.connection() as conn:
-        try:
-            row = conn.execute(sql.encode(), LOOKUPS[name]).fetchone()
-        finally:
-            conn.rollback()  # ANALYZE ran it: nothing it wrote stays
-    assert row is not None
-    plan = row["QUERY PLAN"]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    read = _rows_read(plan[0]["Plan"])
-    assert read <= READ_BOUND, f"{name} read {read} rows of {ROWS}: {plan[0]['Plan']}"
+    plan = _plan(one_principal, name, analyze=True)
+    read = _rows_read(plan)
+    assert read <= READ_BOUND, f"{name} read {read} rows of {ROWS}: {plan}"
 
 
 def test_the_explained_queries_are_every_lookup_the_backend_defines() -> None:
