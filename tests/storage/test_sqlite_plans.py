@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,14 @@ QUERIES = {**load_queries("sqlite", "intake"), **REFERENCE.queries("sqlite")}
 
 
 @pytest.fixture(scope="module")
-def conn(tmp_path_factory: pytest.TempPathFactory) -> sqlite3.Connection:
+def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connection]:
     path = Path(tmp_path_factory.mktemp("plans")) / "server.db"
     db = open_server_db(path)
     attach(db)
     db.close()
-    return sqlite3.connect(path)
+    connection = sqlite3.connect(path)
+    yield connection
+    connection.close()
 
 
 def _plan(conn: sqlite3.Connection, name: str) -> list[str]:
