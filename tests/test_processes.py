@@ -154,7 +154,7 @@ FORBIDDEN = {
 # and multiprocessing children made daemonic (multiprocessing terminates them at exit).
 ALLOWED = {
     ("server/test_idempotency.py", "os.fork"),
-    ("edge/test_ids.py", "os.fork"),
+    ("core/test_ids.py", "os.fork"),
     ("storage/test_sqlite_open.py", "context.Process"),
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,18 @@ def test_enqueue_stores_every_field_with_two_distinct_uuids(queue: OfflineQueue)
     assert (op.method, op.endpoint, op.base_version) == ("POST", "/notes", "v0")
     assert op.status is OpStatus.PENDING and op.attempts == 0 and op.clock
     assert queue.get(op.id) == op
+
+
+def test_ids_and_keys_are_time_ordered(queue: OfflineQueue) -> None:
+    # The server's claims are keyed by the idempotency key: keys in time order put a
+    # batch's claims at the end of the index, not one page each (pigeon.core.ids).
+    ops = []
+    for i in range(4):
+        ops.append(queue.enqueue("create", f"note:{i}", {}))
+        time.sleep(0.002)  # the next one a millisecond later at least
+    for made in ([op.id for op in ops], [op.idempotency_key for op in ops]):
+        assert all(uuid.UUID(text).version == 7 for text in made)
+        assert made == sorted(made)
 
 
 def test_default_routing_and_explicit_routes(queue: OfflineQueue) -> None:

@@ -21,12 +21,12 @@ from types import TracebackType
 from typing import Any, Literal
 
 from pigeon.core.clock import HLCTimestamp
+from pigeon.core.ids import uuid7
 from pigeon.core.operation import Operation, OpStatus, OpType
 from pigeon.edge import retention
 from pigeon.edge import validate as v
 from pigeon.edge.commit import CommitBatcher
 from pigeon.edge.conflicts import ConflictStore
-from pigeon.edge.ids import uuid4, uuid7
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue_store import Built, NewOp, QueueStore
 from pigeon.edge.sqlite import EdgeStore
@@ -131,7 +131,7 @@ class OfflineQueue:
         endpoint, method = v.route(type_, entity, endpoint, method)
         if base_version is not None:
             base_version = v.version(base_version)
-        op_id, key = uuid7(), uuid4()
+        op_id, key = uuid7(), uuid7()
 
         def make() -> NewOp:  # stamped later, in the transaction that writes it
             return NewOp(

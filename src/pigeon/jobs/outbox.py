@@ -12,9 +12,9 @@ transaction, which seals the payload and holds the statement.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
+from pigeon.core.ids import uuid7
 from pigeon.jobs.job import dump_payload
 from pigeon.jobs.store import OutboxSession
 from pigeon.jobs.stores import session_for
@@ -31,7 +31,7 @@ def add(
 ) -> str:
     """Queue ``payload`` for ``topic`` in the caller's transaction (a storage ``Tx``);
     returns the message id."""
-    mid = message_id or str(uuid.uuid4())
+    mid = message_id or uuid7()
     session: OutboxSession = session_for(tx)
     session.add_outbox(
         message_id=mid,

@@ -10,10 +10,10 @@ new key, so the provider never sees the request as a new one.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pigeon.core.ids import uuid7
 from pigeon.exceptions import PermanentError, RetryableError, UnknownOutcome
 from pigeon.jobs.rows import PROVIDER_RESULT, dumps, loads
 from pigeon.jobs.store import JobStore, ProviderSession
@@ -52,7 +52,7 @@ def call_provider(
     with store.transaction() as session:
         row = session.provider_call(reference)
         if row is None:
-            key, attempts = str(uuid.uuid4()), 0
+            key, attempts = uuid7(), 0
             session.insert_provider_call(
                 reference=reference,
                 provider=provider.name,

@@ -9,10 +9,10 @@ each obligation's end, business completion).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from pigeon.core.ids import uuid7
 from pigeon.exceptions import InvalidOperation, NotFound
 from pigeon.jobs.app import App
 from pigeon.jobs.job import JobSpec, dump_payload
@@ -58,7 +58,7 @@ def accept(
     obligations = dict(obligations or {})
     _check_unique_keys(session, obligations)
     now = time.time() if now is None else now
-    rid = record_id or str(uuid.uuid4())
+    rid = record_id or uuid7()
     data_json = dump_payload(data, f"record {kind}")
     session.insert_record(record_id=rid, kind=kind, data=data_json, principal=principal, now=now)
     session.ledger_event(rid, None, ACCEPTED, {"pending": sorted(obligations)}, now)

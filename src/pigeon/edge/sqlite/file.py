@@ -11,8 +11,8 @@ import os
 import threading
 from collections.abc import Iterator
 
+from pigeon.core.ids import uuid4
 from pigeon.edge import owners
-from pigeon.edge.ids import uuid4
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, SQLiteDatabase, SQLiteTx

@@ -1,10 +1,16 @@
-"""Operation ids: UUID version 7 (RFC 9562), time-ordered so the id index grows at its end.
+"""Ids pigeon makes for rows it indexes: UUID version 7 (RFC 9562), time-ordered, so each
+index they key grows at its end. The edge's operation ids and idempotency keys (the
+server's claims are keyed by principal and key: random keys put each insert of a batch
+on a page of its own, 170 pages written a batch of 100 creates at 50,000 claims where
+time-ordered ones write 55), the server's record, outbox message and provider call ids.
+74 random bits each: nothing to guess; the time they carry the operation's own clock
+already says.
 
-Both are written as text directly, from random hex digits: ``str(uuid.UUID(...))`` costs
-more than the rest of making them, and every enqueue makes two. The pool keeps its random
-bytes as hex text, so an id is a few slices of it (no integer arithmetic, no formatting of
-a 128-bit number); the version digit is written in, and the variant digit is ``8``-``b``
-by the low two bits of a random digit.
+Both kinds are written as text directly, from random hex digits: ``str(uuid.UUID(...))``
+costs more than the rest of making them, and every enqueue makes two. The pool keeps its
+random bytes as hex text, so an id is a few slices of it (no integer arithmetic, no
+formatting of a 128-bit number); the version digit is written in, and the variant digit
+is ``8``-``b`` by the low two bits of a random digit.
 
 Random bits come from ``os.urandom`` 4 KiB at a time. ``os.urandom`` releases the
 interpreter lock around its system call, so with one call per id every enqueue gave the
@@ -60,6 +66,7 @@ def uuid7() -> str:
 
 
 def uuid4() -> str:
-    """Idempotency keys: fully random (122 bits from os.urandom), nothing to learn from them."""
+    """Fully random (122 bits from os.urandom): for a name no index orders (a queue file's
+    node id)."""
     h = _pool.take(31)  # 30 digits whole, and 2 bits of the variant's
     return f"{h[:8]}-{h[8:12]}-4{h[12:15]}-{_VARIANT[h[15]]}{h[16:19]}-{h[19:]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from pigeon.edge.ids import uuid4, uuid7
+from pigeon.core.ids import uuid4, uuid7
 
 
 def test_uuid7_is_a_canonical_version_7_uuid_carrying_the_time() -> None:
