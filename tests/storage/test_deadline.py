@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pigeon.exceptions import JobTimeout
 from pigeon.storage import deadline
+from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
@@ -175,3 +177,52 @@ def test_the_busy_wait_put_back_is_the_configured_one(tmp_path: Path) -> None:
         assert db.connection().execute("PRAGMA busy_timeout").fetchone() == {"timeout": 5000}
     finally:
         db.close()
+
+
+def _waiting_for_a_lock(pg_url: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_statement_past_the_deadline_stops_on_the_server(
+    pg: PostgresDatabase, pg_url: str
+) -> None:
+    # A row another transaction holds locked: the deadline's statement waits for it. The
+    # client gives up at the deadline; the server must stop waiting then too, not when
+    # the holder lets go (a backend waiting for a lock never notices its client is gone).
+    with pg.transaction() as tx:
+        tx.sql(
+            "INSERT INTO pigeon_effects (scope, key, result, created_at) VALUES ('s', 'k', '1', 0)"
+        )
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT * FROM pigeon_effects WHERE scope = 's' FOR UPDATE").fetchall()
+
+        def update() -> None:
+            with pg.transaction() as tx:
+                tx.sql("UPDATE pigeon_effects SET result = '2' WHERE scope = 's' AND key = 'k'")
+
+        assert _timed_out(update) < BOUND + SLACK
+        waited = time.monotonic()
+        while _waiting_for_a_lock(pg_url) and time.monotonic() - waited < HELD:
+            time.sleep(0.05)
+        assert _waiting_for_a_lock(pg_url) == 0, "the statement still waits on the server"
+        holder.rollback()
+    # Without a deadline a transaction sets no statement timeout of its own.
+    with pg.transaction() as tx:
+        assert tx.sql("SHOW statement_timeout").fetchone() == {"statement_timeout": "0"}
+
+
+def test_the_servers_statement_timeout_under_a_deadline_is_a_job_timeout(pg: Database) -> None:
+    # Whichever comes first, the client's wait or the server's timeout, a statement cut
+    # off under a deadline is the deadline's JobTimeout (here the server's, made shorter).
+    def sleep() -> None:
+        with pg.transaction() as tx:
+            tx.sql("SET LOCAL statement_timeout = 50")
+            tx.sql("SELECT pg_sleep(2)")
+
+    assert _timed_out(sleep) < BOUND

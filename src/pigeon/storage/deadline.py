@@ -3,7 +3,8 @@
 A job runs under its timeout (the worker sets it), and the worker's writes of a job's
 outcome under the time past which they are given up. Within ``waits_until(until)`` every wait
 the thread makes on a database ends by ``until``: PostgreSQL's wait for a pooled
-connection and for a statement's answer, SQLite's write lock and busy wait. What runs out
+connection and for a statement's answer (and the server stops the statements by then too:
+the transaction's ``statement_timeout``), SQLite's write lock and busy wait. What runs out
 raises ``JobTimeout`` rather than waiting on: a job whose database is gone ends as a
 timed-out attempt, in its own thread and on time, instead of holding its thread until
 the watchdog has to abandon the process. A thread with no deadline waits as configured.

@@ -17,6 +17,7 @@ whose result nobody reads, to travel with whatever is sent next.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +26,16 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from pigeon.exceptions import JobTimeout
+from pigeon.storage import deadline
 from pigeon.storage.base import NamedStatements
 from pigeon.storage.crypto import PLAIN, Cipher
 
 Row = dict[str, Any]
 Connection = psycopg.Connection[Row]
+# The transaction's statements stop by the thread's deadline on the server too: a client
+# that gives up closes its connection, which a backend waiting for a lock never notices,
+# so it went on waiting (and holding what it had locked) after the job had timed out.
+_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout)s, true)"
 
 
 @dataclass(eq=False)
@@ -61,6 +67,11 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         self.queries = queries
         self.cipher = cipher  # seals the columns that hold what users wrote
         self._queue: list[_Queued] = [_Queued("BEGIN")]
+        remaining = deadline.left()
+        if remaining is not None:
+            timeout = f"{max(1, math.ceil(remaining * 1000))}ms"
+            self._queue.append(_Queued(_STATEMENT_TIMEOUT, {"timeout": timeout}))
+        self._opening = len(self._queue)  # what a transaction nothing ran in never sends
         self._begun = False  # has BEGIN been sent?
         self._depth = 0
 
@@ -142,7 +153,7 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
 
     def commit(self) -> None:
         """The COMMIT, with whatever waits; nothing at all if no statement ever ran."""
-        if not self._begun and len(self._queue) <= 1:  # BEGIN alone
+        if not self._begun and len(self._queue) <= self._opening:  # BEGIN alone
             self._queue = []
             return
         last = next((q for q in self._queue if isinstance(q, _Last)), None)
