@@ -16,12 +16,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 
 BACKENDS = ["sqlite", "postgres"]
+
+
+def lock_waiters(pg_url: str) -> int:
+    """Backends of the database at ``pg_url`` waiting for a lock right now."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def opened(url: str | Path) -> Iterator[Database]:

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 
 from pigeon.jobs import records
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database, Row, Tx
-from tests.conftest import PG_ADMIN_DSN
+from tests.databases import lock_waiters
 
 
 class _PausingTx:
@@ -82,16 +81,6 @@ class _Pausing:
         pass
 
 
-def _lock_waiters(dbname: str) -> int:
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
-            (dbname,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def _race(
     pg: Database,
     pg_url: str,
@@ -101,7 +90,6 @@ def _race(
 ) -> list[BaseException]:
     """Run ``first`` on a database that, after the statement ``pause_after``, starts
     ``second`` and waits until it is blocked on a lock (or 3 s pass) before going on."""
-    dbname = pg_url.rsplit("/", 1)[1]
     errors: list[BaseException] = []
 
     def guarded(fn: Callable[[], object]) -> None:
@@ -115,7 +103,7 @@ def _race(
     def hook() -> None:
         other.start()
         deadline = time.monotonic() + 3
-        while _lock_waiters(dbname) == 0 and time.monotonic() < deadline:
+        while lock_waiters(pg_url) == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
 
     paused = _Pausing(pg, pause_after, hook)

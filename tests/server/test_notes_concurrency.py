@@ -17,6 +17,7 @@ from pigeon.core.clock import HLCTimestamp
 from pigeon.reference.crdt import decode, encode
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
+from tests.databases import lock_waiters
 
 from .conftest import live_server
 
@@ -29,22 +30,12 @@ def _both_blocked_then_release(pg_url: str, send: Any, requests: list[Any]) -> l
         with ThreadPoolExecutor(len(requests)) as pool:
             futures = [pool.submit(send, *r) for r in requests]
             deadline = time.monotonic() + 10
-            while _waiting(pg_url) < len(requests):
+            while lock_waiters(pg_url) < len(requests):
                 assert time.monotonic() < deadline, "the requests never queued on the note"
                 assert not any(f.done() for f in futures), [f.result().text for f in futures]
                 time.sleep(0.02)
             holder.rollback()
             return [f.result() for f in futures]
-
-
-def _waiting(pg_url: str) -> int:
-    with psycopg.connect(pg_url, autocommit=True) as probe:
-        row = probe.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_two_writes_with_the_same_if_match_one_wins_one_gets_412(pg: Database, pg_url: str) -> None:
@@ -122,7 +113,7 @@ def test_two_first_writes_of_a_new_resource_are_both_settled(
             with ThreadPoolExecutor(2) as pool:
                 futures = [pool.submit(send, "d1", now_ms - 10), pool.submit(send, "d2", now_ms)]
                 deadline = time.monotonic() + 10
-                while _waiting(pg_url) < 2:
+                while lock_waiters(pg_url) < 2:
                     assert time.monotonic() < deadline, "the requests never queued"
                     time.sleep(0.02)
                 holder.rollback()

@@ -21,6 +21,7 @@ from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
+from tests.databases import lock_waiters
 from tests.pgwire import RoundTrips
 
 BOUND = 0.3  # seconds of deadline each test gives
@@ -179,16 +180,6 @@ def test_the_busy_wait_put_back_is_the_configured_one(tmp_path: Path) -> None:
         db.close()
 
 
-def _waiting_for_a_lock(pg_url: str) -> int:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_statement_past_the_deadline_stops_on_the_server(
     pg: PostgresDatabase, pg_url: str
 ) -> None:
@@ -208,9 +199,9 @@ def test_a_statement_past_the_deadline_stops_on_the_server(
 
         assert _timed_out(update) < BOUND + SLACK
         waited = time.monotonic()
-        while _waiting_for_a_lock(pg_url) and time.monotonic() - waited < HELD:
+        while lock_waiters(pg_url) and time.monotonic() - waited < HELD:
             time.sleep(0.05)
-        assert _waiting_for_a_lock(pg_url) == 0, "the statement still waits on the server"
+        assert lock_waiters(pg_url) == 0, "the statement still waits on the server"
         holder.rollback()
     # Without a deadline a transaction sets no statement timeout of its own.
     with pg.transaction() as tx:
