@@ -251,13 +251,11 @@ class PostgresDatabase:
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         try:
             yield conn
-        except psycopg.errors.QueryCanceled as exc:
-            if deadline.left() is None:
-                raise from_postgres(exc) from exc
-            # The server's statement timeout a transaction under a deadline sets
-            # (`pigeon.storage.postgres_tx`): what the deadline's own wait would raise.
-            raise deadline.expired("PostgreSQL's answer") from exc
         except psycopg.OperationalError as exc:
+            if isinstance(exc, psycopg.errors.QueryCanceled) and deadline.left() is not None:
+                # The statement timeout a transaction under a deadline sets
+                # (`pigeon.storage.postgres_tx`): what the deadline's own wait raises.
+                raise deadline.expired("PostgreSQL's answer") from exc
             # Disk full, a deadlock victim, a lock wait run out, the server gone: each in
             # pigeon's words (``pigeon.storage.errors``). A statement's own fault passes.
             raise from_postgres(exc) from exc
