@@ -202,6 +202,8 @@ def test_a_rolling_deploy_runs_every_job_once_old_payloads_upcast(
         for generation in (gen1, gen2):
             if generation.proc is not None:
                 generation.stop(grace=30)
+    for generation in (gen1, gen2):  # what the workers logged, shown if a check fails
+        print(f"\n{generation.log.name}:\n{generation.log.read_text()[-4000:]}")
     _check(db, measured)
     db.close()
 
@@ -226,6 +228,9 @@ def _check(db: Database, measured: dict[str, Any]) -> None:
         }
         attempts = tx.sql("SELECT sum(attempts) AS n FROM pigeon_jobs").fetchone()["n"]
     print(f"\nrolling deploy: jobs {jobs}, runs (generation, enqueued) {runs}, {measured}")
+    # Generation 1 exited on its own: its supervisor kills a child still there at the end
+    # of its grace (the lease, 15 s), which then leaves its rows to age out.
+    assert measured["gen1_stop_seconds"] < 15
     assert jobs == {  # none failed
         ("tally", "succeeded", 1): 1000,
         ("tally", "succeeded", 2): 1000,
@@ -244,5 +249,4 @@ def _check(db: Database, measured: dict[str, Any]) -> None:
     # Generation 1 drained: nothing left held under its name, its rows withdrawn.
     assert measured["gen1_held_after_stop"] == 0
     assert measured["gen1_still_advertised"] == 0
-    assert measured["gen1_stop_seconds"] < 30  # it exited, not killed at the grace's end
     assert attempts >= JOBS

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import signal
 import time
 from pathlib import Path
 
@@ -52,6 +54,27 @@ def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, server_db_ur
     info = show_job(db, job_id)
     assert (info["status"], info["attempts"]) == ("succeeded", 1)
     assert [a["outcome"] for a in info["history"]] == ["succeeded"]
+
+
+def test_a_child_running_past_the_grace_shows_its_stacks_then_is_killed(
+    db: Database,
+    server_db_url: str,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pigeon.jobs.supervisor")
+    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 4.0, "n": 1}))
+    sup = Supervisor(
+        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
+    )
+    sup.start()
+    wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    sup.stop(grace=1)  # the task sleeps on past it
+    assert [s.process.exitcode for s in sup.slots if s.process] == [-signal.SIGKILL]
+    assert re.search(r"worker \d+ did not stop within 1s", caplog.text)
+    err = capfd.readouterr().err
+    assert re.search(r'File ".*chaos_app\.py", line \d+ in nap', err), err[-2000:]
+    assert "in _claim_loop" in err  # every thread, not only the main one
 
 
 def test_supervisor_replaces_recycled_workers(

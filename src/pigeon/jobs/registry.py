@@ -29,12 +29,14 @@ from pigeon.jobs.app import App
 from pigeon.jobs.rows import WorkerRow
 from pigeon.jobs.store import JobStore, WorkerSession
 from pigeon.logs import summary
+from pigeon.storage import deadline
 
 log = logging.getLogger("pigeon.jobs.worker")
 
 RENEW_EVERY = 10.0  # seconds between a worker's renewals of its row
 LIVE_FOR = 60.0  # a row renewed this recently is a live worker's
 FORGET_AFTER = 24 * 3600.0  # a row not renewed for this long is deleted
+WITHDRAW_WAIT = 2.0  # default wait of a stopping worker's delete: its exit is not held up
 
 
 @dataclass(frozen=True)
@@ -124,9 +126,13 @@ class Advert:
         self.renewed = time.monotonic()
         return True
 
-    def withdraw(self) -> None:
+    def withdraw(self, until: float | None = None) -> None:
+        """Delete the row, waiting for the database no later than ``until`` (monotonic;
+        by default ``WITHDRAW_WAIT`` from now): a write lock held elsewhere must not keep
+        a stopping process past its supervisor's grace, which would kill it."""
+        until = time.monotonic() + WITHDRAW_WAIT if until is None else until
         try:
-            with self.store.transaction() as session:
+            with deadline.waits_until(until), self.store.transaction() as session:
                 session.withdraw_worker(self.name)
         except Exception as exc:  # its row ages out of the live ones within LIVE_FOR
             log.warning("could not withdraw worker %s (%s)", self.name, summary(exc))

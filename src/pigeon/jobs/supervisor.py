@@ -12,6 +12,8 @@ its jobs within the lease.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import multiprocessing
 import os
@@ -44,6 +46,9 @@ QUICK_EXIT = 10.0
 RELAUNCH_BASE = 0.5
 RELAUNCH_CAP = 30.0
 _RELAUNCH = Backoff(base=RELAUNCH_BASE, cap=RELAUNCH_CAP)  # its ceiling: no jitter here
+# A child still running at the end of the stop's grace writes every thread's stack to
+# its stderr on this signal, then is killed: what it was stuck in is in the log.
+DUMP_THREADS = signal.SIGUSR1
 
 
 def split(queues: Mapping[str, int], processes: int) -> list[dict[str, int]]:
@@ -87,6 +92,8 @@ def child_main(
     from pigeon.storage.server import open_server_db
 
     logs.configure(options.log_format, logging.WARNING, options.log_redact)
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # stderr with no file
+        faulthandler.register(DUMP_THREADS, all_threads=True)  # asked for before a kill
     if parent is not None:
         die_with_parent(parent[0], signal.SIGTERM, deathsig=parent[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
@@ -104,7 +111,8 @@ def child_main(
     )
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     code = worker.run()
-    db.close()
+    if worker.drained:  # else a thread may be inside a statement, which close would wait for
+        db.close()
     raise SystemExit(code)
 
 
@@ -225,6 +233,14 @@ class Supervisor:
         for proc in live:
             proc.join(max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
+                log.warning(
+                    "worker %s did not stop within %.0fs; its threads' stacks follow, then "
+                    "it is killed", proc.pid, grace,
+                )  # fmt: skip
+                if proc.pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, DUMP_THREADS)
+                    proc.join(1.0)
                 proc.kill()
                 proc.join()
 

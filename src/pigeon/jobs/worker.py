@@ -82,6 +82,7 @@ T = TypeVar("T")
 
 STOPPED = 0
 RECYCLE = 3  # exit code asking the supervisor for a fresh process
+EXIT_MARGIN = 1.0  # a stopping worker is gone this long before its supervisor kills it
 
 
 class Worker(Heartbeat):
@@ -144,6 +145,8 @@ class Worker(Heartbeat):
         self._threads: list[threading.Thread] = []
         self._interval = 0.05  # the heartbeat's, set when it starts
         self._expired: list[AttemptOutcome] = []
+        self.drained = False  # set by join: every thread ended, none left using the db
+        self._exit_by: float | None = None  # set by run: when a stopping process is gone
         self.scaler = Scaler(
             self.queues,
             lambda queue, label: self._spawn(label, self._loop, queue),
@@ -193,22 +196,27 @@ class Worker(Heartbeat):
         for thread in list(self._threads):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(left)
-        done = not any(t.is_alive() for t in list(self._threads))
-        if done:
+        self.drained = not any(t.is_alive() for t in list(self._threads))
+        if self.drained:
             self.wakeup.close()
-            self.advert.withdraw()
-        return done
+            self.advert.withdraw(self._exit_by)
+        return self.drained
 
     def run(self, grace: float | None = None) -> int:
+        """Run until stopped, then drain for up to ``grace`` (default: the longest job
+        timeout) and leave by the longest lease, the supervisor's grace before SIGKILL."""
         self.start()
         self._stop.wait()
+        configs = [self.app.queue_config(q) for q in self.queues]
         if grace is None:
-            grace = max(c.timeouts.job for c in map(self.app.queue_config, self.queues))
+            grace = max(c.timeouts.job for c in configs)
+        lease = max(c.timeouts.lease_seconds for c in configs)
+        self._exit_by = time.monotonic() + max(grace, lease - EXIT_MARGIN)
         if not self.join(grace):  # the process exits anyway: say what it leaves behind
             with self._lock:
                 running = sorted(h.job.id for h in self._held.values() if h.started)
             log.warning(LEFT_RUNNING, self.name, running, grace)
-            self.advert.withdraw()
+            self.advert.withdraw(self._exit_by)
         return self.exit_code
 
     # -- the claim loop ----------------------------------------------------------------
