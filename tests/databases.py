@@ -13,6 +13,8 @@ name that says how (``sealed_db``, ``notes_db``).
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +36,23 @@ def lock_waiters(pg_url: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+@contextlib.contextmanager
+def tables_locked(url: str, *tables: str) -> Iterator[None]:
+    """Another connection holding what a write of ``tables`` needs (on SQLite, the
+    file's write lock), until the block ends."""
+    if not url.startswith("postgres"):
+        other = sqlite3.connect(url, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            other.close()
+        return
+    with psycopg.connect(url) as conn:
+        conn.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+        yield
 
 
 def opened(url: str | Path) -> Iterator[Database]:

@@ -4,34 +4,15 @@ past its supervisor's grace (which would kill it, its row left to age out)."""
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 import time
-from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from pigeon.jobs.app import App
 from pigeon.jobs.registry import Advert, live_workers
 from pigeon.jobs.stores import store_for
 from pigeon.storage.base import Database
-
-
-@contextlib.contextmanager
-def _workers_locked(db: Database, url: str) -> Iterator[None]:
-    """Another connection holding what a write of ``pigeon_workers`` needs."""
-    if db.backend == "sqlite":
-        other = sqlite3.connect(url, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            other.close()
-    else:
-        with psycopg.connect(url) as conn:
-            conn.execute("LOCK TABLE pigeon_workers IN ACCESS EXCLUSIVE MODE")
-            yield
+from tests.databases import tables_locked
 
 
 def test_withdraw_gives_up_by_its_deadline_and_says_so(
@@ -42,7 +23,7 @@ def test_withdraw_gives_up_by_its_deadline_and_says_so(
     app.queue("q")
     advert = Advert(store, "w-1", app, ["q"])
     assert advert.advertise()
-    with _workers_locked(db, server_db_url):
+    with tables_locked(server_db_url, "pigeon_workers"):
         started = time.monotonic()
         advert.withdraw(until=started + 0.5)
         took = time.monotonic() - started

@@ -16,6 +16,7 @@ from pigeon.jobs.job import JobSpec
 from pigeon.jobs.manager import JobManager, enqueue
 from pigeon.jobs.supervisor import Supervisor, WorkerOptions, split
 from pigeon.storage.base import Database
+from tests.databases import tables_locked
 from tests.ops.scrape import lifecycle_counts, metrics_text
 from tests.waiting import wait_for
 
@@ -75,6 +76,25 @@ def test_a_child_running_past_the_grace_shows_its_stacks_then_is_killed(
     err = capfd.readouterr().err
     assert re.search(r'File ".*chaos_app\.py", line \d+ in nap', err), err[-2000:]
     assert "in _claim_loop" in err  # every thread, not only the main one
+
+
+def test_a_child_stopped_while_its_database_is_locked_exits_within_the_grace(
+    db: Database, server_db_url: str
+) -> None:
+    """Its job's writes wait out the job's timeout, its outcome and its registry row give
+    up by the lease: the child exits on its own before the supervisor would kill it."""
+    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 0.5, "n": 1}))
+    sup = Supervisor(
+        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
+    )
+    sup.start()
+    wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    with tables_locked(server_db_url, "pigeon_jobs", "pigeon_workers", "pigeon_effects"):
+        started = time.monotonic()
+        sup.stop()
+        took = time.monotonic() - started
+    assert [s.process.exitcode for s in sup.slots if s.process] == [0], took
+    assert took < sup.grace
 
 
 def test_supervisor_replaces_recycled_workers(
