@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests import processes
 from tests.integrations.django_notes import DjangoNotes
 from tests.integrations.orders_app import sqlalchemy_url
 from tests.processes import ServerProcess
+from tests.waiting import until_answers
 
 ROOT = Path(__file__).parent.parent
 
@@ -109,17 +109,8 @@ class AppServer:
         self._proc = processes.spawn(
             args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"{args} ended with {self._proc.returncode}")
-            try:
-                if httpx.get(self.url + self.ready_path, timeout=1.0).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"{args} never answered on {self.url}")
+        until_answers(self.url + self.ready_path, self.startup_timeout, proc=self._proc)
+        return self
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

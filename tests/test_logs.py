@@ -47,6 +47,7 @@ from pigeon.storage.server import open_server_db
 from pigeon.sync.engine import SyncEngine
 from tests import processes
 from tests.server.conftest import live_server
+from tests.waiting import until_answers
 
 CANARY = "canary-" + uuid.uuid4().hex  # a value that can only come from this test
 
@@ -297,14 +298,7 @@ def test_serve_logs_json_lines_without_the_canary(server_db_url: str, tmp_path: 
         line = proc.stdout.readline()
         assert line.startswith("pigeon serving on http://"), line
         url = line.split()[3]
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(url + "/pigeon/v1/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        until_answers(url + "/pigeon/v1/health", proc=proc)
         send_through_the_intake(url)
         httpx.get(url + f"/pigeon/v1/records/nope?token={CANARY}&api_key={CANARY}")
     finally:

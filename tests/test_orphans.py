@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests import processes
+from tests.waiting import answers, wait_for
 
 # Starts the demo's pigeon serve (from the main thread or a passing one), says its pid and
 # URL, then waits to be killed.
@@ -42,13 +42,6 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def _serving(url: str) -> bool:
-    try:
-        return httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.mark.parametrize("started_from", ["main", "thread"])
 def test_the_demo_server_ends_with_its_sigkilled_parent(tmp_path: Path, started_from: str) -> None:
     parent = processes.spawn(
@@ -59,14 +52,11 @@ def test_the_demo_server_ends_with_its_sigkilled_parent(tmp_path: Path, started_
     assert parent.stdout is not None
     pid, url = parent.stdout.readline().split()
     time.sleep(1.5)  # a death signal tied to the finished starter thread would have come
-    assert _alive(int(pid)) and _serving(url)
+    assert _alive(int(pid)) and answers(url + "/pigeon/v1/health")
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait(10)
-    deadline = time.monotonic() + 10
-    while _alive(int(pid)):
-        assert time.monotonic() < deadline, "pigeon serve outlived its parent"
-        time.sleep(0.05)
-    assert not _serving(url)
+    wait_for(lambda: not _alive(int(pid)), 10, "pigeon serve to end with its parent", 0.05)
+    assert not answers(url + "/pigeon/v1/health")
 
 
 def test_a_child_whose_parent_died_before_it_asked_ends_at_once() -> None:

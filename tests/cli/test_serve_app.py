@@ -17,6 +17,7 @@ import jwt
 import pytest
 
 from tests import processes
+from tests.waiting import until_answers
 
 from .test_serve_cmd import PIGEON
 
@@ -39,15 +40,8 @@ def serving(
     line = proc.stdout.readline()
     assert line.startswith("pigeon serving on http://"), line
     url = line.split()[3]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + probe, timeout=1).status_code == 200:
-                return proc, url, line
-        except httpx.TransportError:
-            time.sleep(0.05)
-    processes.stop(proc, grace=0)
-    raise AssertionError("pigeon serve did not answer")
+    until_answers(url + probe, proc=proc)
+    return proc, url, line
 
 
 def user(principal: str) -> dict[str, str]:

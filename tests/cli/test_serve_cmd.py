@@ -14,6 +14,7 @@ import pytest
 
 from tests import processes
 from tests.ops.scrape import lifecycle_counts
+from tests.waiting import answers, until_answers, wait_for
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 
@@ -38,15 +39,8 @@ def start(
     line = proc.stdout.readline()
     assert line.startswith("pigeon serving on http://"), line
     url = line.split()[3]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.05)
-    processes.stop(proc, grace=0)
-    raise AssertionError("pigeon serve did not answer")
+    until_answers(url + "/pigeon/v1/health", proc=proc)
+    return proc, url
 
 
 @pytest.mark.chaos
@@ -63,15 +57,12 @@ def test_serve_survives_sigkill_and_replays_after_restart(tmp_path: Path, worker
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     # Nothing is left serving: with workers, they die with their supervisor.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url + "/pigeon/v1/health", timeout=0.5)
-            time.sleep(0.1)
-        except httpx.TransportError:
-            break
-    else:
-        raise AssertionError("a worker outlived the SIGKILLed supervisor")
+    wait_for(
+        lambda: not answers(url + "/pigeon/v1/health", timeout=0.5),
+        10,
+        "the workers of the SIGKILLed supervisor to be gone",
+        interval=0.1,
+    )
     proc, url = start(db)
     try:
         again = httpx.post(

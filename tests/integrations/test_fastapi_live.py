@@ -14,6 +14,7 @@ import pytest
 
 from tests import processes
 from tests.integrations.orders_app import counts
+from tests.waiting import until_answers
 
 
 @contextmanager
@@ -29,12 +30,7 @@ def orders_server(
         line = proc.stdout.readline()
         assert line.startswith("port "), line
         base = f"http://127.0.0.1:{int(line.split()[1])}"
-        for _ in range(200):  # the socket is bound before uvicorn serves: wait for it
-            try:
-                httpx.get(base + "/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                pass
+        until_answers(base + "/openapi.json", proc=proc)
         yield proc, base
     finally:
         processes.stop(proc, grace=0)

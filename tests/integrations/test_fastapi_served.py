@@ -23,6 +23,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.fastapi import Pigeon
 from pigeon.server import IntakeOptions, ServerOptions
 from tests import processes
+from tests.waiting import until_answers
 
 APP = "examples.fastapi_orders.app:serve"
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,13 +42,7 @@ def served(db: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]
         line = proc.stdout.readline()
         assert line.rstrip().endswith(f": the app {APP}"), line
         url = line.split()[3]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/openapi.json", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        until_answers(url + "/openapi.json", 60, proc=proc)
         yield proc, url
     finally:
         processes.stop(proc, grace=0)

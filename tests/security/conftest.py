@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import jwt
 import pytest
 
 from pigeon.cli import keys_cmd
 from tests import processes
+from tests.waiting import until_answers
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
 OPERATOR_TOKEN = "operator-token-of-the-security-tests"
@@ -87,15 +87,8 @@ def serve(db: str, tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, 
         stop(proc)
         raise AssertionError(f"pigeon serve did not start: {line!r}; {log.read_text()}")
     url = line.split()[3]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200:
-                return proc, url, log
-        except httpx.TransportError:
-            time.sleep(0.05)
-    stop(proc)
-    raise AssertionError("pigeon serve did not answer its health probe")
+    until_answers(url + "/pigeon/v1/health", proc=proc)
+    return proc, url, log
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -18,7 +18,7 @@ import pytest
 
 from tests import processes
 from tests.conftest import require_broker
-from tests.waiting import wait_for
+from tests.waiting import until_answers, wait_for
 
 from .conftest import Deployed, serve
 
@@ -105,18 +105,11 @@ def test_a_serve_worker_replaced_is_one_line_at_the_default_level(
             "the worker replaced",
             interval=0.05,
         )
-        wait_for(lambda: _healthy(url), 30, "the health probe", interval=0.05)
+        until_answers(url + "/pigeon/v1/health")
     finally:
         processes.stop(proc)
     lines = [line for line in log.read_text().splitlines() if f"worker {victim} died" in line]
     assert len(lines) == 1 and "replaced by worker" in lines[0], log.read_text()[-3000:]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/pigeon/v1/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def test_a_relay_taking_over_the_lock_says_so_at_the_default_level(

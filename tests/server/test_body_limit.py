@@ -34,6 +34,7 @@ from pigeon.sync.connectivity import ManualMonitor
 from pigeon.sync.engine import SyncEngine
 from tests import processes
 from tests.sync.conftest import FAST
+from tests.waiting import until_answers
 
 from .conftest import live_server
 
@@ -314,14 +315,8 @@ def test_pigeon_serve_passes_the_limits_to_the_app(tmp_path: Path) -> None:
         line = proc.stdout.readline()
         assert line.startswith("pigeon serving on http://"), line
         base = line.split()[3]
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                spec = httpx.get(base + "/pigeon/v1/openapi.json", timeout=1).json()
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "pigeon serve did not answer"
-                time.sleep(0.05)
+        until_answers(base + "/pigeon/v1/openapi.json", proc=proc)
+        spec = httpx.get(base + "/pigeon/v1/openapi.json").json()
         assert spec["x-pigeon-limits"]["max_body_bytes"] == 500
         assert spec["x-pigeon-limits"]["max_batch_body_bytes"] == 900
         assert_too_large(post(base, "/notes", note_body(501)), 500, "Content-Length is 501")

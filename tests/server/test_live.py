@@ -19,6 +19,7 @@ from pigeon.server.options import IntakeOptions, ServerOptions
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import until_answers
 
 from .conftest import live_server
 
@@ -80,12 +81,7 @@ def crashing_server(
         line = proc.stdout.readline()
         assert line.startswith("port "), line
         url = f"http://127.0.0.1:{int(line.split()[1])}"
-        for _ in range(200):  # the socket is bound before uvicorn serves: wait for it
-            try:
-                httpx.get(url + "/pigeon/v1/health", timeout=1)
-                break
-            except httpx.TransportError:
-                pass
+        until_answers(url + "/pigeon/v1/health", proc=proc)
         yield proc, url
     finally:
         processes.stop(proc, grace=0)
