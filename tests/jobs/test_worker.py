@@ -109,7 +109,7 @@ def test_flooded_queue_does_not_starve_another(db: Database) -> None:
             enqueue(tx, JobSpec("bulk", "churn"))
     worker = Worker(app, db, {"bulk": 2, "urgent": 1})
     t = run_in_thread(worker)
-    time.sleep(0.3)  # bulk is busy now
+    wait_for(lambda: worker.stats.started >= 2, 10, "both bulk threads to be busy")
     submitted = time.monotonic()
     for n in range(5):
         m.enqueue(JobSpec("urgent", "page", {"n": n}))

@@ -40,6 +40,7 @@ from pigeon.storage.crypto import Keyring
 from pigeon.storage.sealed import JOB_ERROR
 from pigeon.storage.server import open_server_db
 from tests import processes
+from tests.waiting import wait_for
 
 from .conftest import PIGEON, Deployed, serve, stop
 
@@ -126,9 +127,9 @@ def test_a_failing_handler_answers_an_error_id_and_not_its_message(with_hooks: D
     body = reply.json()
     assert body["type"].endswith("handler-failed") and body["error_id"] in body["detail"]
     assert canary not in reply.text and "RuntimeError" not in reply.text
-    time.sleep(0.2)  # the log line is written after the answer
-    log = with_hooks.log.read_text()
-    assert f"[error {body['error_id']}]" in log and canary not in log
+    line = f"[error {body['error_id']}]"  # written after the answer
+    wait_for(lambda: line in with_hooks.log.read_text(), 10, "the error's line in the log")
+    assert canary not in with_hooks.log.read_text()
 
 
 # -- job errors on every view ----------------------------------------------------------
@@ -152,10 +153,11 @@ def fail_a_job(db: Database, secret: str) -> int:
     worker = Worker(app, db, {"billing": 1}, WorkerOptions(poll=0.01, schedules=False))
     worker.start()
     try:
-        deadline = time.monotonic() + 30
-        while show_job(db, job_id)["status"] != "failed":
-            assert time.monotonic() < deadline, show_job(db, job_id)
-            time.sleep(0.02)
+        wait_for(
+            lambda: show_job(db, job_id)["status"] == "failed",
+            30,
+            lambda: f"the job to fail: {show_job(db, job_id)}",
+        )
     finally:
         worker.stop()
         worker.join(10)
