@@ -1,4 +1,5 @@
-"""SyncEngine(pipeline=N): several batches on the way at once, per-entity order intact."""
+"""SyncEngine(pipeline=N): several batches on the way at once, per-entity order intact;
+with more than one, one more lane takes its batch meanwhile, never a batch more on the way."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ class Watched(HttpTransport):
     """The real transport, noting how many sends were on the way at once and what each
     carried (no operation may ever be in two batches on the way)."""
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, queue: OfflineQueue | None = None, **options: Any) -> None:
         super().__init__(url, **options)
+        self.queue = queue  # given: how many operations are taken as each send leaves
+        self.taken: list[int] = []
         self._lock = threading.Lock()
         self.on_the_way: set[str] = set()
         self.sending = 0
@@ -37,6 +40,8 @@ class Watched(HttpTransport):
         self, operations: Sequence[Operation], *, keep_going: KeepGoing | None = None
     ) -> Exchange:
         entities = {op.entity for op in operations}
+        if self.queue is not None:
+            self.taken.append(self.queue.stats().in_flight)
         with self._lock:
             self.overlaps += sorted(entities & self.on_the_way)
             self.on_the_way |= entities
@@ -66,6 +71,21 @@ def test_two_batches_on_the_way_deliver_everything_once_in_entity_order(
         assert [x["body"] for x in state.effects(f"e{e}")] == [{"i": i} for i in range(5)]
     assert len(state.effects()) == 200 and engine.totals.delivered == 200
     assert queue.stats().depth == 0
+
+
+def test_a_third_lane_takes_its_batch_while_two_are_on_the_way_and_waits_its_turn(
+    make_engine: MakeEngine, queue: OfflineQueue, server: LiveServer, state: WireState
+) -> None:
+    state.delay = 0.05
+    transport = Watched(server.url, queue, batch=True)
+    engine = make_engine(transport, cycle_size=10, pipeline=2)
+    for e in range(200):
+        queue.enqueue("update", f"thing:e{e}", {"i": 0})
+    assert engine.drain(timeout=60)
+    assert transport.most == 2, "never more batches on the way than the pipeline"
+    # Two lanes alone never hold more than 20 operations: a third took its 10 meanwhile.
+    assert max(transport.taken) > 20, transport.taken
+    assert len(state.effects()) == 200 and queue.stats().depth == 0
 
 
 def test_a_failing_entity_still_holds_back_only_itself_with_a_pipeline(

@@ -401,7 +401,7 @@ class SyncEngine:
         """Conflict-held operations no callback settled or recorded: see `Sweep`."""
         if not self._cycles.in_lane:
             try:
-                if self._sweeper(self._lanes.turns, self.pipeline):
+                if self._sweeper(self._lanes.turns, self._lanes.lanes):
                     self.notify()
             except Exception as exc:  # a full disk: reported, and tried again next time
                 self._error(exc)

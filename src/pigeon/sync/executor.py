@@ -16,6 +16,7 @@ head, holding the rest until it is retried or discarded (or ``on_dead`` says oth
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -122,7 +123,11 @@ class Executor:
         # with a pipeline runs several passes at once.
         self._local = _Pass()
 
-    def run_once(self, limit: int) -> CycleReport:
+    def run_once(
+        self, limit: int, *, wire: contextlib.AbstractContextManager[object] | None = None
+    ) -> CycleReport:
+        """One pass: take up to ``limit`` due operations, send them (once ``wire``, the
+        engine's count of batches on the way, lets this one go) and settle the replies."""
         ops = self.queue.next_batch(limit)
         report = CycleReport(taken=len(ops))
         if not ops:
@@ -136,8 +141,9 @@ class Executor:
         transmitted: set[str] = set()
         try:
             self._fill_base_versions(ops)
-            maybe_sent = True
-            exchange = self.transport.send(ops, keep_going=self._keep_going)
+            with wire if wire is not None else contextlib.nullcontext():
+                maybe_sent = True
+                exchange = self.transport.send(ops, keep_going=self._keep_going)
             transmitted = exchange.transmitted
             now = self.clock()
             # One failed batch request: its operations retry together, as one batch again.

@@ -1,7 +1,8 @@
-"""The cycles of one `SyncEngine`: ``pipeline`` lanes side by side, each taking a batch,
-sending it and settling it (`Executor.run_once`) until nothing is due, and what each
-cycle did, summed into the engine's totals and told to its holds (an unreachable server,
-a 429) and its connectivity monitor.
+"""The cycles of one `SyncEngine`: lanes side by side, each taking a batch, sending it and
+settling it (`Executor.run_once`) until nothing is due, and what each cycle did, summed
+into the engine's totals and told to its holds (an unreachable server, a 429) and its
+connectivity monitor. ``pipeline`` batches may be on the way at once; with more than one,
+the engine runs one lane more, which takes its batch while they are on the way.
 
 One sync, read top to bottom: `Lanes.run` starts the other lanes and runs cycles one after
 another (the cycle itself inline: a turn, the executor's pass, the accounting);
@@ -49,7 +50,12 @@ class Lanes:
         self.pipeline = pipeline
         self.connectivity = connectivity
         self.totals = CycleReport()  # everything done so far (counters only)
-        self.turns = threading.BoundedSemaphore(pipeline)  # cycles running at once
+        # With more than one batch on the way, one more lane takes and prepares its batch
+        # meanwhile and sends it as soon as one of them is answered: the server is not left
+        # with one batch while a lane settles its reply and takes its next.
+        self.lanes = pipeline + 1 if pipeline > 1 else 1
+        self.turns = threading.BoundedSemaphore(self.lanes)  # cycles running at once
+        self.wire = threading.BoundedSemaphore(pipeline)  # batches on the way at once
         self._holds = holds
         self._cycles = cycles
         self._sweeper = sweeper
@@ -66,7 +72,7 @@ class Lanes:
         the engine is stopping or the monitor says offline. An explicit flush tries
         whatever the monitor says. Read top to bottom: start the other lanes; per cycle,
         the checks, a turn, the executor's pass, the accounting; gather the lanes."""
-        lanes = lanes or self.pipeline
+        lanes = lanes or self.lanes
         pool = None
         others = []
         if lanes > 1:
@@ -90,14 +96,15 @@ class Lanes:
                         break
                     if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
                         break
-                    # The cycle: a turn (at most ``pipeline`` at once), one executor pass.
+                    # The cycle: a turn (one per lane), one executor pass, whose request
+                    # waits for its place on the wire (at most ``pipeline`` at once).
                     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                     if not self.turns.acquire(timeout=timeout):
                         break
                     report: CycleReport | None = None
                     self._cycles.begin()  # before next_batch: see SyncEngine.drain
                     try:
-                        report = self.executor.run_once(self.cycle_size)
+                        report = self.executor.run_once(self.cycle_size, wire=self.wire)
                     finally:
                         self.turns.release()
                         # A flush or drain in another thread may wait for these operations.

@@ -19,8 +19,9 @@ MAX_PIPELINE = 16
 class SyncOptions:
     """``cycle_size``: how many operations one cycle takes from the queue (at most one per
     entity). ``pipeline``: how many batches may be on the way at once (1 to 16; with 2 the
-    next batch is taken and sent while the server works on the previous one: per-entity
-    order holds, the order in which different entities reach the server is given up).
+    next batch is taken and sent while the server works on the previous one, and a third
+    is taken meanwhile, to leave as soon as one of them is answered: per-entity order
+    holds, the order in which different entities reach the server is given up).
     ``reconnect``: the backoff between connection attempts while the server is unreachable,
     while no request can be made (the token callable raises), and after a step of the
     background loop raised. ``idle_recheck``: seconds, the longest sleep while an
