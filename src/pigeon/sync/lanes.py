@@ -47,7 +47,6 @@ class Lanes:
         self.queue = queue
         self.executor = executor
         self.cycle_size = cycle_size
-        self.pipeline = pipeline
         self.connectivity = connectivity
         self.totals = CycleReport()  # everything done so far (counters only)
         # With more than one batch on the way, one more lane takes and prepares its batch
@@ -65,13 +64,14 @@ class Lanes:
         self._state_lock = threading.Lock()  # totals and the reconnect backoff
 
     def run(self, deadline: float | None, *, honour_stop: bool, lanes: int = 0) -> bool:
-        """Cycles, one after another, until one takes nothing (True), in ``pipeline``
-        lanes side by side: this thread runs one, pool threads the others (each this same
-        method, ``lanes=1``). False when the queue is paused, the server unreachable or
-        holding us off (429), time is up, and (``honour_stop``, the background loop) when
-        the engine is stopping or the monitor says offline. An explicit flush tries
-        whatever the monitor says. Read top to bottom: start the other lanes; per cycle,
-        the checks, a turn, the executor's pass, the accounting; gather the lanes."""
+        """Cycles, one after another, until one takes nothing (True), in ``lanes`` (by
+        default all the engine's) side by side: this thread runs one, pool threads the
+        others (each this same method, ``lanes=1``). False when the queue is paused, the
+        server unreachable or holding us off (429), time is up, and (``honour_stop``, the
+        background loop) when the engine is stopping or the monitor says offline. An
+        explicit flush tries whatever the monitor says. Read top to bottom: start the other
+        lanes; per cycle, the checks, a turn, the executor's pass, the accounting; gather
+        the lanes."""
         lanes = lanes or self.lanes
         pool = None
         others = []
