@@ -55,6 +55,37 @@ def tables_locked(url: str, *tables: str) -> Iterator[None]:
         yield
 
 
+def claim_held(url: str, key: str) -> bool:
+    """Whether a request holds idempotency key ``key`` in the server database at ``url``,
+    as another process sees it: its claim committed, or (an inline claim, not yet
+    committed) a transaction under way: on PostgreSQL a lock taken on the claims table,
+    on SQLite the file's write lock."""
+    if url.startswith("postgres"):
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pigeon_idempotency_claims WHERE idem_key = %s)"
+                " OR EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                " WHERE c.relname = 'pigeon_idempotency_claims' AND l.mode = 'RowExclusiveLock'"
+                " AND l.pid <> pg_backend_pid() AND l.database = (SELECT oid FROM pg_database"
+                " WHERE datname = current_database()))",
+                (key,),
+            ).fetchone()
+        return bool(row and row[0])
+    conn = sqlite3.connect(url, isolation_level=None, timeout=0)
+    try:
+        sql = "SELECT 1 FROM pigeon_idempotency_claims WHERE idem_key = ?"
+        if conn.execute(sql, (key,)).fetchone():
+            return True
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:  # locked: a write transaction is under way
+            return True
+        conn.execute("ROLLBACK")
+        return False
+    finally:
+        conn.close()
+
+
 def opened(url: str | Path) -> Iterator[Database]:
     """A fixture's body: the server database at ``url``, closed when the test is done."""
     database = open_server_db(url, durability="normal")

@@ -22,6 +22,7 @@ from pigeon.server.results import OpResult
 from pigeon.server.testhooks import BadTestHook, TestHooks
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
+from tests.databases import claim_held
 from tests.waiting import wait_for
 
 PROMPT = 1.0
@@ -43,33 +44,17 @@ def intake(notes_db: Database, claim_mode: ClaimMode = "inline") -> Intake:
     return made
 
 
-def running(
-    made: Intake, request: OperationRequest, on: Database | None = None
-) -> Future[OpResult]:
+def running(made: Intake, request: OperationRequest, on: str | None = None) -> Future[OpResult]:
     """``request`` in progress in ``made`` (held for its delay): once this process holds
-    its key, or, with ``on`` (another node's view of the database), once its claim is
-    there (committed, or an uncommitted claim's lock on the table)."""
+    its key, or, with ``on`` (the database's URL), once another node would see it held."""
     pool = ThreadPoolExecutor(1)
     future = pool.submit(made.execute, "p", request)
     pool.shutdown(wait=False)
     if on is None:
         wait_for(lambda: made.inflight.held() > 0, 10, "the original to hold its key")
     else:
-        wait_for(lambda: _claimed(on, request.key), 10, "the original to claim its key")
+        wait_for(lambda: claim_held(on, request.key), 10, "the original to claim its key")
     return future
-
-
-def _claimed(db: Database, key: str) -> bool:
-    with db.transaction() as tx:
-        row = tx.sql(
-            "SELECT EXISTS (SELECT 1 FROM pigeon_idempotency_claims WHERE idem_key = %(key)s)"
-            " OR EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
-            " WHERE c.relname = 'pigeon_idempotency_claims' AND l.mode = 'RowExclusiveLock'"
-            " AND l.pid <> pg_backend_pid() AND l.database = (SELECT oid FROM pg_database"
-            " WHERE datname = current_database())) AS claimed",
-            {"key": key},
-        ).fetchone()
-    return bool(row["claimed"])
 
 
 def timed(fn: object, *args: object) -> tuple[object, float]:
@@ -189,7 +174,7 @@ def test_a_duplicate_on_another_node_is_answered_within_the_claim_wait(
     first, second = open_server_db(pg_url), open_server_db(pg_url)
     try:
         a, b = intake(first, claim_mode), intake(second, claim_mode)
-        original = running(a, op("k", "n1", delay_ms=3000), on=second)
+        original = running(a, op("k", "n1", delay_ms=3000), on=pg_url)
         result, took = timed(b.execute, "p", op("k", "n1"))
         assert isinstance(result, OpResult) and in_progress(result), result
         assert took < PROMPT
@@ -203,10 +188,10 @@ def test_a_duplicate_on_another_node_is_answered_within_the_claim_wait(
 
 
 def test_a_batch_on_another_node_runs_what_precedes_a_busy_key(
-    two_nodes: tuple[Intake, Intake, Database],
+    two_nodes: tuple[Intake, Intake, Database], pg_url: str
 ) -> None:
     a, b, notes_db = two_nodes
-    original = running(a, op("k", "n1", delay_ms=3000), on=notes_db)
+    original = running(a, op("k", "n1", delay_ms=3000), on=pg_url)
     batch, took = timed(b.execute_batch, "p", [op("x", "x"), op("k", "n1"), op("y", "y")])
     assert isinstance(batch, list)
     assert [r.status for r in batch] == [201, 409] and in_progress(batch[1])

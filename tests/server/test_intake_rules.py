@@ -22,7 +22,9 @@ import pytest
 from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.testhooks import DELAY, FAIL, SET_COOKIE
 from pigeon.storage.server import open_server_db
+from tests.databases import claim_held
 from tests.processes import ServerProcess
+from tests.waiting import wait_for
 
 # A duplicate is answered within this (in-process: at once; across PostgreSQL
 # processes: the claim's 0.5 s wait), documented as "within about 1 s".
@@ -58,10 +60,13 @@ def in_background(fn: Any, *args: Any, **kwargs: Any) -> Future[httpx.Response]:
     return future
 
 
-def held(url: str, key: str, body: Any, delay_ms: int) -> Future[httpx.Response]:
-    """The original request, in progress for ``delay_ms`` after its claim."""
-    future = in_background(post, url, key, body, **{DELAY: str(delay_ms)})
-    time.sleep(0.4)  # let it reach the server and claim its key
+def held(
+    server: ServerProcess, db_url: str, key: str, body: Any, delay_ms: int
+) -> Future[httpx.Response]:
+    """The original request, in progress for ``delay_ms`` after its claim: returned once
+    the server holds its key."""
+    future = in_background(post, server.url, key, body, **{DELAY: str(delay_ms)})
+    wait_for(lambda: claim_held(db_url, key), 10, f"the server to claim {key!r}")
     return future
 
 
@@ -81,7 +86,7 @@ def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
 def test_a_duplicate_in_progress_gets_409_with_retry_after_promptly(
     server: ServerProcess, server_db_url: str
 ) -> None:
-    original = held(server.url, "k", {"id": "n1"}, delay_ms=3000)
+    original = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=3000)
     started = time.monotonic()
     duplicate = post(server.url, "k", {"id": "n1"})
     took = time.monotonic() - started
@@ -99,7 +104,7 @@ def test_a_duplicate_in_progress_gets_409_with_retry_after_promptly(
 def test_a_duplicate_waits_and_replays_only_when_opted_in(server_db_url: str) -> None:
     args = ["--test-hooks", "--in-progress-wait", "5"]
     with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
-        original = held(server.url, "k", {"id": "n1"}, delay_ms=1500)
+        original = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=1500)
         duplicate = post(server.url, "k", {"id": "n1"})
         assert original.result().status_code == 201
     assert duplicate.status_code == 201 and duplicate.headers["idempotent-replayed"] == "true"
@@ -137,7 +142,7 @@ def test_after_a_sigkill_mid_request_the_retry_runs_within_the_bound(
 ) -> None:
     args = ["--test-hooks", "--claim-mode", claim_mode]
     with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
-        lost = held(server.url, "k", {"id": "n1"}, delay_ms=30_000)
+        lost = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=30_000)
         server.kill()
         with pytest.raises(httpx.TransportError):
             lost.result()
