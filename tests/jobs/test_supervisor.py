@@ -43,13 +43,17 @@ def test_budget_is_checked(server_db_url: str) -> None:
         Supervisor("nocolon", server_db_url, {"chaos": 1})
 
 
-def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, server_db_url: str) -> None:
-    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 1.0, "n": 1}))
-    sup = Supervisor(
-        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
-    )
+def _napping(db: Database, url: str, seconds: float) -> tuple[Supervisor, int]:
+    """One worker process under its supervisor, holding a ``nap`` of ``seconds``."""
+    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": seconds, "n": 1}))
+    sup = Supervisor(APP, url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False))
     sup.start()
     wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    return sup, job_id
+
+
+def test_sigterm_mid_job_finishes_it_within_the_lease(db: Database, server_db_url: str) -> None:
+    sup, job_id = _napping(db, server_db_url, 1.0)
     sup.stop()  # SIGTERM while the job sleeps
     assert [s.process.exitcode for s in sup.slots if s.process] == [0]
     info = show_job(db, job_id)
@@ -64,12 +68,7 @@ def test_a_child_running_past_the_grace_shows_its_stacks_then_is_killed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pigeon.jobs.supervisor")
-    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 4.0, "n": 1}))
-    sup = Supervisor(
-        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
-    )
-    sup.start()
-    wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    sup, _ = _napping(db, server_db_url, 4.0)
     sup.stop(grace=1)  # the task sleeps on past it
     assert [s.process.exitcode for s in sup.slots if s.process] == [-signal.SIGKILL]
     assert re.search(r"worker \d+ did not stop within 1s", caplog.text)
@@ -83,12 +82,7 @@ def test_a_child_stopped_while_its_database_is_locked_exits_within_the_grace(
 ) -> None:
     """Its job's writes wait out the job's timeout, its outcome and its registry row give
     up by the lease: the child exits on its own before the supervisor would kill it."""
-    job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": 0.5, "n": 1}))
-    sup = Supervisor(
-        APP, server_db_url, {"slow": 1}, processes=1, options=WorkerOptions(schedules=False)
-    )
-    sup.start()
-    wait_for(lambda: show_job(db, job_id)["status"] == "reserved", timeout=20)
+    sup, _ = _napping(db, server_db_url, 0.5)
     with tables_locked(server_db_url, "pigeon_jobs", "pigeon_workers", "pigeon_effects"):
         started = time.monotonic()
         sup.stop()

@@ -60,12 +60,10 @@ def in_background(fn: Any, *args: Any, **kwargs: Any) -> Future[httpx.Response]:
     return future
 
 
-def held(
-    server: ServerProcess, db_url: str, key: str, body: Any, delay_ms: int
-) -> Future[httpx.Response]:
+def held(url: str, db_url: str, key: str, body: Any, delay_ms: int) -> Future[httpx.Response]:
     """The original request, in progress for ``delay_ms`` after its claim: returned once
     the server holds its key."""
-    future = in_background(post, server.url, key, body, **{DELAY: str(delay_ms)})
+    future = in_background(post, url, key, body, **{DELAY: str(delay_ms)})
     wait_for(lambda: claim_held(db_url, key), 10, f"the server to claim {key!r}")
     return future
 
@@ -86,7 +84,7 @@ def test_an_invalid_body_is_not_stored_and_the_corrected_request_runs_once(
 def test_a_duplicate_in_progress_gets_409_with_retry_after_promptly(
     server: ServerProcess, server_db_url: str
 ) -> None:
-    original = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=3000)
+    original = held(server.url, server_db_url, "k", {"id": "n1"}, delay_ms=3000)
     started = time.monotonic()
     duplicate = post(server.url, "k", {"id": "n1"})
     took = time.monotonic() - started
@@ -104,7 +102,7 @@ def test_a_duplicate_in_progress_gets_409_with_retry_after_promptly(
 def test_a_duplicate_waits_and_replays_only_when_opted_in(server_db_url: str) -> None:
     args = ["--test-hooks", "--in-progress-wait", "5"]
     with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
-        original = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=1500)
+        original = held(server.url, server_db_url, "k", {"id": "n1"}, delay_ms=1500)
         duplicate = post(server.url, "k", {"id": "n1"})
         assert original.result().status_code == 201
     assert duplicate.status_code == 201 and duplicate.headers["idempotent-replayed"] == "true"
@@ -142,7 +140,7 @@ def test_after_a_sigkill_mid_request_the_retry_runs_within_the_bound(
 ) -> None:
     args = ["--test-hooks", "--claim-mode", claim_mode]
     with ServerProcess(server_db_url, extra_args=args, allow_anonymous=True) as server:
-        lost = held(server, server_db_url, "k", {"id": "n1"}, delay_ms=30_000)
+        lost = held(server.url, server_db_url, "k", {"id": "n1"}, delay_ms=30_000)
         server.kill()
         with pytest.raises(httpx.TransportError):
             lost.result()

@@ -153,7 +153,7 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
 
     def commit(self) -> None:
         """The COMMIT, with whatever waits; nothing at all if no statement ever ran."""
-        if not self._begun and len(self._queue) <= self._opening:  # BEGIN alone
+        if not self._begun and len(self._queue) <= self._opening:  # BEGIN (and timeout)
             self._queue = []
             return
         last = next((q for q in self._queue if isinstance(q, _Last)), None)
