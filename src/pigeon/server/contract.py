@@ -13,8 +13,11 @@ so that the document cannot say less, or more, than the server checks.
 
 The code checks that name a refusal's problem (``check_key``, ``token``, the clock's)
 run first; the schema runs after them, so nothing it refuses gets in under another
-reading. tests/server/test_contract_rules.py checks that every value a schema accepts,
-those checks accept too.
+reading. A batch entry of only the published fields, each optional one text or null,
+is not given to ``BATCH_OPERATION``: the checks before it already say all it says
+(`pigeon.server.messages.parse_batch_entry`). tests/server/test_contract_rules.py
+checks that every value a schema accepts, those checks accept too, and that an entry
+the schema is not asked about is answered as the schema would answer it.
 """
 
 from __future__ import annotations
