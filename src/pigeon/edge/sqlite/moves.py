@@ -17,6 +17,7 @@ from pigeon.edge.sqlite.rows import (
     require,
     response_text,
     responses_json,
+    responses_values,
     to_operation,
     was_sent,
 )
@@ -83,8 +84,12 @@ def deliver_many(tx: SQLiteTx, path: str, items: Sequence[Delivery], now: float)
             require({"id": op_id, "status": status}, OpStatus.IN_FLIGHT, action="mark delivered")
     if not moved:  # all of it delivered before: a repeat changes nothing
         return
-    responses = responses_json([(i, first[i][0]) for i in moved], tx.cipher)
-    tx.execute("deliver_all", {"items": responses, "now": now})
+    answers = [(i, first[i][0]) for i in moved]
+    values = None if tx.cipher.enabled else responses_values(answers)
+    if values is not None:
+        tx.execute("deliver_all_values", {"items": values, "now": now})
+    else:  # sealed responses are texts, and a NaN no JSON of SQLite's
+        tx.execute("deliver_all", {"items": responses_json(answers, tx.cipher), "now": now})
     versions: list[Mapping[str, Any]] = [
         {"entity": states[i][1], "version": first[i][1]} for i in moved if first[i][1] is not None
     ]

@@ -153,6 +153,17 @@ UPDATE operations
    AND (operations.status = 'in_flight'
         OR (operations.status = 'pending' AND operations.dispatches > 0));
 
+-- name: deliver_all_values
+-- deliver_all with :items a JSON list of [id, response], each response the JSON value
+-- itself, stored as its JSON text (none for null): encoded once, not as text in a string.
+UPDATE operations
+   SET status = 'delivered', head = 0, delivered_at = :now, response = d.response
+  FROM (SELECT value ->> '$[0]' AS id, NULLIF(value -> '$[1]', 'null') AS response
+          FROM json_each(:items)) AS d
+ WHERE operations.id = d.id
+   AND (operations.status = 'in_flight'
+        OR (operations.status = 'pending' AND operations.dispatches > 0));
+
 -- name: delivery_states
 SELECT id, entity, status, dispatches FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
 
