@@ -71,12 +71,9 @@ SEGMENT_BYTES = 256 << 10
 
 
 class SetAbandoned(Exception):
-    """The set path gave its chunk up: roll the chunk's transaction back, and run the
-    chunk the per-operation way in a new one."""
-
-
-class _Abandon(Exception):
-    """The set path cannot give this chunk the per-operation path's answers."""
+    """The set path cannot give its chunk the per-operation path's answers, and gave it
+    up: roll the chunk's transaction back, and run the chunk the per-operation way in a
+    new one."""
 
 
 @dataclass(slots=True)
@@ -110,7 +107,9 @@ def run_set(
         return None
     try:
         return _Run(applier, claims, tx, principal, steps).go(asks)
-    except (_Abandon, KeyBusy):
+    except SetAbandoned:
+        raise
+    except KeyBusy:
         raise SetAbandoned from None
     except Exception as exc:
         if store_down(exc):
@@ -234,7 +233,7 @@ class _Run:
         if decision is None:
             return False
         if decision.outcome is ClaimOutcome.IN_PROGRESS:
-            raise _Abandon  # transient: the per-operation way stops the batch there
+            raise SetAbandoned  # transient: the per-operation way stops the batch there
         self.results[index] = refused(decision, call)
         return True
 
@@ -242,7 +241,7 @@ class _Run:
         assert step.op is not None
         result = self.applier.apply(self.tx, self.principal, step.op)
         if result.transient:
-            raise _Abandon
+            raise SetAbandoned
         self.results[step.index] = result
 
     def _flush(self, segment: list[tuple[RoutedOperation, int, str]]) -> None:
@@ -267,7 +266,7 @@ class _Run:
             kept = [[k, v] for k, v in result.headers if k not in NOT_REPLAYED]
             answers.append((key, token, result.status, kept, result.body_text))
         if self.claims.complete_many(self.tx, self.principal, answers) != len(answers):
-            raise _Abandon  # a claim of ours was lost: the one-key way says how
+            raise SetAbandoned  # a claim of ours was lost: the one-key way says how
         if answers:
             mean = (time.monotonic() - started) / len(answers)
             self.applier.runner.timings.observe(route.template, mean)
@@ -281,7 +280,7 @@ class _Run:
         try:
             self.results[index] = self.applier.runner.run(self.tx, claim, call)
         except Failed:
-            raise _Abandon from None  # transient
+            raise SetAbandoned from None  # transient
 
     def _contexts(self, segment: list[tuple[RoutedOperation, int, str]]) -> list[IntakeContext]:
         """What the route's handler would be given for each (``HandlerRunner``), the

@@ -41,6 +41,10 @@ _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's
 Delivery = tuple[str, Any, str | None]  # (op_id, response, etag) for mark_delivered_many
 
 
+# No bound on the batches on the way: the default of a pass run on its own.
+_ANY_TIME: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+
+
 class SyncQueue(QueueWrites, Protocol):
     """Everything `SyncEngine`, its `Executor` and its conflict handling call on a queue:
     `pigeon.edge.queue.OfflineQueue` is the one implementation (a test's subclass of it
@@ -124,10 +128,11 @@ class Executor:
         self._local = _Pass()
 
     def run_once(
-        self, limit: int, *, wire: contextlib.AbstractContextManager[object] | None = None
+        self, limit: int, *, wire: contextlib.AbstractContextManager[object] = _ANY_TIME
     ) -> CycleReport:
         """One pass: take up to ``limit`` due operations, send them (once ``wire``, the
-        engine's count of batches on the way, lets this one go) and settle the replies."""
+        engine's count of batches on the way, lets this one go: by default at once) and
+        settle the replies."""
         ops = self.queue.next_batch(limit)
         report = CycleReport(taken=len(ops))
         if not ops:
@@ -141,7 +146,7 @@ class Executor:
         transmitted: set[str] = set()
         try:
             self._fill_base_versions(ops)
-            with wire if wire is not None else contextlib.nullcontext():
+            with wire:
                 maybe_sent = True
                 exchange = self.transport.send(ops, keep_going=self._keep_going)
             transmitted = exchange.transmitted
