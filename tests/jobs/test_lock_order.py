@@ -10,7 +10,6 @@ interleaving that deadlocked before the locks were ordered."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -22,6 +21,7 @@ from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.storage.base import Database, Row, Tx
 from tests.databases import lock_waiters
+from tests.waiting import wait_for
 
 
 class _PausingTx:
@@ -89,7 +89,8 @@ def _race(
     second: Callable[[], object],
 ) -> list[BaseException]:
     """Run ``first`` on a database that, after the statement ``pause_after``, starts
-    ``second`` and waits until it is blocked on a lock (or 3 s pass) before going on."""
+    ``second`` and waits until it is blocked on a lock before going on (failing, among
+    the errors, if it is not within 3 s)."""
     errors: list[BaseException] = []
 
     def guarded(fn: Callable[[], object]) -> None:
@@ -102,9 +103,7 @@ def _race(
 
     def hook() -> None:
         other.start()
-        deadline = time.monotonic() + 3
-        while lock_waiters(pg_url) == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: lock_waiters(pg_url) > 0, 3, "the other transaction to wait on a lock")
 
     paused = _Pausing(pg, pause_after, hook)
     guarded(lambda: first(paused))

@@ -18,6 +18,7 @@ from pigeon.reference.crdt import decode, encode
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.base import Database
 from tests.databases import lock_waiters
+from tests.waiting import wait_for
 
 from .conftest import live_server
 
@@ -29,11 +30,12 @@ def _both_blocked_then_release(pg_url: str, send: Any, requests: list[Any]) -> l
         holder.execute("SELECT 1 FROM ref_notes WHERE id = '1' FOR UPDATE")
         with ThreadPoolExecutor(len(requests)) as pool:
             futures = [pool.submit(send, *r) for r in requests]
-            deadline = time.monotonic() + 10
-            while lock_waiters(pg_url) < len(requests):
-                assert time.monotonic() < deadline, "the requests never queued on the note"
+
+            def queued() -> bool:
                 assert not any(f.done() for f in futures), [f.result().text for f in futures]
-                time.sleep(0.02)
+                return lock_waiters(pg_url) >= len(requests)
+
+            wait_for(queued, 10, "the requests to queue on the note")
             holder.rollback()
             return [f.result() for f in futures]
 
@@ -112,10 +114,7 @@ def test_two_first_writes_of_a_new_resource_are_both_settled(
             )
             with ThreadPoolExecutor(2) as pool:
                 futures = [pool.submit(send, "d1", now_ms - 10), pool.submit(send, "d2", now_ms)]
-                deadline = time.monotonic() + 10
-                while lock_waiters(pg_url) < 2:
-                    assert time.monotonic() < deadline, "the requests never queued"
-                    time.sleep(0.02)
+                wait_for(lambda: lock_waiters(pg_url) >= 2, 10, "both requests to queue on the row")
                 holder.rollback()
                 replies = [f.result() for f in futures]
         assert sorted(r.status_code for r in replies) == [200, 201], [r.text for r in replies]

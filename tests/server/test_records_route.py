@@ -26,6 +26,7 @@ from pigeon.server.auth import BearerAuth
 from pigeon.server.records import records_routes
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.server import open_server_db
+from tests.waiting import wait_for
 
 from .conftest import OPERATOR, live_server, operator_token
 
@@ -94,14 +95,17 @@ def test_unknown_record_is_a_problem_404(served: tuple[str, Database]) -> None:
 
 class SlowDatabase:
     """The real database, each transaction first waiting ``delay`` seconds: a busy store
-    (a pool with no free connection, a slow disk)."""
+    (a pool with no free connection, a slow disk). ``waiting`` is set once a transaction
+    has begun that wait."""
 
     def __init__(self, inner: Database, delay: float) -> None:
         self.inner, self.delay, self.backend = inner, delay, inner.backend
         self.cipher = inner.cipher
+        self.waiting = threading.Event()
 
     @contextlib.contextmanager
     def transaction(self, **options: Any) -> Iterator[Tx]:
+        self.waiting.set()
         time.sleep(self.delay)
         with self.inner.transaction(**options) as tx:  # type: ignore[call-arg]
             yield tx
@@ -123,7 +127,7 @@ def test_a_slow_record_read_does_not_stall_the_server(tmp_path: Path) -> None:
     with live_server(app) as url, ThreadPoolExecutor(1) as pool:
         nope = f"{url}/pigeon/v1/records/nope"
         reading = pool.submit(httpx.get, nope, headers=OPERATOR, timeout=10)
-        time.sleep(0.2)  # the read is waiting on the store now
+        wait_for(slow.waiting.is_set, 5, "the record read to wait on the store")
         started = time.monotonic()
         assert httpx.get(f"{url}/health", timeout=10).text == "ok"
         waited = time.monotonic() - started

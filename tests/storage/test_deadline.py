@@ -6,7 +6,6 @@ its test in that time rather than in the 10-30 s of the configured waits."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
-from tests.databases import lock_waiters
+from tests.databases import lock_waiters, tables_locked
 from tests.pgwire import RoundTrips
 
 BOUND = 0.3  # seconds of deadline each test gives
@@ -71,14 +70,24 @@ def _until_later(seconds: float, end: Callable[[], object]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _locked_by_another_process(path: str, seconds: float) -> Iterator[None]:
-    """A connection of its own holding the file's write lock for ``seconds``."""
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")
+    """Another connection holding the file's write lock (``tables_locked``, in a thread of
+    its own) until ``seconds`` pass or the block ends, whichever comes first: it lets go
+    by itself while the test's own call is still waiting for it."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with tables_locked(path):
+            taken.set()
+            done.wait(seconds)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
     try:
-        with _until_later(seconds, lambda: other.in_transaction and other.execute("ROLLBACK")):
-            yield
+        assert taken.wait(5), "the other connection never took the write lock"
+        yield
     finally:
-        other.close()
+        done.set()
+        holder.join()
 
 
 def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> None:
