@@ -162,6 +162,7 @@ def served_app(options: ServerOptions, supervisor: int | None = None) -> ASGIApp
         die_with_parent(supervisor, signal.SIGTERM)
         watch_parent(supervisor, signal.SIGTERM)
     memory.configure_malloc()  # request-sized buffers are given back when freed
+    memory.configure_gc()  # the collector not run several times a batch
     try:
         return build_served(options.app or REFERENCE_APP, options)
     except ConfigurationError as exc:
