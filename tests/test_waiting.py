@@ -1,7 +1,9 @@
 """tests.waiting: ``wait_for`` returns once the condition holds, else fails naming the
 wait; ``until_answers`` waits for a server that is bound but not yet accepting, and is
 the only wait for a server the tests write (a hand-written one, counted in tries without
-a pause, gave up in a fraction of a second on a loaded machine and went on regardless)."""
+a pause, gave up in a fraction of a second on a loaded machine and went on regardless).
+And no test polls with a loop that only sleeps and has no deadline: a server that never
+started hung the run until the CI's own timeout (``while not server.started``)."""
 
 from __future__ import annotations
 
@@ -104,3 +106,42 @@ def test_the_scan_finds_a_hand_written_wait() -> None:
     )
     assert hand_written_server_waits(source) == [1]
     assert hand_written_server_waits("try:\n    f()\nexcept httpx.HTTPError:\n    pass\n") == []
+
+
+def unbounded_sleep_loops(source: str) -> list[int]:
+    """The lines of ``while`` loops that only sleep and whose condition names no time: a
+    wait with no deadline."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.While) or node.orelse:
+            continue
+        only_sleeps = all(
+            isinstance(stmt, ast.Expr) and ast.unparse(stmt.value).startswith("time.sleep(")
+            for stmt in node.body
+        )
+        condition = ast.unparse(node.test)
+        if only_sleeps and not any(word in condition for word in ("monotonic", "deadline")):
+            found.append(node.lineno)
+    return found
+
+
+# Client processes that drain until done: the test that starts each bounds it, and its
+# fixture kills it.
+_DRAINING_CLIENTS = {"chaos_client.py", "multinode_client.py"}
+
+
+def test_no_test_polls_without_a_deadline() -> None:
+    found = {
+        str(path.relative_to(TESTS)): lines
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.name not in _DRAINING_CLIENTS
+        and (lines := unbounded_sleep_loops(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, "wait with tests.waiting.wait_for, which fails at its deadline"
+
+
+def test_the_scan_finds_a_loop_that_only_sleeps() -> None:
+    assert unbounded_sleep_loops("while not server.started:\n    time.sleep(0.01)\n") == [1]
+    bounded = "while not ready() and time.monotonic() < deadline:\n    time.sleep(0.01)\n"
+    assert unbounded_sleep_loops(bounded) == []
+    assert unbounded_sleep_loops("while True:\n    time.sleep(1)\n    poll()\n") == []

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.reference.faultproxy import EXCLUSIVE_KINDS, FAULT_KINDS, FaultPlan, FaultProxy
+from tests.waiting import wait_for
 
 
 def _echo_app(seen: list[bytes]) -> Starlette:
@@ -103,8 +104,7 @@ def upstream() -> Iterator[tuple[str, list[bytes]]]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    while not server.started:
-        time.sleep(0.01)
+    wait_for(lambda: server.started, 10, "the echo server to start")
     yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
     server.should_exit = True
     thread.join(5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -40,19 +38,8 @@ def guarded(routes: list[Any]) -> list[Any]:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Database]]:
     notes_db = open_server_db(tmp_path / "s.db")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        Starlette(routes=guarded(records_routes(notes_db))), log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}", notes_db
-    server.should_exit = True
-    thread.join(5)
+    with live_server(Starlette(routes=guarded(records_routes(notes_db)))) as url:
+        yield url, notes_db
     notes_db.close()
 
 

@@ -22,6 +22,7 @@ from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests.databases import lock_waiters, tables_locked
 from tests.pgwire import RoundTrips
+from tests.waiting import wait_for
 
 BOUND = 0.3  # seconds of deadline each test gives
 SLACK = 0.3  # how late past it the wait may end, on a busy 2-core machine
@@ -207,10 +208,9 @@ def test_a_statement_past_the_deadline_stops_on_the_server(
                 tx.sql("UPDATE pigeon_effects SET result = '2' WHERE scope = 's' AND key = 'k'")
 
         assert _timed_out(update) < BOUND + SLACK
-        waited = time.monotonic()
-        while lock_waiters(pg_url) and time.monotonic() - waited < HELD:
-            time.sleep(0.05)
-        assert lock_waiters(pg_url) == 0, "the statement still waits on the server"
+        wait_for(
+            lambda: not lock_waiters(pg_url), HELD, "the statement to stop waiting on the server"
+        )
         holder.rollback()
     # Without a deadline a transaction sets no statement timeout of its own.
     with pg.transaction() as tx:
