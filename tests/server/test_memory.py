@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 from pigeon.server.memory import GC_YOUNG
+from tests import processes
 
 
 def test_a_serving_process_collects_its_youngest_objects_less_often(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_a_serving_process_collects_its_youngest_objects_less_often(tmp_path: Pa
         f"served_app(ServerOptions(database=DatabaseOptions({str(tmp_path / 'db')!r})))\n"
         "print(json.dumps([before, gc.get_threshold()]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     before, after = json.loads(done.stdout.strip().splitlines()[-1])
     assert before == list(gc.get_threshold())  # CPython's defaults, as in this process
