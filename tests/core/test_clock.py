@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
+from pigeon.core.clock import HLCTimestamp, HybridLogicalClock, latest
 
 walls = st.integers(min_value=0, max_value=10**13)
 events = st.lists(
@@ -56,3 +56,33 @@ def test_wall_clock_going_backwards_does_not_rewind() -> None:
     wall[0] = 1_000  # the device's clock was set back by hand
     second = clock.now()
     assert second > first
+
+
+# Stamps as clocks write them, and as clients may send them: leading zeros dropped or added.
+_stamp_parts = st.tuples(
+    st.integers(0, 10**15 - 1), st.integers(0, 10**10 - 1), st.text(max_size=6)
+)
+
+
+def _written(parts: tuple[int, int, str], zeros: int) -> str:
+    wall, counter, node = parts
+    if zeros < 0:  # encode's form
+        return HLCTimestamp(wall, counter, node).encode()
+    return f"{'0' * zeros}{wall}-{'0' * zeros}{counter}-{node}"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            _stamp_parts | st.sampled_from([(7, 1, "a"), (7, 1, "ab"), (7, 2, "")]),
+            st.integers(-3, 2),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_latest_is_the_greatest_stamp_in_clock_order(
+    stamps: list[tuple[tuple[int, int, str], int]],
+) -> None:
+    texts = [_written(parts, zeros) for parts, zeros in stamps]
+    assert latest(texts) == max(HLCTimestamp.decode(text) for text in texts)

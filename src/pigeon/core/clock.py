@@ -8,8 +8,9 @@ clock says. It is encoded as a fixed-width string so that string order is clock 
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from threading import Lock
 
@@ -39,6 +40,19 @@ class HLCTimestamp:
 
     def __str__(self) -> str:
         return self.encode()
+
+
+# A stamp's text as ``encode`` writes it: its wall and counter in ASCII digits, full width.
+_FIXED = re.compile(f"[0-9]{{{_WALL_DIGITS}}}-[0-9]{{{_COUNTER_DIGITS}}}-")
+
+
+def latest(texts: Sequence[str]) -> HLCTimestamp:
+    """The greatest of the stamps ``texts`` (none empty), each in a form ``decode`` reads.
+    When each is in ``encode``'s form, their text order is their clock order, and only
+    the greatest is decoded: a batch's stamps cost a decode each (~0.85 us) otherwise."""
+    if all(_FIXED.match(text) for text in texts):
+        return HLCTimestamp.decode(max(texts))
+    return max(map(HLCTimestamp.decode, texts))
 
 
 def _wall_ms() -> int:

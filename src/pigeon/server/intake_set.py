@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pigeon.core.clock import HLCTimestamp
+from pigeon.core.clock import latest
 from pigeon.core.wire import canonical_json
 from pigeon.logs import failure
 from pigeon.server.applying import Applier
@@ -287,9 +287,9 @@ class _Run:
         server clock moved past the latest stamp among them (so past each)."""
         runner, tx, principal = self.applier.runner, self.tx, self.principal
         clock, now = runner.clock, runner.now()
-        stamps = [HLCTimestamp.decode(c.op.clock) for c, _, _ in segment if c.op.clock]
+        stamps = [c.op.clock for c, _, _ in segment if c.op.clock]
         if stamps:
-            clock.receive(max(stamps))
+            clock.receive(latest(stamps))
         # The server's own stamps for the operations that came without one, in order.
         own = iter(clock.stamps(len(segment) - len(stamps)))
         contexts = []
