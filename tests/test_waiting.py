@@ -12,6 +12,7 @@ import itertools
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,13 +86,17 @@ def hand_written_server_waits(source: str) -> list[int]:
     return found
 
 
-def test_no_test_writes_its_own_wait_for_a_server() -> None:
-    found = {
+def _found_in_tests(find: Callable[[str], list[int]], skipped: set[str]) -> dict[str, list[int]]:
+    """What ``find`` finds in each test file but those named in ``skipped``: file -> lines."""
+    return {
         str(path.relative_to(TESTS)): lines
         for path in sorted(TESTS.rglob("*.py"))
-        if path.name != "waiting.py"
-        and (lines := hand_written_server_waits(path.read_text(encoding="utf-8")))
+        if path.name not in skipped and (lines := find(path.read_text(encoding="utf-8")))
     }
+
+
+def test_no_test_writes_its_own_wait_for_a_server() -> None:
+    found = _found_in_tests(hand_written_server_waits, {"waiting.py"})
     assert found == {}, "wait with tests.waiting.until_answers (or answers)"
 
 
@@ -131,12 +136,7 @@ _DRAINING_CLIENTS = {"chaos_client.py", "multinode_client.py"}
 
 
 def test_no_test_polls_without_a_deadline() -> None:
-    found = {
-        str(path.relative_to(TESTS)): lines
-        for path in sorted(TESTS.rglob("*.py"))
-        if path.name not in _DRAINING_CLIENTS
-        and (lines := unbounded_sleep_loops(path.read_text(encoding="utf-8")))
-    }
+    found = _found_in_tests(unbounded_sleep_loops, _DRAINING_CLIENTS)
     assert found == {}, "wait with tests.waiting.wait_for, which fails at its deadline"
 
 

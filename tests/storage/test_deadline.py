@@ -70,25 +70,35 @@ def _until_later(seconds: float, end: Callable[[], object]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _locked_by_another_process(path: str, seconds: float) -> Iterator[None]:
-    """Another connection holding the file's write lock (``tables_locked``, in a thread of
-    its own) until ``seconds`` pass or the block ends, whichever comes first: it lets go
-    by itself while the test's own call is still waiting for it."""
+def _held_in_a_thread(
+    lock: contextlib.AbstractContextManager[object], seconds: float
+) -> Iterator[None]:
+    """``lock`` taken in a thread of its own and held until ``seconds`` pass or the block
+    ends, whichever comes first: it lets go by itself while the test's own call is still
+    waiting for it."""
     taken, done = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with tables_locked(path):
+        with lock:
             taken.set()
             done.wait(seconds)
 
     holder = threading.Thread(target=hold)
     holder.start()
     try:
-        assert taken.wait(5), "the other connection never took the write lock"
+        assert taken.wait(5), "the holding thread never took the lock"
         yield
     finally:
         done.set()
         holder.join()
+
+
+def _locked_by_another_process(
+    path: str, seconds: float
+) -> contextlib.AbstractContextManager[None]:
+    """Another connection holding the file's write lock (``tables_locked``) for ``seconds``
+    at most."""
+    return _held_in_a_thread(tables_locked(path), seconds)
 
 
 def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> None:
@@ -106,21 +116,8 @@ def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> N
 
 
 def test_sqlite_process_write_lock_waits_until_the_deadline(sqlite_file: SQLiteDatabase) -> None:
-    taken, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with sqlite_file.writer:
-            taken.set()
-            done.wait(HELD)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert taken.wait(5)
+    with _held_in_a_thread(sqlite_file.writer, HELD):
         assert _timed_out(lambda: sqlite_file.transaction().__enter__()) < BOUND + SLACK
-    finally:
-        done.set()
-        holder.join()
     with sqlite_file.transaction() as tx:  # the lock was not left taken
         tx.sql("DELETE FROM pigeon_jobs")
 
