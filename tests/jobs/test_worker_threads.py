@@ -6,19 +6,22 @@ leases are shown renewed by a second worker that would rescue any job whose leas
 
 from __future__ import annotations
 
+import ast
 import logging
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from pigeon.exceptions import StoreUnavailable
+import pigeon.jobs
+from pigeon.exceptions import JobTimeout, StoreUnavailable
 from pigeon.jobs.app import App
 from pigeon.jobs.failed import list_jobs
 from pigeon.jobs.job import JobSpec
-from pigeon.jobs.manager import JobManager, enqueue
+from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
 from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import STUCK, Worker
@@ -191,3 +194,82 @@ def test_a_graceful_stop_that_runs_out_of_grace_says_which_jobs_it_left(
     left = [r.getMessage() for r in caplog.records if "grace" in r.getMessage()]
     assert len(left) == 1 and f"[{job_id}]" in left[0], caplog.text
     assert worker.join(5)  # the job ends on its own; nothing outlives the database
+
+
+def test_a_timeout_recorded_after_the_job_was_rescued_counts_as_lost(db: Database) -> None:
+    # The watchdog times the job out; the heartbeat's write of that outcome gets through
+    # only after the lease lapsed (renewals fail here) and the thief took the job. The
+    # write is fenced: the worker must count the outcome lost, as its claim threads do.
+    app = App()
+    app.queue("q", timeouts=Timeouts(job=0.3, external_call=0.1, supervisor=3.0, lease=3.2))
+    timed_out = threading.Event()
+    runs: list[int] = []
+
+    @app.task(queue="q")
+    def hang() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            timed_out.wait(2.5)  # ends after the timeout, before the supervisor's deadline
+
+    worker = Worker(app, db, {"q": 1}, WorkerOptions(poll=0.02, poll_max=0.05))
+    thief = Worker(app, db, {"q": 1}, WorkerOptions(poll=0.02, poll_max=0.05), name="thief")
+    finish = worker.manager.finish
+
+    def renew_fails(*args: object) -> object:
+        raise StoreUnavailable("renewals do not get through")
+
+    def finish_after_the_rescue(outcomes: list[AttemptOutcome]) -> list[bool]:
+        if any(isinstance(o.error, JobTimeout) for o in outcomes):
+            wait_for(lambda: thief.stats.claimed == 1, timeout=10, what="the rescue")
+        return finish(outcomes)
+
+    worker.manager.renew = renew_fails  # type: ignore[assignment]
+    worker.manager.finish = finish_after_the_rescue  # type: ignore[method-assign]
+    JobManager(db, app).enqueue(JobSpec("q", "hang"))
+    t1 = run_in_thread(worker)
+    wait_for(lambda: worker.stats.timed_out == 1, timeout=5)
+    timed_out.set()
+    t2 = run_in_thread(thief)
+    wait_for(lambda: statuses(db) == {"succeeded": 1}, timeout=10)
+    wait_for(lambda: worker.stats.lost + worker.stats.failed == 1, timeout=10)
+    worker.stop()
+    thief.stop()
+    t1.join(10)
+    t2.join(10)
+    assert (worker.stats.lost, worker.stats.failed, worker.stats.unrecorded) == (1, 0, 0)
+    assert len(runs) == 2 and thief.stats.succeeded == 1
+
+
+# The manager's writes about held jobs answer, per job, whether the lease was still held;
+# ``_persist`` passes that answer on.
+_FENCED_WRITES = {"finish", "renew", "release", "start_jobs"}
+
+
+def _is_fenced_write(call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    on_manager = (isinstance(owner, ast.Name) and owner.id == "manager") or (
+        isinstance(owner, ast.Attribute) and owner.attr == "manager"
+    )
+    return func.attr == "_persist" or (on_manager and func.attr in _FENCED_WRITES)
+
+
+def _dropped_answers(source: str) -> list[int]:
+    """Lines where a fenced write is a statement of its own: its answer thrown away."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and _is_fenced_write(node.value)
+    ]
+
+
+def test_no_worker_thread_drops_the_answer_of_a_fenced_write() -> None:
+    jobs = Path(pigeon.jobs.__file__).parent
+    found = {p.name: _dropped_answers(p.read_text()) for p in sorted(jobs.glob("*.py"))}
+    assert {name: lines for name, lines in found.items() if lines} == {}
+    dropped = "self._persist(jobs, lambda: self.manager.finish(expired))\nmanager.renew(j, 1)\n"
+    assert _dropped_answers(dropped) == [1, 2]  # the shape the heartbeat had, and the plain one

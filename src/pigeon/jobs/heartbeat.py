@@ -121,7 +121,10 @@ class Heartbeat:
         if expired:
             # Retried while the database is away; given up (logged, counted) past the lease,
             # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+            recorded = self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
+            if recorded is not None:
+                with self._lock:
+                    self.stats.count_recorded([True] * len(expired), recorded)
         next_due = self._mark_started()
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]

@@ -7,6 +7,7 @@ import math
 import os
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,18 @@ class WorkerStats:
     by_queue: dict[str, int] = field(default_factory=dict)
     purged: int = 0
     heartbeat_errors: int = 0  # heartbeat rounds that failed outside the database
+
+    def count_recorded(self, failed: Sequence[bool], recorded: Sequence[bool]) -> None:
+        """Count outcomes written by ``JobManager.finish`` (``failed``: each had an error)
+        by its answer for each: False means fenced (the lease expired and the job was
+        rescued), so the outcome is lost, whichever thread wrote it."""
+        for error, ok in zip(failed, recorded, strict=True):
+            if not ok:
+                self.lost += 1
+            elif error:
+                self.failed += 1
+            else:
+                self.succeeded += 1
 
 
 def rss_mib() -> float:

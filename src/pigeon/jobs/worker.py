@@ -439,13 +439,7 @@ class Worker(Heartbeat):
             self._forget(jobs)
             return
         with self._lock:
-            for outcome, ok in zip(outcomes, results, strict=True):
-                if not ok:
-                    self.stats.lost += 1
-                elif outcome.error is None:
-                    self.stats.succeeded += 1
-                else:
-                    self.stats.failed += 1
+            self.stats.count_recorded([o.error is not None for o in outcomes], results)
         self._forget([o.job for o in outcomes])
 
     def _forget(self, jobs: list[Job]) -> None:
