@@ -12,9 +12,10 @@ cost of pigeon's own code.
 
 Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
 with the same prebuilt requests as the "server alone" ceilings. ``set_app`` writes each
-batch set-based instead (the claims, the notes, the ledger rows and the answers, one
-multi-row statement each, the named blocks the set-based intake runs): the raw limit of
-pigeon's set-based batches.
+batch set-based instead (the claims, the notes, the ledger rows and the answers, one call
+each, the named blocks the set-based intake runs, as it runs them: a multi-row statement,
+or for the claims a one-row statement stepped for each row by ``executemany``): the raw
+limit of pigeon's set-based batches.
 """
 
 from __future__ import annotations
@@ -123,12 +124,10 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         data = {k: v for k, v in body.items() if k != "id"}
         datas.append(data)
         notes.append([body["id"], json.dumps(data), "0"])
-    taken = _conn.execute(
-        _SQL["claims_insert_many"],
-        {"principal": "anonymous", "claims": json.dumps(claims), "now": now,
-         "locked_until": now + _POLICY.lock_timeout,
-         "claim_expires_at": now + _POLICY.claim_retention},
-    ).rowcount  # fmt: skip
+    until, expires = now + _POLICY.lock_timeout, now + _POLICY.claim_retention
+    taken = _conn.executemany(
+        _SQL["claims_insert_many"], [("anonymous", *c, until, now, expires) for c in claims]
+    ).rowcount
     if taken != len(entries):
         raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
     made = {
@@ -144,18 +143,18 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         version = made[note_id]
         ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
         answer = {"id": note_id, "version": version, **data}
-        answers.append([key, key, 201, [], json.dumps(answer)])
+        answers.append((key, json.dumps(answer)))
         out.append({"id": e.get("id"), "status": 201, "body": answer})
     _conn.execute(
         _SQL["ledger_append_many"],
         {"principal": "anonymous", "entries": json.dumps(ledger), "now": now},
     )
-    done = _conn.execute(
+    expires = now + _POLICY.response_retention
+    done = _conn.executemany(
         _SQL["claims_complete_many"],
-        {"principal": "anonymous", "answers": json.dumps(answers), "now": now,
-         "response_expires_at": now + _POLICY.response_retention},
-    ).fetchall()  # fmt: skip
-    assert len(done) == len(entries)
+        [(201, "[]", b, now, expires, "anonymous", k, k) for k, b in answers],
+    ).rowcount
+    assert done == len(entries)
     return out
 
 

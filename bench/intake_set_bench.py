@@ -1,12 +1,13 @@
 """The batch intake in process on SQLite, batches of 100 creates, beside the same rows
 written by hand, in one run: pigeon's set-based path (`pigeon.server.intake_set`, the
 reference notes app's ``create_notes``) against the hand-written set-based SQL (the same
-multi-row statements straight on sqlite3, with the least Python that can feed them: the
-raw limit, and the ceiling of that path), and the per-operation path against the
-hand-written per-operation SQL (claim, savepoint, note, ledger row, stored response per
-operation, as bench/_raw_intake_app.py runs them), and the two paths against each other;
-and the two paths on PostgreSQL, timed on the wall clock (a database of its own on the
-server PIGEON_BENCH_PG_DSN names, `bench._servers.pg_database`).
+named blocks, run as the intake runs them, one call each, straight on sqlite3, with the
+least Python that can feed them: the raw limit, and the ceiling of that path), and the
+per-operation path against the hand-written per-operation SQL (claim, savepoint, note,
+ledger row, stored response per operation, as bench/_raw_intake_app.py runs them), and
+the two paths against each other; and the two paths on PostgreSQL, timed on the wall
+clock (a database of its own on the server PIGEON_BENCH_PG_DSN names,
+`bench._servers.pg_database`).
 
 Durability "normal" on purpose (an fsync per commit would hide the CPU this measures), and
 timed in CPU seconds of this one thread (``time.process_time``): on a shared machine wall
@@ -95,7 +96,7 @@ class _Hand:
 
 class _HandSet(_Hand):
     """Set-based: the claims, the notes, the ledger rows and the completed claims with
-    their stored answers, one multi-row statement each."""
+    their stored answers, one call each (the claims' by ``executemany``)."""
 
     def batch(self, entries: list[Entry], now: float) -> None:
         sql, policy = self.sql, self.policy
@@ -105,12 +106,10 @@ class _HandSet(_Hand):
             data = {k: v for k, v in body.items() if k != "id"}
             datas.append(data)
             notes.append([body["id"], json.dumps(data), "0"])
-        taken = self.conn.execute(
-            sql["claims_insert_many"],
-            {"principal": "p", "claims": json.dumps(claims), "now": now,
-             "locked_until": now + policy.lock_timeout,
-             "claim_expires_at": now + policy.claim_retention},
-        ).rowcount  # fmt: skip
+        until, expires = now + policy.lock_timeout, now + policy.claim_retention
+        taken = self.conn.executemany(
+            sql["claims_insert_many"], [("p", *c, until, now, expires) for c in claims]
+        ).rowcount
         assert taken == len(entries)
         made = {
             note_id: version
@@ -124,16 +123,17 @@ class _HandSet(_Hand):
             version = made[note_id]
             ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
             headers = [[ETAG.lower(), f'"{version}"'], ["location", f"/notes/{note_id}"]]
-            answers.append([key, key, 201, headers, self.answer(note_id, version, data, now)])
+            answers.append((key, key, headers, self.answer(note_id, version, data, now)))
         self.conn.execute(
             sql["ledger_append_many"], {"principal": "p", "entries": json.dumps(ledger), "now": now}
         )
-        done = self.conn.execute(
+        expires = now + policy.response_retention
+        done = self.conn.executemany(
             sql["claims_complete_many"],
-            {"principal": "p", "answers": json.dumps(answers), "now": now,
-             "response_expires_at": now + policy.response_retention},
-        ).fetchall()  # fmt: skip
-        assert len(done) == len(entries)
+            [(201, json.dumps(h, separators=(",", ":")), b, now, expires, "p", k, t)
+             for k, t, h, b in answers],
+        ).rowcount  # fmt: skip
+        assert done == len(entries)
 
 
 class _HandPerOp(_Hand):

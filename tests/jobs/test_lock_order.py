@@ -10,7 +10,7 @@ interleaving that deadlocked before the locks were ordered."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from pigeon.jobs import records
 from pigeon.jobs.job import Job, JobSpec
 from pigeon.jobs.manager import AttemptOutcome, JobManager, enqueue
-from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.base import Database, Params, Row, Tx
 from tests.databases import lock_waiters
 from tests.waiting import wait_for
 
@@ -54,9 +54,10 @@ class _PausingTx:
         self._ran(name)
         return result
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        self.tx.executemany(name, params)
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        result = self.tx.executemany(name, params)
         self._ran(name)
+        return result
 
     def savepoint(self) -> AbstractContextManager[None]:
         return self.tx.savepoint()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import quote
@@ -21,7 +21,7 @@ from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.options import IntakeOptions
 from pigeon.server.results import OpResult
-from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.base import Database, Params, Row, Tx
 from tests.clocks import FakeClock
 
 from .conftest import CountingDatabase, TestClient, failing_handler
@@ -349,8 +349,8 @@ class _CountingTx:
     def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         return self.inner.fetchall(name, params)
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        self.inner.executemany(name, params)
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self.inner.executemany(name, params)
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
         return self.inner.sql(statement, params)  # the reference app's queries go this way

@@ -45,7 +45,10 @@ def conn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sqlite3.Connectio
 
 def _plan(conn: sqlite3.Connection, name: str) -> list[str]:
     sql = QUERIES[name]
-    params = dict.fromkeys(re.findall(r":(\w+)", sql))
+    named = re.findall(r":(\w+)", sql)
+    numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
+    # Positional statements (executemany's) number their placeholders or give them in order.
+    params = dict.fromkeys(named) if named else [None] * max(numbered or [sql.count("?")])
     return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
 
 

@@ -1,12 +1,15 @@
 """Claims of a whole batch at once: the multi-row statements of the set-based batch path
 (`pigeon.server.intake_set`), beside the one-key claims of ``IdempotencyStore``.
 
-``claim_many`` takes every free key of a batch in ONE statement and reads the rows of the
-keys that were taken already in one more (only when there are any), so replays, mismatches
-and keys in progress are known for the whole batch at once; ``complete_many`` stores the
-answers of many claimed keys in ONE statement. The rules are the one-key claim's
-(``decide_claim``, ``IdempotencyPolicy``), the statements named blocks of each backend's
-``intake.sql``; ``idempotency_stores.set_claims`` says which stores have them.
+``claim_many`` takes every free key of a batch in ONE call and reads the rows of the keys
+that were taken already in one more statement (only when there are any), so replays,
+mismatches and keys in progress are known for the whole batch at once; ``complete_many``
+stores the answers of many claimed keys in ONE call. A call is one statement over a JSON
+array on PostgreSQL (one round trip), and on SQLite one row's statement stepped for each
+key by ``executemany`` (no round trips to save, and SQLite's JSON functions cost more than
+bound parameters). The rules are the one-key claim's (``decide_claim``,
+``IdempotencyPolicy``), the statements named blocks of each backend's ``intake.sql``;
+``idempotency_stores.set_claims`` says which stores have them and runs them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pigeon.server.idempotency import (
     BODY_AD,
@@ -71,14 +73,12 @@ class SetClaims:
         rows = [
             [a.key, a.fingerprint, a.method, a.path, a.operation_id, tokens[a.key]] for a in asks
         ]
-        params = {
-            "principal": principal,
-            "claims": json.dumps(rows, ensure_ascii=False),
+        times = {
             "locked_until": now + self.policy.lock_timeout,
             "claim_expires_at": now + self.policy.claim_retention,
             "now": now,
         }
-        if self.inserted(tx, params) == len(asks):
+        if self.inserted(tx, principal, rows, times) == len(asks):
             return Taken(tokens, {})
         keys = json.dumps([a.key for a in asks], ensure_ascii=False)
         found = tx.fetchall("claims_get_many", {"principal": principal, "keys": keys})
@@ -91,8 +91,12 @@ class SetClaims:
         }
         return Taken({k: tokens[k] for k in ours}, held)
 
-    def inserted(self, tx: Tx, params: Mapping[str, Any]) -> int:
-        """How many claims ``claims_insert_many`` made (each backend says how it tells)."""
+    def inserted(
+        self, tx: Tx, principal: str, rows: list[list[str]], times: Mapping[str, float]
+    ) -> int:
+        """How many claims ``claims_insert_many`` made of ``rows`` ([key, fingerprint,
+        method, path, operation_id, lock token] each), with ``times`` (``now``,
+        ``locked_until``, ``claim_expires_at``): each backend runs it its own way."""
         raise NotImplementedError
 
     def _decision(self, row: Row | None, ask: Ask, now: float, tx: Tx) -> ClaimDecision | None:
@@ -120,17 +124,15 @@ class SetClaims:
         now = self.now()
         seal = tx.cipher.seal
         rows = [
-            [key, token, status, headers, seal(body, *BODY_AD, principal, key)]
+            (key, token, status, headers, seal(body, *BODY_AD, principal, key))
             for key, token, status, headers, body in answers
         ]
-        params = {
-            "principal": principal,
-            "answers": json.dumps(rows, ensure_ascii=False),
-            "now": now,
-            "response_expires_at": now + self.policy.response_retention,
-        }
-        return self.completed(tx, params)
+        times = {"now": now, "response_expires_at": now + self.policy.response_retention}
+        return self.completed(tx, principal, rows, times)
 
-    def completed(self, tx: Tx, params: Mapping[str, Any]) -> int:
-        """How many claims ``claims_complete_many`` completed (the keys it returns)."""
-        return len(tx.fetchall("claims_complete_many", params))
+    def completed(
+        self, tx: Tx, principal: str, rows: list[Answer], times: Mapping[str, float]
+    ) -> int:
+        """How many claims ``claims_complete_many`` completed of ``rows`` (answers, their
+        bodies sealed), with ``times`` (``now``, ``response_expires_at``)."""
+        raise NotImplementedError

@@ -8,12 +8,12 @@ One chunk of a batch, the first work of its transaction:
 1. each operation is matched to its route, and one whose route has a set handler is checked
    as the route declares (a refusal is answered in place and stores nothing, as on the
    per-operation path);
-2. ONE statement claims the keys of those operations (`pigeon.server.idempotency_sets`);
+2. ONE call claims the keys of those operations (`pigeon.server.idempotency_sets`);
    the rows of keys used before are read in one more, and a replay, "already applied" or
    a mismatch is answered from them;
 3. in batch order, each run of consecutive claimed operations of one route goes to its set
    handler together (its effects: a multi-row statement per table) and their answers are
-   stored in one more statement. Every other operation (a route without a set handler, a
+   stored in one more call. Every other operation (a route without a set handler, a
    key taken over after its claim expired, a key a second time, one the set handler
    leaves) runs the per-operation way where it stands, after what came before it.
 

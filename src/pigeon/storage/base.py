@@ -7,13 +7,16 @@ and ask for SQL by name; each backend supplies the same names in its own ``.sql`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from pigeon.storage.crypto import Cipher
 
 Row = dict[str, Any]
+# One run's parameters: by name, or by position where a statement's placeholders are
+# positional (a hot path's executemany, which then makes no dict per row).
+Params = Mapping[str, Any] | Sequence[Any]
 
 
 class Tx(Protocol):
@@ -30,7 +33,11 @@ class Tx(Protocol):
 
     def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]: ...
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None: ...
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        """``name`` run once for each of ``params`` (by name, or by position for a
+        statement written with positional placeholders), in one call; the rows it changed
+        in all, as the driver counts them (-1 where it cannot tell)."""
+        ...
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
         """The application's own SQL in this transaction (its tables, beside pigeon's), in

@@ -8,10 +8,10 @@ Rows come back as dicts by the cursor's description; savepoints are SQL.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pigeon.storage.base import NamedStatements
+from pigeon.storage.base import NamedStatements, Params
 from pigeon.storage.crypto import PLAIN, Cipher
 
 Row = dict[str, Any]
@@ -47,10 +47,11 @@ class DbapiTx(NamedStatements[DictCursor]):
         self.cipher = cipher
         self._depth = 0
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
         cursor = self.conn.cursor()
         try:
             cursor.executemany(self.queries[name], params)
+            return int(cursor.rowcount)
         finally:
             cursor.close()
 

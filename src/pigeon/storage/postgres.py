@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import select
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from pigeon.exceptions import ConfigurationError, StoreUnavailable
 from pigeon.storage import deadline
-from pigeon.storage.base import NamedStatements
+from pigeon.storage.base import NamedStatements, Params
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import from_postgres
 from pigeon.storage.postgres_tx import PostgresTx, transaction_on
@@ -90,9 +90,10 @@ class BorrowedPostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         self.queries = queries
         self.cipher = cipher  # seals the columns that hold what users wrote
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.executemany(self.queries[name], params)
+            return cur.rowcount
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
         """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from psycopg.pq import TransactionStatus
 
 from pigeon.exceptions import JobTimeout
 from pigeon.storage import deadline
-from pigeon.storage.base import NamedStatements
+from pigeon.storage.base import NamedStatements, Params
 from pigeon.storage.crypto import PLAIN, Cipher
 
 Row = dict[str, Any]
@@ -83,10 +83,12 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
                 self._send_queue()
         return self._conn
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        with self._conn.cursor() as cur, self._conn.pipeline():
-            self._send_queue()
-            cur.executemany(self.queries[name], params)
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        with self._conn.cursor() as cur:
+            with self._conn.pipeline():
+                self._send_queue()
+                cur.executemany(self.queries[name], params)
+            return cur.rowcount  # the pipeline synced: every row counted
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:
         """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""

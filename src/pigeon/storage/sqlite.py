@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from pigeon.exceptions import (
@@ -25,6 +25,7 @@ from pigeon.exceptions import (
     StoreUnavailable,
 )
 from pigeon.storage import deadline
+from pigeon.storage.base import Params
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import is_full as is_full  # where the edge looks for it
 from pigeon.storage.files import private_file
@@ -269,8 +270,8 @@ class SQLiteTx:
         rows: list[Row] = self.execute(name, params).fetchall()
         return rows
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        self.conn.executemany(self.queries[name], params)
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self.conn.executemany(self.queries[name], params).rowcount
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
         """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""

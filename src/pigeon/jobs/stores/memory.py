@@ -35,7 +35,7 @@ from pigeon.jobs.rows import (
 from pigeon.jobs.store import ANY_TASK, JobStore
 from pigeon.jobs.stores.memory_tables import JOB_COLUMNS, Row, Tables, TableStatements, pick
 from pigeon.jobs.wakeup import Wakeup
-from pigeon.storage.base import Tx
+from pigeon.storage.base import Params, Tx
 from pigeon.storage.crypto import PLAIN
 
 
@@ -62,8 +62,8 @@ class MemoryJobTx:
     def fetchall(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         return self._no_sql(name)
 
-    def executemany(self, name: str, params: list[Mapping[str, Any]]) -> None:
-        self._no_sql(name)
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self._no_sql(name)
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
         return self._no_sql(statement)

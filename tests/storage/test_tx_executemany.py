@@ -1,0 +1,95 @@
+"""``Tx.executemany``: a statement run for each of many parameter sets in one call, and
+the rows it changed in all, on every kind of transaction pigeon runs statements in (its
+own on SQLite and PostgreSQL, one borrowed from the application's connection, and one
+over any DB-API connection). The set-based batch counts the claims it took this way."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import psycopg
+import pytest
+
+from pigeon.server.idempotency_sets import Answer, Ask
+from pigeon.server.idempotency_stores import idempotency_store, set_claims
+from pigeon.storage.base import Tx
+from pigeon.storage.dbapi import DbapiTx
+from pigeon.storage.server import borrow, open_server_db, server_queries
+
+Opened = Callable[[], AbstractContextManager[Tx]]
+
+
+@pytest.fixture(params=["own", "borrowed", "dbapi"])
+def opened(request: pytest.FixtureRequest, server_db_url: str) -> Iterator[Opened]:
+    db = open_server_db(server_db_url)  # pigeon's tables
+    postgres = server_db_url.startswith("postgresql")
+
+    @contextmanager
+    def transaction() -> Iterator[Tx]:
+        if request.param == "own":
+            with db.transaction() as tx:
+                yield tx
+            return
+        if postgres:
+            with psycopg.connect(server_db_url) as conn:  # commits at the block's end
+                queries = server_queries("postgres")
+                yield (
+                    borrow(conn)
+                    if request.param == "borrowed"
+                    else DbapiTx(conn, "postgres", queries)
+                )
+            return
+        conn = sqlite3.connect(server_db_url, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            queries = server_queries("sqlite")
+            yield borrow(conn) if request.param == "borrowed" else DbapiTx(conn, "sqlite", queries)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    try:
+        yield transaction
+    finally:
+        db.close()
+
+
+def _revoke(name: str) -> dict[str, object]:
+    return {"principal": name, "now": time.time(), "reason": "test"}
+
+
+def test_executemany_counts_the_rows_it_changed(opened: Opened) -> None:
+    with opened() as tx:
+        assert tx.executemany("principal_revoke", [_revoke("a"), _revoke("b")]) == 2
+    with opened() as tx:
+        gone = [{"principal": name} for name in ("a", "c", "b", "d")]
+        assert tx.executemany("principal_restore", gone) == 2  # c and d had no row
+    with opened() as tx:
+        assert tx.executemany("principal_restore", [{"principal": "a"}]) == 0
+
+
+def test_a_batchs_claims_count_what_they_take_on_every_kind_of_transaction(
+    opened: Opened, server_db_url: str
+) -> None:
+    # The set-based batch's claims run this way (on SQLite by position, one row each): a
+    # count that came out wrong would give every batch up to the one-by-one way.
+    db = open_server_db(server_db_url)
+    claims = set_claims(idempotency_store(db))
+    assert claims is not None
+    asks = [Ask(f"k{i}", "f", "POST", "/notes", f"op{i}") for i in range(3)]
+    try:
+        with opened() as tx:
+            assert sorted(claims.claim_many(tx, "p", asks[:2]).tokens) == ["k0", "k1"]
+        with opened() as tx:
+            taken = claims.claim_many(tx, "p", asks)
+            assert sorted(taken.tokens) == ["k2"] and sorted(taken.held) == ["k0", "k1"]
+            answers: list[Answer] = [
+                ("k2", taken.tokens["k2"], 201, [], "{}"),
+                ("k0", "x", 201, [], "{}"),
+            ]
+            assert claims.complete_many(tx, "p", answers) == 1  # k0's claim is not ours
+    finally:
+        db.close()
