@@ -107,7 +107,7 @@ def create(url: str) -> None:
 def discard(url: str) -> None:
     """Remove the database ``url`` names, whoever is still connected to it."""
     if not _postgres(url):
-        for suffix in ("", "-wal", "-shm", "-journal"):
+        for suffix in ("", "-wal", "-shm", "-journal", "-writer"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(url + suffix)
         return

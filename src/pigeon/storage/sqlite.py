@@ -37,6 +37,7 @@ from pigeon.storage.schema import (
     run_sqlite_script,
     split_statements,
 )
+from pigeon.storage.writer_lock import WriterLock
 
 T = TypeVar("T")
 
@@ -347,12 +348,10 @@ class SQLiteDatabase:
         self._local = threading.local()
         self._all: dict[sqlite3.Connection, threading.Thread] = {}  # each with its thread
         self._all_lock = threading.Lock()
-        # One writer per process at a time. SQLite would serialise our threads anyway, but
-        # a BEGIN IMMEDIATE that finds the file locked waits in the busy handler, which
-        # sleeps in steps of milliseconds; a lock hands over as soon as the commit is done.
-        # Other processes still meet the busy timeout. Reentrant, so a nested BEGIN gets
-        # SQLite's own error rather than a deadlock.
-        self._writer = threading.RLock()
+        # One writer at a time, among threads and pigeon's processes (pigeon.storage.
+        # writer_lock): handed over as soon as a commit is done, where SQLite's busy
+        # handler would sleep on.
+        self._writer = WriterLock(self.path, wait=self._busy_ms / 1000)
         self._closed = False
         if not create and not os.path.exists(self.path):
             raise StoreUnavailable(f"{self.path}: no such file")
@@ -379,9 +378,9 @@ class SQLiteDatabase:
             raise
 
     @property
-    def writer(self) -> threading.RLock:
-        """The process's write lock (every write transaction holds it): holding it keeps
-        this process's writers waiting."""
+    def writer(self) -> WriterLock:
+        """The file's write lock (every write transaction holds it): holding it keeps this
+        process's writers, and pigeon's in other processes, waiting."""
         return self._writer
 
     def connection(self) -> sqlite3.Connection:
@@ -502,3 +501,4 @@ class SQLiteDatabase:
                     conn.close()
             self._all.clear()
         self._local = threading.local()
+        self._writer.close()
