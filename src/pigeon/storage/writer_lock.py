@@ -4,7 +4,7 @@ and among the processes that open the file through pigeon.
 SQLite serialises writers by itself, but a BEGIN IMMEDIATE that finds the file locked
 waits in the busy handler, which sleeps in growing steps (1, 2, 5 ... 100 ms): a writer
 that commits in 5 ms can leave the next one asleep for 25 ms more, and two intake
-processes on one file (``pigeon serve --workers 2``) did less than one. Threads wait on a
+processes on one file (``pigeon serve --workers 2``) did no more than one. Threads wait on a
 lock that is handed over at once; processes on an advisory lock (``flock``) of a file
 beside the database (``<file>-writer``), tried every millisecond or two. That file only
 orders pigeon's own writers: SQLite's lock still guards the database against any other.
