@@ -18,7 +18,7 @@ from pigeon.exceptions import JobTimeout
 from pigeon.storage import deadline
 from pigeon.storage.base import Database
 from pigeon.storage.postgres import PostgresDatabase
-from pigeon.storage.server import SERVER_APPLICATION_ID, open_server_db, server_queries
+from pigeon.storage.server import SERVER_APPLICATION_ID, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests.databases import lock_waiters, tables_locked
 from tests.pgwire import RoundTrips
@@ -46,14 +46,6 @@ def test_a_deadline_nests_the_earlier_one_holding() -> None:
             assert bounded and 4 < limit <= 5
         assert deadline.bound(0.5) == (0.5, False)
     assert deadline.left() is None and deadline.bound(60) == (60, False)
-
-
-@pytest.fixture
-def sqlite_file(tmp_path: Path) -> Iterator[SQLiteDatabase]:
-    db = open_server_db(tmp_path / "server.db")
-    assert isinstance(db, SQLiteDatabase)
-    yield db
-    db.close()
 
 
 @contextlib.contextmanager

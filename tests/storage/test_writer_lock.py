@@ -40,14 +40,6 @@ db.close()
 
 
 @pytest.fixture
-def sqlite_file(tmp_path: Path) -> Iterator[SQLiteDatabase]:
-    db = open_server_db(tmp_path / "server.db")
-    assert isinstance(db, SQLiteDatabase)
-    yield db
-    db.close()
-
-
-@pytest.fixture
 def holder(sqlite_file: SQLiteDatabase) -> Iterator[subprocess.Popen[str]]:
     proc = processes.spawn(
         [sys.executable, "-c", HOLDER, sqlite_file.path],
