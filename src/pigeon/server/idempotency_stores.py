@@ -130,7 +130,8 @@ class PostgresSetClaims(SetClaims):
 
 
 def _compact(value: object) -> str:
-    """JSON as SQLite's own functions write it: the same stored headers on every path."""
+    """Compact JSON: a batch's stored headers as SQLite wrote them when it read them out of
+    one JSON array (before the rows were bound one by one)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -2,7 +2,8 @@
 
 Managers (idempotency, records, jobs, outbox, ...) are written against these protocols
 and ask for SQL by name; each backend supplies the same names in its own ``.sql`` files
-(SQLite uses ``:name`` parameters, PostgreSQL ``%(name)s``).
+(SQLite uses ``:name`` parameters, PostgreSQL ``%(name)s``; a hot path's statement run by
+``executemany`` may take its parameters by position, and says so).
 """
 
 from __future__ import annotations
