@@ -124,7 +124,7 @@ class Heartbeat:
             recorded = self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
             if recorded is not None:
                 with self._lock:
-                    self.stats.count_recorded([True] * len(expired), recorded)
+                    self.stats.count_recorded(expired, recorded)
         next_due = self._mark_started()
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]

@@ -15,7 +15,7 @@ from pigeon.jobs.job import Job
 from pigeon.logs import summary
 
 if TYPE_CHECKING:
-    from pigeon.jobs.manager import JobManager
+    from pigeon.jobs.manager import AttemptOutcome, JobManager
 
 log = logging.getLogger("pigeon.jobs.worker")
 
@@ -55,14 +55,14 @@ class WorkerStats:
     purged: int = 0
     heartbeat_errors: int = 0  # heartbeat rounds that failed outside the database
 
-    def count_recorded(self, failed: Sequence[bool], recorded: Sequence[bool]) -> None:
-        """Count outcomes written by ``JobManager.finish`` (``failed``: each had an error)
-        by its answer for each: False means fenced (the lease expired and the job was
-        rescued), so the outcome is lost, whichever thread wrote it."""
-        for error, ok in zip(failed, recorded, strict=True):
+    def count_recorded(self, outcomes: Sequence[AttemptOutcome], recorded: Sequence[bool]) -> None:
+        """Count ``outcomes`` by ``JobManager.finish``'s answer for each: False means fenced
+        (the lease expired and the job was rescued), so the outcome is lost, whichever
+        thread wrote it."""
+        for outcome, ok in zip(outcomes, recorded, strict=True):
             if not ok:
                 self.lost += 1
-            elif error:
+            elif outcome.error is not None:
                 self.failed += 1
             else:
                 self.succeeded += 1

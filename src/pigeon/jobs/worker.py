@@ -439,7 +439,7 @@ class Worker(Heartbeat):
             self._forget(jobs)
             return
         with self._lock:
-            self.stats.count_recorded([o.error is not None for o in outcomes], results)
+            self.stats.count_recorded(outcomes, results)
         self._forget([o.job for o in outcomes])
 
     def _forget(self, jobs: list[Job]) -> None:

@@ -12,10 +12,10 @@ which stores claim a batch's keys at once, and how (`set_claims`).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
+from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     IdempotencyPolicy,
@@ -95,7 +95,7 @@ class SQLiteSetClaims(SetClaims):
         return tx.executemany(
             "claims_complete_many",
             [
-                (status, _compact(headers), body, now, expires, principal, key, token)
+                (status, canonical_json(headers), body, now, expires, principal, key, token)
                 for key, token, status, headers, body in rows
             ],
         )
@@ -112,7 +112,7 @@ class PostgresSetClaims(SetClaims):
     def inserted(
         self, tx: Tx, principal: str, rows: list[list[str]], times: Mapping[str, float]
     ) -> int:
-        params = {"principal": principal, "claims": _compact(rows), "claim_wait": self.wait}
+        params = {"principal": principal, "claims": canonical_json(rows), "claim_wait": self.wait}
         try:
             row = tx.fetchone("claims_insert_many", {**params, **times})
         except Exception as exc:
@@ -125,14 +125,8 @@ class PostgresSetClaims(SetClaims):
     def completed(
         self, tx: Tx, principal: str, rows: list[Answer], times: Mapping[str, float]
     ) -> int:
-        params = {"principal": principal, "answers": _compact(rows), **times}
+        params = {"principal": principal, "answers": canonical_json(rows), **times}
         return len(tx.fetchall("claims_complete_many", params))
-
-
-def _compact(value: object) -> str:
-    """Compact JSON: a batch's stored headers as SQLite wrote them when it read them out of
-    one JSON array (before the rows were bound one by one)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def set_claims(store: IdempotencyStore) -> SetClaims | None:

@@ -29,6 +29,12 @@ def private_file(path: str | os.PathLike[str]) -> None:
     os.close(fd)
 
 
+def lock_file(path: str) -> int:
+    """A side file held only for its advisory locks (``flock``): opened read-write, made
+    0600 if new. OSError where it cannot be (a read-only folder, say)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE)
+
+
 def write_private(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file beside it, then a rename),
     the file 0600 from its first byte on: for key files."""

@@ -19,7 +19,7 @@ import threading
 import time
 from types import TracebackType
 
-from pigeon.storage.files import private_file
+from pigeon.storage.files import lock_file
 
 try:
     import fcntl
@@ -129,10 +129,8 @@ class WriterLock:
 
     def _open(self) -> int | None:
         if self._fd is None and self._usable and not self._closed:
-            name = self.path + SUFFIX
-            private_file(name)
             try:
-                self._fd = os.open(name, os.O_RDWR | os.O_CLOEXEC)
+                self._fd = lock_file(self.path + SUFFIX)
             except OSError:  # a read-only folder, say: SQLite's wait alone
                 self._usable = False
         return self._fd

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pigeon.core.ids import uuid4
 from pigeon.edge import owners
 from pigeon.storage.crypto import PLAIN, Cipher
+from pigeon.storage.files import lock_file
 from pigeon.storage.queries import load_queries
 from pigeon.storage.sqlite import Durability, SQLiteDatabase, SQLiteTx
 
@@ -39,7 +40,7 @@ def _open_lock(path: str) -> int | None:
     this lock still decides for rows with no owner (written before there were owners)."""
     if fcntl is not None:
         with contextlib.suppress(OSError):
-            return os.open(path + "-lock", os.O_RDWR | os.O_CREAT, 0o600)
+            return lock_file(path + "-lock")
     return None
 
 

@@ -17,6 +17,8 @@ import os
 import time
 from typing import Any, Protocol
 
+from pigeon.storage.files import lock_file
+
 LOCK_NAME = "pigeon_outbox_relay"
 
 
@@ -46,7 +48,7 @@ class FileRelayLock:
 
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = lock_file(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
