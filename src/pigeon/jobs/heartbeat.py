@@ -64,6 +64,14 @@ class Heartbeat:
     def _persist(self, jobs: list[Job], write: Callable[[], T]) -> T | None:
         raise NotImplementedError
 
+    def _record(self, outcomes: list[AttemptOutcome]) -> None:
+        """Write ``outcomes`` (``_persist``) and count each by the answer: recorded,
+        fenced (lost), or given up (unrecorded, counted by ``_persist``)."""
+        recorded = self._persist([o.job for o in outcomes], lambda: self.manager.finish(outcomes))
+        if recorded is not None:
+            with self._lock:
+                self.stats.count_recorded(outcomes, recorded)
+
     def _intervals(self) -> float:
         configs = [self.app.queue_config(q) for q in self.queues]
         lease = min(c.timeouts.lease_seconds for c in configs)
@@ -121,10 +129,7 @@ class Heartbeat:
         if expired:
             # Retried while the database is away; given up (logged, counted) past the lease,
             # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            recorded = self._persist([o.job for o in expired], lambda: self.manager.finish(expired))
-            if recorded is not None:
-                with self._lock:
-                    self.stats.count_recorded(expired, recorded)
+            self._record(expired)
         next_due = self._mark_started()
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]

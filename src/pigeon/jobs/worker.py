@@ -433,13 +433,7 @@ class Worker(Heartbeat):
     def _flush(self, outcomes: list[AttemptOutcome]) -> None:
         if not outcomes:
             return
-        jobs = [o.job for o in outcomes]
-        results = self._persist(jobs, functools.partial(self.manager.finish, outcomes))
-        if results is None:
-            self._forget(jobs)
-            return
-        with self._lock:
-            self.stats.count_recorded(outcomes, results)
+        self._record(outcomes)
         self._forget([o.job for o in outcomes])
 
     def _forget(self, jobs: list[Job]) -> None:
