@@ -13,9 +13,9 @@ cost of pigeon's own code.
 Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
 with the same prebuilt requests as the "server alone" ceilings. ``set_app`` writes each
 batch set-based instead (the claims, the notes, the ledger rows and the answers, one call
-each, the named blocks the set-based intake runs, as it runs them: a multi-row statement,
-or for the claims a one-row statement stepped for each row by ``executemany``): the raw
-limit of pigeon's set-based batches.
+each, the named blocks the set-based intake runs, as it runs them: a multi-row statement
+for the notes, a one-row statement stepped for each row by ``executemany`` for the
+others): the raw limit of pigeon's set-based batches.
 """
 
 from __future__ import annotations
@@ -145,10 +145,7 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         answer = {"id": note_id, "version": version, **data}
         answers.append((key, json.dumps(answer)))
         out.append({"id": e.get("id"), "status": 201, "body": answer})
-    _conn.execute(
-        _SQL["ledger_append_many"],
-        {"principal": "anonymous", "entries": json.dumps(ledger), "now": now},
-    )
+    _conn.executemany(_SQL["ledger_append_many"], [(*e, "anonymous", now) for e in ledger])
     expires = now + _POLICY.response_retention
     done = _conn.executemany(
         _SQL["claims_complete_many"],

@@ -96,7 +96,7 @@ class _Hand:
 
 class _HandSet(_Hand):
     """Set-based: the claims, the notes, the ledger rows and the completed claims with
-    their stored answers, one call each (the claims' by ``executemany``)."""
+    their stored answers, one call each (all but the notes' by ``executemany``)."""
 
     def batch(self, entries: list[Entry], now: float) -> None:
         sql, policy = self.sql, self.policy
@@ -124,9 +124,7 @@ class _HandSet(_Hand):
             ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
             headers = [[ETAG.lower(), f'"{version}"'], ["location", f"/notes/{note_id}"]]
             answers.append((key, key, headers, self.answer(note_id, version, data, now)))
-        self.conn.execute(
-            sql["ledger_append_many"], {"principal": "p", "entries": json.dumps(ledger), "now": now}
-        )
+        self.conn.executemany(sql["ledger_append_many"], [(*e, "p", now) for e in ledger])
         expires = now + policy.response_retention
         done = self.conn.executemany(
             sql["claims_complete_many"],

@@ -1,7 +1,9 @@
-"""``Tx.executemany``: a statement run for each of many parameter sets in one call, and
-the rows it changed in all, on every kind of transaction pigeon runs statements in (its
-own on SQLite and PostgreSQL, one borrowed from the application's connection, and one
-over any DB-API connection). The set-based batch counts the claims it took this way."""
+"""``Tx.executemany`` (and ``Tx.sql_many``, the application's statements' own): a
+statement run for each of many parameter sets in one call, and the rows it changed in all,
+on every kind of transaction pigeon runs statements in (its own on SQLite and PostgreSQL,
+one borrowed from the application's connection, and one over any DB-API connection). The
+set-based batch counts the claims it took this way, and writes the notes' ledger rows
+through ``QuerySet.run_rows``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 import psycopg
 import pytest
 
+from pigeon.reference import schema as ref
 from pigeon.server.idempotency_sets import Answer, Ask
 from pigeon.server.idempotency_stores import idempotency_store, set_claims
 from pigeon.storage.base import Tx
@@ -25,6 +28,7 @@ Opened = Callable[[], AbstractContextManager[Tx]]
 @pytest.fixture(params=["own", "borrowed", "dbapi"])
 def opened(request: pytest.FixtureRequest, server_db_url: str) -> Iterator[Opened]:
     db = open_server_db(server_db_url)  # pigeon's tables
+    ref.attach(db)  # and an application's: the reference app's
     postgres = server_db_url.startswith("postgresql")
 
     @contextmanager
@@ -93,3 +97,19 @@ def test_a_batchs_claims_count_what_they_take_on_every_kind_of_transaction(
             assert claims.complete_many(tx, "p", answers) == 1  # k0's claim is not ours
     finally:
         db.close()
+
+
+def test_run_rows_writes_each_row_in_order_with_the_shared_values(opened: Opened) -> None:
+    # SQLite steps a one-row statement (Tx.sql_many); PostgreSQL sends one JSON array.
+    rows = [[f"k{i}", f"op{i}", f"note:n{i}", "POST", 201, i + 1, "0"] for i in (2, 0, 1)]
+    with opened() as tx:
+        assert ref.execute_rows(tx, "ledger_append_many", rows, principal="ann", now=5.0) == 3
+        assert ref.execute_rows(tx, "ledger_append_many", [], principal="ann", now=5.0) == 0
+    with opened() as tx:
+        written = ref.fetchall(tx, "ledger_all", {"after": 0, "limit": 10})
+    assert [r["idempotency_key"] for r in written] == ["k2", "k0", "k1"]
+    assert [r["seq"] for r in written] == sorted(r["seq"] for r in written)
+    first = written[0]
+    assert (first["principal"], first["operation_id"], first["entity"]) == ("ann", "op2", "note:n2")
+    assert (first["method"], first["status"], first["version"]) == ("POST", 201, 3)
+    assert (first["clock"], first["applied_at"]) == ("0", 5.0)

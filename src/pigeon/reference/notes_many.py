@@ -62,8 +62,7 @@ def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult |
         body = _answer(note_id, version, data, ctx.clock, row["updated_at"])
         out[i] = 201, body, {ETAG: quote_etag(str(version)), "Location": location}
     if ledger:
-        entries = {"principal": principal, "entries": json.dumps(ledger), "now": now}
-        ref.execute(tx, "ledger_append_many", entries)
+        ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
     return out
 
 
@@ -150,8 +149,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
             location = "/notes/" + path_segment(note_id)
             body = _answer(note_id, version, data, ctx.clock, row["updated_at"])
             out[i] = 200, body, {ETAG: quote_etag(str(version)), "Location": location}
-    entries = {"principal": principal, "entries": json.dumps(ledger), "now": now}
-    ref.execute(tx, "ledger_append_many", entries)
+    ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
     return out
 
 

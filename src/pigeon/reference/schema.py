@@ -10,7 +10,7 @@ transaction's own SQL (``Tx.sql``), so the server's query set knows nothing of t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pigeon.storage.base import Database, Row, Tx
@@ -30,6 +30,11 @@ def attach(db: Database) -> int:
 def execute(tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
     """The reference app's named statement ``name`` in ``tx``."""
     return QUERIES.run(tx, name, params)
+
+
+def execute_rows(tx: Tx, name: str, rows: Sequence[Sequence[Any]], **shared: Any) -> int:
+    """The reference app's statement ``name`` for each of ``rows`` (`QuerySet.run_rows`)."""
+    return QUERIES.run_rows(tx, name, rows, shared)
 
 
 def execute_later(tx: Tx, name: str, params: Mapping[str, Any]) -> None:

@@ -84,7 +84,7 @@ class MemoryTx:
     def _no_sql(self, *_: Any, **__: Any) -> Any:
         raise NotImplementedError("the in-memory store runs no SQL")
 
-    execute = fetchone = fetchall = executemany = sql = _no_sql
+    execute = fetchone = fetchall = executemany = sql = sql_many = _no_sql
 
 
 class MemoryDatabase:

@@ -46,6 +46,11 @@ class Tx(Protocol):
         Returns the driver's cursor (``fetchone``/``fetchall``: rows as dicts)."""
         ...
 
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
+        """The application's own ``statement`` run once for each of ``params``, in one
+        call, as ``executemany`` runs a named one; the rows it changed in all."""
+        ...
+
     def savepoint(self) -> AbstractContextManager[None]: ...
 
 

@@ -48,9 +48,12 @@ class DbapiTx(NamedStatements[DictCursor]):
         self._depth = 0
 
     def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self.sql_many(self.queries[name], params)
+
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
         cursor = self.conn.cursor()
         try:
-            cursor.executemany(self.queries[name], params)
+            cursor.executemany(statement, params)
             return int(cursor.rowcount)
         finally:
             cursor.close()

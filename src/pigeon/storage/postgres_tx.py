@@ -84,10 +84,13 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         return self._conn
 
     def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self.sql_many(self.queries[name], params)
+
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
         with self._conn.cursor() as cur:
             with self._conn.pipeline():
                 self._send_queue()
-                cur.executemany(self.queries[name], params)
+                cur.executemany(statement, params)
             return cur.rowcount  # the pipeline synced: every row counted
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor[Row]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,8 @@ if TYPE_CHECKING:  # for the annotations only: this module stays a leaf at run t
     from pigeon.storage.base import Tx
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+# A block of QuerySet.run_rows that takes its rows as one JSON array names it ``rows``.
+_ROWS = re.compile(r":rows\b|%\(rows\)s")
 
 
 def parse_queries(text: str, origin: str = "<string>") -> dict[str, str]:
@@ -96,3 +99,19 @@ class QuerySet:
     def run(self, tx: Tx, name: str, params: Mapping[str, Any] | None = None) -> Any:
         """``name`` run in ``tx``; the driver's cursor (rows as dicts), as ``Tx.sql``."""
         return tx.sql(self.text(tx, name), params)
+
+    def run_rows(
+        self, tx: Tx, name: str, rows: Sequence[Sequence[Any]], shared: Mapping[str, Any]
+    ) -> int:
+        """``name`` written for each of ``rows`` (each the values its block lists, in that
+        order) with the ``shared`` named values, in the shape the backend's block takes;
+        the rows it changed. A block that names ``rows`` gets them as one JSON array, in
+        one statement (PostgreSQL's: one statement costs its server least); any other is
+        one row's statement, stepped for each row by ``Tx.sql_many`` with the row's values
+        and then the shared ones, in the order given, as numbered parameters (SQLite's:
+        its ``json_each`` parses an element again for each value read out of it)."""
+        text = self.text(tx, name)
+        if _ROWS.search(text):
+            return int(tx.sql(text, {**shared, "rows": json.dumps(rows)}).rowcount)
+        tail = tuple(shared.values())
+        return tx.sql_many(text, [(*row, *tail) for row in rows])

@@ -272,7 +272,10 @@ class SQLiteTx:
         return rows
 
     def executemany(self, name: str, params: Sequence[Params]) -> int:
-        return self.conn.executemany(self.queries[name], params).rowcount
+        return self.sql_many(self.queries[name], params)
+
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
+        return self.conn.executemany(statement, params).rowcount
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
         """The application's own statement (see `pigeon.storage.base.Tx.sql`)."""

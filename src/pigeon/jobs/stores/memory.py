@@ -68,6 +68,9 @@ class MemoryJobTx:
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
         return self._no_sql(statement)
 
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
+        return self._no_sql(statement)
+
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         store = self.session.store

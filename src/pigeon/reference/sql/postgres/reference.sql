@@ -158,15 +158,16 @@ WHERE n.principal = %(principal)s AND n.id = ANY (ARRAY(SELECT id FROM w)) AND n
 RETURNING n.id, n.version, n.updated_at
 
 -- name: ledger_append_many
--- ledger_append for many operations of one principal, in the order of :entries (a JSON
--- array of [idempotency_key, operation_id, entity, method, status, version, clock]).
+-- ledger_append for many operations of one principal (QuerySet.run_rows), in the order
+-- of %(rows)s, a JSON array of [idempotency_key, operation_id, entity, method, status,
+-- version, clock].
 INSERT INTO ref_effect_ledger (
     idempotency_key, principal, operation_id, entity, method, status, version, clock,
     applied_at
 )
 SELECT e.v ->> 0, %(principal)s, e.v ->> 1, e.v ->> 2, e.v ->> 3, (e.v ->> 4)::integer,
        (e.v ->> 5)::integer, e.v ->> 6, %(now)s
-FROM jsonb_array_elements(%(entries)s::jsonb) WITH ORDINALITY AS e(v, n)
+FROM jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS e(v, n)
 ORDER BY e.n
 
 -- name: ledger_all

@@ -93,16 +93,13 @@ WHERE ref_notes.principal = :principal AND ref_notes.id = w.id
 RETURNING ref_notes.id, ref_notes.version, ref_notes.updated_at
 
 -- name: ledger_append_many
--- ledger_append for many operations of one principal, in the order of :entries (a JSON
--- array of [idempotency_key, operation_id, entity, method, status, version, clock]).
+-- ledger_append for many operations of one principal (QuerySet.run_rows): one row's
+-- statement, stepped for each row in order, ?1-?7 the row's [idempotency_key,
+-- operation_id, entity, method, status, version, clock], ?8 the principal, ?9 now.
 INSERT INTO ref_effect_ledger (
     idempotency_key, principal, operation_id, entity, method, status, version, clock,
     applied_at
-)
-SELECT e.value ->> '$[0]', :principal, e.value ->> '$[1]', e.value ->> '$[2]',
-       e.value ->> '$[3]', e.value ->> '$[4]', e.value ->> '$[5]', e.value ->> '$[6]', :now
-FROM json_each(:entries) AS e
-ORDER BY e.key
+) VALUES (?1, ?8, ?2, ?3, ?4, ?5, ?6, ?7, ?9)
 
 -- name: ledger_all
 SELECT seq, idempotency_key, principal, operation_id, entity, method, status, version,
