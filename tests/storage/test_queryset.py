@@ -56,3 +56,13 @@ def test_a_component_outside_the_library_names_its_package(server_db_url: str) -
             assert queries.run(tx, "note_get", {"principal": "ann", "id": "none"}).fetchall() == []
     finally:
         db.close()
+
+
+def test_run_rows_reads_the_shape_of_a_block_from_its_code_not_its_comments() -> None:
+    from pigeon.storage.queries import _takes_array
+
+    assert _takes_array("INSERT INTO t SELECT value FROM json_each(:rows)")
+    assert _takes_array("INSERT INTO t SELECT e FROM jsonb_array_elements(%(rows)s::jsonb) e")
+    one_row = "-- one row at a time; the JSON form would read :rows\nINSERT INTO t VALUES (?1, ?2)"
+    assert not _takes_array(one_row)
+    assert not _takes_array("INSERT INTO t VALUES (:rowset, :rows_seen)")

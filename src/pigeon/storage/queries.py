@@ -59,6 +59,13 @@ def migrations(backend: str, component: str, package: str = LIBRARY) -> list[tup
     return found
 
 
+@cache
+def _takes_array(text: str) -> bool:
+    """Does the statement (its comments aside) name the parameter ``rows``?"""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+    return _ROWS.search(code) is not None
+
+
 class QuerySet:
     """One component's named SQL blocks, chosen for the backend of the transaction that
     runs them: the one place that reads ``tx.backend`` for a component whose statements
@@ -111,7 +118,7 @@ class QuerySet:
         and then the shared ones, in the order given, as numbered parameters (SQLite's:
         its ``json_each`` parses an element again for each value read out of it)."""
         text = self.text(tx, name)
-        if _ROWS.search(text):
+        if _takes_array(text):
             return int(tx.sql(text, {**shared, "rows": json.dumps(rows)}).rowcount)
         tail = tuple(shared.values())
         return tx.sql_many(text, [(*row, *tail) for row in rows])
