@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pigeon.server import messages
-from pigeon.server.messages import parse_batch_entry, results_json
+from pigeon.server import batch_wire
+from pigeon.server.batch_wire import parse_batch_entry, results_json
 from pigeon.server.results import OpResult
 
 COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -55,10 +55,10 @@ def test_entry_paths_read_before_are_read_as_the_first_time(paths: list[str]) ->
         return parse_batch_entry({"idempotency_key": "k", "method": "PUT", "path": path}, 0)
 
     paths = ["/" + path for path in paths]
-    messages._PATHS.clear()
+    batch_wire._PATHS.clear()
     remembered = [parsed(path) for path in paths + paths]
     fresh = []
     for path in paths + paths:
-        messages._PATHS.clear()
+        batch_wire._PATHS.clear()
         fresh.append(parsed(path))
     assert remembered == fresh

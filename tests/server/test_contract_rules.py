@@ -29,12 +29,12 @@ from pigeon.core import printable as pr
 from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH
 from pigeon.exceptions import InvalidIdempotencyKey
 from pigeon.reference.notes import create_notes_app
-from pigeon.server import contract, messages
+from pigeon.server import batch_wire, contract, messages
 from pigeon.server.access import Guarded
 from pigeon.server.contract import MAX_CLOCK_COUNTER, MAX_CLOCK_WALL_MS, MAX_NODE_LENGTH
 from pigeon.server.fingerprint import check_key
 from pigeon.server.identifiers import InvalidIdentifier, resource_id, token
-from pigeon.server.messages import _clock
+from pigeon.server.messages import read_clock
 from pigeon.server.openapi import OPENAPI_PATH
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database
@@ -119,9 +119,9 @@ def test_an_id_is_valid_by_the_document_exactly_when_the_server_takes_it(value: 
 @RULES
 def test_a_clock_stamp_the_document_allows_is_one_the_server_takes(value: str) -> None:
     if _verdicts(contract.CLOCK_SCHEMA)(value):
-        assert _accepts(_clock, value), value
+        assert _accepts(read_clock, value), value
     if _verdicts(contract.HEADERS[CLOCK])(value):
-        assert _accepts(_clock, value) and value.isascii(), value
+        assert _accepts(read_clock, value) and value.isascii(), value
 
 
 def _digits(numbers: st.SearchStrategy[int], widest: int) -> st.SearchStrategy[str]:
@@ -147,10 +147,10 @@ stamps = st.builds(
 @example(f"1-2-{'n' * (MAX_NODE_LENGTH + 1)}")
 @RULES
 def test_a_stamp_taken_at_a_glance_is_answered_as_the_full_checks_answer_it(value: str) -> None:
-    glanced = _clock(value)
+    glanced = read_clock(value)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(messages, "_PLAIN_STAMP", re.compile(r"(?!)"))  # never matches
-        checked = _clock(value)
+        checked = read_clock(value)
     if isinstance(checked, str):
         assert glanced == checked
     else:
@@ -208,10 +208,10 @@ def test_an_entry_read_at_a_glance_is_answered_as_the_schema_answers_it(
 ) -> None:
     # parse_batch_entry leaves the schema out for an entry of only its fields, each
     # optional one text or null: that must never let in what the schema refuses.
-    glanced = messages.parse_batch_entry(entry, 0)
+    glanced = batch_wire.parse_batch_entry(entry, 0)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(messages, "_ENTRY_FIELDS", frozenset())  # the schema for every entry
-        checked = messages.parse_batch_entry(entry, 0)
+        patch.setattr(batch_wire, "_ENTRY_FIELDS", frozenset())  # the schema for every entry
+        checked = batch_wire.parse_batch_entry(entry, 0)
     if isinstance(checked, OpResult):
         assert isinstance(glanced, OpResult) and glanced.body_text == checked.body_text
     else:
@@ -226,9 +226,9 @@ def test_a_null_optional_field_is_published_and_taken_as_not_given(field: str) -
     entry = {"idempotency_key": "k", "method": "POST", "path": "/notes", field: None}
     assert _verdicts(contract.BATCH_OPERATION)(entry)
     assert contract.entry_refusal(entry, 0) is None
-    parsed = messages.parse_batch_entry(entry, 0)
+    parsed = batch_wire.parse_batch_entry(entry, 0)
     assert not isinstance(parsed, OpResult), parsed
-    assert parsed == messages.parse_batch_entry({k: v for k, v in entry.items() if k != field}, 0)
+    assert parsed == batch_wire.parse_batch_entry({k: v for k, v in entry.items() if k != field}, 0)
 
 
 def test_no_schema_of_the_contract_negates_a_bare_pattern() -> None:

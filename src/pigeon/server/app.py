@@ -33,6 +33,12 @@ from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator
 from pigeon.server.auth_options import AuthOptions
+from pigeon.server.batch_wire import (
+    decode_batch,
+    parse_batch_entry,
+    results_json,
+    sent_in_slices,
+)
 from pigeon.server.grouping import RequestGroups
 from pigeon.server.intake import Intake
 from pigeon.server.limits import read_buffer
@@ -40,13 +46,9 @@ from pigeon.server.messages import (
     Unhandled,
     bad_json,
     bad_request,
-    decode_batch,
-    parse_batch_entry,
     parse_request,
     render_result,
-    results_json,
     route_problem,
-    sent_in_slices,
     unsupported_media,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi

@@ -15,7 +15,7 @@ The code checks that name a refusal's problem (``check_key``, ``token``, the clo
 run first; the schema runs after them, so nothing it refuses gets in under another
 reading. A batch entry of only the published fields, each optional one text or null,
 is not given to ``BATCH_OPERATION``: the checks before it already say all it says
-(`pigeon.server.messages.parse_batch_entry`). tests/server/test_contract_rules.py
+(`pigeon.server.batch_wire.parse_batch_entry`). tests/server/test_contract_rules.py
 checks that every value a schema accepts, those checks accept too, and that an entry
 the schema is not asked about is answered as the schema would answer it.
 """

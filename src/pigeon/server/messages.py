@@ -1,24 +1,22 @@
 """The wire's side of the ASGI app: a request read into an ``OperationRequest`` (or the
-400/413 refusing it, before anything runs), a batch entry the same way, and an ``OpResult``
-rendered as a response (a batch's answer spliced from the stored texts, sent in slices).
+400/413 refusing it, before anything runs), and an ``OpResult`` rendered as a response.
 No routing and no intake here: ``pigeon.server.app`` puts these around an ``Intake``;
-``pigeon.server.middleware`` uses the same decoder and renderer.
+``pigeon.server.middleware`` uses the same decoder and renderer, and
+``pigeon.server.batch_wire`` the same checks for a batch's entries.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,7 +24,7 @@ from pigeon.core import strictjson
 from pigeon.core.clock import HLCTimestamp
 from pigeon.core.printable import printable
 from pigeon.core.strictjson import JsonRefused
-from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, MAX_BATCH, unquote_etag
+from pigeon.core.wire import CLOCK, IDEMPOTENCY_KEY, IF_MATCH, unquote_etag
 from pigeon.server import contract
 from pigeon.server.contract import (
     MAX_CLOCK_COUNTER,
@@ -35,19 +33,14 @@ from pigeon.server.contract import (
     MAX_NODE_LENGTH,
     OPERATION_ID,
 )
-from pigeon.server.fingerprint import InvalidIdempotencyKey, check_key, validate_key
+from pigeon.server.fingerprint import InvalidIdempotencyKey, validate_key
 from pigeon.server.identifiers import (
-    MAX_ENTITY_LENGTH,
     MAX_ETAG_LENGTH,
-    MAX_METHOD_LENGTH,
     MAX_OPERATION_ID_LENGTH,
-    MAX_PATH_LENGTH,
     InvalidIdentifier,
     header_value,
     loggable,
     optional_token,
-    path_problem,
-    token,
 )
 from pigeon.server.intake import OperationRequest
 from pigeon.server.limits import DEFAULT_MAX_BODY, read_body, too_large
@@ -137,7 +130,7 @@ def bad_request(slug: str, detail: str) -> OpResult:
 _PLAIN_STAMP = re.compile(rf"([0-9]{{1,15}})-[0-9]{{1,10}}-[ -~]{{0,{MAX_NODE_LENGTH}}}")
 
 
-def _clock(value: object) -> str | OpResult:
+def read_clock(value: object) -> str | OpResult:
     if value is None or value == "":
         return ""
     plain = _PLAIN_STAMP.fullmatch(value) if type(value) is str else None
@@ -251,7 +244,7 @@ def _operation(
     method: str, path: str, headers: Headers, head: tuple[str, TestHooks | None], body: Any
 ) -> OperationRequest | OpResult:
     """The operation of a request whose key and body passed, or the 400 of a header."""
-    clock = _clock(headers.get(CLOCK))
+    clock = read_clock(headers.get(CLOCK))
     if isinstance(clock, OpResult):
         return clock
     try:
@@ -276,169 +269,6 @@ def _operation(
         if_match=unquote_etag(if_match) if if_match else None,
         hooks=hooks,
     )
-
-
-_ENTRY_TOKENS = (
-    ("id", MAX_OPERATION_ID_LENGTH),
-    ("entity", MAX_ENTITY_LENGTH),
-    ("if_match", MAX_ETAG_LENGTH),
-)
-
-
-# Paths already read (a batch's creates share one): at most 1024 of at most 256 characters.
-_PATHS: dict[str, tuple[str, str | None]] = {}
-
-
-def _entry_path(path: str) -> tuple[str, str | None]:
-    """A batch entry's path as the single-operation route sees it (ASGI gives it
-    percent-decoded, the query apart, which handlers never see): the same operation must
-    reach the same entity, and have the same fingerprint, alone or in a batch. And why it
-    is refused (``path_problem``: the rule every request's path meets, ``PathCheck``)."""
-    known = _PATHS.get(path)
-    if known is None:
-        raw = urlsplit(path).path
-        decoded = unquote(raw)
-        known = decoded, path_problem(decoded, raw)
-        if len(path) <= 256:
-            if len(_PATHS) >= 1024:
-                _PATHS.clear()
-            _PATHS[path] = known
-    return known
-
-
-# What the published BatchOperation asks beyond the checks of ``parse_batch_entry``: no
-# other field, a method, and text or null in each optional field those checks read only
-# when it is truthy (a 0, a false or a list is neither). An entry that holds to these is
-# inside the schema, whose check (~4.5 us an entry, a third of reading a batch) runs for
-# any other one; tests/server/test_contract_rules.py holds the two to the same verdicts.
-_ENTRY_FIELDS = frozenset(contract.BATCH_OPERATION["properties"])
-_LOOSE_FIELDS = ("id", "type", "entity", "if_match")
-_TEXT_OR_NULL = (str, type(None))
-
-
-def _text_or_null(entry: dict[str, Any]) -> bool:
-    return all(type(entry.get(name)) in _TEXT_OR_NULL for name in _LOOSE_FIELDS)
-
-
-def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
-    """One entry of a batch (see ``pigeon.core.wire``), or its permanent refusal."""
-    if not isinstance(entry, dict):
-        return bad_request("bad-batch-entry", f"operations[{index}] is not an object")
-    try:
-        key = check_key(entry.get("idempotency_key"))
-    except InvalidIdempotencyKey as exc:
-        return bad_request("bad-idempotency-key", f"operations[{index}]: {exc}")
-    method, path = entry.get("method"), entry.get("path")
-    if (
-        not isinstance(method, str)
-        or not isinstance(path, str)
-        or not path.startswith("/")
-        or len(method) > MAX_METHOD_LENGTH
-        or len(path) > MAX_PATH_LENGTH
-    ):
-        return bad_request(
-            "bad-batch-entry",
-            f"operations[{index}] needs a string method and an absolute path "
-            f"(at most {MAX_METHOD_LENGTH} and {MAX_PATH_LENGTH} characters)",
-        )
-    path, problem = _entry_path(path)
-    if problem is not None:
-        return bad_request("bad-path", f"operations[{index}]: {problem}")
-    clock = _clock(entry.get("clock"))
-    if isinstance(clock, OpResult):
-        return clock
-    try:
-        # "" or null: not given (the operation id is then the key, as for one request).
-        # The entity names the effect in the ledger, whose index on it PostgreSQL cannot
-        # fill with a few KB: refused here, not failed there on every resend.
-        op_id, entity, if_match = [
-            token(value, f"operations[{index}].{name}", limit)
-            if (value := entry.get(name))
-            else None
-            for name, limit in _ENTRY_TOKENS
-        ]
-    except InvalidIdentifier as exc:
-        return bad_request("bad-batch-entry", str(exc))
-    if not (method and entry.keys() <= _ENTRY_FIELDS and _text_or_null(entry)):
-        refused = contract.entry_refusal(entry, index)  # the published BatchOperation
-        if refused is not None:
-            return bad_request("bad-batch-entry", refused)
-    return OperationRequest(
-        method=method.upper(),
-        path=path,
-        body=entry.get("body"),
-        key=key,
-        operation_id=op_id or key,
-        clock=clock or None,
-        if_match=unquote_etag(if_match) if if_match else None,
-        entity=entity,
-    )
-
-
-_RESULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_STRING: Callable[[str], str] = json.encoder.encode_basestring  # _RESULT's, for one string
-_RESULTS_AT_ONCE = 64  # results written as one text, then encoded: few copies, few calls
-
-
-def results_json(ids: Sequence[object], results: list[OpResult]) -> bytearray:
-    """The batch's answer, ``{"results": [...]}``, with each result's body spliced in as
-    the JSON text it already is (its stored text): decoding a thousand bodies only to
-    encode them again doubled the memory and the time of a large batch's answer. Empties
-    ``results`` as it goes, so each result's text is let go of once it is encoded."""
-    out = bytearray(b'{"results":[')
-    results.reverse()
-    texts: list[str] = []
-    for n, op_id in enumerate(ids):
-        if not results:
-            break
-        result = results.pop()
-        # What _RESULT writes of {"id", "status", "replayed", "headers"}, written here a
-        # piece at a time: encoding a dict per result took twice as long.
-        shown = "null" if op_id is None else _STRING(op_id) if type(op_id) is str else None
-        headers = ",".join(
-            f"{_STRING(name)}:{_STRING(value)}" for name, value in dict(result.headers).items()
-        )
-        texts.append(
-            f'{"," if n else ""}{{"body":{result.body_text or "null"},'
-            f'"id":{_RESULT.encode(op_id) if shown is None else shown},'
-            f'"status":{int.__repr__(result.status)},'
-            f'"replayed":{"true" if result.replayed else "false"},"headers":{{{headers}}}}}'
-        )
-        del result
-        if len(texts) == _RESULTS_AT_ONCE:
-            out += "".join(texts).encode("utf-8")
-            texts.clear()
-    out += "".join(texts).encode("utf-8")
-    out += b"]}"
-    return out
-
-
-_SLICE = 64 << 10
-
-
-def sent_in_slices(body: bytearray) -> Response:
-    """A large JSON answer sent a slice at a time: handed over whole, it was copied whole
-    twice more on the way out (the HTTP framing, then the transport's buffer)."""
-    if len(body) <= _SLICE:
-        return Response(bytes(body), media_type="application/json")
-
-    async def slices() -> AsyncIterator[bytes]:
-        for start in range(0, len(body), _SLICE):
-            yield bytes(body[start : start + _SLICE])
-
-    headers = {"content-length": str(len(body))}
-    return StreamingResponse(slices(), headers=headers, media_type="application/json")
-
-
-def decode_batch(held: list[Any]) -> Any:
-    """``loads_members`` of the batch, with a refusal returned rather than raised: its
-    traceback's frames hold the body's text (16 MiB), and an exception handed from the
-    worker thread to the event loop lived on until the garbage collector found it (each
-    refused 16 MiB batch kept 16 MiB more, bench/memory_bench.py)."""
-    try:
-        return strictjson.loads_members(held.pop(), member="operations", max_items=MAX_BATCH)
-    except JsonRefused as exc:
-        return exc.with_traceback(None)
 
 
 def _decode(raw: bytes) -> Any:

@@ -6,7 +6,7 @@ sent to the ``@idempotent`` view its path resolves to, in order.
 Each entry is parsed as the intake parses one (`pigeon.server.messages
 .parse_batch_entry`), runs under its own key in a transaction of its own through its
 view's decorators, and gets one result in the answer the intake gives
-(`pigeon.server.messages.results_json`). The batch stops after the first result that
+(`pigeon.server.batch_wire.results_json`). The batch stops after the first result that
 says "not now" (a 5xx, a 409 in progress, 401/403/408/425/429): nothing after it
 overtakes it. A crash leaves the entries before it committed; the resent batch replays
 them.
@@ -26,15 +26,9 @@ from pigeon.core.wire import MAX_BATCH, WRITE_METHODS, canonical_json, quote_eta
 from pigeon.integrations.django.answers import response_of, view_result
 from pigeon.integrations.django.conf import Configured, configured
 from pigeon.integrations.django.views import ENTRY, BatchEntry
+from pigeon.server.batch_wire import decode_batch, parse_batch_entry, results_json
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, too_large
-from pigeon.server.messages import (
-    bad_json,
-    bad_request,
-    decode_batch,
-    parse_batch_entry,
-    results_json,
-    unsupported_media,
-)
+from pigeon.server.messages import bad_json, bad_request, unsupported_media
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result, stored
 

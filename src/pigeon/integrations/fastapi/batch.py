@@ -22,9 +22,9 @@ from starlette.types import Message, Scope
 
 from pigeon.core.wire import BATCH_PATH, CLOCK, IDEMPOTENCY_KEY, IF_MATCH, quote_etag
 from pigeon.integrations.fastapi.answers import answer
+from pigeon.server.batch_wire import decode_batch, parse_batch_entry, results_json
 from pigeon.server.contract import OPERATION_ID
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_body
-from pigeon.server.messages import decode_batch, parse_batch_entry, results_json
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import NOT_STORED_4XX, OpResult, problem_result
 
