@@ -15,10 +15,8 @@ from starlette.routing import BaseRoute, Route
 
 from pigeon.core.wire import (
     BATCH_PATH,
-    CLOCK,
     HEALTH_PATH,
     IDEMPOTENCY_KEY,
-    IF_MATCH,
     MAX_BATCH,
     MAX_JSON_DEPTH,
     MAX_KEY_LENGTH,
@@ -29,8 +27,9 @@ from pigeon.core.wire import (
 )
 from pigeon.server import contract
 from pigeon.server.access import Guarded, Rule
-from pigeon.server.contract import OPERATION_ID, SCHEMA_REF
+from pigeon.server.contract import SCHEMA_REF
 from pigeon.server.idempotency import CLAIM_WAIT
+from pigeon.server.openapi_components import document_components
 from pigeon.server.options import BodyLimits
 
 if TYPE_CHECKING:
@@ -268,7 +267,7 @@ def build_openapi(
         "openapi": "3.1.0",
         "info": _info(intake, title, max_body, max_batch_body),
         "paths": paths,
-        "components": _components(),
+        "components": document_components(),
         "x-pigeon-idempotency": _idempotency(intake),
         "x-pigeon-limits": {
             "max_body_bytes": max_body,
@@ -406,119 +405,4 @@ def _idempotency(intake: Intake) -> dict[str, Any]:
         "claim_retention_seconds": policy.claim_retention,
         "lock_timeout_seconds": policy.lock_timeout,
         "claim_mode": intake.options.claim_mode,
-    }
-
-
-_TEXT = {"type": "string"}
-
-
-def _components() -> dict[str, Any]:
-    """The parameters, headers, schemas and credentials the operations refer to."""
-    return {
-        "parameters": _parameters(),
-        "headers": _headers(),
-        "schemas": _schemas(),
-        "securitySchemes": {
-            "user": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "A user's token (`pigeon serve --auth`): names the principal",
-            },
-            "operator": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "The operator token (`pigeon serve --operator-token`)",
-            },
-        },
-    }
-
-
-def _parameters() -> dict[str, Any]:
-    return {
-        "IdempotencyKey": {
-            "name": IDEMPOTENCY_KEY,
-            "in": "header",
-            "required": True,
-            "description": (
-                "Made once per operation by the client, resent unchanged on retries (one "
-                "header line): 1-255 printable characters, or those in double quotes"
-            ),
-            "schema": contract.HEADERS[IDEMPOTENCY_KEY],
-        },
-        "IfMatch": {
-            "name": IF_MATCH,
-            "in": "header",
-            "required": False,
-            "description": 'The base version the change was made against: "<n>"; empty: none',
-            "schema": contract.HEADERS[IF_MATCH],
-        },
-        "Clock": {
-            "name": CLOCK,
-            "in": "header",
-            "required": False,
-            "description": "The operation's hybrid logical clock stamp, <wall ms>-<counter>-<node>",
-            "schema": contract.HEADERS[CLOCK],
-        },
-        "OperationId": {
-            "name": OPERATION_ID,
-            "in": "header",
-            "required": False,
-            "description": "Names the operation in an 'already applied' answer (default: the key)",
-            "schema": contract.HEADERS[OPERATION_ID],
-        },
-    }
-
-
-def _headers() -> dict[str, Any]:
-    return {
-        REPLAYED: {
-            "description": "true when the answer is a stored one, not a new execution",
-            "schema": {"type": "string", "enum": ["true"]},
-        },
-        RETRY_AFTER: {"description": "Seconds to wait before retrying", "schema": _TEXT},
-    }
-
-
-def _schemas() -> dict[str, Any]:
-    return contract.components() | {
-        "Problem": {
-            "type": "object",
-            "required": ["type", "title", "status"],
-            "properties": {
-                "type": _TEXT,
-                "title": _TEXT,
-                "status": {"type": "integer"},
-                "detail": _TEXT,
-            },
-        },
-        "Batch": {
-            "type": "object",
-            "required": ["operations"],
-            "properties": {
-                "operations": {
-                    "type": "array",
-                    "maxItems": MAX_BATCH,
-                    "description": "Entries, each judged against BatchOperation on its own",
-                    "items": {},
-                }
-            },
-        },
-        "BatchResults": {
-            "type": "object",
-            "properties": {
-                "results": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": ["string", "null"], "description": "The entry's id"},
-                            "status": {"type": "integer"},
-                            "body": {},
-                            "replayed": {"type": "boolean"},
-                            "headers": {"type": "object"},
-                        },
-                    },
-                }
-            },
-        },
     }
