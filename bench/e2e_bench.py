@@ -11,7 +11,9 @@ Two ceilings, measured in the same run: the same `pigeon serve` driven by a clie
 does nothing but send requests built before the clock starts (new keys each, no queue,
 no engine) — one operation per request, one at a time, and batches of 100, two on the
 wire. The server's own work per operation is all that is left, so the engine in the
-matching mode cannot beat these rows. And the raw limit under them: the same prebuilt
+matching mode cannot beat these rows. The batches once more with `pigeon serve --workers
+2` (two processes taking turns at the one SQLite file's write lock): what the second core
+adds to one interpreter. And the raw limit under them: the same prebuilt
 requests to an app that runs only the intake's own SQL per operation (claim, note, ledger
 row, stored response, a savepoint each, one commit per request) straight on sqlite3
 (bench/_raw_intake_app.py): the price of the storage the protocol asks for, with none of
@@ -56,11 +58,19 @@ from pigeon.sync.options import SyncOptions
 
 
 def _server_alone(
-    tmp: Path, n: int, batch: int, streams: int, *, raw: bool = False, raw_app: str = "app"
+    tmp: Path,
+    n: int,
+    batch: int,
+    streams: int,
+    *,
+    raw: bool = False,
+    raw_app: str = "app",
+    workers: int = 1,
 ) -> float:
     """Operations per second of `pigeon serve` fed prebuilt requests (``batch`` = 1: single
-    POST /notes) over ``streams`` keep-alive connections, each one request at a time.
-    ``raw``: the same requests to the intake's SQL alone (bench/_raw_intake_app.py)."""
+    POST /notes) over ``streams`` keep-alive connections, each one request at a time, by
+    ``workers`` serving processes. ``raw``: the same requests to the intake's SQL alone
+    (bench/_raw_intake_app.py)."""
     per, warm = max(n // streams // batch, 1), warm_share(streams)
 
     def op(key: str) -> dict[str, Any]:
@@ -91,7 +101,8 @@ def _server_alone(
             ok += batch if answer.status_code in (200, 201) else 0
         return ok
 
-    with _alone_server(tmp / f"alone-{batch}-{streams}.db", raw=raw, raw_app=raw_app) as url:
+    db = tmp / f"alone-{batch}-{streams}-{workers}.db"
+    with _alone_server(db, raw=raw, raw_app=raw_app, workers=workers) as url:
         answered, elapsed = timed_clients(
             url, streams, send, warm=lambda s, client: send(s, client, 0, warm)
         )
@@ -101,13 +112,14 @@ def _server_alone(
 
 
 @contextlib.contextmanager
-def _alone_server(db: Path, *, raw: bool, raw_app: str = "app") -> Iterator[str]:
+def _alone_server(db: Path, *, raw: bool, raw_app: str = "app", workers: int = 1) -> Iterator[str]:
     if raw:
         app = uvicorn_app(f"bench._raw_intake_app:{raw_app}")
         with process(app, probe_path=HEALTH_PATH) as url:
             yield url
     else:
-        with ServerProcess(db, allow_anonymous=True) as server:
+        extra = ["--workers", str(workers)] if workers > 1 else []
+        with ServerProcess(db, allow_anonymous=True, extra_args=extra) as server:
             yield server.url
 
 
@@ -165,7 +177,10 @@ def run(*, quick: bool = False) -> list[Row]:
         ceilings = [
             ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1)),
             ("batches of 100, 2 on the wire", _server_alone(Path(tmp), n_batch, 100, 2)),
-        ]
+            # What the machine's second core adds: `pigeon serve --workers 2` on one file.
+            ("batches of 100, 2 on the wire, 2 serving processes",
+             _server_alone(Path(tmp), n_batch, 100, 2, workers=2)),
+        ]  # fmt: skip
         raw_limits = [
             ("1 op/request, one at a time", _server_alone(Path(tmp), n_single, 1, 1, raw=True)),
             ("batches of 100, 2 on the wire",
