@@ -10,8 +10,10 @@ Flush sent after an awaited answer (psycopg sends one behind the Sync that ends 
 pipeline, and waits no longer for it). Statements
 sent together without waiting (psycopg's pipeline mode) are one turn; BEGIN, sent by the
 driver on its own before a transaction's first statement, is one. Statements are the
-client's Query and Execute messages (BEGIN and COMMIT included). Whatever the driver or
-the ORM does, this is what the network sees.
+client's Query and Execute messages (BEGIN and COMMIT included). A statement sent as text
+again is a Parse message of a statement with parameters (``$1``): one the driver has
+prepared on the connection goes as a Bind of its name. Whatever the driver or the ORM
+does, this is what the network sees.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ _STARTUP = 196608  # protocol 3.0: the startup message, after which every messag
 class Counts:
     turns: int = 0
     statements: int = 0
+    parsed: int = 0  # statements with parameters sent as text (not prepared)
 
 
 class _Messages:
@@ -44,6 +47,7 @@ class _Messages:
         self.typed = False  # past the startup message (SSLRequest and the like come first)
         self.waiting = True  # has the client sent a message it waits for an answer after?
         self.turn = False  # spoke after an answer it waited for: a turn, from its next message
+        self.parsed = 0  # Parse messages of a statement with parameters, so far
 
     def spoken(self, data: bytes, *, after_answer: bool) -> tuple[int, int]:
         """``feed`` of what the client sent, ``after_answer``: the server spoke since the
@@ -71,6 +75,7 @@ class _Messages:
             if not self.typed and struct.unpack("!i", self.buffer[4:8])[0] == _STARTUP:
                 self.typed = True
             found += kind in _STATEMENTS
+            self.parsed += kind == b"P" and b"$1" in self.buffer[5:size]
             if self.turn and kind != b"H":
                 turns, self.turn = turns + 1, False
             self.waiting = self.waiting or kind in _WAITS
@@ -130,9 +135,11 @@ class RoundTrips:
                 with self._lock:
                     if messages is not None:
                         after_answer = last[0] == "server"
+                        parsed = messages.parsed
                         statements, turns = messages.spoken(data, after_answer=after_answer)
                         self.counts.statements += statements
                         self.counts.turns += turns
+                        self.counts.parsed += messages.parsed - parsed
                     last[0] = side
                 if self.state == "open":  # stalled: lost on the way
                     sink.sendall(data)
@@ -141,16 +148,18 @@ class RoundTrips:
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[Counts]:
-        """The turns and statements of the block, in the ``Counts`` once it ends."""
+        """The turns, statements and parsed statements of the block, in the ``Counts``
+        once it ends."""
         counted = Counts()
         with self._lock:
-            before = Counts(self.counts.turns, self.counts.statements)
+            before = Counts(self.counts.turns, self.counts.statements, self.counts.parsed)
         try:
             yield counted
         finally:
             with self._lock:
                 counted.turns = self.counts.turns - before.turns
                 counted.statements = self.counts.statements - before.statements
+                counted.parsed = self.counts.parsed - before.parsed
 
     def cut(self) -> None:
         self.state = "cut"

@@ -40,3 +40,18 @@ def test_a_message_split_across_reads_counts_once_complete() -> None:
     assert messages.spoken(whole[:3], after_answer=True) == (0, 0)
     assert messages.spoken(whole[3:], after_answer=False) == (1, 1)
     assert messages.spoken(_msg(b"Q"), after_answer=False) == (1, 0)  # no answer between
+
+
+def _parse(name: bytes, query: bytes) -> bytes:
+    body = name + b"\0" + query + b"\0" + struct.pack("!h", 0)
+    return b"P" + struct.pack("!i", 4 + len(body)) + body
+
+
+def test_a_statement_with_parameters_sent_as_text_is_counted_parsed() -> None:
+    messages = _connected()
+    messages.spoken(_parse(b"", b"BEGIN") + _parse(b"", b"SELECT $1"), after_answer=True)
+    assert messages.parsed == 1  # BEGIN has no parameters: nothing to prepare
+    messages.spoken(_parse(b"", b"SELECT $1, $2") + _msg(b"S"), after_answer=False)
+    assert messages.parsed == 2
+    messages.spoken(_msg(b"B") + _msg(b"E") + _msg(b"S"), after_answer=True)  # a prepared one
+    assert messages.parsed == 2

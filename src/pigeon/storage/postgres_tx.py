@@ -148,10 +148,13 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         ]
 
     def _send_queue(self) -> None:
-        """Queue what waits in the pipeline the caller opened."""
+        """Queue what waits in the pipeline the caller opened. A statement with parameters
+        (a named query, deferred or last) is prepared once it recurs, as every other
+        statement is; BEGIN, SAVEPOINT and RELEASE, whose names vary, never are."""
         queue, self._queue = self._queue, []
         for queued in queue:
-            cursor = self._conn.execute(queued.sql, queued.params, prepare=False)
+            prepare = None if queued.params else False
+            cursor = self._conn.execute(queued.sql, queued.params, prepare=prepare)
             if isinstance(queued, _Last):
                 queued.cursor = cursor
         self._begun = True
