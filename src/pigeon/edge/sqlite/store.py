@@ -25,7 +25,8 @@ from pigeon.edge.sqlite.stats import collect_stats
 from pigeon.edge.stats import QueueStats
 from pigeon.exceptions import PigeonError
 from pigeon.storage.crypto import PLAIN, Cipher
-from pigeon.storage.sqlite import Durability, Row, is_full
+from pigeon.storage.errors import is_full
+from pigeon.storage.sqlite import Durability, Row
 
 
 def _system_ms() -> int:
