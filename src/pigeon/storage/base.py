@@ -66,13 +66,19 @@ C = TypeVar("C", bound=RowCursor)
 
 
 class NamedStatements(Generic[C]):
-    """A ``Tx``'s named statements (``queries``) run through its own ``sql``, whose cursor
-    ``C`` gives rows as dicts."""
+    """A ``Tx``'s named statements (``queries``) run through its own ``sql`` (and
+    ``sql_many``), whose cursor ``C`` gives rows as dicts."""
 
     queries: Mapping[str, str]
 
     def sql(self, statement: str, params: Mapping[str, Any] | None = None) -> C:
         raise NotImplementedError
+
+    def sql_many(self, statement: str, params: Sequence[Params]) -> int:
+        raise NotImplementedError
+
+    def executemany(self, name: str, params: Sequence[Params]) -> int:
+        return self.sql_many(self.queries[name], params)
 
     def execute(self, name: str, params: Mapping[str, Any] | None = None) -> C:
         return self.sql(self.queries[name], params)

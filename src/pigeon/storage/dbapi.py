@@ -47,9 +47,6 @@ class DbapiTx(NamedStatements[DictCursor]):
         self.cipher = cipher
         self._depth = 0
 
-    def executemany(self, name: str, params: Sequence[Params]) -> int:
-        return self.sql_many(self.queries[name], params)
-
     def sql_many(self, statement: str, params: Sequence[Params]) -> int:
         cursor = self.conn.cursor()
         try:

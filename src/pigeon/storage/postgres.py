@@ -90,9 +90,6 @@ class BorrowedPostgresTx(NamedStatements[psycopg.Cursor[Row]]):
         self.queries = queries
         self.cipher = cipher  # seals the columns that hold what users wrote
 
-    def executemany(self, name: str, params: Sequence[Params]) -> int:
-        return self.sql_many(self.queries[name], params)
-
     def sql_many(self, statement: str, params: Sequence[Params]) -> int:
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.executemany(statement, params)

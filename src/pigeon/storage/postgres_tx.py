@@ -83,9 +83,6 @@ class PostgresTx(NamedStatements[psycopg.Cursor[Row]]):
                 self._send_queue()
         return self._conn
 
-    def executemany(self, name: str, params: Sequence[Params]) -> int:
-        return self.sql_many(self.queries[name], params)
-
     def sql_many(self, statement: str, params: Sequence[Params]) -> int:
         with self._conn.cursor() as cur:
             with self._conn.pipeline():
