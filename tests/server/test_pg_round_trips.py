@@ -98,6 +98,12 @@ WRITES: dict[str, dict[str, Any]] = {
 }
 
 
+def _write(client: TestClient, method: str) -> Request:
+    """A WRITES request of a note just made."""
+    headers = {"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"1"'}
+    return method, f"/notes/{_existing(client)}", WRITES[method] | {"headers": headers}
+
+
 def test_a_single_post_costs_two_round_trips_and_the_commit(
     relayed_db: Database, relay: RoundTrips
 ) -> None:
@@ -136,8 +142,7 @@ def test_a_warmed_request_sends_every_statement_with_parameters_prepared(
             if method == "POST":
                 body, headers = _note()
                 return "POST", "/notes", {"json": body, "headers": headers}
-            headers = {"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"1"'}
-            return method, f"/notes/{_existing(client)}", WRITES[method] | {"headers": headers}
+            return _write(client, method)
 
         counted = _counted(relay, client, request)
     assert counted.parsed == 0, counted
@@ -159,11 +164,6 @@ def test_a_single_write_of_a_note_is_within_its_bound(
     relayed_db: Database, relay: RoundTrips, method: str
 ) -> None:
     with TestClient(create_notes_app(relayed_db, purge_interval=None)) as client:
-
-        def write() -> Request:
-            headers = {"Idempotency-Key": uuid.uuid4().hex, "If-Match": '"1"'}
-            return method, f"/notes/{_existing(client)}", WRITES[method] | {"headers": headers}
-
-        counted = _counted(relay, client, write)
+        counted = _counted(relay, client, lambda: _write(client, method))
     print(f"{method} /notes/{{id}}: {counted}")
     assert counted.turns <= SINGLE_BOUND, counted
