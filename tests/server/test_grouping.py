@@ -18,6 +18,7 @@ from pigeon.reference.notes import create_note, create_notes_app
 from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
+from pigeon.server.options import IntakeOptions
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 
@@ -213,3 +214,101 @@ def test_a_started_group_is_answered_when_its_task_is_cancelled(notes_db: Databa
     assert seen and seen[0].startswith("pigeon-writer")
     replay = intake.execute("p", OperationRequest("POST", "/slow", {}, "k-slow", "k-slow"))
     assert replay.status == 201 and replay.replayed and len(seen) == 1
+
+
+class _Overlap:
+    """A handler that notes its thread and how many of its calls ever ran at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.threads: set[str] = set()
+
+    def __call__(self, ctx: IntakeContext) -> Any:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.threads.add(threading.current_thread().name)
+        try:
+            threading.Event().wait(0.05)
+            return 201, {"ok": True}
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def _batches_at_once(app: ASGIApp, count: int) -> list[httpx.Response]:
+    async def send_all() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        "/pigeon/v1/batch",
+                        json={
+                            "operations": [
+                                {"idempotency_key": f"b{b}-{j}", "method": "POST", "path": "/slow"}
+                                for j in range(2)
+                            ]
+                        },
+                    )
+                    for b in range(count)
+                )
+            )
+
+    return asyncio.run(send_all())
+
+
+@pytest.mark.parametrize("wait", [0.0, 1.0])
+def test_a_single_writer_store_takes_batches_in_turn_on_its_writer_thread(
+    notes_db: Database, wait: float
+) -> None:
+    # One writer: a second batch's thread could only read its body while the first one
+    # wrote, and two threads passing the GIL cost more than that overlap. PostgreSQL runs
+    # them side by side. A batch that may wait for a duplicate's original (in_progress_wait)
+    # keeps a thread of its own: the original could be queued for the writer behind it.
+    slow = _Overlap()
+    intake = Intake(notes_db, IntakeOptions(in_progress_wait=wait))
+    intake.add_operation("POST", "/slow", slow)
+    app = create_app(intake, purge_interval=None)
+    replies = _batches_at_once(app, 4)
+    assert [r.status_code for r in replies] == [200] * 4
+    assert all(a["status"] == 201 for r in replies for a in r.json()["results"])
+    on_writer = notes_db.backend == "sqlite" and not wait
+    assert all(name.startswith("pigeon-writer") for name in slow.threads) == on_writer
+    if on_writer:
+        assert slow.most == 1, "one batch at a time"
+    elif notes_db.backend != "sqlite":  # SQLite's write lock takes them in turn anyway
+        assert slow.most > 1, "batches side by side"
+
+
+def test_the_writer_runs_work_in_the_callers_context_and_finishes_it_when_cancelled() -> None:
+    from pigeon.server.grouping import Writer
+
+    writer = Writer()
+    started, release = threading.Event(), threading.Event()
+    done: list[str | None] = []
+
+    def work() -> str | None:
+        started.set()
+        release.wait(5)
+        done.append(_SENDER.get())
+        return _SENDER.get()
+
+    async def scenario() -> tuple[str | None, bool]:
+        _SENDER.set("first")
+        first = await writer.run(lambda: _SENDER.get())
+        _SENDER.set("second")
+        task = asyncio.ensure_future(writer.run(work))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the started work is waited for"
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return first, task.cancelled()
+
+    first, cancelled = asyncio.run(scenario())
+    assert first == "first" and cancelled
+    assert done == ["second"], "it ran to its end, in the context it was started from"

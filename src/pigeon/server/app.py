@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -39,7 +40,7 @@ from pigeon.server.batch_wire import (
     results_json,
     sent_in_slices,
 )
-from pigeon.server.grouping import RequestGroups
+from pigeon.server.grouping import RequestGroups, Writer
 from pigeon.server.intake import Intake
 from pigeon.server.limits import read_buffer
 from pigeon.server.messages import (
@@ -97,11 +98,9 @@ def create_app(
         )
     limits = options.limits
     policy = _access(options.auth, authenticate, operator)
-    if group_commit is None:
-        group_commit = intake.store.single_writer
-    grouped = RequestGroups(intake) if group_commit else None
+    grouped, writer = _writers(intake, group_commit)
     spec = build_openapi(intake, title=title, extra_routes=routes, limits=limits)
-    endpoints = _Endpoints(intake, grouped, spec, limits)
+    endpoints = _Endpoints(intake, grouped, writer, spec, limits)
     all_routes = [*_intake_routes(intake, endpoints), *routes]
     # The one place that decides: every route, mounted ones included, bound to the policy;
     # a route without a declared rule is refused here (ConfigurationError).
@@ -119,6 +118,22 @@ def create_app(
     app.state.group_commit = grouped
     app.state.options = options
     return app
+
+
+def _writers(
+    intake: Intake, group_commit: bool | None
+) -> tuple[RequestGroups | None, Writer | None]:
+    """Group commit for single requests (by default with one writer), and the thread the
+    batches take turns on (with one writer): a store with one writer takes its batches,
+    and its groups, on one thread of its own (`pigeon.server.grouping`). Not a batch that
+    may wait there for a duplicate's original (``in_progress_wait``), which could be
+    queued behind it for that same thread."""
+    one = intake.store.single_writer
+    writer = Writer() if one else None
+    if group_commit is None:
+        group_commit = one
+    grouped = RequestGroups(intake, writer=writer) if group_commit else None
+    return grouped, (None if intake.options.in_progress_wait else writer)
 
 
 def _access(
@@ -151,11 +166,13 @@ class _Endpoints:
         self,
         intake: Intake,
         grouped: RequestGroups | None,
+        writer: Writer | None,
         spec: dict[str, Any],
         limits: BodyLimits,
     ) -> None:
         self.intake = intake
         self.grouped = grouped
+        self.writer = writer
         self.spec = spec
         self.max_body = limits.max_body
         self.max_batch_body = limits.max_batch_body
@@ -189,6 +206,9 @@ class _Endpoints:
         # Decoding, checking the entries, applying them and writing the answer (up to
         # 16 MiB of it), all in ONE hand-off to a worker thread, whatever the size: none of
         # it may hold up the event loop, and each hand-off costs a wake-up of both threads.
+        # With one writer, on its thread: batches wait their turn here, not in threads.
+        if self.writer is not None:
+            return await self.writer.run(functools.partial(self.answer_batch, principal, held))
         return await run_in_threadpool(self.answer_batch, principal, held)
 
     def answer_batch(self, principal: str, held: list[Any]) -> Response:

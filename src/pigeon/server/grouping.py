@@ -10,11 +10,15 @@ A request that arrives alone goes at once, as before; nothing ever waits for com
 Each request still gets exactly its own answer, and only after the transaction holding
 its effect has committed.
 
-The groups run on one thread of their own, the writer. SQLite has one writer anyway, so
-nothing is lost by it, and the hand-off is a plain executor hop: anyio's
-``run_in_threadpool`` (cancel scopes, a capacity limiter, context copying that the
-group does for itself) cost ~250 µs more per request on a 2-core VM, a fifth of a
-single request's time (bench/e2e_bench.py, server alone).
+The groups run on one thread of their own, the ``Writer``; so do a single-writer store's
+batches (`pigeon.server.app`). SQLite has one writer anyway, so nothing is lost by it, and
+the hand-off is a plain executor hop: anyio's ``run_in_threadpool`` (cancel scopes, a
+capacity limiter, context copying that the group does for itself) cost ~250 µs more per
+request on a 2-core VM, a fifth of a single request's time (bench/e2e_bench.py, server
+alone). Two batches in two threads cost more still: the second one's thread could only
+read its body while the first one wrote, and the two threads passing the interpreter's
+lock to and fro made each batch of 100 cost ~10% more CPU than one thread taking them in
+turn.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.results import OpResult
@@ -34,22 +40,60 @@ MAX_GROUP = 32
 # The request's own context rides along: the group runs in one thread, and each
 # operation must still see what its request's middleware set (e.g. the device clock).
 _Waiting = tuple[str, OperationRequest, contextvars.Context, "asyncio.Future[OpResult]"]
+T = TypeVar("T")
+
+
+class Writer:
+    """One thread for a single-writer store's transactions (see above)."""
+
+    def __init__(self) -> None:
+        # Its idle thread ends when this object is collected (ThreadPoolExecutor wakes
+        # its workers then), and the store closes that thread's connection.
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pigeon-writer")
+
+    def start(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        """``work()`` queued for the writer thread."""
+        return asyncio.get_running_loop().run_in_executor(self._thread, work)
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """``work()`` on the writer thread, in this task's context. Once started it is
+        waited for to its end even if this task is cancelled (shutdown), as anyio waits
+        for its worker threads: what it committed is answered, then the cancellation
+        raised."""
+        running = self.start(functools.partial(contextvars.copy_context().run, work))
+        if await finished(running):
+            raise asyncio.CancelledError
+        return running.result()
+
+
+async def finished(running: asyncio.Future[T]) -> bool:
+    """Wait for ``running`` to end, whatever happens to the waiting task; True when that
+    task was cancelled meanwhile (its caller raises the cancellation once done)."""
+    cancelled = False
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            cancelled = cancelled or not running.cancelled()
+        except BaseException:
+            pass  # the work's own outcome: the caller reads it from ``running``
+    return cancelled
 
 
 class RequestGroups:
     """``await execute(principal, op)``: ``intake.execute`` with group commit."""
 
-    def __init__(self, intake: Intake, *, max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self, intake: Intake, *, max_group: int = MAX_GROUP, writer: Writer | None = None
+    ) -> None:
         if max_group < 1:
             raise ValueError(f"max_group must be at least 1, not {max_group}")
         self.intake = intake
         self.max_group = max_group
+        self.writer = writer or Writer()
         self.groups = 0  # transactions used (fewer than requests under load): for tests
         self._waiting: list[_Waiting] = []
         self._draining: asyncio.Task[None] | None = None
-        # Its idle thread ends when this object is collected (ThreadPoolExecutor wakes
-        # its workers then), and the store closes that thread's connection.
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pigeon-writer")
 
     async def execute(self, principal: str, op: OperationRequest) -> OpResult:
         # Admitted before it queues: a duplicate of a request still queued or running is
@@ -74,18 +118,10 @@ class RequestGroups:
                 items = [(principal, op) for principal, op, _, _ in group]
                 contexts = [context for _, _, context, _ in group]
                 run = functools.partial(self.intake.execute_group, items, contexts)
-                running = asyncio.get_running_loop().run_in_executor(self._writer, run)
-                # As with anyio's worker threads, a group that has started is waited for
-                # even if this task is cancelled (shutdown): its requests get what
-                # committed, and the cancellation is raised after that.
-                cancelled = False
-                while not running.done():
-                    try:
-                        await asyncio.shield(running)
-                    except asyncio.CancelledError:
-                        cancelled = cancelled or not running.cancelled()
-                    except BaseException:
-                        pass  # the group's own outcome: _settle gives it to each request
+                running = self.writer.start(run)
+                # A group that has started is waited for even if this task is cancelled
+                # (shutdown): its requests get what committed, then the cancellation.
+                cancelled = await finished(running)
                 self._settle(group, running)
                 if cancelled:
                     raise asyncio.CancelledError
