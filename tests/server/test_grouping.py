@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from pigeon.reference import schema as ref
 from pigeon.reference.notes import create_note, create_notes_app
 from pigeon.reference.notes_reads import read_ledger
-from pigeon.server.app import create_app
+from pigeon.server.app import BATCHES_AT_ONCE, create_app
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.server.options import IntakeOptions
 from pigeon.storage.base import Database
@@ -265,8 +265,9 @@ def test_a_single_writer_store_takes_batches_in_turn_on_its_writer_thread(
 ) -> None:
     # One writer: a second batch's thread could only read its body while the first one
     # wrote, and two threads passing the GIL cost more than that overlap. PostgreSQL runs
-    # them side by side. A batch that may wait for a duplicate's original (in_progress_wait)
-    # keeps a thread of its own: the original could be queued for the writer behind it.
+    # two side by side (BATCHES_AT_ONCE), one working while the other waits on it. A batch
+    # that may wait for a duplicate's original (in_progress_wait) keeps a thread of its
+    # own: the original could be queued for the writer behind it.
     slow = _Overlap()
     intake = Intake(notes_db, IntakeOptions(in_progress_wait=wait))
     intake.add_operation("POST", "/slow", slow)
@@ -279,7 +280,7 @@ def test_a_single_writer_store_takes_batches_in_turn_on_its_writer_thread(
     if on_writer:
         assert slow.most == 1, "one batch at a time"
     elif notes_db.backend != "sqlite":  # SQLite's write lock takes them in turn anyway
-        assert slow.most > 1, "batches side by side"
+        assert slow.most == BATCHES_AT_ONCE == 2, "two batches side by side, no more"
 
 
 def test_the_writer_runs_work_in_the_callers_context_and_finishes_it_when_cancelled() -> None:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -159,6 +160,13 @@ def _access(
     )
 
 
+# Batches one serving process applies at once without a writer thread (PostgreSQL): one
+# decodes and writes while the other waits on the database. More only pass the one
+# interpreter's lock around: two processes on PostgreSQL, batches of 100 over 8
+# connections, read 17,126 against 14,911 ops/s unbounded (six alternated runs), 15,328 by 3.
+BATCHES_AT_ONCE = 2
+
+
 class _Endpoints:
     """The intake's routes: one operation, a batch, the health probe, the OpenAPI document."""
 
@@ -173,6 +181,7 @@ class _Endpoints:
         self.intake = intake
         self.grouped = grouped
         self.writer = writer
+        self.turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)  # without a writer thread
         self.spec = spec
         self.max_body = limits.max_body
         self.max_batch_body = limits.max_batch_body
@@ -209,7 +218,9 @@ class _Endpoints:
         # With one writer, on its thread: batches wait their turn here, not in threads.
         if self.writer is not None:
             return await self.writer.run(functools.partial(self.answer_batch, principal, held))
-        return await run_in_threadpool(self.answer_batch, principal, held)
+        return await anyio.to_thread.run_sync(
+            self.answer_batch, principal, held, limiter=self.turns
+        )
 
     def answer_batch(self, principal: str, held: list[Any]) -> Response:
         size = len(held[0])
