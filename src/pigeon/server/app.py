@@ -160,10 +160,11 @@ def _access(
     )
 
 
-# Batches one serving process applies at once without a writer thread (PostgreSQL): one
-# decodes and writes while the other waits on the database. More only pass the one
-# interpreter's lock around: two processes on PostgreSQL, batches of 100 over 8
-# connections, read 17,126 against 14,911 ops/s unbounded (six alternated runs), 15,328 by 3.
+# Batches one serving process applies at once without a writer thread (PostgreSQL, or
+# in_progress_wait set): one decodes and writes while the other waits on the database.
+# More only pass the one interpreter's lock around: two processes on PostgreSQL, batches
+# of 100 over 8 connections, read 17,126 against 14,911 ops/s unbounded (six alternated
+# runs), 15,328 by 3.
 BATCHES_AT_ONCE = 2
 
 
