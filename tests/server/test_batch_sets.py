@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from pigeon.core.clock import HLCTimestamp, HybridLogicalClock
 from pigeon.core.wire import canonical_json
+from pigeon.exceptions import Contention
 from pigeon.reference.notes import (
     NOTE_AT_ID_SCHEMA,
     NOTE_SCHEMA,
@@ -215,6 +216,64 @@ def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
     # Then the replay hooks' read-only transaction, as on the one-by-one way.
     assert counted.statements[:2] == ["claims_insert_many", "claims_get_many"]
     assert "replay_read_only" in counted.statements[2:]
+
+
+class Opened(Counted):
+    """Counted, its transactions' ends told in ``events``; the first ``victims`` of them
+    aborted at their end as a deadlock's victim (nothing of them committed)."""
+
+    def __init__(self, inner: Database, events: list[str], victims: int = 0) -> None:
+        super().__init__(inner)
+        self.events = events
+        self.victims = victims
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        self.events.append("begin")
+        try:
+            with super().transaction() as tx:
+                yield tx
+                if self.victims:
+                    self.victims -= 1
+                    raise Contention("deadlock detected")
+        finally:
+            self.events.append("end")
+
+
+@pytest.mark.parametrize("victims", [0, 1])
+def test_a_batch_is_routed_checked_and_fingerprinted_before_its_transaction(
+    notes_db: Database, monkeypatch: pytest.MonkeyPatch, victims: int
+) -> None:
+    # Work that needs no database stays out of the transaction: on SQLite it holds the
+    # write lock that every process serving the file waits for. A transaction run again
+    # (a deadlock's victim) applies the same plan.
+    events: list[str] = []
+    opened = Opened(notes_db, events, victims)
+    intake = intake_on(cast(Database, opened), FakeClock(SERVER_START))
+    step, digest = intake_set._step, intake_set.fingerprint_canonical
+
+    def stepped(*args: Any) -> Any:
+        events.append("step")
+        return step(*args)
+
+    def fingerprinted(*args: str) -> str:
+        events.append("fingerprint")
+        return digest(*args)
+
+    monkeypatch.setattr(intake_set, "_step", stepped)
+    monkeypatch.setattr(intake_set, "fingerprint_canonical", fingerprinted)
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(20)]
+    results = intake.execute_batch("p", list(ops))
+    assert [(r.status, r.body["data"]) for r in results] == [(201, {"v": i}) for i in range(20)]
+    transactions = ["begin", "end"] * (1 + victims)
+    assert events == ["step"] * 20 + ["fingerprint"] * 20 + transactions
+    # Set-wise each time: the claims, the notes, the ledger rows, the answers.
+    assert opened.statements == ["claims_insert_many", "--", "--", "claims_complete_many"] * (
+        1 + victims
+    )
+    with notes_db.transaction() as tx:
+        kept = tx.sql("SELECT count(*) AS n FROM ref_notes WHERE principal = 'p'").fetchone()
+    assert kept["n"] == 20
 
 
 def test_the_claims_of_a_batch_count_what_they_take_and_complete(notes_db: Database) -> None:

@@ -119,9 +119,10 @@ def _chunk(
                 break
         return results
 
+    plan = intake_set.plan_set(applier, principal, ops)  # None: one at a time
+
     def apply(tx: Tx) -> list[OpResult]:
-        done = intake_set.run_set(applier, tx, principal, ops)  # None: one at a time
-        return one_by_one(tx) if done is None else done
+        return one_by_one(tx) if plan is None else intake_set.run_set(applier, tx, plan)
 
     try:
         try:

@@ -3,12 +3,14 @@ handler (``Intake.add_operation(..., many=...)``) applied with a few multi-row s
 per batch instead of several statements and a savepoint per operation, each answered as
 the per-operation path (`pigeon.server.applying`) would answer it.
 
-One chunk of a batch, the first work of its transaction:
+One chunk of a batch:
 
-1. each operation is matched to its route, and one whose route has a set handler is checked
-   as the route declares (a refusal is answered in place and stores nothing, as on the
-   per-operation path);
-2. ONE call claims the keys of those operations (`pigeon.server.idempotency_sets`);
+1. before its transaction (``plan_set``: no lock is held for it, and a retried transaction
+   reuses it), each operation is matched to its route, and one whose route has a set
+   handler is checked as the route declares (a refusal is answered in place and stores
+   nothing, as on the per-operation path), and the fingerprint of its request taken;
+2. the first work of its transaction (``run_set``): ONE call claims the keys of those
+   operations (`pigeon.server.idempotency_sets`);
    the rows of keys used before are read in one more, and a replay, "already applied" or
    a mismatch is answered from them;
 3. in batch order, each run of consecutive claimed operations of one route goes to its set
@@ -88,14 +90,25 @@ class _Step:
     size: int = 0  # its body's canonical JSON, in characters (set steps only)
 
 
-def run_set(
-    applier: Applier, tx: Tx, principal: str, ops: Sequence[OperationRequest | OpResult]
-) -> list[OpResult] | None:
-    """The chunk ``ops`` applied set-wise in ``tx``, which has done nothing else yet, with
-    ``applier`` (the per-operation path, its routes, store and handler runner); or None:
-    nothing of it done, run it the per-operation way (no operation for a set handler, a
-    store without multi-row claims). ``SetAbandoned``: an attempt given up, which may
-    have written in ``tx``."""
+@dataclass(frozen=True, slots=True)
+class SetPlan:
+    """A chunk's steps and the keys to claim at once, made before its transaction: what
+    ``run_set`` applies. It touches no database, and ``run_set`` changes nothing of it."""
+
+    claims: SetClaims
+    principal: str
+    steps: list[_Step]
+    asks: list[Ask]
+
+
+def plan_set(
+    applier: Applier, principal: str, ops: Sequence[OperationRequest | OpResult]
+) -> SetPlan | None:
+    """The chunk ``ops`` planned for ``run_set`` with ``applier`` (the per-operation path,
+    its routes, store and handler runner): routed, checked and fingerprinted outside the
+    transaction, which on SQLite holds the one write lock that every process of the file
+    waits for. None: run it the per-operation way (no operation for a set handler, a
+    store without multi-row claims)."""
     if not any(route.many is not None for route in applier.routes):
         return None
     claims = set_claims(applier.store)
@@ -105,8 +118,14 @@ def run_set(
     asks = _asks(steps)
     if not asks:
         return None
+    return SetPlan(claims, principal, steps, asks)
+
+
+def run_set(applier: Applier, tx: Tx, plan: SetPlan) -> list[OpResult]:
+    """``plan`` applied set-wise in ``tx``, which has done nothing else yet.
+    ``SetAbandoned``: an attempt given up, which may have written in ``tx``."""
     try:
-        return _Run(applier, claims, tx, principal, steps).go(asks)
+        return _Run(applier, plan.claims, tx, plan.principal, plan.steps).go(plan.asks)
     except SetAbandoned:
         raise
     except KeyBusy:
