@@ -12,10 +12,10 @@ cost of pigeon's own code.
 
 Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
 with the same prebuilt requests as the "server alone" ceilings. ``set_app`` writes each
-batch set-based instead (the claims, the notes, the ledger rows and the answers, one call
-each, the named blocks the set-based intake runs, as it runs them: a multi-row statement
-for the notes, a one-row statement stepped for each row by ``executemany`` for the
-others): the raw limit of pigeon's set-based batches.
+batch set-based instead (the keys read, the notes, the ledger rows and the claims with
+their answers, one call each, the named blocks the set-based intake runs, as it runs
+them: a multi-row statement for the notes, a one-row statement stepped for each row by
+``executemany`` for the others): the raw limit of pigeon's set-based batches.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ async def batch(request: Request) -> JSONResponse:
 
 
 def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """A batch of creates as the set-based intake runs them: the claims, the notes, the
-    ledger rows and the completed claims with their answers, one statement each."""
+    """A batch of creates as the set-based intake runs them: the keys read, the notes, the
+    ledger rows and the claims completed with their answers, one statement each."""
     claims, notes, datas = [], [], []
     for e in entries:
         key, body = e["idempotency_key"], e["body"]
@@ -124,11 +124,8 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         data = {k: v for k, v in body.items() if k != "id"}
         datas.append(data)
         notes.append([body["id"], json.dumps(data), "0"])
-    until, expires = now + _POLICY.lock_timeout, now + _POLICY.claim_retention
-    taken = _conn.executemany(
-        _SQL["claims_insert_many"], [("anonymous", *c, until, now, expires) for c in claims]
-    ).rowcount
-    if taken != len(entries):
+    keys = json.dumps([c[0] for c in claims])
+    if _conn.execute(_SQL["claims_get_many"], {"principal": "anonymous", "keys": keys}).fetchall():
         raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
     made = {
         note_id: version
@@ -143,13 +140,16 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         version = made[note_id]
         ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
         answer = {"id": note_id, "version": version, **data}
-        answers.append((key, json.dumps(answer)))
+        answers.append(json.dumps(answer))
         out.append({"id": e.get("id"), "status": 201, "body": answer})
     _conn.executemany(_SQL["ledger_append_many"], [(*e, "anonymous", now) for e in ledger])
-    expires = now + _POLICY.response_retention
+    kept, expires = now + _POLICY.response_retention, now + _POLICY.claim_retention
     done = _conn.executemany(
-        _SQL["claims_complete_many"],
-        [(201, "[]", b, now, expires, "anonymous", k, k) for k, b in answers],
+        _SQL["claims_store_many"],
+        [
+            ("anonymous", *c[:5], 201, "[]", b, now, now, kept, expires)
+            for c, b in zip(claims, answers, strict=True)
+        ],
     ).rowcount
     assert done == len(entries)
     return out

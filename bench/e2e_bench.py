@@ -18,8 +18,8 @@ requests to an app that runs only the intake's own SQL per operation (claim, not
 row, stored response, a savepoint each, one commit per request) straight on sqlite3
 (bench/_raw_intake_app.py): the price of the storage the protocol asks for, with none of
 pigeon's code around it; and the same batches written set-based (``set_app``: one call
-each for the claims, the notes, the ledger rows and the answers), the ceiling of pigeon's
-set-based batches.
+each for the keys read, the notes, the ledger rows and the claims with their answers),
+the ceiling of pigeon's set-based batches.
 
 The floor: plain sequential httpx POSTs to a trivial Starlette endpoint in its own uvicorn
 process, no idempotency and no storage; and the same endpoint doing one synchronous=FULL

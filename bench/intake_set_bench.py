@@ -95,8 +95,8 @@ class _Hand:
 
 
 class _HandSet(_Hand):
-    """Set-based: the claims, the notes, the ledger rows and the completed claims with
-    their stored answers, one call each (all but the notes' by ``executemany``)."""
+    """Set-based: the keys read, the notes, the ledger rows and the claims completed with
+    their stored answers, one call each (the claims' by ``executemany``)."""
 
     def batch(self, entries: list[Entry], now: float) -> None:
         sql, policy = self.sql, self.policy
@@ -106,11 +106,10 @@ class _HandSet(_Hand):
             data = {k: v for k, v in body.items() if k != "id"}
             datas.append(data)
             notes.append([body["id"], json.dumps(data), "0"])
-        until, expires = now + policy.lock_timeout, now + policy.claim_retention
-        taken = self.conn.executemany(
-            sql["claims_insert_many"], [("p", *c, until, now, expires) for c in claims]
-        ).rowcount
-        assert taken == len(entries)
+        keys = json.dumps([c[0] for c in claims])
+        assert not self.conn.execute(
+            sql["claims_get_many"], {"principal": "p", "keys": keys}
+        ).fetchall()
         made = {
             note_id: version
             for note_id, version, _ in self.conn.execute(
@@ -123,13 +122,13 @@ class _HandSet(_Hand):
             version = made[note_id]
             ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
             headers = [[ETAG.lower(), f'"{version}"'], ["location", f"/notes/{note_id}"]]
-            answers.append((key, key, headers, self.answer(note_id, version, data, now)))
+            answers.append((headers, self.answer(note_id, version, data, now)))
         self.conn.executemany(sql["ledger_append_many"], [(*e, "p", now) for e in ledger])
-        expires = now + policy.response_retention
+        kept, expires = now + policy.response_retention, now + policy.claim_retention
         done = self.conn.executemany(
-            sql["claims_complete_many"],
-            [(201, json.dumps(h, separators=(",", ":")), b, now, expires, "p", k, t)
-             for k, t, h, b in answers],
+            sql["claims_store_many"],
+            [("p", *c[:5], 201, json.dumps(h, separators=(",", ":")), b, now, now, kept, expires)
+             for c, (h, b) in zip(claims, answers, strict=True)],
         ).rowcount  # fmt: skip
         assert done == len(entries)
 

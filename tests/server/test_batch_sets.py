@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
+import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,8 @@ from pigeon.reference.notes import (
 )
 from pigeon.reference.notes_many import create_notes, delete_notes, patch_notes, replace_notes
 from pigeon.reference.schema import attach
-from pigeon.server import intake_set
+from pigeon.server import idempotency_sets, intake_set
+from pigeon.server.idempotency import ClaimOutcome
 from pigeon.server.idempotency_sets import Answer, Ask
 from pigeon.server.idempotency_stores import set_claims
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
@@ -207,15 +209,18 @@ def test_the_set_path_claims_writes_and_stores_a_batch_in_four_statements(
     intake = intake_on(cast(Database, counted), FakeClock(SERVER_START))
     ops = [create(f"k{i}", f"n{i}", i) for i in range(100)]
     assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 100
-    # The claims, the notes, the ledger rows, the answers: one statement each.
+    # The keys read, the notes, the ledger rows, the claims with their answers: one
+    # statement each, each claim's row written once.
     assert counted.statements == [
-        "claims_insert_many", "--", "--", "claims_complete_many"
+        "claims_get_many", "--", "--", "claims_store_many"
     ]  # fmt: skip
     counted.statements.clear()
     assert all(r.replayed for r in intake.execute_batch("p", list(ops)))
-    # Then the replay hooks' read-only transaction, as on the one-by-one way.
-    assert counted.statements[:2] == ["claims_insert_many", "claims_get_many"]
-    assert "replay_read_only" in counted.statements[2:]
+    # Answered from the rows read; then the replay hooks' read-only transaction, as on the
+    # one-by-one way.
+    assert counted.statements[0] == "claims_get_many"
+    assert "claims_store_many" not in counted.statements
+    assert "replay_read_only" in counted.statements[1:]
 
 
 class Opened(Counted):
@@ -268,29 +273,33 @@ def test_a_batch_is_routed_checked_and_fingerprinted_before_its_transaction(
     transactions = ["begin", "end"] * (1 + victims)
     assert events == ["step"] * 20 + ["fingerprint"] * 20 + transactions
     # Set-wise each time: the claims, the notes, the ledger rows, the answers.
-    assert opened.statements == ["claims_insert_many", "--", "--", "claims_complete_many"] * (
-        1 + victims
-    )
+    assert opened.statements == ["claims_get_many", "--", "--", "claims_store_many"] * (1 + victims)
     with notes_db.transaction() as tx:
         kept = tx.sql("SELECT count(*) AS n FROM ref_notes WHERE principal = 'p'").fetchone()
     assert kept["n"] == 20
 
 
-def test_the_claims_of_a_batch_count_what_they_take_and_complete(notes_db: Database) -> None:
+def test_the_claims_of_a_batch_count_what_they_store(notes_db: Database) -> None:
     # On each backend's own transaction (each counts its own way): a count that came out
     # short would give every batch up to the one-by-one way, with the same answers.
     claims = set_claims(intake_on(notes_db, FakeClock(SERVER_START)).store)
     assert claims is not None
     asks = [Ask(f"k{i}", "f", "POST", "/notes", f"op{i}") for i in range(3)]
     with notes_db.transaction() as tx:
-        taken = claims.claim_many(tx, "p", asks)
-        assert sorted(taken.tokens) == ["k0", "k1", "k2"]
-        answers: list[Answer] = [
-            (key, token if key != "k1" else "not-ours", 201, [], "{}")
-            for key, token in taken.tokens.items()
-        ]
-        assert claims.complete_many(tx, "p", answers) == 2
-        assert claims.claim_many(tx, "p", asks).tokens == {}  # each key has its row now
+        found = claims.read_many(tx, "p", asks)
+        assert found.free == {"k0", "k1", "k2"} and found.held == {}
+        answers: list[Answer] = [(ask, 201, [], "{}") for ask in asks[:2]]
+        assert claims.store_many(tx, "p", answers, found.now) == 2
+        # k1 has its row by now (another transaction's, say): it keeps it.
+        assert (
+            claims.store_many(
+                tx, "p", [(asks[1], 201, [], "{}"), (asks[2], 201, [], "{}")], found.now
+            )
+            == 1
+        )
+        found = claims.read_many(tx, "p", asks)
+        assert found.free == set()
+        assert all(d is not None and d.outcome is ClaimOutcome.REPLAY for d in found.held.values())
 
 
 def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
@@ -301,9 +310,9 @@ def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
     ops = [create(f"k{i}", f"n{i}", i) for i in range(6)]  # bodies of one length
     monkeypatch.setattr(intake_set, "SEGMENT_BYTES", 2 * len(canonical_json(ops[0].body)))
     assert [r.status for r in intake.execute_batch("p", list(ops))] == [201] * 6
-    # One claim statement for the batch; then two bodies per call: notes, ledger, answers.
-    assert counted.statements == ["claims_insert_many"] + [
-        "--", "--", "claims_complete_many"
+    # One read of the keys; then two bodies per call: notes, ledger, claims and answers.
+    assert counted.statements == ["claims_get_many"] + [
+        "--", "--", "claims_store_many"
     ] * 3  # fmt: skip
 
 
@@ -321,7 +330,7 @@ def test_no_statement_carries_more_than_a_segment_of_a_large_batch(notes_db: Dat
     puts = [OperationRequest(o.method, o.path, {"text": big}, o.key, o.operation_id) for o in puts]
     assert [r.status for r in intake.execute_batch("p", creates)] == [201] * 40
     assert [r.status for r in intake.execute_batch("p", puts)] == [200] * 40
-    assert "claims_complete_many" in counted.statements  # the set path ran
+    assert "claims_store_many" in counted.statements  # the set path ran
     # A segment (256 KiB) and its JSON escapes in a statement, never the whole batch.
     assert max(counted.sizes) < 400_000
 
@@ -415,9 +424,9 @@ def test_patches_go_set_wise(notes_db: Database) -> None:
         for i in range(20)
     ]
     assert [r.status for r in intake.execute_batch("p", ops)] == [200] * 20
-    # The claims; the notes locked, written, their ledger rows; the answers.
+    # The keys read; the notes locked, written, their ledger rows; the claims and answers.
     assert counted.statements == [
-        "claims_insert_many", "--", "--", "--", "claims_complete_many"
+        "claims_get_many", "--", "--", "--", "claims_store_many"
     ]  # fmt: skip
 
 
@@ -503,6 +512,50 @@ def _broken(kind: str) -> Any:
         return [(404, {"detail": "no"}) for _ in out]
 
     return many
+
+
+def test_a_key_claimed_by_another_transaction_after_the_read_is_answered_one_by_one(
+    notes_pg: Database, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch reads its keys, then another process claims and completes k3 (committed)
+    # before the batch stores its claims: the store comes out a row short, the attempt
+    # is given up, and the one-by-one way answers k3 from that process's row. Nothing is
+    # done twice: k3's note is not written by the batch.
+    clock = FakeClock(SERVER_START)
+    intake = intake_on(notes_pg, clock)
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(6)]
+    read = idempotency_sets.SetClaims.read_many
+    raced: list[str] = []
+
+    def read_then_race(self: Any, tx: Tx, principal: str, asks: Sequence[Ask]) -> Any:
+        found = read(self, tx, principal, asks)
+        if not raced:
+            raced.append("k3")
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                other.execute(
+                    RACED_CLAIM, {"p": principal, "f": asks[3].fingerprint, "at": clock()}
+                )
+        return found
+
+    monkeypatch.setattr(idempotency_sets.SetClaims, "read_many", read_then_race)
+    results = intake.execute_batch("p", ops)
+    assert [(r.status, r.replayed) for r in results] == [(201, False)] * 3 + [(201, True)] + [
+        (201, False)
+    ] * 2
+    assert results[3].body == {"theirs": True}
+    with notes_pg.transaction() as tx:
+        notes = tx.sql("SELECT id FROM ref_notes WHERE principal = 'p' ORDER BY id").fetchall()
+    assert [r["id"] for r in notes] == ["n0", "n1", "n2", "n4", "n5"]
+
+
+RACED_CLAIM = """
+INSERT INTO pigeon_idempotency_claims (
+    principal, idem_key, fingerprint, method, path, operation_id, state, status,
+    response_headers, response_body, body_format, created_at, completed_at,
+    response_expires_at, claim_expires_at)
+VALUES (%(p)s, 'k3', %(f)s, 'POST', '/notes', 'op-k3', 'completed', 201, '[]',
+    '{"theirs":true}', 'json', %(at)s, %(at)s, %(at)s + 86400, %(at)s + 86400 * 30)
+"""
 
 
 @pytest.mark.parametrize("kind", ["raise", "short", "not-2xx"])

@@ -82,12 +82,6 @@ LOOKUPS: dict[str, dict[str, Any]] = {
     "ledger_all": {"after": ROWS - 100, "limit": 1000},
     # The set-based batch's lookups: one JSON array of keys or ids per statement.
     "claims_get_many": {"principal": "user-7", "keys": '["key-77", "key-78"]'},
-    "claims_complete_many": {
-        "principal": "user-7",
-        "answers": '[["key-77", "t", 201, "[]", "{}"]]',
-        "now": NOW,
-        "response_expires_at": NOW + 86400,
-    },
     "notes_lock_many": {"principal": "user-7", "ids": '["note-77", "note-78"]', "with_data": True},
     "notes_write_many": {"principal": "user-7", "now": NOW, "notes": '[["note-77", "{}", 0, "c"]]'},
 }
@@ -218,7 +212,7 @@ def test_the_explained_queries_are_every_lookup_the_backend_defines() -> None:
     unindexed |= {"note_create_logged"}
     unindexed |= {
         "replay_read_only",
-        "claims_insert_many",
+        "claims_store_many",
         "notes_create_many",
         "ledger_append_many",
     }

@@ -67,5 +67,5 @@ def test_a_lookup_searches_a_keyed_table_by_its_whole_key(
 
 def test_the_set_lookups_are_among_those_checked(conn: sqlite3.Connection) -> None:
     # the batch's set-based statements, which once walked a principal's every claim
-    for name in ("claims_get_many", "claims_complete_many", "notes_lock_many"):
+    for name in ("claims_get_many", "notes_lock_many"):
         assert any(f"({KEYS[t]})" in s for s in _plan(conn, name) for t in KEYS), name

@@ -86,15 +86,14 @@ def test_a_batchs_claims_count_what_they_take_on_every_kind_of_transaction(
     asks = [Ask(f"k{i}", "f", "POST", "/notes", f"op{i}") for i in range(3)]
     try:
         with opened() as tx:
-            assert sorted(claims.claim_many(tx, "p", asks[:2]).tokens) == ["k0", "k1"]
+            found = claims.read_many(tx, "p", asks[:2])
+            answers: list[Answer] = [(ask, 201, [], "{}") for ask in asks[:2]]
+            assert claims.store_many(tx, "p", answers, found.now) == 2
         with opened() as tx:
-            taken = claims.claim_many(tx, "p", asks)
-            assert sorted(taken.tokens) == ["k2"] and sorted(taken.held) == ["k0", "k1"]
-            answers: list[Answer] = [
-                ("k2", taken.tokens["k2"], 201, [], "{}"),
-                ("k0", "x", 201, [], "{}"),
-            ]
-            assert claims.complete_many(tx, "p", answers) == 1  # k0's claim is not ours
+            found = claims.read_many(tx, "p", asks)
+            assert found.free == {"k2"} and sorted(found.held) == ["k0", "k1"]
+            answers = [(asks[2], 201, [], "{}"), (asks[0], 201, [], "{}")]
+            assert claims.store_many(tx, "p", answers, found.now) == 1  # k0 keeps its row
     finally:
         db.close()
 

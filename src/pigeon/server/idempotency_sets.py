@@ -1,15 +1,20 @@
 """Claims of a whole batch at once: the multi-row statements of the set-based batch path
 (`pigeon.server.intake_set`), beside the one-key claims of ``IdempotencyStore``.
 
-``claim_many`` takes every free key of a batch in ONE call and reads the rows of the keys
-that were taken already in one more statement (only when there are any), so replays,
-mismatches and keys in progress are known for the whole batch at once; ``complete_many``
-stores the answers of many claimed keys in ONE call. A call is one statement over a JSON
-array on PostgreSQL (one round trip), and on SQLite one row's statement stepped for each
-key by ``executemany`` (no round trips to save, and SQLite's JSON functions cost more than
-bound parameters). The rules are the one-key claim's (``decide_claim``,
-``IdempotencyPolicy``), the statements named blocks of each backend's ``intake.sql``;
-``idempotency_stores.set_claims`` says which stores have them and runs them.
+``read_many`` reads the rows of every key of a batch in ONE statement, so replays,
+mismatches and keys in progress are known for the whole batch before anything is applied;
+``store_many`` writes the claims of the operations applied, already completed with their
+answers, in ONE call, after their effects and in the same transaction. Where the one-key
+claim writes a row in progress and then completes it, a batch writes each row once: no
+other transaction can see a row in progress before the commit anyway, and a key another
+transaction claimed meanwhile (PostgreSQL: SQLite has one writer) makes ``store_many``
+store fewer rows than asked, which gives the attempt up (`intake_set.SetAbandoned`).
+A call is one statement over a JSON array on PostgreSQL (one round trip), and on SQLite
+one row's statement stepped for each key by ``executemany`` (no round trips to save, and
+SQLite's JSON functions cost more than bound parameters). The rules are the one-key
+claim's (``decide_claim``, ``IdempotencyPolicy``), the statements named blocks of each
+backend's ``intake.sql``; ``idempotency_stores.set_claims`` says which stores have them
+and runs them.
 """
 
 from __future__ import annotations
@@ -19,21 +24,18 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
     BODY_AD,
     ClaimDecision,
     ClaimOutcome,
     IdempotencyPolicy,
     decide_claim,
-    new_token,
     stored_response,
 )
 from pigeon.storage.base import Row, Tx
 
-__all__ = ["Answer", "Ask", "SetClaims", "Taken"]
-
-# An answer to store: (key, lock token, status, headers as [name, value] pairs, body text).
-Answer = tuple[str, str, int, Sequence[Sequence[str]], str]
+__all__ = ["Answer", "Ask", "Found", "SetClaims"]
 
 
 @dataclass(slots=True)  # not frozen, and why: pigeon.server.operations
@@ -47,15 +49,22 @@ class Ask:
     operation_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """What a batch's claim found: the claims it now holds, by key, and for each key that
-    had a live row already what the one-key claim would have decided for it (a decision
-    with no claim: a replay, "already applied", a mismatch, in progress) or None where it
-    would have taken the key over (an expired claim: that one runs the one-key way)."""
+# An answer to store: the key's ask, the status, the headers as [name, value] pairs, the
+# body's text.
+Answer = tuple[Ask, int, Sequence[Sequence[str]], str]
 
-    tokens: dict[str, str]  # the claims it now holds: key -> its lock token
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a batch's keys have in the store: the keys with no row (``free``: the set path
+    may apply them), and for each key that has one what the one-key claim would have
+    decided for it (a decision with no claim: a replay, "already applied", a mismatch, in
+    progress) or None where it would have taken the key over (an expired claim: that one
+    runs the one-key way). ``now``: when they were read, the time the claims are made."""
+
+    free: set[str]
     held: dict[str, ClaimDecision | None]
+    now: float
 
 
 class SetClaims:
@@ -65,43 +74,24 @@ class SetClaims:
         self.policy = policy
         self.now = now
 
-    def claim_many(self, tx: Tx, principal: str, asks: Sequence[Ask]) -> Taken:
-        """Claim every key of ``asks`` (each key once) that has no row yet."""
+    def read_many(self, tx: Tx, principal: str, asks: Sequence[Ask]) -> Found:
+        """The rows of the keys of ``asks`` (each key once), in ONE statement."""
         now = self.now()
-        batch = new_token()  # one unique token per batch; each claim's is it and its place
-        tokens = {a.key: f"{batch}.{i:x}" for i, a in enumerate(asks)}
-        rows = [
-            [a.key, a.fingerprint, a.method, a.path, a.operation_id, tokens[a.key]] for a in asks
-        ]
-        times = {
-            "locked_until": now + self.policy.lock_timeout,
-            "claim_expires_at": now + self.policy.claim_retention,
-            "now": now,
-        }
-        if self.inserted(tx, principal, rows, times) == len(asks):
-            return Taken(tokens, {})
         keys = json.dumps([a.key for a in asks], ensure_ascii=False)
         found = tx.fetchall("claims_get_many", {"principal": principal, "keys": keys})
+        if not found:
+            return Found({a.key for a in asks}, {}, now)
         rows_by_key = {row["idem_key"]: row for row in found}
-        ours = {k for k, row in rows_by_key.items() if row["lock_token"] == tokens[k]}
         held = {
-            a.key: self._decision(rows_by_key.get(a.key), a, now, tx)
+            a.key: self._decision(rows_by_key[a.key], a, now, tx)
             for a in asks
-            if a.key not in ours
+            if a.key in rows_by_key
         }
-        return Taken({k: tokens[k] for k in ours}, held)
+        return Found({a.key for a in asks if a.key not in rows_by_key}, held, now)
 
-    def inserted(
-        self, tx: Tx, principal: str, rows: list[list[str]], times: Mapping[str, float]
-    ) -> int:
-        """How many claims ``claims_insert_many`` made of ``rows`` ([key, fingerprint,
-        method, path, operation_id, lock token] each), with ``times`` (``now``,
-        ``locked_until``, ``claim_expires_at``): each backend runs it its own way."""
-        raise NotImplementedError
-
-    def _decision(self, row: Row | None, ask: Ask, now: float, tx: Tx) -> ClaimDecision | None:
+    def _decision(self, row: Row, ask: Ask, now: float, tx: Tx) -> ClaimDecision | None:
         outcome = decide_claim(row, ask.fingerprint, now)
-        if row is None or outcome in (ClaimOutcome.FRESH, ClaimOutcome.TAKE_OVER):
+        if outcome in (ClaimOutcome.FRESH, ClaimOutcome.TAKE_OVER):
             return None
         if outcome is ClaimOutcome.IN_PROGRESS:
             wait = max(1, math.ceil(row["locked_until"] - now))
@@ -117,22 +107,33 @@ class SetClaims:
             completed_at=row["completed_at"],
         )
 
-    def complete_many(self, tx: Tx, principal: str, answers: Sequence[Answer]) -> int:
-        """Store each answer under its claim; how many claims were still ours."""
+    def store_many(self, tx: Tx, principal: str, answers: Sequence[Answer], claimed: float) -> int:
+        """The claims of free keys, completed with their answers (``claimed``: when their
+        rows were read); how many were stored: a key that has a row by now keeps it."""
         if not answers:
             return 0
         now = self.now()
         seal = tx.cipher.seal
         rows = [
-            (key, token, status, headers, seal(body, *BODY_AD, principal, key))
-            for key, token, status, headers, body in answers
-        ]
-        times = {"now": now, "response_expires_at": now + self.policy.response_retention}
-        return self.completed(tx, principal, rows, times)
+            [
+                ask.key, ask.fingerprint, ask.method, ask.path, ask.operation_id, status,
+                canonical_json(headers), seal(body, *BODY_AD, principal, ask.key),
+            ]
+            for ask, status, headers, body in answers
+        ]  # fmt: skip
+        times = {
+            "created_at": claimed,
+            "claim_expires_at": claimed + self.policy.claim_retention,
+            "now": now,
+            "response_expires_at": now + self.policy.response_retention,
+        }
+        return self.stored(tx, principal, rows, times)
 
-    def completed(
-        self, tx: Tx, principal: str, rows: list[Answer], times: Mapping[str, float]
+    def stored(
+        self, tx: Tx, principal: str, rows: list[list[object]], times: Mapping[str, float]
     ) -> int:
-        """How many claims ``claims_complete_many`` completed of ``rows`` (answers, their
-        bodies sealed), with ``times`` (``now``, ``response_expires_at``)."""
+        """How many claims ``claims_store_many`` made of ``rows`` ([key, fingerprint,
+        method, path, operation_id, status, headers' JSON, body] each, the bodies sealed),
+        with ``times`` (``created_at``, ``claim_expires_at``, ``now``,
+        ``response_expires_at``): each backend runs it its own way."""
         raise NotImplementedError

@@ -24,7 +24,7 @@ from pigeon.server.idempotency import (
     SqlIdempotencyStore,
 )
 from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencyStore
-from pigeon.server.idempotency_sets import Answer, SetClaims
+from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sqlite import SQLiteDatabase
@@ -80,53 +80,37 @@ class SQLiteSetClaims(SetClaims):
     """A batch's claims in SQLite: the one writer waits for nobody, and each statement is
     stepped for every row in one call (``Tx.executemany``), its row count what it did."""
 
-    def inserted(
-        self, tx: Tx, principal: str, rows: list[list[str]], times: Mapping[str, float]
+    def stored(
+        self, tx: Tx, principal: str, rows: list[list[object]], times: Mapping[str, float]
     ) -> int:
-        until, now, expires = times["locked_until"], times["now"], times["claim_expires_at"]
+        created, expires = times["created_at"], times["claim_expires_at"]
+        now, kept = times["now"], times["response_expires_at"]
         return tx.executemany(
-            "claims_insert_many", [(principal, *row, until, now, expires) for row in rows]
-        )
-
-    def completed(
-        self, tx: Tx, principal: str, rows: list[Answer], times: Mapping[str, float]
-    ) -> int:
-        now, expires = times["now"], times["response_expires_at"]
-        return tx.executemany(
-            "claims_complete_many",
-            [
-                (status, canonical_json(headers), body, now, expires, principal, key, token)
-                for key, token, status, headers, body in rows
-            ],
+            "claims_store_many", [(principal, *row, created, now, kept, expires) for row in rows]
         )
 
 
 class PostgresSetClaims(SetClaims):
-    """A batch's claims in PostgreSQL: a key another transaction holds is waited for as
-    long as one claim waits (``claim_wait``), then ``KeyBusy``."""
+    """A batch's claims in PostgreSQL: a key another transaction claimed and has not
+    committed yet is waited for as long as one claim waits (``claim_wait``), then
+    ``KeyBusy``."""
 
     def __init__(self, store: SqlIdempotencyStore) -> None:
         super().__init__(store.policy, store.now)
         self.wait = f"{max(1, round(store.claim_wait * 1000))}ms"
 
-    def inserted(
-        self, tx: Tx, principal: str, rows: list[list[str]], times: Mapping[str, float]
+    def stored(
+        self, tx: Tx, principal: str, rows: list[list[object]], times: Mapping[str, float]
     ) -> int:
         params = {"principal": principal, "claims": canonical_json(rows), "claim_wait": self.wait}
         try:
-            row = tx.fetchone("claims_insert_many", {**params, **times})
+            row = tx.fetchone("claims_store_many", {**params, **times})
         except Exception as exc:
             if lock_timed_out(exc):
                 raise KeyBusy("a key of the batch") from exc
             raise
         assert row is not None
         return int(row["taken"])
-
-    def completed(
-        self, tx: Tx, principal: str, rows: list[Answer], times: Mapping[str, float]
-    ) -> int:
-        params = {"principal": principal, "answers": canonical_json(rows), **times}
-        return len(tx.fetchall("claims_complete_many", params))
 
 
 def set_claims(store: IdempotencyStore) -> SetClaims | None:

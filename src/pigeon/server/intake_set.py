@@ -9,24 +9,25 @@ One chunk of a batch:
    reuses it), each operation is matched to its route, and one whose route has a set
    handler is checked as the route declares (a refusal is answered in place and stores
    nothing, as on the per-operation path), and the fingerprint of its request taken;
-2. the first work of its transaction (``run_set``): ONE call claims the keys of those
-   operations (`pigeon.server.idempotency_sets`);
-   the rows of keys used before are read in one more, and a replay, "already applied" or
-   a mismatch is answered from them;
-3. in batch order, each run of consecutive claimed operations of one route goes to its set
-   handler together (its effects: a multi-row statement per table) and their answers are
-   stored in one more call. Every other operation (a route without a set handler, a
-   key taken over after its claim expired, a key a second time, one the set handler
-   leaves) runs the per-operation way where it stands, after what came before it.
+2. the first work of its transaction (``run_set``): ONE call reads the rows of those
+   operations' keys (`pigeon.server.idempotency_sets`), and a replay, "already applied"
+   or a mismatch is answered from them;
+3. in batch order, each run of consecutive operations of one route whose keys are free
+   goes to its set handler together (its effects: a multi-row statement per table), and
+   their claims are stored with their answers in one more call, each row written once,
+   already completed. Every other operation (a route without a set handler, a key taken
+   over after its claim expired, a key a second time, one the set handler leaves) runs
+   the per-operation way where it stands, after what came before it.
 
 What the set path cannot answer as the per-operation path would — an operation that ends
 transient (the batch stops there, and nothing after it may take effect), a key in progress,
-a set handler that fails — raises ``SetAbandoned``: the chunk's transaction rolls back and
+a key another transaction claimed after the read, a set handler that fails — raises
+``SetAbandoned``: the chunk's transaction rolls back and
 the chunk runs the per-operation way from its start in a new one. The per-operation path
 stays the reference, the set path only a faster way to its answers. No savepoint: SQLite
 journals every page a savepoint's work changes, ~7% of a batch's CPU.
 
-A set handler ``many(tx, items)`` gets the ``IntakeContext`` of each claimed operation, in
+A set handler ``many(tx, items)`` gets the ``IntakeContext`` of each operation, in
 batch order, and returns for each the handler's answer (a 2xx: its writes are made) or
 None (not applied: it runs the per-operation way after those applied). What it applies
 must not depend on the other items of the call: an item on an entity an earlier item
@@ -47,8 +48,8 @@ from pigeon.logs import failure
 from pigeon.server.applying import Applier
 from pigeon.server.fingerprint import fingerprint_canonical
 from pigeon.server.handler_run import NOT_REPLAYED, refused
-from pigeon.server.idempotency import Claim, ClaimOutcome, KeyBusy
-from pigeon.server.idempotency_sets import Answer, Ask, SetClaims, Taken
+from pigeon.server.idempotency import ClaimOutcome, KeyBusy
+from pigeon.server.idempotency_sets import Answer, Ask, Found, SetClaims
 from pigeon.server.idempotency_stores import set_claims
 from pigeon.server.operations import (
     Failed,
@@ -202,8 +203,13 @@ def _asks(steps: list[_Step]) -> list[Ask]:
     return asks
 
 
+# A claimed operation of a segment: its call, its index in the chunk, its key's ask.
+_Item = tuple[RoutedOperation, int, Ask]
+
+
 class _Run:
-    """One attempt at a chunk: its claims taken, its steps walked in order."""
+    """One attempt at a chunk: its keys read, its steps walked in order, its claims stored
+    with their answers."""
 
     def __init__(
         self, applier: Applier, claims: SetClaims, tx: Tx, principal: str, steps: list[_Step]
@@ -214,10 +220,13 @@ class _Run:
         self.principal = principal
         self.steps = steps
         self.results: list[OpResult | None] = [None] * len(steps)
+        self.claimed = 0.0  # when the keys were read: their claims' time
 
     def go(self, asks: list[Ask]) -> list[OpResult]:
-        taken = self.claims.claim_many(self.tx, self.principal, asks)
-        segment: list[tuple[RoutedOperation, int, str]] = []  # (call, index, claim token)
+        found = self.claims.read_many(self.tx, self.principal, asks)
+        self.claimed = found.now
+        free = {a.key: a for a in asks if a.key in found.free}
+        segment: list[_Item] = []
         size = 0  # of the segment's bodies
         for step in self.steps:
             if step.result is not None:
@@ -225,17 +234,17 @@ class _Run:
                 continue
             call = step.call
             if call is not None:
-                token = taken.tokens.get(call.op.key)
-                if token is not None:
+                ask = free.get(call.op.key)
+                if ask is not None:
                     if segment and (
                         segment[0][0].route is not call.route or size + step.size > SEGMENT_BYTES
                     ):
                         self._flush(segment)
                         size = 0
-                    segment.append((call, step.index, token))
+                    segment.append((call, step.index, ask))
                     size += step.size
                     continue
-                if self._answer_held(call, step.index, taken):
+                if self._answer_held(call, step.index, found):
                     continue
             self._flush(segment)
             size = 0
@@ -245,10 +254,10 @@ class _Run:
         assert len(done) == len(self.steps)
         return done
 
-    def _answer_held(self, call: RoutedOperation, index: int, taken: Taken) -> bool:
+    def _answer_held(self, call: RoutedOperation, index: int, found: Found) -> bool:
         """Answer an operation whose key was used before from its row, as the one-key
         claim would; False where it is taken over (the per-operation way runs it)."""
-        decision = taken.held.get(call.op.key)
+        decision = found.held.get(call.op.key)
         if decision is None:
             return False
         if decision.outcome is ClaimOutcome.IN_PROGRESS:
@@ -258,14 +267,19 @@ class _Run:
 
     def _per_operation(self, step: _Step) -> None:
         assert step.op is not None
-        result = self.applier.apply(self.tx, self.principal, step.op)
+        self._apply(step.op, step.index)
+
+    def _apply(self, op: OperationRequest, index: int) -> None:
+        """``op`` the per-operation way: its own claim, its route's own handler."""
+        result = self.applier.apply(self.tx, self.principal, op)
         if result.transient:
             raise SetAbandoned
-        self.results[step.index] = result
+        self.results[index] = result
 
-    def _flush(self, segment: list[tuple[RoutedOperation, int, str]]) -> None:
-        """The set handler over ``segment`` (claimed operations of one route), the answers
-        it gives stored in one statement, and the operations it leaves run one by one."""
+    def _flush(self, segment: list[_Item]) -> None:
+        """The set handler over ``segment`` (operations of one route whose keys are free),
+        their claims stored with the answers it gives in one statement, and the operations
+        it leaves run one by one."""
         if not segment:
             return
         route = segment[0][0].route
@@ -275,33 +289,25 @@ class _Run:
         if len(outs) != len(segment):
             raise TypeError(f"a set handler answered {len(outs)} of {len(segment)} items")
         answers: list[Answer] = []
-        left: list[tuple[RoutedOperation, int, str]] = []
-        for (call, index, token), out in zip(segment, outs, strict=True):
+        left: list[tuple[RoutedOperation, int]] = []
+        for (call, index, ask), out in zip(segment, outs, strict=True):
             if out is None:
-                left.append((call, index, token))
+                left.append((call, index))
                 continue
-            key = call.op.key
-            result = self.results[index] = _applied(out, key)
+            result = self.results[index] = _applied(out, ask.key)
             kept = [[k, v] for k, v in result.headers if k not in NOT_REPLAYED]
-            answers.append((key, token, result.status, kept, result.body_text))
-        if self.claims.complete_many(self.tx, self.principal, answers) != len(answers):
-            raise SetAbandoned  # a claim of ours was lost: the one-key way says how
+            answers.append((ask, result.status, kept, result.body_text))
+        stored = self.claims.store_many(self.tx, self.principal, answers, self.claimed)
+        if stored != len(answers):
+            raise SetAbandoned  # another transaction claimed a key: the one-key way says how
         if answers:
             mean = (time.monotonic() - started) / len(answers)
             self.applier.runner.timings.observe(route.template, mean)
-        for call, index, token in left:
-            self._run_one(call, index, token)
+        for call, index in left:  # a key still free: claimed the one-key way
+            self._apply(call.op, index)
         segment.clear()
 
-    def _run_one(self, call: RoutedOperation, index: int, token: str) -> None:
-        """A claimed operation the set handler left, by its route's own handler."""
-        claim = Claim(self.principal, call.op.key, token, call.op.operation_id)
-        try:
-            self.results[index] = self.applier.runner.run(self.tx, claim, call)
-        except Failed:
-            raise SetAbandoned from None  # transient
-
-    def _contexts(self, segment: list[tuple[RoutedOperation, int, str]]) -> list[IntakeContext]:
+    def _contexts(self, segment: list[_Item]) -> list[IntakeContext]:
         """What the route's handler would be given for each (``HandlerRunner``), the
         server clock moved past the latest stamp among them (so past each)."""
         runner, tx, principal = self.applier.runner, self.tx, self.principal

@@ -62,22 +62,26 @@ SELECT (SELECT idem_key FROM taken) AS idem_key,
        set_config('lock_timeout', previous, true) AS restored
 FROM bound
 
--- name: claims_insert_many
--- A batch's claims in one statement (pigeon.server.idempotency_sets), as sqlite/intake.sql:
--- :claims is a JSON array of [idem_key, fingerprint, method, path, operation_id,
--- lock_token], each key once. A key another transaction holds is waited for as long as
--- claim_insert waits (then 55P03: the batch runs one operation at a time, and that key
--- answers 409). One row: how many keys were taken.
+-- name: claims_store_many
+-- A batch's claims (pigeon.server.idempotency_sets), written once its operations are
+-- applied, already completed with their answers, in one statement, as sqlite/intake.sql:
+-- :claims is a JSON array of [idem_key, fingerprint, method, path, operation_id, status,
+-- response_headers (JSON text), response_body (text)], each key once. A key another
+-- transaction claimed and has not committed is waited for as long as claim_insert waits
+-- (then 55P03: the batch runs one operation at a time, and that key answers 409). One row:
+-- how many were stored (a key with a row by now keeps it, and the batch is given up).
 WITH bound AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS previous,
            set_config('lock_timeout', %(claim_wait)s, true) AS waiting
 ), inserted AS (
     INSERT INTO pigeon_idempotency_claims (
-        principal, idem_key, fingerprint, method, path, operation_id, state,
-        lock_token, locked_until, created_at, claim_expires_at
+        principal, idem_key, fingerprint, method, path, operation_id, state, status,
+        response_headers, response_body, body_format, created_at, completed_at,
+        response_expires_at, claim_expires_at
     )
     SELECT %(principal)s, c.v ->> 0, c.v ->> 1, c.v ->> 2, c.v ->> 3, c.v ->> 4,
-           'in_progress', c.v ->> 5, %(locked_until)s, %(now)s, %(claim_expires_at)s
+           'completed', (c.v ->> 5)::integer, c.v ->> 6, c.v ->> 7, 'json', %(created_at)s,
+           %(now)s, %(response_expires_at)s, %(claim_expires_at)s
     FROM bound, jsonb_array_elements(%(claims)s::jsonb) AS c(v)
     ON CONFLICT (principal, idem_key) DO NOTHING
     RETURNING idem_key
@@ -87,35 +91,17 @@ SELECT (SELECT count(*) FROM inserted) AS taken,
 FROM bound
 
 -- name: claims_get_many
--- claim_get for a JSON array of keys (:keys). The keys go to the primary key as one array
--- (= ANY): joined instead (IN a subquery), PostgreSQL without statistics on the table read
--- every claim of the principal to find them (tests/storage/test_pg_indexes.py).
+-- claim_get for a JSON array of keys (:keys): a batch's keys read before anything of it
+-- is applied, to tell the free ones from replays, mismatches and keys in progress. The
+-- keys go to the primary key as one array (= ANY): joined instead (IN a subquery),
+-- PostgreSQL without statistics on the table read every claim of the principal to find
+-- them (tests/storage/test_pg_indexes.py).
 SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
        locked_until, status, response_headers, response_body, body_format, created_at,
        completed_at, response_expires_at, claim_expires_at
 FROM pigeon_idempotency_claims
 WHERE principal = %(principal)s
   AND idem_key = ANY (ARRAY(SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
-
--- name: claims_complete_many
--- claim_complete for many keys: :answers is a JSON array of [idem_key, lock_token, status,
--- headers (a JSON array of [name, value]), body (text)]; the keys that come back were ours.
--- The answers are materialised and their keys given to the primary key as one array, as
--- in claims_get_many: a plain join read the principal's every claim (a bitmap scan on the
--- key's first column) once per batch.
-WITH a AS MATERIALIZED (
-    SELECT v ->> 0 AS idem_key, v ->> 1 AS lock_token, (v ->> 2)::integer AS status,
-           (v -> 3)::text AS headers, v ->> 4 AS body
-    FROM jsonb_array_elements(%(answers)s::jsonb) AS v
-)
-UPDATE pigeon_idempotency_claims AS c
-SET state = 'completed', status = a.status, response_headers = a.headers,
-    response_body = a.body, body_format = 'json', completed_at = %(now)s,
-    response_expires_at = %(response_expires_at)s, lock_token = NULL, locked_until = NULL
-FROM a
-WHERE c.principal = %(principal)s AND c.idem_key = ANY (ARRAY(SELECT idem_key FROM a))
-  AND c.idem_key = a.idem_key AND c.state = 'in_progress' AND c.lock_token = a.lock_token
-RETURNING c.idem_key
 
 -- name: claim_fence
 -- A row lock for the rest of the work's transaction, and no new row version: a duplicate's

@@ -32,38 +32,30 @@ WHERE principal = :principal AND idem_key = :idem_key
   AND ((state = 'in_progress' AND locked_until <= :now) OR claim_expires_at <= :now)
 RETURNING idem_key
 
--- name: claims_insert_many
--- A batch's claims (pigeon.server.idempotency_sets): one claim's row, which the store
--- steps for each key of the batch in one executemany; the row count is how many were
--- taken. The others have a row already, which claims_get_many reads in one more statement
--- to tell a replay, a mismatch or a key in progress. Positional (no dict per row):
--- principal, idem_key, fingerprint, method, path, operation_id, lock_token, locked_until,
--- now, claim_expires_at. Not a JSON array through json_each as on PostgreSQL: SQLite 3.40
--- parses an element again for each field read out of it, and this costs a third less.
-INSERT INTO pigeon_idempotency_claims (
-    principal, idem_key, fingerprint, method, path, operation_id, state,
-    lock_token, locked_until, created_at, claim_expires_at
-) VALUES (?, ?, ?, ?, ?, ?, 'in_progress', ?, ?, ?, ?)
-ON CONFLICT (principal, idem_key) DO NOTHING
-
 -- name: claims_get_many
--- claim_get for a JSON array of keys (:keys).
+-- claim_get for a JSON array of keys (:keys): a batch's keys read before anything of it
+-- is applied, to tell the free ones from replays, mismatches and keys in progress.
 SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
        locked_until, status, response_headers, response_body, body_format, created_at,
        completed_at, response_expires_at, claim_expires_at
 FROM pigeon_idempotency_claims
 WHERE principal = :principal AND idem_key IN (SELECT value FROM json_each(:keys))
 
--- name: claims_complete_many
--- claim_complete for many keys: one answer's row, stepped for each in one executemany as
--- claims_insert_many is; the row count is how many claims were still ours. Positional:
--- status, response_headers, response_body, now, response_expires_at, principal,
--- idem_key, lock_token.
-UPDATE pigeon_idempotency_claims
-SET state = 'completed', status = ?1, response_headers = ?2, response_body = ?3,
-    body_format = 'json', completed_at = ?4, response_expires_at = ?5, lock_token = NULL,
-    locked_until = NULL
-WHERE principal = ?6 AND idem_key = ?7 AND state = 'in_progress' AND lock_token = ?8
+-- name: claims_store_many
+-- A batch's claims (pigeon.server.idempotency_sets), written once its operations are
+-- applied, already completed with their answers: one row's statement, which the store
+-- steps for each key in one executemany; the row count is how many were stored (a key
+-- with a row keeps it). Positional (no dict per row): principal, idem_key, fingerprint,
+-- method, path, operation_id, status, response_headers, response_body, created_at,
+-- completed_at, response_expires_at, claim_expires_at. Not a JSON array through
+-- json_each as on PostgreSQL: SQLite 3.40 parses an element again for each field read
+-- out of it, and this costs a third less.
+INSERT INTO pigeon_idempotency_claims (
+    principal, idem_key, fingerprint, method, path, operation_id, state, status,
+    response_headers, response_body, body_format, created_at, completed_at,
+    response_expires_at, claim_expires_at
+) VALUES (?, ?, ?, ?, ?, ?, 'completed', ?, ?, ?, 'json', ?, ?, ?, ?)
+ON CONFLICT (principal, idem_key) DO NOTHING
 
 
 -- name: claim_fence
