@@ -7,16 +7,23 @@ named query is EXPLAINed with the parameters the code passes: a sequential scan 
 table in any plan fails the test. Then the same rows under one principal in tables never
 analyzed (a new deployment, or autovacuum off), each query run under EXPLAIN ANALYZE: a
 plan that reads a principal's every row to find a few (a bitmap scan on the key's first
-column, a hash join against it) fails there, however good it looked with statistics.
+column, a hash join against it) fails there, however good it looked with statistics. And
+the same again with each query's plan made while the tables were still empty and kept as
+they filled, as a new deployment's prepared statements keep theirs (psycopg prepares a
+statement run often, and PostgreSQL then reuses a generic plan).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
 
 from pigeon.reference.schema import REFERENCE, attach
 from pigeon.storage.postgres import PostgresDatabase
@@ -203,6 +210,66 @@ def test_a_lookup_reads_the_rows_it_asks_for_not_its_principals(
     plan = _plan(one_principal, name, analyze=True)
     read = _rows_read(plan)
     assert read <= READ_BOUND, f"{name} read {read} rows of {ROWS}: {plan}"
+
+
+def _positional(statement: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A named query with ``$n`` placeholders, for PREPARE, and its values in their order."""
+    names: list[str] = []
+
+    def number(found: re.Match[str]) -> str:
+        if found.group(1) not in names:
+            names.append(found.group(1))
+        return f"${names.index(found.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%")
+    return text, [params[name] for name in names]
+
+
+def _execute(name: str, values: list[Any]) -> sql.Composed:
+    literals = sql.SQL(", ").join(sql.Literal(value) for value in values)
+    return sql.SQL("EXECUTE {}({})").format(sql.Identifier(name), literals)
+
+
+@pytest.fixture(scope="module")
+def planned_empty() -> Iterator[tuple[psycopg.Connection[dict[str, Any]], dict[str, list[Any]]]]:
+    """A session whose lookups were prepared, and their generic plans made, while every
+    table was empty; the tables filled afterwards (one_principal's rows), never analyzed."""
+    require_postgres()
+    url = DATABASES.create("pigeon_e_")
+    queries = {**server_queries("postgres"), **REFERENCE.queries("postgres")}
+    db = PostgresDatabase(url, queries=queries)
+    attach(db)
+    conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+    try:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        prepared = {}
+        for name in sorted(set(LOOKUPS) - NOT_BOUND):
+            text, values = _positional(queries[name], LOOKUPS[name])
+            conn.execute(f"PREPARE {name} AS {text}".encode())
+            with conn.transaction(force_rollback=True):
+                conn.execute(_execute(name, values))  # the generic plan, made now
+            prepared[name] = values
+        db.close()
+        _fill(url, principals=1).close()
+        yield conn, prepared
+    finally:
+        conn.close()
+        DATABASES.release(url)
+
+
+@pytest.mark.parametrize("name", sorted(set(LOOKUPS) - NOT_BOUND))
+def test_a_plan_made_on_empty_tables_reads_the_rows_it_asks_for_once_they_fill(
+    planned_empty: tuple[psycopg.Connection[dict[str, Any]], dict[str, list[Any]]], name: str
+) -> None:
+    conn, prepared = planned_empty
+    explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + _execute(name, prepared[name])
+    with conn.transaction(force_rollback=True):
+        found = conn.execute(explain).fetchone()
+    assert found is not None
+    plan = found["QUERY PLAN"]
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    read = _rows_read(root)
+    assert read <= READ_BOUND, f"{name} read {read} rows of {ROWS}: {root}"
 
 
 def test_the_explained_queries_are_every_lookup_the_backend_defines() -> None:

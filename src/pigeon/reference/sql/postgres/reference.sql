@@ -132,8 +132,9 @@ RETURNING id, version, updated_at
 -- name: notes_lock_many
 -- note_lock for a JSON array of ids (:ids): the rows locked until the commit. The data
 -- comes back only with :with_data (a patch merges into it; a replace or a delete does not
--- read it). The ids go to the primary key as one array (= ANY), as in intake.sql's
--- claims_get_many: a principal's every note is not read to find a few.
+-- read it). The ids go to the primary key as one array (= ANY): a principal's every note
+-- is not read to find a few, with or without statistics, nor by a plan made while the
+-- table was empty (tests/storage/test_pg_indexes.py holds it to all three).
 SELECT principal, id, version, CASE WHEN %(with_data)s THEN data END AS data, deleted, clock,
        created_at, updated_at
 FROM ref_notes

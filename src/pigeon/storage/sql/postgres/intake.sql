@@ -92,16 +92,22 @@ FROM bound
 
 -- name: claims_get_many
 -- claim_get for a JSON array of keys (:keys): a batch's keys read before anything of it
--- is applied, to tell the free ones from replays, mismatches and keys in progress. The
--- keys go to the primary key as one array (= ANY): joined instead (IN a subquery),
--- PostgreSQL without statistics on the table read every claim of the principal to find
--- them (tests/storage/test_pg_indexes.py).
-SELECT principal, idem_key, fingerprint, method, path, operation_id, state, lock_token,
-       locked_until, status, response_headers, response_body, body_format, created_at,
-       completed_at, response_expires_at, claim_expires_at
-FROM pigeon_idempotency_claims
-WHERE principal = %(principal)s
-  AND idem_key = ANY (ARRAY(SELECT jsonb_array_elements_text(%(keys)s::jsonb)))
+-- is applied, to tell the free ones from replays, mismatches and keys in progress. One
+-- lookup of the primary key, whole, per key, whatever PostgreSQL knows of the table: as
+-- an array (= ANY), a plan made while the table was empty (a new deployment's prepared
+-- statement, kept as the table grows) took the key's first column alone and filtered a
+-- principal's every claim; joined, without statistics, it hashed them all. OFFSET 0 keeps
+-- the lateral subquery from being pulled up into such a join
+-- (tests/storage/test_pg_indexes.py).
+SELECT c.principal, c.idem_key, c.fingerprint, c.method, c.path, c.operation_id, c.state,
+       c.lock_token, c.locked_until, c.status, c.response_headers, c.response_body,
+       c.body_format, c.created_at, c.completed_at, c.response_expires_at, c.claim_expires_at
+FROM jsonb_array_elements_text(%(keys)s::jsonb) AS k(idem_key)
+CROSS JOIN LATERAL (
+    SELECT * FROM pigeon_idempotency_claims AS one
+    WHERE one.principal = %(principal)s AND one.idem_key = k.idem_key
+    OFFSET 0
+) AS c
 
 -- name: claim_fence
 -- A row lock for the rest of the work's transaction, and no new row version: a duplicate's
