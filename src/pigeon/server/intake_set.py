@@ -22,10 +22,10 @@ One chunk of a batch:
 What the set path cannot answer as the per-operation path would — an operation that ends
 transient (the batch stops there, and nothing after it may take effect), a key in progress,
 a key another transaction claimed after the read, a set handler that fails — raises
-``SetAbandoned``: the chunk's transaction rolls back and
-the chunk runs the per-operation way from its start in a new one. The per-operation path
-stays the reference, the set path only a faster way to its answers. No savepoint: SQLite
-journals every page a savepoint's work changes, ~7% of a batch's CPU.
+``SetAbandoned``: the chunk's transaction rolls back and the chunk runs the per-operation
+way from its start in a new one. The per-operation path stays the reference, the set path
+only a faster way to its answers. No savepoint: SQLite journals every page a savepoint's
+work changes, ~7% of a batch's CPU.
 
 A set handler ``many(tx, items)`` gets the ``IntakeContext`` of each operation, in
 batch order, and returns for each the handler's answer (a 2xx: its writes are made) or
@@ -203,7 +203,7 @@ def _asks(steps: list[_Step]) -> list[Ask]:
     return asks
 
 
-# A claimed operation of a segment: its call, its index in the chunk, its key's ask.
+# An operation of a segment (its key free): its call, its index in the chunk, its ask.
 _Item = tuple[RoutedOperation, int, Ask]
 
 
