@@ -120,7 +120,7 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
         key, body = e["idempotency_key"], e["body"]
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest()
-        claims.append([key, digest, "POST", "/notes", key, key])
+        claims.append([key, digest, "POST", "/notes", key])
         data = {k: v for k, v in body.items() if k != "id"}
         datas.append(data)
         notes.append([body["id"], json.dumps(data), "0"])
@@ -147,7 +147,7 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
     done = _conn.executemany(
         _SQL["claims_store_many"],
         [
-            ("anonymous", *c[:5], 201, "[]", b, now, now, kept, expires)
+            ("anonymous", *c, 201, "[]", b, now, now, kept, expires)
             for c, b in zip(claims, answers, strict=True)
         ],
     ).rowcount

@@ -102,7 +102,7 @@ class _HandSet(_Hand):
         sql, policy = self.sql, self.policy
         claims, notes, datas = [], [], []
         for key, body in entries:
-            claims.append([key, self.fingerprint(body), "POST", "/notes", key, key])
+            claims.append([key, self.fingerprint(body), "POST", "/notes", key])
             data = {k: v for k, v in body.items() if k != "id"}
             datas.append(data)
             notes.append([body["id"], json.dumps(data), "0"])
@@ -127,7 +127,7 @@ class _HandSet(_Hand):
         kept, expires = now + policy.response_retention, now + policy.claim_retention
         done = self.conn.executemany(
             sql["claims_store_many"],
-            [("p", *c[:5], 201, json.dumps(h, separators=(",", ":")), b, now, now, kept, expires)
+            [("p", *c, 201, json.dumps(h, separators=(",", ":")), b, now, now, kept, expires)
              for c, (h, b) in zip(claims, answers, strict=True)],
         ).rowcount  # fmt: skip
         assert done == len(entries)

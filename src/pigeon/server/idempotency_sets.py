@@ -79,8 +79,6 @@ class SetClaims:
         now = self.now()
         keys = json.dumps([a.key for a in asks], ensure_ascii=False)
         found = tx.fetchall("claims_get_many", {"principal": principal, "keys": keys})
-        if not found:
-            return Found({a.key for a in asks}, {}, now)
         rows_by_key = {row["idem_key"]: row for row in found}
         held = {
             a.key: self._decision(rows_by_key[a.key], a, now, tx)
