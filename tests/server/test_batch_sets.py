@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -41,6 +43,7 @@ from pigeon.server.operations import HandlerResult
 from pigeon.server.results import OpResult
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.crypto import Keyring, generate_key
+from pigeon.storage.errors import duplicate_row
 from pigeon.storage.sealed import NOTE_DATA, RESPONSE_BODY
 from pigeon.storage.server import open_server_db
 from tests.clocks import FakeClock
@@ -290,16 +293,21 @@ def test_the_claims_of_a_batch_count_what_they_store(notes_db: Database) -> None
         assert found.free == {"k0", "k1", "k2"} and found.held == {}
         answers: list[Answer] = [(ask, 201, [], "{}") for ask in asks[:2]]
         assert claims.store_many(tx, "p", answers, found.now) == 2
-        # k1 has its row by now (another transaction's, say): it keeps it.
-        assert (
-            claims.store_many(
-                tx, "p", [(asks[1], 201, [], "{}"), (asks[2], 201, [], "{}")], found.now
-            )
-            == 1
-        )
+    # k1 has its row by now (another transaction's, say): it keeps it, and the call says
+    # so, by a short count or by failing as a duplicate key; either gives the batch up.
+    again: list[Answer] = [(asks[1], 201, [], "{}"), (asks[2], 201, [], "{}")]
+    if notes_db.backend == "sqlite":
+        with notes_db.transaction() as tx:
+            assert claims.store_many(tx, "p", again, found.now) == 1
+    else:
+        with pytest.raises(psycopg.Error) as raised, notes_db.transaction() as tx:
+            claims.store_many(tx, "p", again, found.now)
+        assert duplicate_row(raised.value)
+    with notes_db.transaction() as tx:
         found = claims.read_many(tx, "p", asks)
-        assert found.free == set()
-        assert all(d is not None and d.outcome is ClaimOutcome.REPLAY for d in found.held.values())
+    assert found.free == (set() if notes_db.backend == "sqlite" else {"k2"})
+    assert all(d is not None and d.outcome is ClaimOutcome.REPLAY for d in found.held.values())
+    assert found.held.keys() >= {"k0", "k1"}
 
 
 def test_large_bodies_go_to_the_set_handler_a_bounded_amount_at_a_time(
@@ -518,7 +526,7 @@ def test_a_key_claimed_by_another_transaction_after_the_read_is_answered_one_by_
     notes_pg: Database, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The batch reads its keys, then another process claims and completes k3 (committed)
-    # before the batch stores its claims: the store comes out a row short, the attempt
+    # before the batch stores its claims: the store fails as a duplicate key, the attempt
     # is given up, and the one-by-one way answers k3 from that process's row. Nothing is
     # done twice: k3's note is not written by the batch.
     clock = FakeClock(SERVER_START)
@@ -546,6 +554,46 @@ def test_a_key_claimed_by_another_transaction_after_the_read_is_answered_one_by_
     with notes_pg.transaction() as tx:
         notes = tx.sql("SELECT id FROM ref_notes WHERE principal = 'p' ORDER BY id").fetchall()
     assert [r["id"] for r in notes] == ["n0", "n1", "n2", "n4", "n5"]
+
+
+def test_a_note_created_by_another_transaction_meanwhile_is_answered_one_by_one(
+    notes_pg: Database, pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    # Another process creates note n3 and commits while the batch's INSERT of the notes
+    # waits for it: the INSERT fails as a duplicate key, the attempt is given up quietly
+    # (a race, not a failure), and the one-by-one way answers k3 with the 409 of a note
+    # that exists. The other process's note is kept as it wrote it.
+    intake = intake_on(notes_pg, FakeClock(SERVER_START))
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(6)]
+    read = idempotency_sets.SetClaims.read_many
+    other = psycopg.connect(pg_url)
+    committed = threading.Timer(0.3, other.commit)
+
+    def read_then_race(self: Any, tx: Tx, principal: str, asks: Sequence[Ask]) -> Any:
+        found = read(self, tx, principal, asks)
+        if not committed.is_alive() and not committed.finished.is_set():
+            other.execute(RACED_NOTE, {"p": principal, "at": SERVER_START})
+            committed.start()  # while the batch's INSERT waits on n3's key
+        return found
+
+    monkeypatch.setattr(idempotency_sets.SetClaims, "read_many", read_then_race)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pigeon"):
+            results = intake.execute_batch("p", ops)
+    finally:
+        committed.join()
+        other.close()
+    assert [r.status for r in results] == [201] * 3 + [409] + [201] * 2
+    assert not [r for r in caplog.records if "set-based" in r.getMessage()]
+    with notes_pg.transaction() as tx:
+        theirs = tx.sql("SELECT data FROM ref_notes WHERE principal = 'p' AND id = 'n3'")
+        assert theirs.fetchone() == {"data": '{"theirs":true}'}
+
+
+RACED_NOTE = """
+INSERT INTO ref_notes (principal, id, version, data, deleted, clock, created_at, updated_at)
+VALUES (%(p)s, 'n3', 1, '{"theirs":true}', 0, 'c', %(at)s, %(at)s)
+"""
 
 
 RACED_CLAIM = """

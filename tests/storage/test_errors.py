@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -16,6 +17,7 @@ from pigeon.exceptions import Contention, LockTimeout, StorageFull, StoreUnavail
 from pigeon.storage.errors import (
     SAFE_DRIVER_MESSAGES,
     driver_errors,
+    duplicate_row,
     from_postgres,
     is_driver_error,
     is_full,
@@ -42,6 +44,32 @@ def test_postgres_errors_map_to_pigeons() -> None:
     assert store_down(Contention("x")) and store_down(LockTimeout("x"))
     assert lock_timed_out(LockTimeout("x")) and lock_timed_out(errors.LockNotAvailable("x"))
     assert is_full(StorageFull("x")) and is_full(errors.DiskFull("x"))
+
+
+@pytest.mark.parametrize("url", ["sqlite", "postgres"])
+def test_a_row_whose_key_another_has_is_told_from_other_constraints(
+    url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # As each driver raises them (a code made by hand could differ from the real one).
+    db = open_server_db(tmp_path / "x.db" if url == "sqlite" else request.getfixturevalue("pg_url"))
+    errors: list[Exception] = []
+    for statement in (
+        "INSERT INTO pigeon_schema (component, version) VALUES ('c', 1)",  # a key twice
+        "INSERT INTO pigeon_schema (component, version) VALUES ('d', NULL)",  # NOT NULL
+    ):
+        for _ in range(2):
+            try:
+                with db.transaction() as tx:
+                    tx.sql(statement)
+            except Exception as exc:
+                errors.append(exc)
+    db.close()
+    assert [duplicate_row(exc) for exc in errors] == [True, False, False]
+    assert not duplicate_row(ValueError("UNIQUE constraint failed"))
+    try:  # as a framework wraps it
+        raise ValueError("IntegrityError") from errors[0]
+    except ValueError as wrapped:
+        assert duplicate_row(wrapped)
 
 
 def test_a_lock_wait_run_out_leaves_the_transaction_as_lock_timeout(pg_url: str) -> None:

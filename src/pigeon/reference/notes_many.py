@@ -5,8 +5,9 @@ rows, each answered as `pigeon.reference.notes` answers it alone (``create_note`
 
 What the one-note handler answers otherwise is left to it (None): a body it would refuse,
 a second write of an id within the call, a create of an id a live note has (409 with the
-note), a replace or delete of a note that is not there (404) or whose version ``If-Match``
-does not name (412); the intake runs those one by one after the others.
+note; on PostgreSQL a deleted one's too, which create_note brings back), a replace or
+delete of a note that is not there (404) or whose version ``If-Match`` does not name
+(412); the intake runs those one by one after the others.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult |
     ledger: list[list[Any]] = []
     for i, note_id, data in planned:
         row = made.get(note_id)
-        if row is None:  # a live note has the id: create_note answers 409 with it
-            continue
+        if row is None:  # the id has a note (on PostgreSQL, a deleted one too): create_note
+            continue  # answers it one by one
         ctx, version = items[i], int(row["version"])
         entity = ctx.entity or f"note:{note_id}"
         ledger.append(

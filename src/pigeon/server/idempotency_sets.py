@@ -7,8 +7,10 @@ mismatches and keys in progress are known for the whole batch before anything is
 answers, in ONE call, after their effects and in the same transaction. Where the one-key
 claim writes a row in progress and then completes it, a batch writes each row once: no
 other transaction can see a row in progress before the commit anyway, and a key another
-transaction claimed meanwhile (PostgreSQL: SQLite has one writer) makes ``store_many``
-store fewer rows than asked, which gives the attempt up (`intake_set.SetAbandoned`).
+transaction claimed meanwhile (on PostgreSQL: SQLite has one writer) fails
+``store_many``'s statement as a duplicate key (`storage.errors.duplicate_row`), which
+gives the attempt up (`intake_set.SetAbandoned`), as a store counting fewer rows than
+asked does.
 A call is one statement over a JSON array on PostgreSQL (one round trip), and on SQLite
 one row's statement stepped for each key by ``executemany`` (no round trips to save, and
 SQLite's JSON functions cost more than bound parameters). The rules are the one-key
@@ -107,7 +109,8 @@ class SetClaims:
 
     def store_many(self, tx: Tx, principal: str, answers: Sequence[Answer], claimed: float) -> int:
         """The claims of free keys, completed with their answers (``claimed``: when their
-        rows were read); how many were stored: a key that has a row by now keeps it."""
+        rows were read); how many were stored. A key that has a row by now keeps it: SQLite's
+        statement leaves it out, PostgreSQL's fails as a duplicate key."""
         if not answers:
             return 0
         now = self.now()

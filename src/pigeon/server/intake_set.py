@@ -21,7 +21,8 @@ One chunk of a batch:
 
 What the set path cannot answer as the per-operation path would — an operation that ends
 transient (the batch stops there, and nothing after it may take effect), a key in progress,
-a key another transaction claimed after the read, a set handler that fails — raises
+a key another transaction claimed after the read (or a row it wrote: a duplicate key), a
+set handler that fails — raises
 ``SetAbandoned``: the chunk's transaction rolls back and the chunk runs the per-operation
 way from its start in a new one. The per-operation path stays the reference, the set path
 only a faster way to its answers. No savepoint: SQLite journals every page a savepoint's
@@ -60,7 +61,7 @@ from pigeon.server.operations import (
 )
 from pigeon.server.results import OpResult, normalise, problem_result
 from pigeon.storage.base import Tx
-from pigeon.storage.errors import store_down
+from pigeon.storage.errors import duplicate_row, store_down
 
 log = logging.getLogger("pigeon.server.intake")
 
@@ -134,6 +135,8 @@ def run_set(applier: Applier, tx: Tx, plan: SetPlan) -> list[OpResult]:
     except Exception as exc:
         if store_down(exc):
             raise
+        if duplicate_row(exc):  # another transaction wrote a key or a row since the read
+            raise SetAbandoned from exc
         failure(log, "a set-based batch failed; it runs one operation at a time", exc=exc)
         raise SetAbandoned from exc
 

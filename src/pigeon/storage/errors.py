@@ -21,7 +21,7 @@ import random
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pigeon.exceptions import Contention, LockTimeout, StorageFull, StoreUnavailable
@@ -93,6 +93,9 @@ _PG_UNAVAILABLE_STATES = frozenset({LOCK_NOT_AVAILABLE})
 # (a deferred constraint violated at commit fails again however often it is run).
 _CONTENTION_STATES = frozenset({"40001", "40P01"})
 _DISK_FULL = "53100"
+_UNIQUE_VIOLATION = "23505"
+# SQLite's extended codes for a row whose key another row has.
+_SQLITE_DUPLICATE = frozenset({1555, 2067})  # SQLITE_CONSTRAINT_PRIMARYKEY, _UNIQUE
 
 CONTENTION_RETRIES = 3  # runs after the first, each after a short random pause
 
@@ -112,6 +115,28 @@ def is_full(exc: BaseException) -> bool:
         code = getattr(exc, "sqlite_errorcode", None)
         return code is not None and code & 0xFF == sqlite3.SQLITE_FULL
     return _sqlstate(exc) == _DISK_FULL
+
+
+def duplicate_row(exc: BaseException) -> bool:
+    """Did an INSERT meet a row with its key: PostgreSQL's unique_violation, SQLite's
+    UNIQUE or PRIMARY KEY constraint? A driver's error wrapped in an application's (a
+    framework's IntegrityError) is found through the cause chain, as in ``contended``."""
+    return any(
+        getattr(current, "sqlite_errorcode", None) in _SQLITE_DUPLICATE
+        if isinstance(current, sqlite3.IntegrityError)
+        else _sqlstate(current) == _UNIQUE_VIOLATION
+        for current in _causes(exc)
+    )
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__
 
 
 def store_down(exc: BaseException) -> bool:
@@ -136,14 +161,10 @@ def contended(exc: BaseException) -> bool:
     nothing of it committed and running it again is the cure, not a 503: the store is up,
     and the other transaction has already gone on. (A driver's error wrapped in pigeon's
     is found through the cause chain.)"""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, Contention) or _sqlstate(current) in _CONTENTION_STATES:
-            return True
-        current = current.__cause__
-    return False
+    return any(
+        isinstance(current, Contention) or _sqlstate(current) in _CONTENTION_STATES
+        for current in _causes(exc)
+    )
 
 
 def lock_timed_out(exc: BaseException) -> bool:

@@ -66,10 +66,13 @@ FROM bound
 -- A batch's claims (pigeon.server.idempotency_sets), written once its operations are
 -- applied, already completed with their answers, in one statement, as sqlite/intake.sql:
 -- :claims is a JSON array of [idem_key, fingerprint, method, path, operation_id, status,
--- response_headers (JSON text), response_body (text)], each key once. A key another
--- transaction claimed and has not committed is waited for as long as claim_insert waits
--- (then 55P03: the batch runs one operation at a time, and that key answers 409). One row:
--- how many were stored (a key with a row by now keeps it, and the batch is given up).
+-- response_headers (JSON text), response_body (text)], each key once, each free when the
+-- batch read it. A key another transaction claimed since is waited for as long as
+-- claim_insert waits (then 55P03: the batch runs one operation at a time, and that key
+-- answers 409), and once that claim is committed the INSERT fails (23505: the batch is
+-- given up, and runs one operation at a time). No ON CONFLICT: its speculative insertion
+-- cost PostgreSQL a third of the statement, for a race that gives the batch up anyway.
+-- One row: how many were stored.
 WITH bound AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS previous,
            set_config('lock_timeout', %(claim_wait)s, true) AS waiting
@@ -83,7 +86,6 @@ WITH bound AS MATERIALIZED (
            'completed', (c.v ->> 5)::integer, c.v ->> 6, c.v ->> 7, 'json', %(created_at)s,
            %(now)s, %(response_expires_at)s, %(claim_expires_at)s
     FROM bound, jsonb_array_elements(%(claims)s::jsonb) AS c(v)
-    ON CONFLICT (principal, idem_key) DO NOTHING
     RETURNING idem_key
 )
 SELECT (SELECT count(*) FROM inserted) AS taken,
