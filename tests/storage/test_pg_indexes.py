@@ -251,7 +251,9 @@ def planned_empty() -> Iterator[tuple[psycopg.Connection[dict[str, Any]], dict[s
         conn.execute("SET plan_cache_mode = force_generic_plan")
         prepared = {}
         # Those that insert last: a row rolled back still leaves its table a page, and
-        # every plan here is made on tables of none.
+        # every plan here is made on tables of none. (Made on a table of one page, the
+        # plans of notes_lock_many and notes_write_many read a principal's every note,
+        # until PostgreSQL analyzes the table and plans them again: not held here.)
         for name in sorted(set(LOOKUPS) - NOT_BOUND, key=lambda name: (name in INSERTING, name)):
             text, values = _positional(queries[name], LOOKUPS[name])
             conn.execute(f"PREPARE {name} AS {text}".encode())
