@@ -58,13 +58,14 @@ Answer = tuple[Ask, int, Sequence[Sequence[str]], str]
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What a batch's keys have in the store: the keys with no row (``free``: the set path
-    may apply them), and for each key that has one what the one-key claim would have
-    decided for it (a decision with no claim: a replay, "already applied", a mismatch, in
-    progress) or None where it would have taken the key over (an expired claim: that one
-    runs the one-key way). ``now``: when they were read, the time the claims are made."""
+    """What a batch's keys have in the store: the asks of the keys with no row (``free``,
+    by key: the set path may apply them), and for each key that has one what the one-key
+    claim would have decided for it (a decision with no claim: a replay, "already applied",
+    a mismatch, in progress) or None where it would have taken the key over (an expired
+    claim: that one runs the one-key way). ``now``: when they were read, the time the
+    claims are made."""
 
-    free: set[str]
+    free: dict[str, Ask]
     held: dict[str, ClaimDecision | None]
     now: float
 
@@ -87,7 +88,7 @@ class SetClaims:
             for a in asks
             if a.key in rows_by_key
         }
-        return Found({a.key for a in asks if a.key not in rows_by_key}, held, now)
+        return Found({a.key: a for a in asks if a.key not in rows_by_key}, held, now)
 
     def _decision(self, row: Row, ask: Ask, now: float, tx: Tx) -> ClaimDecision | None:
         outcome = decide_claim(row, ask.fingerprint, now)

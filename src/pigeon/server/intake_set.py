@@ -228,7 +228,6 @@ class _Run:
     def go(self, asks: list[Ask]) -> list[OpResult]:
         found = self.claims.read_many(self.tx, self.principal, asks)
         self.claimed = found.now
-        free = {a.key: a for a in asks if a.key in found.free}
         segment: list[_Item] = []
         size = 0  # of the segment's bodies
         for step in self.steps:
@@ -237,7 +236,7 @@ class _Run:
                 continue
             call = step.call
             if call is not None:
-                ask = free.get(call.op.key)
+                ask = found.free.get(call.op.key)
                 if ask is not None:
                     if segment and (
                         segment[0][0].route is not call.route or size + step.size > SEGMENT_BYTES
