@@ -13,6 +13,7 @@ from typing import Any
 from pigeon.checks import is_finite, is_int_in
 from pigeon.core import wire
 from pigeon.core.identifiers import path_segment
+from pigeon.core.jsontext import one_encoder
 from pigeon.core.operation import OpStatus, OpType
 from pigeon.exceptions import (
     EmptyEntity,
@@ -27,7 +28,7 @@ from pigeon.exceptions import (
 # answered 405 and dead-lettered; a typo ("PTU") is refused at enqueue, naming it.
 # What quote(..., safe="") leaves as it is: most entity names, which then skip quote().
 # One encoder, built once: json.dumps with any option builds a new one on every call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_ENCODE = one_encoder(json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")))
 
 # Default routing for the three standard types on an entity "kind:id": the method, and
 # whether the path names the id (``/kinds/id``) or the collection (``/kinds``). Built with
@@ -119,7 +120,7 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
     """The payload as JSON text, refused if it is not JSON, larger than ``max_bytes`` or
     nested deeper than the wire allows (PayloadInvalid, not the encoder's RecursionError)."""
     try:
-        encoded = _ENCODER.encode(payload)
+        encoded = _ENCODE(payload)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"payload is not JSON-serialisable: {exc}") from exc
     except RecursionError:

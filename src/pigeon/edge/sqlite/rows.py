@@ -8,13 +8,12 @@ from collections.abc import Sequence
 from json import encoder as json_encoder
 from typing import Any
 
+from pigeon.core.jsontext import one_encoder
 from pigeon.core.operation import Operation, OpStatus
 from pigeon.exceptions import InvalidState
 from pigeon.storage.crypto import PLAIN, SEALED, Cipher
 from pigeon.storage.sqlite import Row
 
-# The C encoder json.dumps itself builds (None on a Python without _json).
-_make_encoder: Any = getattr(json_encoder, "c_make_encoder", None)
 _raw_decode = json.JSONDecoder().raw_decode
 # A status as stored -> the OpStatus: a dict lookup, not OpStatus(text), per row handed out.
 _STATUSES = {status.value: status for status in OpStatus}
@@ -165,7 +164,8 @@ def responses_json(items: Sequence[tuple[str, Any]], cipher: Cipher = PLAIN) -> 
 # Responses as JSON values in deliver_all_values' list (NaN and infinities refused: no
 # JSON SQLite reads), anything else JSON has no type for as its text, as response_json.
 _COMPACT = (",", ":")
-_VALUES = json.JSONEncoder(allow_nan=False, default=str, separators=_COMPACT)
+_VALUES = one_encoder(json.JSONEncoder(allow_nan=False, default=str, separators=_COMPACT))
+_RESPONSE = one_encoder(json.JSONEncoder(default=str, separators=_COMPACT))
 
 
 def responses_values(items: Sequence[tuple[str, Any]]) -> str | None:
@@ -175,22 +175,15 @@ def responses_values(items: Sequence[tuple[str, Any]]) -> str | None:
     quote of it again (a sixth of the sync engine's CPU in a drain). None when a response
     holds a number JSON has not (NaN, an infinity): deliver_all takes that one."""
     try:
-        return _VALUES.encode([[op_id, response] for op_id, response in items])
+        return _VALUES([[op_id, response] for op_id, response in items])
     except ValueError:
         return None
 
 
 def response_json(value: Any) -> str:
-    """``json.dumps(value, default=str, separators=(",", ":"))``, the same text, straight
-    from the C encoder: for every operation delivered, dumps' Python layers (a new
-    JSONEncoder, encode, iterencode) cost more than encoding a reply's body (2.5 us
+    """``json.dumps(value, default=str, separators=(",", ":"))``, the same text, from one C
+    encoder (`pigeon.core.jsontext`): for every operation delivered, dumps' Python layers
+    (a new JSONEncoder, encode, iterencode) cost more than encoding a reply's body (2.5 us
     instead of 6). Compact, as SQLite writes the same value (deliver_all_values): one
     delivery and a reply's run store the same text."""
-    if _make_encoder is None:  # pragma: no cover - a Python built without _json
-        return json.dumps(value, default=str, separators=_COMPACT)
-    # A new C encoder each time: its circular-reference markers start empty, as dumps'.
-    # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys,
-    # allow_nan): what json.dumps(value, default=str, separators=_COMPACT) passes.
-    ascii_text = json_encoder.encode_basestring_ascii
-    encode = _make_encoder({}, str, ascii_text, None, ":", ",", False, False, True)
-    return "".join(encode(value, 0))
+    return _RESPONSE(value)
