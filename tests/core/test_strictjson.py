@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from pigeon.core.strictjson import (
@@ -106,6 +106,13 @@ def test_numbers_beyond_a_double_are_refused(exponent: int, mantissa: str) -> No
 
 
 @given(st.integers(1, MAX_JSON_DEPTH + 50), st.sampled_from("[{"), st.integers(0, 2))
+# At the limit and one past it, in the fewest characters: the length shortcut's edge.
+@example(MAX_JSON_DEPTH, "[", 0)
+@example(MAX_JSON_DEPTH + 1, "[", 0)
+@example(MAX_JSON_DEPTH - 1, "[", 1)
+@example(MAX_JSON_DEPTH, "[", 1)
+@example(MAX_JSON_DEPTH - 2, "[", 2)
+@example(MAX_JSON_DEPTH - 1, "[", 2)
 def test_depth_is_bounded_wherever_the_value_sits(depth: int, bracket: str, outer: int) -> None:
     close = {"[": "]", "{": "}"}[bracket]
     inner = (

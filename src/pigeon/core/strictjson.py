@@ -153,8 +153,13 @@ def _value_at(
         raise _syntax(exc) from None
     except RecursionError:
         raise _too_deep(max_depth) from None
-    brackets = text.count("[", start, end) + text.count("{", start, end)
-    if brackets + outer > max_depth and _depth(value, max_depth) + outer > max_depth:
+    # Each level takes an opening and a closing bracket: a text shorter than twice the
+    # levels left cannot be too deep, nor, mostly, one with fewer brackets than that.
+    if (
+        end - start > 2 * (max_depth - outer)
+        and text.count("[", start, end) + text.count("{", start, end) + outer > max_depth
+        and _depth(value, max_depth) + outer > max_depth
+    ):
         raise _too_deep(max_depth)
     if suspect:
         if _NUL.search(text, start, end):
