@@ -11,7 +11,6 @@ from pigeon.core.operation import OpStatus
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
 from pigeon.edge.queue_store import NewOp
-from pigeon.storage.queries import migrations
 
 
 def _new(n: int, entity: str) -> NewOp:
@@ -70,7 +69,7 @@ def _as_schema_6(path: Path, in_flight: str) -> None:
             " WHERE status IN ('pending', 'in_flight', 'conflict') GROUP BY entity)"
         )
         conn.execute("UPDATE operations SET status = 'in_flight' WHERE id = ?", (in_flight,))
-        conn.execute(f"PRAGMA user_version = {len(migrations('sqlite', 'edge')) - 1}")
+        conn.execute("PRAGMA user_version = 6")
     conn.close()
 
 

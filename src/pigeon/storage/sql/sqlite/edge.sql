@@ -39,7 +39,7 @@ UPDATE edge_state SET paused = :paused WHERE one = 1;
 -- The entity's latest queued operation: what an enqueue may fold into (if never sent: a
 -- dead one never folds) and, when there is none, the sign that the new one is the head.
 SELECT * FROM operations
- WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict', 'dead')
+ WHERE entity = :entity AND status <> 'delivered'
  ORDER BY seq DESC LIMIT 1;
 
 -- name: insert_op
@@ -69,7 +69,7 @@ SELECT last_insert_rowid();
 -- Which of these entities (a JSON array) have a queued operation (a new one is no head).
 SELECT DISTINCT entity FROM operations
  WHERE entity IN (SELECT value FROM json_each(:entities))
-   AND status IN ('pending', 'in_flight', 'conflict', 'dead');
+   AND status <> 'delivered';
 
 -- name: bulk_insert_op
 -- Benchmarks and imports: operations on distinct entities, each its entity's head.
@@ -94,7 +94,7 @@ DELETE FROM operations WHERE seq = :seq;
 -- The entity's earliest queued operation becomes its head (no-op if it already is).
 UPDATE operations SET head = 1
  WHERE seq = (SELECT seq FROM operations
-               WHERE entity = :entity AND status IN ('pending', 'in_flight', 'conflict', 'dead')
+               WHERE entity = :entity AND status <> 'delivered'
                ORDER BY seq LIMIT 1)
    AND head = 0;
 
@@ -130,10 +130,10 @@ UPDATE operations
    AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0))
 RETURNING entity,
     -- The entity by :id, not by a reference to the updated row: with the latter SQLite
-    -- scans the table instead of using operations_live.
+    -- scans the table instead of using operations_queued.
     (SELECT CASE WHEN next.head = 0 THEN next.seq END FROM operations AS next
       WHERE next.entity = (SELECT entity FROM operations WHERE id = :id)
-        AND next.status IN ('pending', 'in_flight', 'conflict', 'dead')
+        AND next.status <> 'delivered'
         AND next.id <> :id
       ORDER BY next.seq LIMIT 1) AS promote;
 
@@ -172,7 +172,7 @@ SELECT id, entity, status, dispatches FROM operations WHERE id IN (SELECT value 
 UPDATE operations SET head = 1
  WHERE seq IN (SELECT (SELECT seq FROM operations AS o
                         WHERE o.entity = e.value
-                          AND o.status IN ('pending', 'in_flight', 'conflict', 'dead')
+                          AND o.status <> 'delivered'
                         ORDER BY o.seq LIMIT 1)
                  FROM json_each(:entities) AS e)
    AND head = 0;
@@ -219,7 +219,7 @@ UPDATE operations
 SELECT o.* FROM operations AS d
   JOIN operations AS o
     ON o.entity = d.entity AND o.seq > d.seq
-   AND o.status IN ('pending', 'in_flight', 'conflict', 'dead') AND o.status <> 'dead'
+   AND o.status <> 'delivered' AND o.status <> 'dead'
  WHERE d.seq = :seq AND d.head = 1
  ORDER BY o.seq;
 
@@ -250,7 +250,7 @@ SELECT *, (head = 0 AND status = 'pending' AND EXISTS (
            SELECT 1 FROM operations AS d
             WHERE d.entity = operations.entity AND d.head = 1 AND d.status = 'dead')) AS held
   FROM operations
- WHERE status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead'
+ WHERE status <> 'delivered' AND status <> 'dead'
  ORDER BY seq;
 
 -- name: dead_ops
@@ -266,7 +266,7 @@ SELECT *, (head = 0 AND status = 'pending' AND EXISTS (
 
 -- name: count_live
 SELECT count(*) AS n FROM operations
- WHERE status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead';
+ WHERE status <> 'delivered' AND status <> 'dead';
 
 -- name: count_dead
 SELECT count(*) AS n FROM operations WHERE status = 'dead';
@@ -289,7 +289,7 @@ SELECT count(*) AS n FROM operations
 SELECT count(*) AS n FROM operations AS d
   JOIN operations AS o
     ON o.entity = d.entity
-   AND o.status IN ('pending', 'in_flight', 'conflict', 'dead') AND o.status <> 'dead'
+   AND o.status <> 'delivered' AND o.status <> 'dead'
  WHERE d.status = 'dead' AND d.head = 1;
 
 -- name: oldest_head

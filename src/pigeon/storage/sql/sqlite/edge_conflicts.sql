@@ -39,5 +39,5 @@ UPDATE conflicts
 -- The entity's live operations, oldest first: the conflicted head and what waits behind it.
 SELECT * FROM operations
  WHERE entity = :entity
-   AND status IN ('pending', 'in_flight', 'conflict', 'dead') AND status <> 'dead'
+   AND status <> 'delivered' AND status <> 'dead'
  ORDER BY seq;

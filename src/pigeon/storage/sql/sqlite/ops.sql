@@ -95,7 +95,7 @@ SELECT min(at) AS at FROM (
 -- Accepted when its record was (records.accept enqueues in the same transaction).
 SELECT min(created_at) AS at FROM pigeon_jobs
 WHERE obligation = :name AND obligation IS NOT NULL
-  AND status IN ('queued', 'reserved', 'failed')
+  AND (status = 'queued' OR status = 'reserved' OR status = 'failed')
 
 -- name: attempts_per_minute
 -- The last hour's finished attempts by queue, minute and outcome (both partial indexes on
