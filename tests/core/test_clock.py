@@ -26,8 +26,8 @@ def test_monotonic_and_never_behind_received(evs: list[tuple[object, ...]]) -> N
         if ev[0] == "local":
             stamp = clock.now()
         elif ev[0] == "many":  # what as many calls of now() give, each after the last
-            made = clock.stamps(int(ev[2]))  # type: ignore[call-overload]
-            for stamp in made:
+            made = clock.stamp_texts(int(ev[2]))  # type: ignore[call-overload]
+            for stamp in map(HLCTimestamp.decode, made):
                 assert (stamp.wall_ms, stamp.counter) > (last.wall_ms, last.counter)
                 assert stamp.wall_ms >= wall[0]
                 last = stamp
@@ -86,3 +86,23 @@ def test_latest_is_the_greatest_stamp_in_clock_order(
 ) -> None:
     texts = [_written(parts, zeros) for parts, zeros in stamps]
     assert latest(texts) == max(HLCTimestamp.decode(text) for text in texts)
+
+
+@given(events, walls, st.integers(0, 6))
+def test_a_run_of_stamps_is_what_as_many_calls_of_now_write(
+    evs: list[tuple[object, ...]], at: int, n: int
+) -> None:
+    # Two clocks with the same history: one gives n texts at once, the other n stamps by
+    # now(); the texts, and where each clock is left, are the same.
+    wall = [0]
+    ours, theirs = (HybridLogicalClock("a", wall=lambda: wall[0]) for _ in range(2))
+    for ev in evs:
+        wall[0] = int(ev[1])  # type: ignore[call-overload]
+        for clock in (ours, theirs):
+            if ev[0] == "recv":
+                clock.receive(HLCTimestamp(int(ev[2]), int(ev[3]), "b"))  # type: ignore[call-overload]
+            else:
+                clock.now()
+    wall[0] = at
+    assert ours.stamp_texts(n) == [theirs.now().encode() for _ in range(n)]
+    assert ours.now() == theirs.now()

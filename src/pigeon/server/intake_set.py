@@ -318,7 +318,7 @@ class _Run:
         if stamps:
             clock.receive(latest(stamps))
         # The server's own stamps for the operations that came without one, in order.
-        own = iter(clock.stamps(len(segment) - len(stamps)))
+        own = iter(clock.stamp_texts(len(segment) - len(stamps)))
         contexts = []
         for call, _, _ in segment:
             op = call.op
@@ -327,7 +327,7 @@ class _Run:
             # call cost 2.5 times as much, ~0.3 us an operation.
             contexts.append(
                 IntakeContext(
-                    tx, principal, op.body, call.params, op.clock or next(own).encode(),
+                    tx, principal, op.body, call.params, op.clock or next(own),
                     op.if_match, op.key, op.operation_id, op.method.upper(), op.path,
                     op.entity, now,
                 )
