@@ -20,6 +20,7 @@ from pigeon.storage.crypto import (
     CiphertextInvalid,
     KeyMissing,
     Keyring,
+    _ad,
     generate_key,
     key_entry,
     kid_of,
@@ -84,6 +85,26 @@ def test_a_ciphertext_moved_to_another_row_does_not_open(
     sealed = Cipher(NEW).seal(value, *ad)
     with pytest.raises(CiphertextInvalid):
         Cipher(NEW).open(sealed, *other)
+
+
+@given(ads)
+def test_associated_data_is_each_part_length_prefixed_cached_or_not(ad: tuple[str, ...]) -> None:
+    spelled = "".join(f"{len(part)}:{part}" for part in ad).encode("utf-8", "surrogatepass")
+    assert _ad(ad) == spelled
+    assert _ad(ad) == spelled  # the second time from the prefix kept for its head
+
+
+def test_new_seals_use_the_current_key_of_their_own_keyring() -> None:
+    assert kid_of(Cipher(OLD).seal("x", "t", "c", "r")) == "old"
+    assert kid_of(Cipher(NEW).seal("x", "t", "c", "r")) == "new"
+    assert (
+        kid_of(
+            Cipher(Keyring.parse(f"{key_entry('a', K1)},{key_entry('b', K2)},current=b")).seal(
+                "x", "t", "c", "r"
+            )
+        )
+        == "b"
+    )
 
 
 def test_associated_data_parts_are_not_ambiguous() -> None:

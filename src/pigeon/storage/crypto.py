@@ -53,11 +53,20 @@ __all__ = ["PLAIN", "Cipher", "CiphertextInvalid", "KeyMissing", "Keyring", "cip
 
 def _ad(parts: tuple[str, ...]) -> bytes:
     # Length-prefixed, so no two different tuples give the same bytes ("a|b", "c" vs
-    # "a", "b|c"), whatever characters principals or ids contain. The table and column
-    # come from a handful of constants: their prefix is built once.
-    *head, row = parts
-    tail = f"{len(row)}:{row}".encode("utf-8", "surrogatepass")
-    return _prefix(tuple(head)) + tail
+    # "a", "b|c"), whatever characters principals or ids contain. A table and a column
+    # come from a handful of constants: their prefix is kept in a dict, read twice per
+    # delivered operation; a longer head (with a principal) goes to the bounded cache.
+    row = parts[-1]
+    head = parts[:-1]
+    prefix = _COLUMNS.get(head)
+    if prefix is None:
+        prefix = _prefix(head)
+        if len(head) == 2:
+            _COLUMNS[head] = prefix
+    return prefix + f"{len(row)}:{row}".encode("utf-8", "surrogatepass")
+
+
+_COLUMNS: dict[tuple[str, ...], bytes] = {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -72,6 +81,7 @@ class Keyring:
 
     keys: tuple[tuple[str, bytes], ...]
     _aead: dict[str, AESGCM] = field(init=False, repr=False, compare=False)
+    _sealer: tuple[str, AESGCM] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -90,6 +100,7 @@ class Keyring:
                 raise ConfigurationError(f"key id {kid!r} is given twice")
             aead[kid] = AESGCM(key)
         object.__setattr__(self, "_aead", aead)
+        object.__setattr__(self, "_sealer", (self.keys[0][0], aead[self.keys[0][0]]))
 
     def __repr__(self) -> str:  # never the key bytes, in a log or a traceback
         return f"Keyring(current={self.current!r}, ids={list(self.ids)!r})"
@@ -101,9 +112,6 @@ class Keyring:
     @property
     def ids(self) -> tuple[str, ...]:
         return tuple(kid for kid, _ in self.keys)
-
-    def aead(self, kid: str) -> AESGCM | None:
-        return self._aead.get(kid)
 
     @classmethod
     def parse(cls, text: str, origin: str = ENV_KEYS) -> Keyring:
@@ -222,9 +230,9 @@ class Cipher:
         if ring is None:
             # The only cost without a key: one prefix test (JSON never matches).
             return ESCAPED + value if value.startswith(_MARKS) else value
-        kid = ring.current
+        kid, aead = ring._sealer
         nonce = os.urandom(NONCE_BYTES)
-        sealed = ring._aead[kid].encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
+        sealed = aead.encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
         text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
         return f"{SEALED}{kid}:{text}"
 
@@ -240,7 +248,7 @@ class Cipher:
         if value.startswith(ESCAPED):
             return value[len(ESCAPED) :]
         kid, sep, b64 = value[len(SEALED) :].partition(":")
-        aead = None if self.keyring is None else self.keyring.aead(kid)
+        aead = None if self.keyring is None else self.keyring._aead.get(kid)
         if aead is None:
             raise KeyMissing(kid, ".".join(ad[:2]))
         try:
