@@ -6,7 +6,6 @@ an entity twice, refusals before the claim, stored 4xx, a transient failure mid-
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -131,10 +130,9 @@ def _note(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
 
 
 def _claim(row: dict[str, Any], tx: Tx) -> dict[str, Any]:
-    # The tokens differ by design, sealed values by their nonces, the stored headers'
-    # JSON text in its spacing.
+    # The tokens differ by design, sealed values by their nonces; the stored headers'
+    # text is compared as it is (one encoder for both paths).
     row["lock_token"] = row["lock_token"] is not None
-    row["response_headers"] = json.loads(row["response_headers"] or "null")
     if row["response_body"] is not None:
         row["response_body"] = tx.cipher.open(row["response_body"], *RESPONSE_BODY.ad_of(row))
     return row

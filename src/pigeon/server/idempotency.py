@@ -26,12 +26,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pigeon.checks import is_finite
+from pigeon.core.wire import canonical_json
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.base import Database, Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
@@ -189,6 +190,13 @@ class ClaimDecision:
 
 # The stored body is sealed when a keyring is configured, bound to its (principal, key).
 BODY_AD = RESPONSE_BODY.ad
+
+
+def headers_json(pairs: Sequence[Sequence[str]]) -> str:
+    """A stored answer's headers as its claim row keeps them, a JSON list of [name, value]:
+    one text whichever path stored the answer (one key, a batch's keys at once, the memory
+    store)."""
+    return canonical_json(pairs)
 
 
 def stored_response(row: Row, cipher: Cipher = PLAIN) -> StoredResponse:
@@ -407,7 +415,7 @@ class SqlIdempotencyStore:
         now = self.now()
         return self._key_params(claim) | {
             "status": response.status,
-            "response_headers": json.dumps([list(pair) for pair in response.headers]),
+            "response_headers": headers_json(response.headers),
             "response_body": cipher.seal(response.body, *BODY_AD, claim.principal, claim.key),
             "body_format": response.body_format,
             "now": now,

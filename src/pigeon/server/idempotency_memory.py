@@ -11,7 +11,6 @@ handler's ``ctx.tx`` runs no SQL here: it is for policy, not for applications.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import threading
 import time
@@ -29,6 +28,7 @@ from pigeon.server.idempotency import (
     StoredResponse,
     check_claim_wait,
     decide_claim,
+    headers_json,
     new_token,
     stored_response,
 )
@@ -226,7 +226,7 @@ class MemoryIdempotencyStore:
             claim,
             state="completed",
             status=response.status,
-            response_headers=json.dumps([list(pair) for pair in response.headers]),
+            response_headers=headers_json(response.headers),
             response_body=response.body,
             body_format=response.body_format,
             completed_at=now,

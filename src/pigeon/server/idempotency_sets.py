@@ -26,13 +26,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
     BODY_AD,
     ClaimDecision,
     ClaimOutcome,
     IdempotencyPolicy,
     decide_claim,
+    headers_json,
     stored_response,
 )
 from pigeon.storage.base import Row, Tx
@@ -119,7 +119,7 @@ class SetClaims:
         rows = [
             [
                 ask.key, ask.fingerprint, ask.method, ask.path, ask.operation_id, status,
-                canonical_json(headers), seal(body, *BODY_AD, principal, ask.key),
+                headers_json(headers), seal(body, *BODY_AD, principal, ask.key),
             ]
             for ask, status, headers, body in answers
         ]  # fmt: skip
