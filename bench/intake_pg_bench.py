@@ -5,12 +5,16 @@ The same `pigeon serve --workers 2` (two uvicorn processes, inline claims) on a 
 PostgreSQL database and on a SQLite file (synchronous=FULL), driven by 8 client threads
 each with its own keep-alive connection: single-operation POST /notes with a new key
 each, then batches of 20 and of 100 through POST /pigeon/v1/batch. Rate = operations
-answered 201 per second. Batches of 100 on PostgreSQL have a target (at least SQLite's
-figure in the same run): a batch costs PostgreSQL a bounded number of round trips, not
-some per operation. Single operations and batches of 20 are reported.
+answered 201 per second. Both servers run side by side and each row's requests go to
+them in alternated turns (A B, B A, ...): a slow minute of this shared machine falls on
+both, where one block after the other put it on one. Batches of 100 on PostgreSQL have a
+target (at least SQLite's figure in the same run): a batch costs PostgreSQL a bounded
+number of round trips, not some per operation. Single operations and batches of 20 are
+reported.
 
 Scaling: `--workers 4` against `--workers 1` on one PostgreSQL database, batches of 100,
-beside the machine's CPU count (client threads and PostgreSQL share those CPUs).
+the two servers up together and driven in turns as above, beside the machine's CPU count
+(client threads and PostgreSQL share those CPUs).
 
 Round trips: one request of each kind through a relay in front of PostgreSQL that counts
 the server's turns (``bench/_pg_wire.py``): one POST /notes at most two plus the COMMIT's,
@@ -24,7 +28,8 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -37,6 +42,7 @@ from pigeon.demo.processes import ServerProcess
 THREADS = 8
 BATCH = 20
 LARGE = 100
+TURNS = 4  # each server's share of a row, in alternated turns
 SINGLE_BOUND = 3  # round trips of one POST /notes: two, and the COMMIT's
 Send = Callable[[httpx.Client, str, int], int]
 
@@ -67,8 +73,9 @@ def _batch(size: int) -> Send:
     return send
 
 
-def _drive(url: str, requests: int, send: Send) -> float:
-    """``requests`` requests over THREADS connections; operations that succeeded per second."""
+def _drive(url: str, requests: int, send: Send) -> tuple[int, float]:
+    """``requests`` requests over THREADS connections: the operations that succeeded, and
+    the seconds they took."""
     tags = [f"t{t}-{uuid.uuid4().hex[:6]}" for t in range(THREADS)]
 
     def warm(t: int, http: httpx.Client) -> None:  # connect before the clock
@@ -77,23 +84,44 @@ def _drive(url: str, requests: int, send: Send) -> float:
     def work(t: int, http: httpx.Client) -> int:
         return sum(send(http, tags[t], i) for i in range(requests // THREADS))
 
-    done, elapsed = timed_clients(url, THREADS, work, warm)
-    return rate(done, elapsed)
+    return timed_clients(url, THREADS, work, warm)
 
 
-def _measure(db: str, workers: int, plan: list[tuple[int, Send]]) -> list[float]:
-    """The rate of each (requests, send) of ``plan`` against one `pigeon serve` on ``db``."""
-    args = ["--workers", str(workers)]
-    with ServerProcess(db, extra_args=args, allow_anonymous=True) as server:
-        return [_drive(server.url, requests, send) for requests, send in plan]
+def _alternated(urls: Sequence[str], requests: int, send: Send) -> list[float]:
+    """Each server's rate over ``requests`` requests of ``send``, sent in TURNS turns each,
+    the servers' order reversed every other turn."""
+    done, spent = [0] * len(urls), [0.0] * len(urls)
+    share = max(THREADS, requests // TURNS)
+    for turn in range(TURNS):
+        order = range(len(urls)) if turn % 2 == 0 else reversed(range(len(urls)))
+        for i in order:
+            ops, took = _drive(urls[i], share, send)
+            done[i] += ops
+            spent[i] += took
+    return [rate(ops, took) for ops, took in zip(done, spent, strict=True)]
+
+
+@contextmanager
+def _servers(*dbs: tuple[str, int]) -> Iterator[list[str]]:
+    """A `pigeon serve --workers N` on each (database, N), up together; their URLs."""
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                ServerProcess(db, extra_args=["--workers", str(n)], allow_anonymous=True)
+            ).url
+            for db, n in dbs
+        ]
 
 
 def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
     plan = [(singles, _single), (batches, _batch(BATCH)), (large, _batch(LARGE))]
-    with tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp:
-        lite = _measure(str(Path(tmp) / "server.db"), 2, plan)
-    with pg_database() as url:
-        pg = _measure(url, 2, plan)
+    with (
+        tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp,
+        pg_database() as url,
+        _servers((str(Path(tmp) / "server.db"), 2), (url, 2)) as urls,
+    ):
+        rates = [_alternated(urls, requests, send) for requests, send in plan]
+    lite, pg = [r[0] for r in rates], [r[1] for r in rates]
     base = "SQLite, same 2 uvicorn processes"
     return [
         row("intake on PostgreSQL, 2 procs, 1 op/request", pg[0], lite[0],
@@ -107,9 +135,8 @@ def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
 
 def _scaling(large: int) -> Row:
     cpus = os.cpu_count() or 1
-    with pg_database() as url:
-        (one,) = _measure(url, 1, [(large, _batch(LARGE))])
-        (four,) = _measure(url, 4, [(large, _batch(LARGE))])
+    with pg_database() as url, _servers((url, 1), (url, 4)) as urls:
+        one, four = _alternated(urls, large, _batch(LARGE))
     # The wish (>= 2.5x) needs the CPUs to run four processes, their clients and the server.
     wished = four >= 2.5 * one
     return row(
