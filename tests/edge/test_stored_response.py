@@ -1,7 +1,7 @@
 """What the queue stores as an operation's response: the text json.dumps(response,
 default=str) gives, compact, whichever way it is written (one delivery, or a reply's run:
 its responses as JSON values SQLite writes, or as texts when one holds a NaN), and with a
-key that text sealed, bound to the operation."""
+key that text sealed, bound to the operation, as a BLOB."""
 
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ def _text(response: Any) -> str:
     return json.dumps(response, default=str, separators=(",", ":"))
 
 
-def _stored(path: str, op_id: str) -> str | None:
+def _stored(path: str, op_id: str) -> str | bytes | None:
     with sqlite3.connect(path) as conn:
-        (text,) = conn.execute("SELECT response FROM operations WHERE id = ?", (op_id,)).fetchone()
-    assert text is None or isinstance(text, str)
-    return text
+        (value,) = conn.execute("SELECT response FROM operations WHERE id = ?", (op_id,)).fetchone()
+    assert value is None or isinstance(value, str | bytes)
+    return value
 
 
 def _deliver(queue: OfflineQueue, many: bool, responses: list[Any] = ODD) -> list[tuple[str, Any]]:
@@ -81,7 +81,7 @@ def test_with_a_key_it_is_that_text_sealed_to_its_operation(tmp_path: Path, many
             if response is None:
                 assert stored is None
                 continue
-            assert stored is not None and stored.startswith("pg1:k1:")
+            assert isinstance(stored, bytes) and stored.startswith(b"pg1:k1:")
             clear = Cipher(keys).open(stored, *RESPONSE_AD, op_id)
             assert clear == _text(response)
             assert json.dumps(queue.get(op_id).response) == json.dumps(json.loads(clear))

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pigeon.exceptions import ConfigurationError
@@ -216,3 +216,59 @@ def test_a_key_file_readable_by_others_is_refused(tmp_path: Path, mode: int) -> 
 def test_a_missing_key_file_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot read key file"):
         Keyring.from_file(tmp_path / "nope")
+
+
+# -- the binary envelope (Cipher.seal_binary: the edge queue's BLOB columns) ----------------
+
+
+@given(texts, ads)
+def test_the_binary_envelope_round_trips_and_holds_no_clear_text(
+    value: str, ad: tuple[str, ...]
+) -> None:
+    sealed = Cipher(NEW).seal_binary(value, *ad)
+    assert isinstance(sealed, bytes) and sealed.startswith(b"pg1:new:")
+    assert Cipher(NEW).open(sealed, *ad) == value
+    assert Cipher(NEW).seal_binary(value, *ad) != sealed  # a fresh nonce each time
+    # Without a key it stores what seal stores: the text, escaped if it looks sealed.
+    assert PLAIN.seal_binary(value, *ad) == PLAIN.seal(value, *ad)
+
+
+@settings(max_examples=200)
+@given(st.binary(min_size=1, max_size=64), ads, st.data())
+def test_any_change_to_a_binary_envelope_is_detected(
+    clear: bytes, ad: tuple[str, ...], data: st.DataObject
+) -> None:
+    cipher = Cipher(NEW)
+    sealed = bytearray(cipher.seal_binary(clear.hex(), *ad))
+    i = data.draw(st.integers(len(b"pg1:new:"), len(sealed) - 1))  # nonce, ciphertext, tag
+    sealed[i] ^= data.draw(st.integers(1, 255))
+    with pytest.raises(CiphertextInvalid, match="'new'"):
+        cipher.open(bytes(sealed), *ad)
+    cut = data.draw(st.integers(0, len(sealed) - 1))
+    with pytest.raises((CiphertextInvalid, KeyMissing)):
+        cipher.open(cipher.seal_binary(clear.hex(), *ad)[:cut], *ad)
+
+
+@given(texts, ads, ads)
+def test_a_binary_envelope_moved_to_another_row_does_not_open(
+    value: str, ad: tuple[str, ...], other: tuple[str, ...]
+) -> None:
+    assume(ad != other)
+    with pytest.raises(CiphertextInvalid):
+        Cipher(NEW).open(Cipher(NEW).seal_binary(value, *ad), *other)
+
+
+@given(texts, ads)
+def test_a_binary_envelope_without_its_key_names_the_key(value: str, ad: tuple[str, ...]) -> None:
+    sealed = Cipher(NEW).seal_binary(value, *ad)
+    for reader in (Cipher(OLD), PLAIN):
+        with pytest.raises(KeyMissing, match="'new'"):
+            reader.open(sealed, *ad)
+    assert Cipher(NEW).open(Cipher(OLD).seal_binary(value, *ad), *ad) == value  # rotated
+
+
+@pytest.mark.parametrize("stored", [b"", b"{}", b"pg1:", b"pg1:new", b"pg0:x", b"\xff" * 40])
+def test_bytes_that_are_no_envelope_are_refused_not_read(stored: bytes) -> None:
+    for reader in (Cipher(NEW), PLAIN):
+        with pytest.raises((CiphertextInvalid, KeyMissing)):
+            reader.open(stored, "t", "c", "r")

@@ -4,6 +4,11 @@ A sealed value is one string in the column it replaces::
 
     pg1:<key id>:<base64(nonce | ciphertext | tag)>
 
+or, where the column is the edge queue's own (`seal_binary`), the same envelope as bytes,
+without the base64 (a BLOB: a third smaller, and neither side pays for the encoding)::
+
+    b"pg1:" <key id> b":" nonce | ciphertext | tag
+
 Why an envelope in the same column and not extra columns: every query, index and
 migration stays as it was (the sealed columns are never searched or compared in SQL),
 one statement still reads or writes a row, and the key id travels with the ciphertext,
@@ -41,6 +46,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pigeon.exceptions import CiphertextInvalid, ConfigurationError, KeyMissing
 
 SEALED = "pg1:"  # an AES-GCM envelope
+SEALED_BYTES = SEALED.encode("ascii")  # the same, binary
 ESCAPED = "pg0:"  # a clear value that began like an envelope
 _MARKS = (SEALED, ESCAPED)
 NONCE_BYTES = 12
@@ -237,12 +243,29 @@ class Cipher:
         return f"{SEALED}{kid}:{text}"
 
     @overload
-    def open(self, value: str, *ad: str) -> str: ...
+    def seal_binary(self, value: str, *ad: str) -> str | bytes: ...
+    @overload
+    def seal_binary(self, value: None, *ad: str) -> None: ...
+    def seal_binary(self, value: str | None, *ad: str) -> str | bytes | None:
+        """``seal``, the envelope as bytes with a key (a column that holds BLOBs: no
+        base64 either way); without one, the text ``seal`` stores."""
+        ring = self.keyring
+        if ring is None or value is None:
+            return self.seal(value, *ad)
+        kid, aead = ring._sealer
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = aead.encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
+        return b"".join((SEALED_BYTES, kid.encode("ascii"), b":", nonce, sealed))
+
+    @overload
+    def open(self, value: str | bytes, *ad: str) -> str: ...
     @overload
     def open(self, value: None, *ad: str) -> None: ...
-    def open(self, value: str | None, *ad: str) -> str | None:
+    def open(self, value: str | bytes | None, *ad: str) -> str | None:
         """The clear text of a stored value (a clear one, written before a key was set,
         as it is). KeyMissing / CiphertextInvalid rather than anything else."""
+        if isinstance(value, bytes):
+            return self._open_binary(value, ad)
         if value is None or not value.startswith(_MARKS):
             return value
         if value.startswith(ESCAPED):
@@ -259,6 +282,28 @@ class Cipher:
                 raise ValueError("too short")
             clear = aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], _ad(ad))
         except (InvalidTag, ValueError, binascii.Error) as exc:
+            raise CiphertextInvalid(
+                f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
+                "authentication: tampered, truncated, or moved from another row"
+            ) from exc
+        return clear.decode("utf-8", "surrogatepass")
+
+    def _open_binary(self, value: bytes, ad: tuple[str, ...]) -> str:
+        colon = value.find(b":", len(SEALED_BYTES))
+        if not value.startswith(SEALED_BYTES) or colon < 0:
+            # No text is ever stored as bytes: this one was not written by seal_binary.
+            raise CiphertextInvalid(f"a binary value in {'.'.join(ad[:2])} is no envelope")
+        kid = value[len(SEALED_BYTES) : colon].decode("latin-1")
+        aead = None if self.keyring is None else self.keyring._aead.get(kid)
+        if aead is None:
+            raise KeyMissing(kid, ".".join(ad[:2]))
+        start = colon + 1
+        try:
+            if len(value) - start < NONCE_BYTES + 16:
+                raise ValueError("too short")
+            nonce = value[start : start + NONCE_BYTES]
+            clear = aead.decrypt(nonce, value[start + NONCE_BYTES :], _ad(ad))
+        except (InvalidTag, ValueError) as exc:
             raise CiphertextInvalid(
                 f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
                 "authentication: tampered, truncated, or moved from another row"

@@ -78,7 +78,7 @@ def append_one(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]
             params = {
                 "seq": tail["seq"],
                 "type": step.type,
-                "payload": tx.cipher.seal(step.payload, *PAYLOAD_AD, tail["id"]),
+                "payload": tx.cipher.seal_binary(step.payload, *PAYLOAD_AD, tail["id"]),
                 "endpoint": step.endpoint,
                 "method": step.method,
                 "clock": new.clock,
@@ -95,7 +95,7 @@ def append_one(tx: SQLiteTx, new: NewOp, *, coalesce: bool) -> tuple[Built, int]
         "entity": new.entity,
         "endpoint": new.endpoint,
         "method": new.method,
-        "payload": tx.cipher.seal(new.payload, *PAYLOAD_AD, new.id),
+        "payload": tx.cipher.seal_binary(new.payload, *PAYLOAD_AD, new.id),
         "created_at": new.created_at,
         "clock": new.clock,
         "base_version": new.base_version,
@@ -146,7 +146,7 @@ def insert_heads(tx: SQLiteTx, heads: Sequence[NewOp], built: list[Built | BaseE
     multi-row VALUES statement it replaces, which was built by hand for each run length."""
     if not heads:
         return
-    seal = tx.cipher.seal
+    seal = tx.cipher.seal_binary
     rows = [
         (new.id, new.idempotency_key, new.type, new.entity, new.endpoint, new.method,
          seal(new.payload, *PAYLOAD_AD, new.id), new.created_at, new.clock, new.created_at,

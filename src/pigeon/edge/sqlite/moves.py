@@ -17,6 +17,7 @@ from pigeon.edge.sqlite.rows import (
     require,
     response_text,
     responses_json,
+    responses_sealed,
     responses_values,
     to_operation,
     was_sent,
@@ -85,11 +86,12 @@ def deliver_many(tx: SQLiteTx, path: str, items: Sequence[Delivery], now: float)
     if not moved:  # all of it delivered before: a repeat changes nothing
         return
     answers = [(i, first[i][0]) for i in moved]
-    values = None if tx.cipher.enabled else responses_values(answers)
-    if values is not None:
+    if tx.cipher.enabled:  # sealed responses are bytes: a row each
+        tx.conn.executemany(tx.queries["deliver_sealed"], responses_sealed(answers, now, tx.cipher))
+    elif (values := responses_values(answers)) is not None:
         tx.execute("deliver_all_values", {"items": values, "now": now})
-    else:  # sealed responses are texts, and a NaN no JSON of SQLite's
-        tx.execute("deliver_all", {"items": responses_json(answers, tx.cipher), "now": now})
+    else:  # a NaN is no JSON of SQLite's: the responses go as texts
+        tx.execute("deliver_all", {"items": responses_json(answers), "now": now})
     versions: list[Mapping[str, Any]] = [
         {"entity": states[i][1], "version": first[i][1]} for i in moved if first[i][1] is not None
     ]

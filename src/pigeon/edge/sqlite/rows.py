@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from json import encoder as json_encoder
 from typing import Any
 
 from pigeon.core.jsontext import one_encoder
 from pigeon.core.operation import Operation, OpStatus
 from pigeon.exceptions import InvalidState
-from pigeon.storage.crypto import PLAIN, SEALED, Cipher
+from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.sqlite import Row
 
 _raw_decode = json.JSONDecoder().raw_decode
@@ -25,7 +24,7 @@ OPERATION_FIELDS = (
 )  # fmt: skip
 _EMPTY_HISTORY = "[]"  # what almost every row holds: no json.loads for it
 # With a keyring, an operation's payload and the server's response to it are sealed, each
-# bound to the operation's id (`pigeon.storage.crypto`).
+# bound to the operation's id, as BLOBs (`pigeon.storage.crypto`, `Cipher.seal_binary`).
 PAYLOAD_AD = ("operations", "payload")
 RESPONSE_AD = ("operations", "response")
 
@@ -63,20 +62,29 @@ def operations(cursor: sqlite3.Cursor, cipher: Cipher = PLAIN) -> list[Operation
     rows: list[Sequence[Any]] = cursor.fetchall()
     if not rows:
         return []
-    at = {col[0]: i for i, col in enumerate(cursor.description)}
-    (i_id, i_type, i_entity, i_payload, i_key, i_endpoint, i_method, i_created, i_clock,
-     i_attempts, i_next, i_error, i_base, i_status, i_seq, i_history, i_delivered,
-     i_response) = (
-        at["id"], at["type"], at["entity"], at["payload"], at["idempotency_key"],
-        at["endpoint"], at["method"], at["created_at"], at["clock"], at["attempts"],
-        at["next_attempt_at"], at["last_error"], at["base_version"], at["status"], at["seq"],
-        at["history"], at["delivered_at"], at["response"],
-    )  # fmt: skip
-    loads, status = json.loads, _STATUSES.__getitem__
+    where = {col[0]: i for i, col in enumerate(cursor.description)}
+    at = tuple(where[name] for name in OPERATION_FIELDS)
+    i_id, i_payload, i_response = at[0], at[3], at[17]
     if cipher.enabled:  # opened in place: the loop below stays as fast without a key
         rows = [_opened(r, cipher, i_id, i_payload, i_response) for r in rows]
+    try:
+        return _built(rows, at)
+    except (ValueError, TypeError):
+        if not cipher.enabled:  # a sealed file read without its key: name the key
+            for r in rows:
+                cipher.open(r[i_payload], *PAYLOAD_AD, r[i_id])
+                cipher.open(r[i_response], *RESPONSE_AD, r[i_id])
+        raise
+
+
+def _built(rows: list[Sequence[Any]], at: tuple[int, ...]) -> list[Operation]:
+    """The Operations of ``rows``, read at ``at`` (OPERATION_FIELDS' columns by position)."""
+    (i_id, i_type, i_entity, i_payload, i_key, i_endpoint, i_method, i_created, i_clock,
+     i_attempts, i_next, i_error, i_base, i_status, i_seq, i_history, i_delivered,
+     i_response) = at  # fmt: skip
     # Positional, in the order of Operation's fields (OPERATION_FIELDS, which a test
     # holds to it): keywords cost twice as much for eighteen of them.
+    loads, status = json.loads, _STATUSES.__getitem__
     return [
         Operation(
             r[i_id],
@@ -137,28 +145,24 @@ def require(row: Row, *allowed: OpStatus, action: str) -> None:
         )
 
 
-def response_text(response: Any, op_id: str, cipher: Cipher = PLAIN) -> str | None:
+def response_text(response: Any, op_id: str, cipher: Cipher = PLAIN) -> str | bytes | None:
+    """A response as its column stores it: its JSON text, sealed with a key."""
     if response is None:
         return None
-    return cipher.seal(response_json(response), *RESPONSE_AD, op_id)
+    return cipher.seal_binary(response_json(response), *RESPONSE_AD, op_id)
 
 
-def responses_json(items: Sequence[tuple[str, Any]], cipher: Cipher = PLAIN) -> str:
+def responses_json(items: Sequence[tuple[str, Any]]) -> str:
     """The ``:items`` of deliver_all: a JSON list of ``[id, stored response text]``."""
-    if not cipher.enabled:
-        return json.dumps([[op_id, response_text(response, op_id)] for op_id, response in items])
-    # Each response sealed, bound to its row. A sealed value is "pg1:", a key id and base64
-    # (`pigeon.storage.crypto`): nothing in it a JSON string escapes, so it goes between
-    # quotes as it is; json.dumps scanned every character of it (a tenth of a key's cost).
-    quote = json_encoder.encode_basestring_ascii
-    parts = []
-    for op_id, response in items:
-        text = response_text(response, op_id, cipher)
-        value = (
-            "null" if text is None else quote(text) if not text.startswith(SEALED) else f'"{text}"'
-        )
-        parts.append(f"[{quote(op_id)},{value}]")
-    return f"[{','.join(parts)}]"
+    return json.dumps([[op_id, response_text(response, op_id)] for op_id, response in items])
+
+
+def responses_sealed(
+    items: Sequence[tuple[str, Any]], now: float, cipher: Cipher
+) -> list[tuple[float, str | bytes | None, str]]:
+    """The rows of deliver_sealed, one per ``(id, response)``: sealed values are bytes,
+    which no JSON list carries."""
+    return [(now, response_text(response, op_id, cipher), op_id) for op_id, response in items]
 
 
 # Responses as JSON values in deliver_all_values' list (NaN and infinities refused: no

@@ -164,6 +164,14 @@ UPDATE operations
    AND (operations.status = 'in_flight'
         OR (operations.status = 'pending' AND operations.dispatches > 0));
 
+-- name: deliver_sealed
+-- deliver_all for sealed responses, stepped once per row by executemany (positional:
+-- now, response, id): a sealed value is bytes, which no JSON list carries.
+UPDATE operations
+   SET status = 'delivered', head = 0, delivered_at = ?, response = ?
+ WHERE id = ?
+   AND (status = 'in_flight' OR (status = 'pending' AND dispatches > 0));
+
 -- name: delivery_states
 SELECT id, entity, status, dispatches FROM operations WHERE id IN (SELECT value FROM json_each(:ids));
 
