@@ -87,7 +87,7 @@ def deliver_many(tx: SQLiteTx, path: str, items: Sequence[Delivery], now: float)
         return
     answers = [(i, first[i][0]) for i in moved]
     if tx.cipher.enabled:  # sealed responses are bytes: a row each
-        tx.conn.executemany(tx.queries["deliver_sealed"], responses_sealed(answers, now, tx.cipher))
+        tx.executemany("deliver_sealed", responses_sealed(answers, now, tx.cipher))
     elif (values := responses_values(answers)) is not None:
         tx.execute("deliver_all_values", {"items": values, "now": now})
     else:  # a NaN is no JSON of SQLite's: the responses go as texts
