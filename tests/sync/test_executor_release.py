@@ -17,6 +17,8 @@ from pigeon.protocol.transport import Exchange
 from pigeon.reference.notes import create_notes_app
 from pigeon.reference.notes_reads import read_ledger
 from pigeon.storage.server import open_server_db
+from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify
+from pigeon.sync.events import SyncCallbacks
 from pigeon.sync.executor import Executor
 
 
@@ -167,3 +169,41 @@ def test_operations_a_batch_reply_leaves_out_stay_marked_sent(tmp_path: Path) ->
     finally:
         queue.close()
         transport.close()
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batch", "one-by-one"])
+def test_a_delivery_tells_and_stores_what_classify_says_of_its_reply(
+    tmp_path: Path, batch: bool
+) -> None:
+    # A batch's deliveries skip the outcome object unless a callback is there to get it:
+    # what the callback gets and what the queue stores must be classify's all the same.
+    sqlite_db = open_server_db(tmp_path / "server.db")
+    transport = InProcessTransport(create_notes_app(sqlite_db, purge_interval=None), batch=batch)
+    queue = OfflineQueue(tmp_path / "edge.db")
+    told: list[tuple[str, ReplyOutcome]] = []
+    executor = Executor(
+        queue, transport, SyncCallbacks(on_delivered=lambda o, r: told.append((o.id, r)))
+    )
+    try:
+        ops = [
+            queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "one"}),
+            queue.enqueue("create", "note:2", {"id": "2", "title": "t", "body": "two"}),
+        ]
+        while queue.stats().depth:
+            executor.run_once(10)
+        ops.append(queue.enqueue("update", "note:1", {"id": "1", "title": "t", "body": "1b"}))
+        while queue.stats().depth:
+            executor.run_once(10)
+        assert [op_id for op_id, _ in told] == [op.id for op in ops]
+        for op_id, outcome in told:
+            stored = queue.get(op_id).response
+            expected = classify(outcome.status, {"ETag": f'"{outcome.etag}"'}, outcome.body, now=0)
+            assert outcome == expected and outcome.kind is ReplyKind.DELIVERED
+            assert stored == {"status": outcome.status, "body": outcome.body, "etag": outcome.etag}
+        assert [outcome.etag for _, outcome in told] == ["1", "1", "2"]
+        assert [outcome.status for _, outcome in told] == [201, 201, 200]
+        assert queue.base_version("note:1") == "2"
+    finally:
+        transport.close()
+        queue.close()
+        sqlite_db.close()

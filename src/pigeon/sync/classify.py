@@ -161,6 +161,20 @@ def delivers(status: int | None, error: BaseException | None) -> bool:
     return error is None and status is not None and 200 <= status < 300
 
 
+def version_of(headers: Mapping[str, str]) -> str | None:
+    """The entity version a delivering reply's ETag names, unquoted; None without one.
+    ETag: "" is valid HTTP but names no version: no If-Match can be built on it."""
+    etag = header(headers, wire.ETAG)
+    return (wire.unquote_etag(etag) if etag else "") or None
+
+
+def delivered_outcome(status: int, version: str | None, body: Any) -> ReplyOutcome:
+    """``classify``'s outcome for a reply that ``delivers``, its ETag read (``version_of``)."""
+    return ReplyOutcome(
+        ReplyKind.DELIVERED, f"HTTP {status}", status=status, etag=version, body=body
+    )
+
+
 def classify(
     status: int | None,
     headers: Mapping[str, str] | None = None,
@@ -171,15 +185,8 @@ def classify(
 ) -> ReplyOutcome:
     """Classify one reply, or the exception raised instead of one."""
     if delivers(status, error):
-        etag = header(headers or {}, wire.ETAG)
-        return ReplyOutcome(
-            ReplyKind.DELIVERED,
-            f"HTTP {status}",
-            status=status,
-            # ETag: "" is valid HTTP but names no version: no If-Match can be built on it.
-            etag=(wire.unquote_etag(etag) if etag else "") or None,
-            body=body,
-        )
+        assert status is not None
+        return delivered_outcome(status, version_of(headers or {}), body)
     if error is not None:
         return _classify_error(error)
     if status is None:

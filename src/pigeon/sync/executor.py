@@ -30,7 +30,14 @@ from pigeon.edge.conflicts import ConflictStore, QueueWrites
 from pigeon.edge.queue import Unsent
 from pigeon.exceptions import InvalidState, NotFound, NotSent
 from pigeon.protocol.transport import Reply, Transport
-from pigeon.sync.classify import ReplyKind, ReplyOutcome, classify, delivers
+from pigeon.sync.classify import (
+    ReplyKind,
+    ReplyOutcome,
+    classify,
+    delivered_outcome,
+    delivers,
+    version_of,
+)
 from pigeon.sync.events import CycleReport, DeadTail, EventName, SyncCallbacks
 
 Clock = Callable[[], float]
@@ -39,6 +46,8 @@ _VERSIONED = frozenset({OpType.UPDATE, OpType.DELETE})  # sent with the entity's
 
 
 Delivery = tuple[str, Any, str | None]  # (op_id, response, etag) for mark_delivered_many
+# A reply that delivered its operation, with the version its ETag names.
+_Delivered = tuple[Operation, Reply, str | None]
 
 
 # No bound on the batches on the way: the default of a pass run on its own.
@@ -160,18 +169,19 @@ class Executor:
             # Deliveries are written in runs (one statement per table for a run, not two or
             # three per operation); a run is flushed before any other outcome is settled,
             # so writes and callbacks keep the reply's order.
-            delivered: list[tuple[Operation, Reply, ReplyOutcome]] = []
+            delivered: list[_Delivered] = []
             # SyncCallbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
             self._local.deferred = []
             with self.queue.batch():
                 for op, reply in exchange.replies:
-                    outcome = classify(
-                        reply.status, reply.headers, reply.body, reply.error, now=now
-                    )
-                    if outcome.kind is ReplyKind.DELIVERED:
-                        delivered.append((op, reply, outcome))
+                    if delivers(reply.status, reply.error):  # classify's DELIVERED, without
+                        # an outcome object per operation unless a callback is to get one
+                        delivered.append((op, reply, version_of(reply.headers or {})))
                     else:
+                        outcome = classify(
+                            reply.status, reply.headers, reply.body, reply.error, now=now
+                        )
                         self._deliver(delivered, report)
                         self._settle(op, reply, outcome, report, shared_retry_at, now)
                     done.add(op.id)
@@ -254,24 +264,23 @@ class Executor:
                     self.queue.release(op.id)
                 report.released += 1
 
-    def _deliver(
-        self, run: list[tuple[Operation, Reply, ReplyOutcome]], report: CycleReport
-    ) -> None:
-        """Settle a run of DELIVERED outcomes with one ``mark_delivered_many``."""
+    def _deliver(self, run: list[_Delivered], report: CycleReport) -> None:
+        """Settle a run of delivering replies with one ``mark_delivered_many``."""
         if not run:
             return
         self.queue.mark_delivered_many(
             [
-                (op.id, {"status": o.status, "body": o.body, "etag": o.etag}, o.etag)
-                for op, _, o in run
+                (op.id, {"status": reply.status, "body": reply.body, "etag": version}, version)
+                for op, reply, version in run
             ]
         )
         report.delivered += len(run)
         report.replayed += sum(reply.replayed for _, reply, _ in run)
         # Nothing to tell without a callback: no event per operation held until the commit.
         if self.callbacks.on_delivered is not None:
-            for op, _, outcome in run:
-                self._emit("on_delivered", op, outcome)
+            for op, reply, version in run:
+                assert reply.status is not None
+                self._emit("on_delivered", op, delivered_outcome(reply.status, version, reply.body))
         run.clear()
 
     def _honour(self, attempts: int, retry_after: float | None) -> float | None:
