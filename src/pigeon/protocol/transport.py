@@ -19,7 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 from pigeon.core.operation import Operation
 
 
-@dataclass(frozen=True, slots=True)
+# Made for every operation of a batch reply: a plain slots dataclass, never changed once
+# made, but not frozen (a frozen one's __init__ sets each field through object.__setattr__;
+# as the server's per-operation values, pigeon.server.operations).
+@dataclass(slots=True)
 class Reply:
     """What came back for one operation: a status with headers and body, or an error.
 
