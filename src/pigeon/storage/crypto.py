@@ -236,11 +236,8 @@ class Cipher:
         if ring is None:
             # The only cost without a key: one prefix test (JSON never matches).
             return ESCAPED + value if value.startswith(_MARKS) else value
-        kid, aead = ring._sealer
-        nonce = os.urandom(NONCE_BYTES)
-        sealed = aead.encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
-        text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
-        return f"{SEALED}{kid}:{text}"
+        kid, blob = _encrypted(ring, value, ad)
+        return f"{SEALED}{kid}:{binascii.b2a_base64(blob, newline=False).decode('ascii')}"
 
     @overload
     def seal_binary(self, value: str, *ad: str) -> str | bytes: ...
@@ -252,10 +249,8 @@ class Cipher:
         ring = self.keyring
         if ring is None or value is None:
             return self.seal(value, *ad)
-        kid, aead = ring._sealer
-        nonce = os.urandom(NONCE_BYTES)
-        sealed = aead.encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
-        return b"".join((SEALED_BYTES, kid.encode("ascii"), b":", nonce, sealed))
+        kid, blob = _encrypted(ring, value, ad)
+        return b"".join((SEALED_BYTES, kid.encode("ascii"), b":", blob))
 
     @overload
     def open(self, value: str | bytes, *ad: str) -> str: ...
@@ -271,22 +266,14 @@ class Cipher:
         if value.startswith(ESCAPED):
             return value[len(ESCAPED) :]
         kid, sep, b64 = value[len(SEALED) :].partition(":")
-        aead = None if self.keyring is None else self.keyring._aead.get(kid)
-        if aead is None:
-            raise KeyMissing(kid, ".".join(ad[:2]))
+        aead = self._key(kid, ad)
         try:
             # strict_mode: the C check of the alphabet and padding, where
             # b64decode(validate=True) runs a regular expression over the whole value.
-            blob = binascii.a2b_base64(b64, strict_mode=True)
-            if not sep or len(blob) < NONCE_BYTES + 16:
-                raise ValueError("too short")
-            clear = aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], _ad(ad))
-        except (InvalidTag, ValueError, binascii.Error) as exc:
-            raise CiphertextInvalid(
-                f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
-                "authentication: tampered, truncated, or moved from another row"
-            ) from exc
-        return clear.decode("utf-8", "surrogatepass")
+            blob = binascii.a2b_base64(b64, strict_mode=True) if sep else b""
+        except binascii.Error as exc:
+            raise _invalid(kid, ad) from exc
+        return _decrypted(kid, aead, blob, ad)
 
     def _open_binary(self, value: bytes, ad: tuple[str, ...]) -> str:
         colon = value.find(b":", len(SEALED_BYTES))
@@ -294,21 +281,40 @@ class Cipher:
             # No text is ever stored as bytes: this one was not written by seal_binary.
             raise CiphertextInvalid(f"a binary value in {'.'.join(ad[:2])} is no envelope")
         kid = value[len(SEALED_BYTES) : colon].decode("latin-1")
+        return _decrypted(kid, self._key(kid, ad), value[colon + 1 :], ad)
+
+    def _key(self, kid: str, ad: tuple[str, ...]) -> AESGCM:
+        """The key ``kid`` names; KeyMissing when the keyring lacks it (or there is none)."""
         aead = None if self.keyring is None else self.keyring._aead.get(kid)
         if aead is None:
             raise KeyMissing(kid, ".".join(ad[:2]))
-        start = colon + 1
-        try:
-            if len(value) - start < NONCE_BYTES + 16:
-                raise ValueError("too short")
-            nonce = value[start : start + NONCE_BYTES]
-            clear = aead.decrypt(nonce, value[start + NONCE_BYTES :], _ad(ad))
-        except (InvalidTag, ValueError) as exc:
-            raise CiphertextInvalid(
-                f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
-                "authentication: tampered, truncated, or moved from another row"
-            ) from exc
-        return clear.decode("utf-8", "surrogatepass")
+        return aead
+
+
+def _encrypted(ring: Keyring, value: str, ad: tuple[str, ...]) -> tuple[str, bytes]:
+    """The current key's id, and nonce | ciphertext | tag of ``value`` bound to ``ad``:
+    what both forms of the envelope carry."""
+    kid, aead = ring._sealer
+    nonce = os.urandom(NONCE_BYTES)
+    return kid, nonce + aead.encrypt(nonce, value.encode("utf-8", "surrogatepass"), _ad(ad))
+
+
+def _decrypted(kid: str, aead: AESGCM, blob: bytes, ad: tuple[str, ...]) -> str:
+    """The clear text of nonce | ciphertext | tag, whichever envelope carried it."""
+    try:
+        if len(blob) < NONCE_BYTES + 16:
+            raise ValueError("too short")
+        clear = aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], _ad(ad))
+    except (InvalidTag, ValueError) as exc:
+        raise _invalid(kid, ad) from exc
+    return clear.decode("utf-8", "surrogatepass")
+
+
+def _invalid(kid: str, ad: tuple[str, ...]) -> CiphertextInvalid:
+    return CiphertextInvalid(
+        f"a value sealed with key {kid!r} ({'.'.join(ad[:2])}) failed "
+        "authentication: tampered, truncated, or moved from another row"
+    )
 
 
 PLAIN = Cipher(None)
