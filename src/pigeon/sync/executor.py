@@ -302,18 +302,8 @@ class Executor:
         shared_retry_at: dict[int, float],
         now: float,
     ) -> None:
+        # Never DELIVERED: run_once settles the replies that deliver in runs (_deliver).
         kind = outcome.kind
-        if kind is ReplyKind.DELIVERED:
-            # Version first: a crash in between resends (and replays) rather than leaving
-            # the entity's next operation with a stale If-Match.
-            if outcome.etag is not None:
-                self.queue.set_base_version(op.entity, outcome.etag)
-            response = {"status": outcome.status, "body": outcome.body, "etag": outcome.etag}
-            self.queue.mark_delivered(op.id, response=response)
-            report.delivered += 1
-            report.replayed += reply.replayed
-            self._emit("on_delivered", op, outcome)
-            return
         if kind is ReplyKind.AUTH or kind is ReplyKind.REFUSED:
             if kind is ReplyKind.AUTH or (outcome.status is not None and outcome.status < 400):
                 # The request reached the server (which may store a 403 under the key, or
