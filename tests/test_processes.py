@@ -150,11 +150,12 @@ FORBIDDEN = {
     "pty": {"fork", "spawn"},
     "pigeon.demo.processes": {"ServerProcess"},  # tests.processes.ServerProcess records it
 }  # fmt: skip
-# Children that do one write and _exit (they test what fork itself does to pigeon's ids),
+# Children that do one write and _exit (they test what fork itself does to pigeon's ids and nonces),
 # and multiprocessing children made daemonic (multiprocessing terminates them at exit).
 ALLOWED = {
     ("server/test_idempotency.py", "os.fork"),
     ("core/test_ids.py", "os.fork"),
+    ("storage/test_crypto.py", "os.fork"),
     ("storage/test_sqlite_open.py", "context.Process"),
 }
 

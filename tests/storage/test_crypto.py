@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 from pigeon.exceptions import ConfigurationError
 from pigeon.storage.crypto import (
     ESCAPED,
+    NONCE_BYTES,
     PLAIN,
     SEALED,
     Cipher,
@@ -141,6 +145,48 @@ def test_the_same_key_id_with_other_bytes_fails_authentication_not_garbage() -> 
 def test_nonces_are_fresh() -> None:
     cipher = Cipher(NEW)
     assert len({cipher.seal("same", "t", "c") for _ in range(200)}) == 200
+
+
+def _nonce(envelope: bytes) -> bytes:
+    return envelope[envelope.index(b":", len(SEALED)) + 1 :][:NONCE_BYTES]
+
+
+def test_threads_sealing_at_once_never_share_a_nonce() -> None:
+    # Past many refills of the pool, from threads that start together and switch between
+    # any two lines.
+    cipher, per_thread, threads = Cipher(NEW), 4000, 4
+    start = threading.Barrier(threads)
+
+    def seal(_: int) -> list[bytes]:
+        start.wait()
+        return [_nonce(cipher.seal_binary("x", "t", "c")) for _ in range(per_thread)]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            nonces = [nonce for batch in pool.map(seal, range(threads)) for nonce in batch]
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(nonces) == len(set(nonces)) == per_thread * threads
+
+
+def test_a_forked_child_never_seals_with_its_parents_nonces() -> None:
+    cipher = Cipher(NEW)
+    cipher.seal_binary("x", "t", "c")  # the pool holds unused nonces now, which a child inherits
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, _nonce(cipher.seal_binary("x", "t", "c")))
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 100)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == NONCE_BYTES
+    assert child != _nonce(cipher.seal_binary("x", "t", "c"))
 
 
 def test_truncated_or_malformed_envelopes_are_refused() -> None:
