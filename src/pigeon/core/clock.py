@@ -87,7 +87,9 @@ class HybridLogicalClock:
             first = tick(last, wall, node)
             at, counter = first.wall_ms, first.counter
             self._last = HLCTimestamp(at, counter + n - 1, node)
-        return [_FORMAT % (at, counter + i, node) for i in range(n)]
+        # The wall and the node written once, each counter padded as _FORMAT pads it.
+        head, tail = str(at).zfill(_WALL_DIGITS) + "-", f"-{node}"
+        return [head + str(c).zfill(_COUNTER_DIGITS) + tail for c in range(counter, counter + n)]
 
     def receive(self, remote: HLCTimestamp) -> HLCTimestamp:
         """Merge a stamp from another node; the result is greater than both."""
