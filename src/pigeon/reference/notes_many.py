@@ -50,6 +50,7 @@ def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult |
     params = {"principal": principal, "notes": json.dumps(notes), "now": now}
     made = {r["id"]: r for r in ref.fetchall(tx, "notes_create_many", params)}
     ledger: list[list[Any]] = []
+    stamps = _Stamps()
     for i, note_id, data in planned:
         row = made.get(note_id)
         if row is None:  # the id has a note (on PostgreSQL, a deleted one too): create_note
@@ -60,7 +61,7 @@ def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult |
             [ctx.idempotency_key, ctx.operation_id, entity, ctx.method, 201, version, ctx.clock]
         )
         location = "/notes/" + path_segment(note_id)
-        body = _answer(note_id, version, data, ctx.clock, row["updated_at"])
+        body = _answer(note_id, version, data, ctx.clock, stamps[row["updated_at"]])
         out[i] = 201, body, {ETAG: quote_etag(str(version)), "Location": location}
     if ledger:
         ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
@@ -89,13 +90,23 @@ def _planned(items: Sequence[IntakeContext]) -> list[tuple[int, str, str]]:
     return planned
 
 
-def _answer(note_id: str, version: int, data: str, clock: str, updated_at: float) -> CanonicalJson:
+def _answer(note_id: str, version: int, data: str, clock: str, updated_at: str) -> CanonicalJson:
     """create_note's answer (note_json, canonical: keys in order) with the data's text as
-    it is stored, encoded once."""
+    it is stored, encoded once; ``updated_at``: the time's JSON text (`_Stamps`)."""
     return CanonicalJson(
         f'{{"clock":{_string(clock)},"data":{data},"id":{_string(note_id)},'
-        f'"updated_at":{updated_at!r},"version":{version!r}}}'
+        f'"updated_at":{updated_at},"version":{version!r}}}'
     )
+
+
+class _Stamps(dict[float, str]):
+    """The JSON text of each time a batch's rows were written at, made once: one statement
+    writes them all at one time, and the repr of a time (17 digits) cost 0.5 us a row.
+    Times only: -0.0 would be written as 0.0 met first."""
+
+    def __missing__(self, value: float) -> str:
+        text = self[value] = repr(value)
+        return text
 
 
 def replace_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
@@ -137,6 +148,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
     params = {"principal": principal, "notes": json.dumps(notes), "now": now}
     made = {r["id"]: r for r in ref.fetchall(tx, "notes_write_many", params)}
     ledger: list[list[Any]] = []
+    stamps = _Stamps()
     for i, note_id, data, _ in writes:
         row, ctx = made[note_id], items[i]
         version = int(row["version"])
@@ -148,7 +160,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
             out[i] = 200, {"id": note_id, "deleted": True, "version": version}
         else:
             location = "/notes/" + path_segment(note_id)
-            body = _answer(note_id, version, data, ctx.clock, row["updated_at"])
+            body = _answer(note_id, version, data, ctx.clock, stamps[row["updated_at"]])
             out[i] = 200, body, {ETAG: quote_etag(str(version)), "Location": location}
     ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
     return out
