@@ -24,30 +24,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from pigeon.core.strictjson import JsonRefused, TooManyItems
-from pigeon.core.wire import (
-    BATCH_PATH,
-    HEALTH_PATH,
-    MAX_BATCH,
-)
+from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
 from pigeon.exceptions import ConfigurationError
 from pigeon.server import access, memory
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator
 from pigeon.server.auth_options import AuthOptions
-from pigeon.server.batch_wire import (
-    decode_batch,
-    parse_batch_entry,
-    results_json,
-    sent_in_slices,
-)
+from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
 from pigeon.server.grouping import RequestGroups, Writer
 from pigeon.server.intake import Intake
 from pigeon.server.limits import read_buffer
 from pigeon.server.messages import (
     Unhandled,
-    bad_json,
-    bad_request,
     parse_request,
     render_result,
     route_problem,
@@ -231,23 +219,11 @@ class _Endpoints:
             memory.give_back(size)  # once all that the batch decoded is let go of
 
     def _answer_batch(self, principal: str, held: list[Any]) -> Response:
-        # The operations are decoded one by one and the count is checked at each, so a
-        # body of millions of tiny entries is refused after MAX_BATCH + 1.
-        payload = decode_batch(held)
-        if isinstance(payload, JsonRefused):
-            if isinstance(payload, TooManyItems):
-                detail = f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
-                return render_result(bad_request("batch-too-large", detail))
-            return render_result(bad_json("the batch body", payload))
-        if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
-            return render_result(bad_request("bad-batch", 'a batch is {"operations": [...]}'))
-        entries: list[Any] = payload.pop("operations")
-        del payload
-        ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
-        # An entry's id is given back as it came only when it is one (a string): the
-        # answer's schema says so, whatever an entry refused for its shape held.
-        ids = [_entry_id(entry) for entry in entries]
-        del entries
+        batch = read_batch(held)
+        if isinstance(batch, OpResult):
+            return render_result(batch)
+        ids, ops = batch
+        del batch
         try:
             results = self.intake.execute_batch(principal, ops)
         except store_down_errors() as exc:
@@ -261,11 +237,6 @@ class _Endpoints:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.spec)
-
-
-def _entry_id(entry: object) -> str | None:
-    op_id = entry.get("id") if isinstance(entry, dict) else None
-    return op_id if isinstance(op_id, str) else None
 
 
 def _intake_routes(intake: Intake, endpoints: _Endpoints) -> list[BaseRoute]:

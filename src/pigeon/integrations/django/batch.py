@@ -3,13 +3,12 @@ sent to the ``@idempotent`` view its path resolves to, in order.
 
     urlpatterns = [path("pigeon/v1/batch", batch_view), ...]
 
-Each entry is parsed as the intake parses one (`pigeon.server.messages
-.parse_batch_entry`), runs under its own key in a transaction of its own through its
-view's decorators, and gets one result in the answer the intake gives
-(`pigeon.server.batch_wire.results_json`). The batch stops after the first result that
-says "not now" (a 5xx, a 409 in progress, 401/403/408/425/429): nothing after it
-overtakes it. A crash leaves the entries before it committed; the resent batch replays
-them.
+Each entry is parsed as the intake parses one (`pigeon.server.batch_wire.read_batch`),
+runs under its own key in a transaction of its own through its view's decorators, and
+gets one result in the answer the intake gives (`pigeon.server.batch_wire.results_json`).
+The batch stops after the first result that says "not now" (a 5xx, a 409 in progress,
+401/403/408/425/429): nothing after it overtakes it. A crash leaves the entries before
+it committed; the resent batch replays them.
 """
 
 from __future__ import annotations
@@ -21,14 +20,13 @@ from django.http import HttpResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
-from pigeon.core.strictjson import JsonRefused, TooManyItems
-from pigeon.core.wire import MAX_BATCH, WRITE_METHODS, canonical_json, quote_etag
+from pigeon.core.wire import WRITE_METHODS, canonical_json, quote_etag
 from pigeon.integrations.django.answers import response_of, view_result
 from pigeon.integrations.django.conf import Configured, configured
 from pigeon.integrations.django.views import ENTRY, BatchEntry
-from pigeon.server.batch_wire import decode_batch, parse_batch_entry, results_json
+from pigeon.server.batch_wire import Batch, read_batch, results_json
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, too_large
-from pigeon.server.messages import bad_json, bad_request, unsupported_media
+from pigeon.server.messages import unsupported_media
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result, stored
 
@@ -46,14 +44,10 @@ def batch_view(request: Any) -> HttpResponse:
         response["Allow"] = "POST"
         return response
     conf = configured()
-    entries = _entries(request)
-    if isinstance(entries, OpResult):
-        return response_of(entries)
-    ops = [parse_batch_entry(entry, i) for i, entry in enumerate(entries)]
-    ids = [
-        e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
-        for e in entries
-    ]
+    batch = _read(request)
+    if isinstance(batch, OpResult):
+        return response_of(batch)
+    ids, ops = batch
     results: list[OpResult] = []
     for op in ops:
         result = op if isinstance(op, OpResult) else _apply(request, conf, op)
@@ -63,8 +57,8 @@ def batch_view(request: Any) -> HttpResponse:
     return HttpResponse(bytes(results_json(ids, results)), content_type="application/json")
 
 
-def _entries(request: Any) -> list[Any] | OpResult:
-    """The batch's operations, or the refusal of its body (nothing runs)."""
+def _read(request: Any) -> Batch | OpResult:
+    """The batch, or the refusal of its body (nothing runs)."""
     media = request.META.get("CONTENT_TYPE") or None
     declared = str(request.META.get("CONTENT_LENGTH") or "")
     if declared.isdigit() and int(declared) > DEFAULT_MAX_BATCH_BODY:
@@ -73,16 +67,7 @@ def _entries(request: Any) -> list[Any] | OpResult:
     refused = unsupported_media(media, raw)
     if refused is not None:
         return refused
-    decoded = decode_batch([raw])
-    if isinstance(decoded, TooManyItems):
-        detail = f"more than {MAX_BATCH} operations, at most {MAX_BATCH}"
-        return bad_request("batch-too-large", detail)
-    if isinstance(decoded, JsonRefused):
-        return bad_json("the batch body", decoded)
-    if not isinstance(decoded, dict) or not isinstance(decoded.get("operations"), list):
-        return bad_request("bad-batch", 'a batch is {"operations": [...]}')
-    operations: list[Any] = decoded["operations"]
-    return operations
+    return read_batch([raw])
 
 
 def _apply(request: Any, conf: Configured, op: OperationRequest) -> OpResult:

@@ -1,14 +1,19 @@
 """``POST /pigeon/v1/batch`` for a FastAPI application: the edge's batches, each operation
 answered by the application's own ``@idempotent`` route.
 
-The batch is read and its entries checked by the intake's code (`pigeon.server.messages`:
-``decode_batch``, ``parse_batch_entry``, ``results_json``); each operation is then sent,
-in order, through the application itself (its middleware, its authentication: the
-batch's headers go with every operation) as a request of its own to its route, with its
-own key. Each operation commits on its own, as with the intake's ``batch_chunk=1``: a
-resent batch replays the operations that committed. The batch stops after the first
-answer that means "not now" (a 5xx, 401/403/408/425/429, 409 in progress), so nothing
-overtakes it.
+The batch is read and its entries checked by the intake's code (`pigeon.server.batch_wire`:
+``read_batch``, ``results_json``, and the refusals of ``pigeon serve``'s batch route); each
+operation is then sent, in order, through the application itself (its middleware, its
+authentication: the batch's headers go with every operation) as a request of its own to
+its route, with its own key. Each operation commits on its own, as with the intake's
+``batch_chunk=1``: a resent batch replays the operations that committed. The batch stops
+after the first answer that means "not now" (a 5xx, 401/403/408/425/429, 409 in
+progress), so nothing overtakes it.
+
+The body (up to 16 MiB) is decoded and the answer written in a worker thread, never on
+the event loop, where they held up every other request of the process; and no more than
+``BATCHES_AT_ONCE`` batches are decoded and answered at once, as in ``pigeon serve``, so
+that the memory a batch holds until its last operation is answered stays bounded.
 """
 
 from __future__ import annotations
@@ -16,17 +21,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import Message, Scope
 
 from pigeon.core.wire import BATCH_PATH, CLOCK, IDEMPOTENCY_KEY, IF_MATCH, quote_etag
 from pigeon.integrations.fastapi.answers import answer
-from pigeon.server.batch_wire import decode_batch, parse_batch_entry, results_json
+from pigeon.server.app import BATCHES_AT_ONCE
+from pigeon.server.batch_wire import read_batch, results_json
 from pigeon.server.contract import OPERATION_ID
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_body
+from pigeon.server.messages import unsupported_media
 from pigeon.server.operations import OperationRequest
-from pigeon.server.results import NOT_STORED_4XX, OpResult, problem_result
+from pigeon.server.results import NOT_STORED_4XX, OpResult
 
 # Headers of the batch request that are not each operation's: the operation sets its own.
 _OWN = frozenset(
@@ -37,30 +45,31 @@ _OWN = frozenset(
 
 def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
     """Serve the edge's batch at ``path`` (``Pigeon.install(app, batch=True)`` calls it)."""
+    turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)
 
     async def batch(request: Request) -> Response:
         raw = await read_body(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
+        if not isinstance(raw, OpResult):
+            raw = unsupported_media(request.headers.get("content-type"), raw) or raw
         if isinstance(raw, OpResult):
             return answer(raw)
-        payload = decode_batch([raw])
-        if not isinstance(payload, dict) or not isinstance(payload.get("operations"), list):
-            refused = problem_result(
-                400, "bad-batch", "Bad request", 'a batch is {"operations": [...]}'
-            )
-            return answer(refused)
-        entries: list[Any] = payload["operations"]
-        results: list[OpResult] = []
-        for index, entry in enumerate(entries):
-            op = parse_batch_entry(entry, index)
-            result = op if isinstance(op, OpResult) else await _send(request, op)
-            results.append(result)
-            if _not_now(result):
-                break
-        ids = [
-            e.get("id") if isinstance(e, dict) and isinstance(e.get("id"), str) else None
-            for e in entries
-        ]
-        return Response(bytes(results_json(ids, results)), media_type="application/json")
+        held: list[Any] = [raw]  # the only reference, emptied as the bytes become text
+        del raw
+        async with turns:
+            batch = await anyio.to_thread.run_sync(read_batch, held)
+            if isinstance(batch, OpResult):
+                return answer(batch)
+            ids, ops = batch
+            del batch
+            results: list[OpResult] = []
+            for op in ops:
+                result = op if isinstance(op, OpResult) else await _send(request, op)
+                results.append(result)
+                if _not_now(result):
+                    break
+            del ops
+            text = await anyio.to_thread.run_sync(results_json, ids, results)
+        return Response(bytes(text), media_type="application/json")
 
     app.add_api_route(path, batch, methods=["POST"], summary="Apply a batch of operations")
 

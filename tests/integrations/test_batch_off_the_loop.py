@@ -1,0 +1,91 @@
+"""Every batch route that runs on an event loop reads the batch (up to 16 MiB: tens of
+milliseconds of decoding) and writes its answer off that loop: ``pigeon serve``'s and the
+FastAPI integration's. The FastAPI one decoded and answered on the loop, where no other
+request of the process was answered meanwhile. Django's batch view is a plain view: no
+loop to hold up.
+
+Each case holds the reading (``read_batch``) or the writing (``results_json``) of one
+batch until a second request of the same process has been answered: on the loop, that
+request never is, and the test fails on its timeout."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from examples.fastapi_orders.app import create_app, migrate
+
+from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
+from pigeon.demo.processes import serve_in_thread
+from pigeon.integrations.fastapi import batch as fastapi_batch
+from pigeon.reference.notes import create_notes_app
+from pigeon.server import app as server_app
+from pigeon.storage.server import open_server_db
+
+ADA = {"Authorization": "Bearer ada.1"}  # the demo stand-in's, and the example's principal
+
+
+@contextmanager
+def _pigeon_serve(tmp_path: Path) -> Iterator[str]:
+    db = open_server_db(tmp_path / "notes.db")
+    try:
+        with serve_in_thread(create_notes_app(db, purge_interval=None)) as url:
+            yield url
+    finally:
+        db.close()
+
+
+@contextmanager
+def _fastapi(tmp_path: Path) -> Iterator[str]:
+    app = create_app(f"sqlite:///{tmp_path / 'orders.db'}")
+    migrate(app.state.engine)
+    try:
+        with serve_in_thread(app) as url:
+            yield url
+    finally:
+        app.state.engine.dispose()
+
+
+# The app, the module its batch route looks its helpers up in, and a read that never
+# touches the batch route's work.
+APPS: dict[str, tuple[Callable[[Path], Any], Any, str]] = {
+    "pigeon serve": (_pigeon_serve, server_app, HEALTH_PATH),
+    "fastapi": (_fastapi, fastapi_batch, "/openapi.json"),
+}
+
+
+@pytest.mark.parametrize("work", ["read_batch", "results_json"])
+@pytest.mark.parametrize("name", sorted(APPS))
+def test_a_batch_being_read_or_answered_holds_up_no_other_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, work: str
+) -> None:
+    serve, module, probe = APPS[name]
+    original = getattr(module, work)
+    entered, released = threading.Event(), threading.Event()
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        released.wait(30)  # until the other request is answered: on the loop, never
+        return original(*args)
+
+    monkeypatch.setattr(module, work, held)
+    ops = [{"idempotency_key": "k1", "method": "POST", "path": "/notes", "body": {"id": "n1"}}]
+    with serve(tmp_path) as url, ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(
+            httpx.post, url + BATCH_PATH, json={"operations": ops}, headers=ADA, timeout=60
+        )
+        assert entered.wait(30), f"the batch never reached {work}"
+        try:
+            other = httpx.get(url + probe, headers=ADA, timeout=5)
+        finally:
+            released.set()
+        assert other.status_code == 200
+        reply = sent.result()
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["results"][0]["status"] == 201
