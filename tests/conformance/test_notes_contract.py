@@ -128,3 +128,27 @@ def test_a_batch_applies_in_order_and_replays_when_resent(notes_http: httpx.Clie
     again = notes_http.post("/pigeon/v1/batch", json={"operations": ops}).json()["results"]
     assert [(r["status"], r["replayed"]) for r in again] == [(201, True), (200, True), (200, True)]
     assert notes_http.get("/notes/b").status_code == 404
+
+
+TOO_MANY = '{"operations": [' + ",".join(["{}"] * 1001) + "]}"
+
+
+@pytest.mark.parametrize(
+    ("content", "media", "status", "problem"),
+    [
+        ('{"operations": [{"a": 1, "a": 2}]}', "application/json", 400, "bad-json"),
+        ('{"operations": [', "application/json", 400, "bad-json"),
+        (TOO_MANY, "application/json", 400, "batch-too-large"),
+        ('{"ops": []}', "application/json", 400, "bad-batch"),
+        ('{"operations": []}', "text/plain", 415, "unsupported-media-type"),
+    ],
+)
+def test_a_body_that_is_no_batch_is_refused_alike_by_every_server(
+    notes_http: httpx.Client, content: str, media: str, status: int, problem: str
+) -> None:
+    """The FastAPI route answered "bad-batch" to a body that was no JSON or held more
+    than 1,000 operations, and took any media type: every server reads a batch with
+    `pigeon.server.batch_wire.read_batch` now."""
+    reply = notes_http.post("/pigeon/v1/batch", content=content, headers={"Content-Type": media})
+    assert reply.status_code == status, reply.text
+    assert reply.json()["type"].endswith(problem), reply.json()
