@@ -272,7 +272,7 @@ def _operation(
 
 
 def _decode(raw: bytes) -> Any:
-    """``strictjson.loads`` with a refusal returned, as ``decode_batch`` does."""
+    """``strictjson.loads`` with a refusal returned, as ``batch_wire.read_batch`` does."""
     try:
         return strictjson.loads(raw)
     except JsonRefused as exc:
