@@ -136,7 +136,7 @@ class _Request:
     method: bytes
     target: bytes
     headers: Headers
-    body: bytes = b""
+    body: bytearray = field(default_factory=bytearray)  # grown in place: linear in the chunks
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +315,7 @@ class FaultProxy:
             request.method.decode("ascii"),  # a token: h11 let through nothing else
             upstream,
             headers=headers,
-            content=request.body,
+            content=bytes(request.body),
             # The request line's target, byte for byte: an httpx URL would normalise it
             # (/a/../b becomes /b). An upstream URL's own path is kept in front, as before.
             extensions={"target": upstream.raw_path.rstrip(b"/") + request.target},
