@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.responses import JSONResponse
 
 from pigeon.core.wire import PROBLEM_JSON
 from pigeon.exceptions import AuthorizationRequired
+from pigeon.reference import notes_reads
 from pigeon.reference.notes import create_notes_app, merge_patch
 from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.auth import BearerAuth
@@ -170,3 +173,29 @@ def test_an_id_too_long_to_index_is_refused_400_on_every_backend(notes_db: Datab
             assert reply.status_code == 400, (method, path[:20], reply.text[:200])
             assert "256 characters" in reply.json()["detail"]
         assert send(client, "POST", "/notes", {"id": "i" * 255}).status_code == 201
+
+
+@pytest.mark.parametrize("path", ["/notes", "/pigeon/v1/ledger", "/pigeon/v1/outcomes"])
+def test_a_list_route_encodes_its_page_off_the_event_loop(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A page of the ledger is up to 100,000 rows, tens of megabytes of JSON, and a
+    caller's notes have no bound: encoded on the event loop, a page held up every other
+    request of the process."""
+    looped: list[bool] = []
+
+    class Recorded(JSONResponse):
+        def render(self, content: Any) -> bytes:
+            try:
+                asyncio.get_running_loop()
+                looped.append(True)
+            except RuntimeError:
+                looped.append(False)
+            return super().render(content)
+
+    monkeypatch.setattr(notes_reads, "JSONResponse", Recorded)
+    assert send(client, "POST", "/notes", {"id": "1"}).status_code == 201
+    who = OPERATOR if path.endswith("ledger") else {"Authorization": "Bearer ada.1"}
+    reply = client.get(path, headers=who)
+    assert reply.status_code == 200, reply.text
+    assert looped == [False]

@@ -73,6 +73,13 @@ def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list
 LEDGER_PAGE = 100_000
 
 
+async def listing(read: Callable[[], Any]) -> Response:
+    """The JSON answer of ``read()``, a list route's page, read and encoded in the thread
+    pool: a page of 100,000 ledger rows is tens of megabytes of JSON, and on the event loop
+    its encoding held up every other request of the process."""
+    return await run_in_threadpool(lambda: JSONResponse(read()))
+
+
 def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
     with db.transaction() as tx:
         return fn(tx)
@@ -106,16 +113,19 @@ class NotesReads:
 
     async def list_notes(self, request: Request) -> Response:
         principal = access.principal(request)
-        # Opened in the thread pool too: a caller's every note, decrypted, is no work for
-        # the event loop.
-        rows = await run_in_threadpool(
-            _read,
-            self.db,
-            lambda tx: [
-                opened(tx, r) for r in ref.fetchall(tx, "note_list", {"principal": principal})
-            ],
-        )
-        return JSONResponse({"notes": [note_json(r) for r in rows]})
+
+        def listed() -> dict[str, Any]:
+            rows = _read(
+                self.db,
+                lambda tx: [
+                    opened(tx, r) for r in ref.fetchall(tx, "note_list", {"principal": principal})
+                ],
+            )
+            return {"notes": [note_json(r) for r in rows]}
+
+        # Read, opened and encoded in the thread pool: a caller's every note, decrypted and
+        # written as JSON, is no work for the event loop.
+        return await listing(listed)
 
     async def get_note(self, request: Request) -> Response:
         principal = access.principal(request)
@@ -137,8 +147,7 @@ class NotesReads:
         limit = integer_param(request, "limit", LEDGER_PAGE, 1)
         if isinstance(limit, Response):
             return limit
-        rows = await run_in_threadpool(read_ledger, self.db, after=after, limit=limit)
-        return JSONResponse({"entries": rows})
+        return await listing(lambda: {"entries": read_ledger(self.db, after=after, limit=limit)})
 
     def get_resource(self, collection: str) -> Callable[[Request], Awaitable[Response]]:
         async def get(request: Request) -> Response:
@@ -158,5 +167,4 @@ class NotesReads:
         after = integer_param(request, "after", 0)
         if isinstance(after, Response):
             return after
-        rows = await run_in_threadpool(read_outcomes, self.db, principal, after=after)
-        return JSONResponse({"outcomes": rows})
+        return await listing(lambda: {"outcomes": read_outcomes(self.db, principal, after=after)})
