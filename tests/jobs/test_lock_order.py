@@ -78,6 +78,11 @@ class _Pausing:
         with self.db.transaction() as tx:
             yield _PausingTx(tx, self.after, self.hook)
 
+    @contextmanager
+    def reading(self) -> Iterator[Tx]:
+        with self.db.reading() as tx:
+            yield _PausingTx(tx, self.after, self.hook)
+
     def close(self) -> None:
         pass
 

@@ -62,6 +62,9 @@ class CountingDatabase:
             yield tx
         self.commits += 1
 
+    def reading(self) -> contextlib.AbstractContextManager[Tx]:
+        return self.inner.reading()  # nothing to commit
+
     def close(self) -> None:
         self.inner.close()
 

@@ -373,6 +373,9 @@ class SavepointCounter:
             yield _CountingTx(tx, self)
         self.commits += 1
 
+    def reading(self) -> contextlib.AbstractContextManager[Tx]:
+        return self.inner.reading()  # nothing to commit
+
     def close(self) -> None:
         self.inner.close()
 

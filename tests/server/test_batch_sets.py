@@ -152,6 +152,11 @@ class Counted:
         with self.inner.transaction() as tx:
             yield cast(Tx, _CountingTx(tx, self.statements, self.sizes))
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Tx]:
+        with self.inner.reading() as tx:
+            yield cast(Tx, _CountingTx(tx, self.statements, self.sizes))
+
     def close(self) -> None:
         self.inner.close()
 

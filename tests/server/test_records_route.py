@@ -97,6 +97,13 @@ class SlowDatabase:
         with self.inner.transaction(**options) as tx:  # type: ignore[call-arg]
             yield tx
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Tx]:
+        self.waiting.set()
+        time.sleep(self.delay)
+        with self.inner.reading() as tx:
+            yield tx
+
     def close(self) -> None:
         self.inner.close()
 

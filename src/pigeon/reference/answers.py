@@ -156,7 +156,7 @@ def read_answer(db: Database, answer_id: str, *, principal: str | None = None) -
     """An answer as its author sees it: what was asked and answered, where its obligations
     stand, and its grade (None until graded). ``principal``: as in ``records.get`` (another
     principal's answer, or a record that is no answer, is NotFound)."""
-    with db.transaction() as tx:
+    with db.reading() as tx:
         view = records.view(tx, answer_id, principal=principal)
         if view["kind"] != "answer":
             raise NotFound(f"no answer {answer_id!r}")

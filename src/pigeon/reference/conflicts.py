@@ -235,7 +235,7 @@ def read_outcomes(
     db: Database, principal: str, *, after: int = 0, limit: int = 100_000
 ) -> list[dict[str, Any]]:
     """The recorded outcomes of server-settled writes of one principal, in order."""
-    with db.transaction() as tx:
+    with db.reading() as tx:
         rows = ref.fetchall(
             tx, "outcome_list", {"principal": principal, "after": after, "limit": limit}
         )
@@ -243,6 +243,6 @@ def read_outcomes(
 
 
 def read_resource(db: Database, principal: str, collection: str, resource_id: str) -> Row | None:
-    with db.transaction() as tx:
+    with db.reading() as tx:
         params = {"principal": principal, "collection": collection, "id": resource_id}
         return ref.fetchone(tx, "resource_read", params)

@@ -63,7 +63,7 @@ def note_json(row: Row) -> dict[str, Any]:
 
 def read_ledger(db: Database, *, after: int = 0, limit: int = 1_000_000) -> list[Row]:
     """Every applied operation, in the order it committed (for tests and the demo)."""
-    with db.transaction() as tx:
+    with db.reading() as tx:
         return ref.fetchall(tx, "ledger_all", {"after": after, "limit": limit})
 
 
@@ -81,7 +81,7 @@ async def listing(read: Callable[[], Any]) -> Response:
 
 
 def _read(db: Database, fn: Callable[[Tx], Any]) -> Any:
-    with db.transaction() as tx:
+    with db.reading() as tx:
         return fn(tx)
 
 

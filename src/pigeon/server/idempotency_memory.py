@@ -107,6 +107,9 @@ class MemoryDatabase:
                 tx.rollback()
                 raise
 
+    def reading(self) -> contextlib.AbstractContextManager[MemoryTx]:
+        return self.transaction()
+
     def close(self) -> None:
         self.tables.clear()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 
 from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
@@ -27,7 +26,6 @@ from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencySt
 from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
-from pigeon.storage.sqlite import SQLiteDatabase
 
 
 class SQLiteIdempotencyStore(SqlIdempotencyStore):
@@ -37,12 +35,7 @@ class SQLiteIdempotencyStore(SqlIdempotencyStore):
 
     @contextlib.contextmanager
     def read_only(self) -> Iterator[Tx]:
-        db = self.db
-        if isinstance(db, SQLiteDatabase):
-            context: AbstractContextManager[Tx] = db.transaction(immediate=False)
-        else:  # a wrapper, whose BEGIN IMMEDIATE only costs the lock
-            context = db.transaction()
-        with context as tx:
+        with self.db.reading() as tx:
             tx.execute("replay_read_only")
             try:
                 yield tx

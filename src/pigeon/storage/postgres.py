@@ -270,6 +270,11 @@ class PostgresDatabase:
         with self.connection() as conn, transaction_on(conn, self.queries, self.cipher) as tx:
             yield tx
 
+    def reading(self) -> contextlib.AbstractContextManager[PostgresTx]:
+        """A read transaction (``Database.reading``): PostgreSQL's readers take no lock a
+        writer waits for."""
+        return self.transaction()
+
     def dedicated_connection(self) -> Connection:
         """A new autocommit connection of its own, outside the pool, for the caller to close.
 

@@ -275,6 +275,11 @@ class SQLiteDatabase:
             if immediate:
                 self._writer.release()
 
+    def reading(self) -> contextlib.AbstractContextManager[SQLiteTx]:
+        """A read transaction (``Database.reading``): a deferred BEGIN, outside the write
+        lock, on its snapshot of the file."""
+        return self.transaction(immediate=False)
+
     def run_in_transaction(self, work: Callable[[SQLiteTx], T]) -> T:
         """``work(tx)`` in one write transaction: what ``with transaction() as tx`` does,
         without a generator context manager, which costs more Python than a one-row

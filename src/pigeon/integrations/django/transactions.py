@@ -140,5 +140,8 @@ class AliasDatabase:
         with transaction.atomic(using=self.using):
             yield alias_tx(self.using, self.keyring)
 
+    def reading(self) -> contextlib.AbstractContextManager[Tx]:
+        return self.transaction()
+
     def close(self) -> None:
         """Django owns the connection."""

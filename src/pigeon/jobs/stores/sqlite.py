@@ -50,7 +50,6 @@ from pigeon.storage.sealed import (
     PROVIDER_RESULT,
     RECORD_DATA,
 )
-from pigeon.storage.sqlite import SQLiteDatabase
 
 
 def rowcount(cursor: Any) -> int:
@@ -426,13 +425,8 @@ class SqliteJobStore(JobStore[SqlJobSession]):
 
     @contextmanager
     def reading(self) -> Iterator[SqlJobSession]:
-        db = self.db
-        if isinstance(db, SQLiteDatabase):  # a deferred BEGIN: never queued for the writer
-            with db.transaction(immediate=False) as tx:
-                yield SqlJobSession(tx)
-        else:
-            with db.transaction() as tx:
-                yield SqlJobSession(tx)
+        with self.db.reading() as tx:  # a deferred BEGIN: never queued for the writer
+            yield SqlJobSession(tx)
 
     def wakeup(self, queues: Iterable[str]) -> Wakeup:
         return Wakeup(queues)
