@@ -10,10 +10,12 @@ its route, with its own key. Each operation commits on its own, as with the inta
 after the first answer that means "not now" (a 5xx, 401/403/408/425/429, 409 in
 progress), so nothing overtakes it.
 
-The body (up to 16 MiB) is decoded and the answer written in a worker thread, never on
-the event loop, where they held up every other request of the process; and no more than
-``BATCHES_AT_ONCE`` batches are decoded and answered at once, as in ``pigeon serve``, so
-that the memory a batch holds until its last operation is answered stays bounded.
+The body (up to 16 MiB) is read into one buffer, decoded and the answer written in a
+worker thread and sent in slices, as ``pigeon serve``'s route does: never a whole copy or
+a decode on the event loop, where they held up every other request of the process. No
+more than ``BATCHES_AT_ONCE`` batches are decoded and answered at once, as in ``pigeon
+serve``, so that the memory a batch holds until its last operation is answered stays
+bounded.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from starlette.types import Message, Scope
 from pigeon.core.wire import BATCH_PATH, CLOCK, IDEMPOTENCY_KEY, IF_MATCH, quote_etag
 from pigeon.integrations.fastapi.answers import answer
 from pigeon.server.app import BATCHES_AT_ONCE
-from pigeon.server.batch_wire import read_batch, results_json
+from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
 from pigeon.server.contract import OPERATION_ID
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_body
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_buffer
 from pigeon.server.messages import unsupported_media
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import NOT_STORED_4XX, OpResult
@@ -48,7 +50,7 @@ def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
     turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)
 
     async def batch(request: Request) -> Response:
-        raw = await read_body(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
+        raw = await read_buffer(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
         if not isinstance(raw, OpResult):
             raw = unsupported_media(request.headers.get("content-type"), raw) or raw
         if isinstance(raw, OpResult):
@@ -69,7 +71,7 @@ def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
                     break
             del ops
             text = await anyio.to_thread.run_sync(results_json, ids, results)
-        return Response(bytes(text), media_type="application/json")
+        return sent_in_slices(text)
 
     app.add_api_route(path, batch, methods=["POST"], summary="Apply a batch of operations")
 
