@@ -115,13 +115,9 @@ class NotesReads:
         principal = access.principal(request)
 
         def listed() -> dict[str, Any]:
-            rows = _read(
-                self.db,
-                lambda tx: [
-                    opened(tx, r) for r in ref.fetchall(tx, "note_list", {"principal": principal})
-                ],
-            )
-            return {"notes": [note_json(r) for r in rows]}
+            with self.db.reading() as tx:
+                rows = ref.fetchall(tx, "note_list", {"principal": principal})
+                return {"notes": [note_json(opened(tx, r)) for r in rows]}
 
         # Read, opened and encoded in the thread pool: a caller's every note, decrypted and
         # written as JSON, is no work for the event loop.

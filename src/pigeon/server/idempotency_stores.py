@@ -48,7 +48,7 @@ class PostgresIdempotencyStore(SqlIdempotencyStore):
 
     @contextlib.contextmanager
     def read_only(self) -> Iterator[Tx]:
-        with self.db.transaction() as tx:
+        with self.db.reading() as tx:
             tx.execute("replay_read_only")
             yield tx
 
