@@ -4,9 +4,11 @@ FastAPI integration's. The FastAPI one decoded and answered on the loop, where n
 request of the process was answered meanwhile. Django's batch view is a plain view: no
 loop to hold up.
 
-Each case holds the reading (``read_batch``) or the writing (``results_json``) of one
-batch until a second request of the same process has been answered: on the loop, that
-request never is, and the test fails on its timeout."""
+Each case holds the reading (``read_batch``), the FastAPI route's encoding of each
+operation's body for the application's route (``encoded_bodies``: one body may be most of
+the 16 MiB) or the writing (``results_json``) of one batch until a second request of the
+same process has been answered: on the loop, that request never is, and the test fails on
+its timeout."""
 
 from __future__ import annotations
 
@@ -60,8 +62,11 @@ APPS: dict[str, tuple[Callable[[Path], Any], Any, str]] = {
 }
 
 
-@pytest.mark.parametrize("work", ["read_batch", "results_json"])
-@pytest.mark.parametrize("name", sorted(APPS))
+CASES = [(name, work) for name in sorted(APPS) for work in ("read_batch", "results_json")]
+CASES.append(("fastapi", "encoded_bodies"))
+
+
+@pytest.mark.parametrize(("name", "work"), CASES)
 def test_a_batch_being_read_or_answered_holds_up_no_other_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, work: str
 ) -> None:

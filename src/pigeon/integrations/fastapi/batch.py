@@ -10,12 +10,12 @@ its route, with its own key. Each operation commits on its own, as with the inta
 after the first answer that means "not now" (a 5xx, 401/403/408/425/429, 409 in
 progress), so nothing overtakes it.
 
-The body (up to 16 MiB) is read into one buffer, decoded and the answer written in a
-worker thread and sent in slices, as ``pigeon serve``'s route does: never a whole copy or
-a decode on the event loop, where they held up every other request of the process. No
-more than ``BATCHES_AT_ONCE`` batches are decoded and answered at once, as in ``pigeon
-serve``, so that the memory a batch holds until its last operation is answered stays
-bounded.
+The body (up to 16 MiB) is read into one buffer; it is decoded, each operation's body
+encoded for its route and the answer written in a worker thread, and the answer is sent in
+slices, as ``pigeon serve``'s route does: never a whole copy, a decode or an encode on the
+event loop, where they held up every other request of the process. No more than
+``BATCHES_AT_ONCE`` batches are read and answered at once, as in ``pigeon serve``, so
+that the memory a batch holds until its last operation is answered stays bounded.
 """
 
 from __future__ import annotations
@@ -58,14 +58,14 @@ def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
         held: list[Any] = [raw]  # the only reference, emptied as the bytes become text
         del raw
         async with turns:
-            batch = await anyio.to_thread.run_sync(read_batch, held)
+            batch = await anyio.to_thread.run_sync(_read, held)
             if isinstance(batch, OpResult):
                 return answer(batch)
             ids, ops = batch
             del batch
             results: list[OpResult] = []
             for op in ops:
-                result = op if isinstance(op, OpResult) else await _send(request, op)
+                result = op if isinstance(op, OpResult) else await _send(request, *op)
                 results.append(result)
                 if _not_now(result):
                     break
@@ -76,6 +76,26 @@ def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
     app.add_api_route(path, batch, methods=["POST"], summary="Apply a batch of operations")
 
 
+_Encoded = tuple[OperationRequest, bytes]
+
+
+def _read(held: list[Any]) -> tuple[list[str | None], list[OpResult | _Encoded]] | OpResult:
+    """``read_batch``, then each operation's body encoded for its route: in the worker
+    thread, since one body may be most of the batch's 16 MiB."""
+    batch = read_batch(held)
+    if isinstance(batch, OpResult):
+        return batch
+    ids, ops = batch
+    return ids, encoded_bodies(ops)
+
+
+def encoded_bodies(ops: list[OperationRequest | OpResult]) -> list[OpResult | _Encoded]:
+    """Each operation beside its body as the bytes its route reads; refusals as they are."""
+    return [
+        op if isinstance(op, OpResult) else (op, json.dumps(op.body).encode("utf-8")) for op in ops
+    ]
+
+
 def _not_now(result: OpResult) -> bool:
     headers = dict(result.headers)
     in_progress = result.status == 409 and "retry-after" in headers
@@ -84,9 +104,9 @@ def _not_now(result: OpResult) -> bool:
     )
 
 
-async def _send(request: Request, op: OperationRequest) -> OpResult:
-    """``op`` through the application, as a request of its own; its answer."""
-    body = json.dumps(op.body).encode("utf-8")
+async def _send(request: Request, op: OperationRequest, body: bytes) -> OpResult:
+    """``op`` (its body encoded as ``body``) through the application, as a request of its
+    own; its answer."""
     headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in _OWN]
     headers += [
         (b"idempotency-key", op.key.encode("latin-1")),
