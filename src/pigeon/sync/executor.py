@@ -29,7 +29,7 @@ from pigeon.core.retry import RetryPolicy
 from pigeon.edge.conflicts import ConflictStore, QueueWrites
 from pigeon.edge.queue import Unsent
 from pigeon.exceptions import InvalidState, NotFound, NotSent
-from pigeon.protocol.transport import Reply, Transport
+from pigeon.protocol.transport import Exchange, Reply, Transport
 from pigeon.sync.classify import (
     ReplyKind,
     ReplyOutcome,
@@ -142,10 +142,27 @@ class Executor:
         """One pass: take up to ``limit`` due operations, send them (once ``wire``, the
         engine's count of batches on the way, lets this one go: by default at once) and
         settle the replies."""
-        ops = self.queue.next_batch(limit)
+        return self.run_pass(limit, wire=wire)[0]
+
+    def run_pass(
+        self,
+        limit: int,
+        *,
+        wire: contextlib.AbstractContextManager[object] = _ANY_TIME,
+        taken: list[Operation] | None = None,
+        then_take: Callable[[CycleReport], bool] | None = None,
+    ) -> tuple[CycleReport, list[Operation] | None]:
+        """`run_once` over ``taken`` (operations an earlier pass took for this one), or
+        over up to ``limit`` taken now. With ``then_take``: once every reply is settled,
+        with no event to tell and ``then_take(report)`` true, the next pass's operations
+        are taken in the settling's own transaction (one fsync for both, where a lane
+        paid two) and returned, for the caller to send (``taken=``) or `release_taken`.
+        Not with events to tell: their callbacks may flush, which must not find
+        operations taken and not on their way."""
+        ops = self.queue.next_batch(limit) if taken is None else taken
         report = CycleReport(taken=len(ops))
         if not ops:
-            return report
+            return report, None
         settled: set[str] = set()
         # Until the exchange is read, any of these may have reached the server: if we fail
         # before settling them they are released as *sent* (never folded into or cancelled,
@@ -153,39 +170,17 @@ class Executor:
         # released as unsent.
         maybe_sent = False
         transmitted: set[str] = set()
+        following: list[Operation] | None = None
         try:
             self._fill_base_versions(ops)
             with wire:
                 maybe_sent = True
                 exchange = self.transport.send(ops, keep_going=self._keep_going)
             transmitted = exchange.transmitted
-            now = self.clock()
-            # One failed batch request: its operations retry together, as one batch again.
-            shared_retry_at: dict[int, float] = {}
-            done: set[str] = set()
-            # One transaction (one fsync) for the whole reply: settling a batch of 100 must
-            # not cost 100 commits. If settling fails part-way, nothing of it is kept and
-            # every operation is released, to be resent with its key (and replayed).
-            # Deliveries are written in runs (one statement per table for a run, not two or
-            # three per operation); a run is flushed before any other outcome is settled,
-            # so writes and callbacks keep the reply's order.
-            delivered: list[_Delivered] = []
             # SyncCallbacks wait for the commit: an application told "delivered" must never
             # hear it again because the settling transaction failed and the op was resent.
             self._local.deferred = []
-            with self.queue.batch():
-                for op, reply in exchange.replies:
-                    if delivers(reply.status, reply.error):  # classify's DELIVERED, without
-                        # an outcome object per operation unless a callback is to get one
-                        delivered.append((op, reply, version_of(reply.headers or {})))
-                    else:
-                        outcome = classify(
-                            reply.status, reply.headers, reply.body, reply.error, now=now
-                        )
-                        self._deliver(delivered, report)
-                        self._settle(op, reply, outcome, report, shared_retry_at, now)
-                    done.add(op.id)
-                self._deliver(delivered, report)
+            done, following = self._settled(exchange, len(ops), report, limit, then_take)
             settled |= done
             maybe_sent = False
             events, self._local.deferred = self._local.deferred or [], None
@@ -193,8 +188,58 @@ class Executor:
                 self._fire(name, args)
         finally:
             self._local.deferred = None
-            self._release(ops, settled, report, sent=maybe_sent, transmitted=transmitted)
-        return report
+            try:
+                self._release(ops, settled, report, sent=maybe_sent, transmitted=transmitted)
+            except BaseException:
+                self.release_taken(following or [])
+                raise
+        return report, following
+
+    def _settled(
+        self,
+        exchange: Exchange,
+        sent: int,
+        report: CycleReport,
+        limit: int,
+        then_take: Callable[[CycleReport], bool] | None,
+    ) -> tuple[set[str], list[Operation] | None]:
+        """Settle ``exchange``'s replies (of ``sent`` operations) in one transaction, and
+        take the next pass's operations in it (`run_pass`): the ids settled, and those
+        taken once committed (a rollback took nothing)."""
+        now = self.clock()
+        # One failed batch request: its operations retry together, as one batch again.
+        shared_retry_at: dict[int, float] = {}
+        done: set[str] = set()
+        # One transaction (one fsync) for the whole reply: settling a batch of 100 must
+        # not cost 100 commits. If settling fails part-way, nothing of it is kept and
+        # every operation is released, to be resent with its key (and replayed).
+        # Deliveries are written in runs (one statement per table for a run, not two or
+        # three per operation); a run is flushed before any other outcome is settled,
+        # so writes and callbacks keep the reply's order.
+        delivered: list[_Delivered] = []
+        took: list[Operation] | None = None
+        with self.queue.batch():
+            for op, reply in exchange.replies:
+                if delivers(reply.status, reply.error):  # classify's DELIVERED, without
+                    # an outcome object per operation unless a callback is to get one
+                    delivered.append((op, reply, version_of(reply.headers or {})))
+                else:
+                    outcome = classify(
+                        reply.status, reply.headers, reply.body, reply.error, now=now
+                    )
+                    self._deliver(delivered, report)
+                    self._settle(op, reply, outcome, report, shared_retry_at, now)
+                done.add(op.id)
+            self._deliver(delivered, report)
+            if then_take and len(done) == sent and not self._local.deferred:
+                took = self.queue.next_batch(limit) if then_take(report) else None
+        return done, took or None
+
+    def release_taken(self, ops: Sequence[Operation]) -> None:
+        """Operations a pass took for the next (`run_pass`), back to pending unsent: that
+        pass is not run (the engine stops, pauses, is held off, or its time is up)."""
+        for op in ops:
+            self.queue.release(op.id)
 
     def _emit(self, name: EventName, *args: Any) -> None:
         deferred = self._local.deferred

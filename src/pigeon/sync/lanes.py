@@ -1,13 +1,15 @@
 """The cycles of one `SyncEngine`: lanes side by side, each taking a batch, sending it and
-settling it (`Executor.run_once`) until nothing is due, and what each cycle did, summed
+settling it (`Executor.run_pass`) until nothing is due, and what each cycle did, summed
 into the engine's totals and told to its holds (an unreachable server, a 429) and its
 connectivity monitor. ``pipeline`` batches may be on the way at once; with more than one,
-the engine runs one lane more, which takes its batch while they are on the way.
+the engine runs one lane more, which takes its batch while they are on the way. A lane
+takes its next batch in the transaction that settles its last, when nothing stands in the
+way (`Lanes._goes_on`): one commit and one fsync of the queue a batch, not two.
 
 One sync, read top to bottom: `Lanes.run` starts the other lanes and runs cycles one after
 another (the cycle itself inline: a turn, the executor's pass, the accounting);
-`Executor.run_once` is one pass. From the engine: ``flush -> _flush -> Lanes.run ->
-Executor.run_once``, and the background loop's ``_step -> Lanes.run -> Executor.run_once``.
+`Executor.run_pass` is one pass. From the engine: ``flush -> _flush -> Lanes.run ->
+Executor.run_pass``, and the background loop's ``_step -> Lanes.run -> Executor.run_pass``.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
+from pigeon.core.operation import Operation
 from pigeon.logs import failure
 from pigeon.sync.connectivity import ConnectivityMonitor
 from pigeon.sync.events import CycleReport, ErrorCallback
@@ -72,29 +75,16 @@ class Lanes:
         explicit flush tries whatever the monitor says. Read top to bottom: start the other
         lanes; per cycle, the checks, a turn, the executor's pass, the accounting; gather
         the lanes."""
-        lanes = lanes or self.lanes
-        pool = None
-        others = []
-        if lanes > 1:
-            pool = ThreadPoolExecutor(lanes - 1, thread_name_prefix="pigeon-lane")
-            others = [
-                pool.submit(self.run, deadline, honour_stop=honour_stop, lanes=1)
-                for _ in range(lanes - 1)
-            ]
-        done = False  # True: a cycle found nothing due
+        pool, others = self._start_others(lanes or self.lanes, deadline, honour_stop)
+        done: bool | None = None  # True: a cycle found nothing due; None: go on
+        # Operations the last pass took for the next in its settling's transaction: this
+        # lane's cycle stays open (busy, for drain) until they are sent or released.
+        carried: list[Operation] | None = None
         try:
             with self._cycles.lane():  # see SyncEngine.stop
-                while True:
-                    if self.queue.paused is not None:
-                        break
-                    now = self._clock()
-                    if now < self._holds.throttled_until:
-                        # Held off by a 429: done if nothing due was held back. One "now"
-                        # for both looks, or a hold ending in between reads as holding.
-                        due = self.queue.next_due_at()
-                        done = due is None or due > now
-                        break
-                    if honour_stop and (self._stopping.is_set() or not self.connectivity.online):
+                while done is None:
+                    done = self._stop_before(honour_stop)
+                    if done is not None:
                         break
                     # The cycle: a turn (one per lane), one executor pass, whose request
                     # waits for its place on the wire (at most ``pipeline`` at once).
@@ -102,27 +92,87 @@ class Lanes:
                     if not self.turns.acquire(timeout=timeout):
                         break
                     report: CycleReport | None = None
-                    self._cycles.begin()  # before next_batch: see SyncEngine.drain
+                    taken, carried = carried, None
+                    if taken is None:
+                        self._cycles.begin()  # before next_batch: see SyncEngine.drain
                     try:
-                        report = self.executor.run_once(self.cycle_size, wire=self.wire)
+                        report, carried = self.executor.run_pass(
+                            self.cycle_size,
+                            wire=self.wire,
+                            taken=taken,
+                            then_take=lambda last: self._goes_on(last, deadline, honour_stop),
+                        )
                     finally:
                         self.turns.release()
                         # A flush or drain in another thread may wait for these operations.
-                        self._cycles.end(took=report is None or report.taken > 0)
+                        if carried is None:
+                            self._cycles.end(took=report is None or report.taken > 0)
+                        else:
+                            self._cycles.passed()
                     self._account(report)
-                    if report.unreachable or report.paused is not None:
-                        break
-                    if report.error is not None:  # no request could be made: back off
-                        break
-                    if report.taken == 0:  # (after a 429: the hold is looked at above)
-                        done = True
-                        break
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
+                    done = self._stop_after(report, deadline)
         finally:
+            if carried is not None:  # taken for a pass that will not run
+                try:
+                    self.executor.release_taken(carried)
+                finally:
+                    self._cycles.end(took=True)
             if pool is not None:
                 pool.shutdown(wait=True)  # every lane ends its cycle before we return
-        return all([done, *(lane.result() for lane in others)])
+        return all([bool(done), *(lane.result() for lane in others)])
+
+    def _start_others(
+        self, lanes: int, deadline: float | None, honour_stop: bool
+    ) -> tuple[ThreadPoolExecutor | None, list[Future[bool]]]:
+        if lanes <= 1:
+            return None, []
+        pool = ThreadPoolExecutor(lanes - 1, thread_name_prefix="pigeon-lane")
+        others = [
+            pool.submit(self.run, deadline, honour_stop=honour_stop, lanes=1)
+            for _ in range(lanes - 1)
+        ]
+        return pool, others
+
+    def _stop_before(self, honour_stop: bool) -> bool | None:
+        """Whether this lane stops before its next cycle (True: done, nothing due was held
+        back; False: not done) or goes on (None)."""
+        if self.queue.paused is not None:
+            return False
+        now = self._clock()
+        if now < self._holds.throttled_until:
+            # Held off by a 429: done if nothing due was held back. One "now" for both
+            # looks, or a hold ending in between reads as holding.
+            due = self.queue.next_due_at()
+            return due is None or due > now
+        if honour_stop and self._stopping_now():
+            return False
+        return None
+
+    @staticmethod
+    def _stop_after(report: CycleReport, deadline: float | None) -> bool | None:
+        """As `_stop_before`, after a cycle that did what ``report`` says."""
+        if report.unreachable or report.paused is not None:
+            return False
+        if report.error is not None:  # no request could be made: back off
+            return False
+        if report.taken == 0:  # (after a 429: the hold is looked at before the next)
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        return None
+
+    def _goes_on(self, report: CycleReport, deadline: float | None, honour_stop: bool) -> bool:
+        """Whether the cycle after ``report``'s would run: the loop's checks, made before
+        its operations are taken in ``report``'s settling (`Executor.run_pass`). A pause
+        is the taking's own look: nothing is taken from a paused queue."""
+        if report.throttled_until is not None or self._stop_after(report, deadline) is not None:
+            return False
+        if self._clock() < self._holds.throttled_until:
+            return False
+        return not (honour_stop and self._stopping_now())
+
+    def _stopping_now(self) -> bool:
+        return self._stopping.is_set() or not self.connectivity.online
 
     def _account(self, report: CycleReport) -> None:
         with self._state_lock:

@@ -191,6 +191,10 @@ class Cycles:
         else:
             self._notices.nudge()
 
+    def passed(self) -> None:
+        """A pass of a cycle that goes on (its next operations taken) has settled."""
+        self._notices.post()
+
     def busy(self) -> bool:
         """Whether another thread has a cycle on the way. One int read, no lock: it is
         also read under the notices' lock, in `wait`."""
