@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -186,3 +189,44 @@ def test_a_pause_while_a_lane_holds_its_next_batch_releases_it(
         engine.close()
     ledger = read_ledger(server_db)
     assert len(ledger) == 250 and len({row["idempotency_key"] for row in ledger}) == 250
+
+
+def test_drain_waits_for_a_batch_a_lane_took_in_its_settling(
+    tmp_path: Path, server_db: SQLiteDatabase
+) -> None:
+    """The background loop's lane settles its first batch and takes the second in that
+    transaction, then looks whether the queue is paused before sending it, and is held
+    there: a drain in another thread, which finds nothing due meanwhile, must wait for
+    that batch, as it would not if the lane's cycle ended with its settling."""
+    looking, go_on = threading.Event(), threading.Event()
+
+    class HeldWhileLooking(OfflineQueue):
+        @property
+        def paused(self) -> str | None:
+            in_loop = threading.current_thread().name == "pigeon-sync"
+            if in_loop and not looking.is_set() and self.stats().delivered >= 100:
+                looking.set()
+                go_on.wait(30)  # the batch taken in the settling waits meanwhile
+            return super().paused
+
+    with (
+        InProcessTransport(create_notes_app(server_db, purge_interval=None), batch=True) as t,
+        _filled(HeldWhileLooking(tmp_path / "edge.db"), 200) as queue,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        engine = SyncEngine(queue, t, SyncOptions(cycle_size=100), connectivity=ManualMonitor(True))
+        engine.start()
+        try:
+            assert looking.wait(30), "the first batch was never settled"
+            assert queue.stats().in_flight == 100  # the second, taken in the settling
+            drained = pool.submit(engine.drain, 60)
+            time.sleep(0.3)  # a drain that saw nothing on the way returned by now
+            assert not drained.done(), "drain returned with a batch taken and not sent"
+            go_on.set()
+            assert drained.result()
+            stats = queue.stats()
+            assert (stats.depth, stats.in_flight) == (0, 0)
+        finally:
+            go_on.set()
+            engine.close()
+    assert len(read_ledger(server_db)) == 200
