@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,3 +69,18 @@ def make_engine(queue: OfflineQueue, server: LiveServer) -> Iterator[MakeEngine]
     for engine, transport in made:
         engine.stop()
         transport.close()
+
+
+class FailsToCommitOnce(OfflineQueue):
+    """A queue whose next ``batch()`` after ``armed`` is set fails at its commit, once:
+    everything in it was written, the commit is what fails (and rolls it all back)."""
+
+    armed = False
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        with super().batch():
+            yield
+            if self.armed:
+                self.armed = False
+                raise sqlite3.OperationalError("disk I/O error")

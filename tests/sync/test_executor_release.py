@@ -100,26 +100,15 @@ def test_an_endpoint_without_a_method_gets_one_for_every_transport(tmp_path: Pat
 
 
 def test_callbacks_fire_only_after_the_settling_transaction_commits(tmp_path: Path) -> None:
-    import contextlib
     import sqlite3
-    from collections.abc import Iterator
 
     from pigeon.sync.events import SyncCallbacks
-
-    class FailsToCommitOnce(OfflineQueue):
-        failed = False
-
-        @contextlib.contextmanager
-        def batch(self) -> Iterator[None]:
-            with super().batch():
-                yield
-                if not self.failed:  # everything was written; the commit is what fails
-                    self.failed = True
-                    raise sqlite3.OperationalError("disk I/O error")
+    from tests.sync.conftest import FailsToCommitOnce
 
     sqlite_db = open_server_db(tmp_path / "server.db")
     transport = InProcessTransport(create_notes_app(sqlite_db, purge_interval=None), batch=True)
     queue = FailsToCommitOnce(tmp_path / "edge.db")
+    queue.armed = True  # the settling's commit fails
     delivered: list[str] = []
     try:
         op = queue.enqueue("create", "note:1", {"id": "1", "title": "t", "body": "b"})

@@ -27,6 +27,7 @@ from pigeon.sync.engine import SyncEngine
 from pigeon.sync.events import SyncCallbacks
 from pigeon.sync.executor import Executor
 from pigeon.sync.options import SyncOptions
+from tests.sync.conftest import FailsToCommitOnce
 
 
 @pytest.fixture
@@ -137,17 +138,6 @@ def test_what_was_taken_for_a_pass_that_does_not_run_is_released_unsent(
 def test_a_settling_that_rolls_back_takes_nothing(
     tmp_path: Path, transport: InProcessTransport, server_db: SQLiteDatabase
 ) -> None:
-    class FailsToCommitOnce(OfflineQueue):
-        armed = False
-
-        @contextlib.contextmanager
-        def batch(self) -> Iterator[None]:
-            with super().batch():
-                yield
-                if self.armed:  # everything was written; the commit is what fails
-                    self.armed = False
-                    raise sqlite3.OperationalError("disk I/O error")
-
     with _filled(FailsToCommitOnce(tmp_path / "edge.db"), 150) as queue:
         queue.armed = True
         executor = Executor(queue, transport)
