@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.integrations.django_notes import DjangoNotes, counts
+from tests.splitting import delivered_in_batches
 
 ADA = {"Authorization": "Bearer ada.1"}
 BOB = {"Authorization": "Bearer bob.1"}
@@ -96,6 +98,19 @@ def test_the_refusals_store_nothing(notes: DjangoNotes, server_db_url: str) -> N
     assert not_a_note.status_code in (400, 422)
     assert counts(server_db_url) == {"notes": 0, "effects": 0, "jobs": 0, "claims": 0}
     assert post(notes.url, "v", {"id": "n1"}).status_code == 201  # nothing kept: the key is free
+
+
+def test_a_batch_over_djangos_upload_cap_is_413_and_the_edge_splits_it(
+    notes: DjangoNotes, server_db_url: str, tmp_path: Path
+) -> None:
+    """Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default) when it
+    is read; the batch view answered that with Django's 400 page, on which the edge
+    paused its queue for good. It is a 413 now, which the edge splits until the halves
+    fit: every operation is applied once, in order."""
+    bodies = [{"id": f"n{n}", "text": "x" * 400_000} for n in range(8)]
+    _, statuses = delivered_in_batches(notes.url, tmp_path / "edge.db", bodies, ADA)
+    assert statuses[0] == 413 and set(statuses) == {413, 200}, statuses
+    assert counts(server_db_url) == {"notes": 8, "effects": 8, "jobs": 8, "claims": 8}
 
 
 @pytest.mark.chaos

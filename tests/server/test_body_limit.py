@@ -16,12 +16,9 @@ import httpx
 import pytest
 from openapi_spec_validator import validate
 
-from pigeon.core.operation import OpStatus
 from pigeon.core.wire import BATCH_PATH, PROBLEM_JSON, PROBLEM_PREFIX
 from pigeon.edge.options import QueueOptions
-from pigeon.edge.queue import OfflineQueue
 from pigeon.exceptions import ConfigurationError
-from pigeon.protocol.http import HttpTransport
 from pigeon.reference.notes import create_note, create_notes_app
 from pigeon.reference.notes_reads import read_ledger
 from pigeon.server.app import create_app
@@ -30,10 +27,9 @@ from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY
 from pigeon.server.options import BodyLimits, ServerOptions
 from pigeon.storage.base import Database
 from pigeon.sync.classify import ReplyKind, classify
-from pigeon.sync.connectivity import ManualMonitor
-from pigeon.sync.engine import SyncEngine
 from tests import processes
-from tests.sync.conftest import FAST
+from tests.rawhttp import read_response
+from tests.splitting import delivered_in_batches
 from tests.waiting import until_answers
 
 from .conftest import live_server
@@ -67,22 +63,6 @@ def batch_body(size: int) -> bytes:
 def chunks(data: bytes, size: int = 1000) -> Iterator[bytes]:
     for start in range(0, len(data), size):
         yield data[start : start + size]
-
-
-def read_response(conn: socket.socket) -> str:
-    """One HTTP response read off a raw socket: head and (Content-Length) body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        more = conn.recv(65536)
-        assert more, data
-        data += more
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-    while len(body) < length:
-        more = conn.recv(65536)
-        assert more, data
-        body += more
-    return (head + b"\r\n\r\n" + body).decode("latin-1")
 
 
 def stored(notes_db: Database) -> tuple[int, int]:
@@ -266,27 +246,11 @@ def test_a_batch_over_the_servers_limit_is_split_by_the_client_and_all_delivered
     """The transport halves a batch refused with 413 until the halves fit: every
     operation is applied once, in order, and none is dead-lettered."""
     app = create_notes_app(notes_db, limited(6000, 6000), purge_interval=None)
-    statuses: list[int] = []
-    with (
-        live_server(app) as base,
-        OfflineQueue(
-            tmp_path / "edge.db", QueueOptions(retry_policy=FAST, coalesce=False)
-        ) as queue,
-        httpx.Client(
-            base_url=base, event_hooks={"response": [lambda r: statuses.append(r.status_code)]}
-        ) as client,
-        HttpTransport(client=client, batch=True) as transport,
-    ):
-        made = [
-            queue.enqueue("create", f"note:n{n}", {"id": f"n{n}", "text": "x" * 1000})
-            for n in range(12)
-        ]
-        engine = SyncEngine(queue, transport, connectivity=ManualMonitor())
-        assert engine.drain(timeout=20)
-        assert all(queue.get(op.id).status is OpStatus.DELIVERED for op in made)
+    bodies = [{"id": f"n{n}", "text": "x" * 1000} for n in range(12)]
+    with live_server(app) as base:
+        keys, statuses = delivered_in_batches(base, tmp_path / "edge.db", bodies)
     assert statuses[0] == 413 and statuses.count(200) >= 2
-    ledger = read_ledger(notes_db)
-    assert [row["idempotency_key"] for row in ledger] == [op.idempotency_key for op in made]
+    assert [row["idempotency_key"] for row in read_ledger(notes_db)] == keys
 
 
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]

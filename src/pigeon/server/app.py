@@ -33,13 +33,12 @@ from pigeon.server.auth_options import AuthOptions
 from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
 from pigeon.server.grouping import RequestGroups, Writer
 from pigeon.server.intake import Intake
-from pigeon.server.limits import read_buffer
 from pigeon.server.messages import (
     Unhandled,
     parse_request,
+    read_json_buffer,
     render_result,
     route_problem,
-    unsupported_media,
 )
 from pigeon.server.openapi import OPENAPI_PATH, build_openapi
 from pigeon.server.options import BodyLimits, ServerOptions
@@ -188,12 +187,7 @@ class _Endpoints:
 
     async def batch(self, request: Request) -> Response:
         principal = access.principal(request)
-        media = request.headers.get("content-type")
-        raw = unsupported_media(media, None) or await read_buffer(
-            request, self.max_batch_body, "a batch request"
-        )
-        if not isinstance(raw, OpResult):
-            raw = unsupported_media(media, raw) or raw  # a body with no type at all
+        raw = await read_json_buffer(request, self.max_batch_body, "a batch request")
         if isinstance(raw, OpResult):
             return render_result(raw)
         # Up to 16 MiB: the only reference is handed over (the holder is emptied in the

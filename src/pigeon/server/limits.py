@@ -60,6 +60,14 @@ def too_large(what: str, limit: int, seen: str) -> OpResult:
     )
 
 
+def declared_too_large(declared: str | None, limit: int, what: str) -> OpResult | None:
+    """The 413 for a body whose Content-Length (``declared``) is over ``limit``: answered
+    before a byte of it is read."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return too_large(what, limit, f"its Content-Length is {int(declared)}")
+    return None
+
+
 async def read_body(request: Request, limit: int, what: str) -> bytes | OpResult:
     """The request body, read while counting, or the 413 that refuses it."""
     buffer = await read_buffer(request, limit, what)
@@ -69,9 +77,9 @@ async def read_body(request: Request, limit: int, what: str) -> bytes | OpResult
 async def read_buffer(request: Request, limit: int, what: str) -> bytearray | OpResult:
     """``read_body`` into one growing buffer: no list of chunks joined into a second copy
     at the end, which for a 16 MiB batch was 16 MiB more at once."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return too_large(what, limit, f"its Content-Length is {int(declared)}")
+    refused = declared_too_large(request.headers.get("content-length"), limit, what)
+    if refused is not None:
+        return refused
     buffer = bytearray()
     try:
         async for chunk in request.stream():

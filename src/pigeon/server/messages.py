@@ -43,7 +43,7 @@ from pigeon.server.identifiers import (
     optional_token,
 )
 from pigeon.server.intake import OperationRequest
-from pigeon.server.limits import DEFAULT_MAX_BODY, read_body, too_large
+from pigeon.server.limits import DEFAULT_MAX_BODY, declared_too_large, read_buffer, too_large
 from pigeon.server.results import OpResult, problem_result, server_error
 from pigeon.server.testhooks import BadTestHook, TestHooks
 
@@ -65,7 +65,7 @@ def bad_json(what: str, exc: JsonRefused) -> OpResult:
     )
 
 
-async def decode_body(raw: bytes, what: str) -> Any:
+async def decode_body(raw: bytes | bytearray, what: str) -> Any:
     """The body's JSON value (None for an empty body), or the ``OpResult`` refusing it."""
     if not raw.strip():
         return None
@@ -109,6 +109,26 @@ def unsupported_media(content_type: str | None, body: bytes | bytearray | None) 
         "Unsupported media type",
         f"a write's body is JSON, sent as application/json (or a +json type); not {shown}",
     )
+
+
+def refused_unread(
+    content_type: str | None, declared: str | None, limit: int, what: str
+) -> OpResult | None:
+    """What refuses a write's body from the request's head alone, in the one order every
+    route answers in (``pigeon serve``'s, the integrations'): a declared type that is not
+    JSON (415), then a Content-Length (``declared``) over ``limit`` (413)."""
+    return unsupported_media(content_type, None) or declared_too_large(declared, limit, what)
+
+
+async def read_json_buffer(request: Request, limit: int, what: str) -> bytearray | OpResult:
+    """A write's body in one buffer (``read_buffer``), or its refusal, before anything runs:
+    ``refused_unread``, then the limit counted as the body arrives, then a body that came
+    without a type (415)."""
+    media = request.headers.get("content-type")
+    raw = unsupported_media(media, None) or await read_buffer(request, limit, what)
+    if isinstance(raw, OpResult):
+        return raw
+    return unsupported_media(media, raw) or raw
 
 
 def render_result(result: OpResult) -> Response:
@@ -181,15 +201,9 @@ async def parse_request(
     head = _head(request.headers, test_hooks)
     if isinstance(head, OpResult):
         return head
-    media = request.headers.get("content-type")
-    raw = unsupported_media(media, None) or await read_body(
-        request, max_body, "one operation's request"
-    )
+    raw = await read_json_buffer(request, max_body, "one operation's request")
     if isinstance(raw, OpResult):
         return raw
-    refused = unsupported_media(media, raw)
-    if refused is not None:
-        return refused
     body = await decode_body(raw, "the request body")
     if isinstance(body, OpResult):
         return body
@@ -271,7 +285,7 @@ def _operation(
     )
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(raw: bytes | bytearray) -> Any:
     """``strictjson.loads`` with a refusal returned, as ``batch_wire.read_batch`` does."""
     try:
         return strictjson.loads(raw)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, cast
 
+from django.conf import settings
 from django.core.exceptions import (
     BadRequest,
     PermissionDenied,
@@ -21,7 +22,7 @@ from pigeon.exceptions import AuthorizationRequired
 from pigeon.integrations.django.conf import Configured
 from pigeon.server.auth import principal_of
 from pigeon.server.limits import too_large
-from pigeon.server.messages import parse_operation
+from pigeon.server.messages import parse_operation, refused_unread, unsupported_media
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result
 
@@ -48,16 +49,36 @@ def _loopback(request: Any) -> bool:
         return False
 
 
+def capped(limit: int) -> int:
+    """``limit`` lowered to Django's own, ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (None: none)."""
+    cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return limit if cap is None else min(limit, cap)
+
+
+def body_of(request: Any, limit: int, what: str) -> bytes | OpResult:
+    """The body of ``request``, or the refusal that answers it before anything runs, in
+    the order of ``pigeon serve`` (`refused_unread`): its type, then its size, before
+    Django reads it. Django's own cap (``DATA_UPLOAD_MAX_MEMORY_SIZE``) lowers ``limit``,
+    and passing it is a 413 like any other: the edge splits a batch it refuses, where
+    Django's own 400 page paused its queue."""
+    limit = capped(limit)
+    media = request.META.get("CONTENT_TYPE") or None
+    refused = refused_unread(media, str(request.META.get("CONTENT_LENGTH") or ""), limit, what)
+    if refused is not None:
+        return refused
+    try:
+        raw: bytes = request.body
+    except RequestDataTooBig:  # a body without a Content-Length
+        return too_large(what, limit, "it is over DATA_UPLOAD_MAX_MEMORY_SIZE")
+    return unsupported_media(media, raw) or raw
+
+
 def operation_of(request: Any, conf: Configured) -> OperationRequest | OpResult:
     """The operation ``request`` carries, or the refusal (400, 413, 415) that answers it
-    before anything runs; the body's size is checked before Django reads it."""
-    declared = str(request.META.get("CONTENT_LENGTH") or "")
-    if declared.isdigit() and int(declared) > conf.max_body:
-        return too_large(WHAT, conf.max_body, f"its Content-Length is {int(declared)}")
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        return too_large(WHAT, conf.max_body, "it is over DATA_UPLOAD_MAX_MEMORY_SIZE")
+    before anything runs (``body_of``)."""
+    raw = body_of(request, conf.max_body, WHAT)
+    if isinstance(raw, OpResult):
+        return raw
     return parse_operation(
         request.method,
         request.path_info,

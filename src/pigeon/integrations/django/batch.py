@@ -21,12 +21,11 @@ from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
 from pigeon.core.wire import WRITE_METHODS, canonical_json, quote_etag
-from pigeon.integrations.django.answers import response_of, view_result
+from pigeon.integrations.django.answers import body_of, response_of, view_result
 from pigeon.integrations.django.conf import Configured, configured
 from pigeon.integrations.django.views import ENTRY, BatchEntry
 from pigeon.server.batch_wire import Batch, read_batch, results_json
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, too_large
-from pigeon.server.messages import unsupported_media
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result, stored
 
@@ -59,15 +58,8 @@ def batch_view(request: Any) -> HttpResponse:
 
 def _read(request: Any) -> Batch | OpResult:
     """The batch, or the refusal of its body (nothing runs)."""
-    media = request.META.get("CONTENT_TYPE") or None
-    declared = str(request.META.get("CONTENT_LENGTH") or "")
-    if declared.isdigit() and int(declared) > DEFAULT_MAX_BATCH_BODY:
-        return too_large(WHAT, DEFAULT_MAX_BATCH_BODY, f"its Content-Length is {int(declared)}")
-    raw = request.body
-    refused = unsupported_media(media, raw)
-    if refused is not None:
-        return refused
-    return read_batch([raw])
+    raw = body_of(request, DEFAULT_MAX_BATCH_BODY, WHAT)
+    return raw if isinstance(raw, OpResult) else read_batch([raw])
 
 
 def _apply(request: Any, conf: Configured, op: OperationRequest) -> OpResult:

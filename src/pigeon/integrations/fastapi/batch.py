@@ -33,8 +33,8 @@ from pigeon.integrations.fastapi.answers import answer
 from pigeon.server.app import BATCHES_AT_ONCE
 from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
 from pigeon.server.contract import OPERATION_ID
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, read_buffer
-from pigeon.server.messages import unsupported_media
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY
+from pigeon.server.messages import read_json_buffer
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import NOT_STORED_4XX, OpResult
 
@@ -50,9 +50,7 @@ def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
     turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)
 
     async def batch(request: Request) -> Response:
-        raw = await read_buffer(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
-        if not isinstance(raw, OpResult):
-            raw = unsupported_media(request.headers.get("content-type"), raw) or raw
+        raw = await read_json_buffer(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
         if isinstance(raw, OpResult):
             return answer(raw)
         held: list[Any] = [raw]  # the only reference, emptied as the bytes become text
