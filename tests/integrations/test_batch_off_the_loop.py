@@ -13,52 +13,27 @@ its timeout."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from examples.fastapi_orders.app import create_app, migrate
 
 from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
-from pigeon.demo.processes import serve_in_thread
 from pigeon.integrations.fastapi import batch as fastapi_batch
-from pigeon.reference.notes import create_notes_app
 from pigeon.server import app as server_app
-from pigeon.storage.server import open_server_db
+from tests.integrations.served_apps import fastapi_orders, pigeon_serve
 
 ADA = {"Authorization": "Bearer ada.1"}  # the demo stand-in's, and the example's principal
-
-
-@contextmanager
-def _pigeon_serve(tmp_path: Path) -> Iterator[str]:
-    db = open_server_db(tmp_path / "notes.db")
-    try:
-        with serve_in_thread(create_notes_app(db, purge_interval=None)) as url:
-            yield url
-    finally:
-        db.close()
-
-
-@contextmanager
-def _fastapi(tmp_path: Path) -> Iterator[str]:
-    app = create_app(f"sqlite:///{tmp_path / 'orders.db'}")
-    migrate(app.state.engine)
-    try:
-        with serve_in_thread(app) as url:
-            yield url
-    finally:
-        app.state.engine.dispose()
 
 
 # The app, the module its batch route looks its helpers up in, and a read that never
 # touches the batch route's work.
 APPS: dict[str, tuple[Callable[[Path], Any], Any, str]] = {
-    "pigeon serve": (_pigeon_serve, server_app, HEALTH_PATH),
-    "fastapi": (_fastapi, fastapi_batch, "/openapi.json"),
+    "pigeon serve": (pigeon_serve, server_app, HEALTH_PATH),
+    "fastapi": (fastapi_orders, fastapi_batch, "/openapi.json"),
 }
 
 

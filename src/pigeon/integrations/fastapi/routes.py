@@ -45,6 +45,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from pigeon.core.wire import IDEMPOTENCY_KEY, MAX_KEY_LENGTH
 from pigeon.integrations.claims import Claims
@@ -53,6 +54,7 @@ from pigeon.integrations.fastapi.batch import add_batch_route
 from pigeon.integrations.fastapi.served import Served, served_by
 from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
 from pigeon.server.auth import ANONYMOUS
+from pigeon.server.body_first import Limit, read_first
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
 from pigeon.server.limits import DEFAULT_MAX_BODY
 from pigeon.server.messages import parse_request
@@ -98,6 +100,21 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return answer(cast(Refused, exc).result)
 
 
+class _ReadFirst:
+    """The body of a guarded route's request read under its limits (``read_first``)
+    when FastAPI, having chosen the route, asks for it: not whole first, whatever its size.
+    A refusal is ``Refused``, which FastAPI raises again as it reads a body."""
+
+    def __init__(self, app: ASGIApp, limit_of: Limit) -> None:
+        self.app = app
+        self.limit_of = limit_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            receive = read_first(scope, receive, self.limit_of, Refused)
+        await self.app(scope, receive, send)
+
+
 def _anonymous() -> str:
     return ANONYMOUS
 
@@ -126,6 +143,7 @@ class Pigeon:
         self.served = Served(claims, keyring, max_body)
         # The apps installed with a server's options (pigeon serve --app), each its own.
         self._apps: weakref.WeakKeyDictionary[Any, Served] = weakref.WeakKeyDictionary()
+        self._reading: weakref.WeakSet[Any] = weakref.WeakSet()  # apps installed on, once each
         self._incoming = _incoming_dependency(principal or _anonymous, self._served_for)
         self.operation = _operation_dependency(self._incoming)
         self.guarded: set[Callable[..., Any]] = set()
@@ -202,6 +220,9 @@ class Pigeon:
         app.add_exception_handler(Refused, _refused)
         if batch:
             add_batch_route(app)
+        if app not in self._reading:  # FastAPI reads a body whole before any dependency
+            app.add_middleware(_ReadFirst, limit_of=self._limit)
+            self._reading.add(app)
         guarded = {
             (route.path_format, method.lower())
             for route in app.routes
@@ -219,6 +240,12 @@ class Pigeon:
             return document
 
         app.openapi = openapi  # type: ignore[method-assign]
+
+    def _limit(self, scope: Scope) -> tuple[int, str] | None:
+        """The body limit of the route FastAPI chose for ``scope``, if it is one of ours."""
+        if scope.get("endpoint") not in self.guarded:
+            return None
+        return self._served_for(scope["app"]).max_body, "one operation's request"
 
     def _served_for(self, app: Any) -> Served:
         """How ``app``'s requests are read and claimed (its server's options, if any)."""
