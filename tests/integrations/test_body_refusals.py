@@ -3,18 +3,20 @@ serve``'s, the FastAPI integration's and the Django integration's, one operation
 batch. A declared type that is not JSON is a 415 before the size is looked at, a body
 over the route's limit a 413 (which the edge answers by splitting a batch), and a body
 sent with no type a 415: each from the request's head, before a byte of the body is
-read. The FastAPI batch route and both Django views looked at the size first, and
-answered a large text/plain body 413 where ``pigeon serve`` said 415; FastAPI's
-``@idempotent`` routes and Django's ASGI handler read every body whole before pigeon's
-limit was checked.
+read; a body sent without a length is a 413 once it has passed the limit. The FastAPI
+batch route and both Django views looked at the size first, and answered a large
+text/plain body 413 where ``pigeon serve`` said 415; FastAPI's ``@idempotent`` routes and
+Django's ASGI handler read every body whole before pigeon's limit was checked.
 
 Real servers on loopback; the requests go over a raw socket, since a head whose body is
 never sent is what a route that answers from the head must answer at once."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -71,6 +73,34 @@ def exchange(url: str, path: str, media: str | None, size: int, body: bytes | No
         return read_response(conn)
 
 
+def streamed(url: str, path: str, size: int) -> str:
+    """The answer to a POST of ``size`` bytes of JSON sent in chunks, with no length
+    announced: a limit is then counted as the body arrives. The chunks go from a thread,
+    which stops quietly if the server closes the connection."""
+    port = int(url.rsplit(":", 1)[1])
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ada.1\r\n"
+        "Idempotency-Key: chunked\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+
+    def send() -> None:
+        with contextlib.suppress(OSError):
+            for _ in range(size // 0x10000):
+                conn.sendall(chunk)
+            conn.sendall(b"0\r\n\r\n")
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(head.encode())
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            return read_response(conn)
+        finally:
+            sender.join(30)
+
+
 def refused(answer: str, status: int, slug: str) -> bool:
     return answer.startswith(f"HTTP/1.1 {status} ") and f'"{PROBLEM_PREFIX}{slug}"' in answer
 
@@ -90,6 +120,13 @@ def test_json_over_the_limit_is_413_naming_it(served: str, path: str) -> None:
     named = re.search(r'"max_bytes":\s*(\d+)', answer)
     assert named is not None and 0 < int(named[1]) <= 16 << 20, answer
     assert f"its Content-Length is {OVER}" in answer
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_body_streamed_past_the_limit_is_413(served: str, path: str) -> None:
+    answer = streamed(served, path, (20 if path == BATCH_PATH else 3) << 20)
+    assert refused(answer, 413, "body-too-large"), answer
+    assert "bytes had arrived when it was refused" in answer
 
 
 @pytest.mark.parametrize("path", PATHS)
