@@ -3,7 +3,8 @@ serve``'s, the FastAPI integration's and the Django integration's, one operation
 batch. A declared type that is not JSON is a 415 before the size is looked at, a body
 over the route's limit a 413 (which the edge answers by splitting a batch), and a body
 sent with no type a 415: each from the request's head, before a byte of the body is
-read; a body sent without a length is a 413 once it has passed the limit. The FastAPI
+read, and after one operation's key; a body sent without a length is a 413 once it has
+passed the limit; a body that is no JSON is the intake's 400. The FastAPI
 batch route and both Django views looked at the size first, and answered a large
 text/plain body 413 where ``pigeon serve`` said 415; FastAPI's ``@idempotent`` routes and
 Django's ASGI handler read every body whole before pigeon's limit was checked.
@@ -57,14 +58,17 @@ def served(
         yield found
 
 
-def exchange(url: str, path: str, media: str | None, size: int, body: bytes | None) -> str:
+def exchange(
+    url: str, path: str, media: str | None, size: int, body: bytes | None, key: bool = True
+) -> str:
     """The answer to a POST of ``size`` bytes declared as ``media``: ``body`` sent, or
-    nothing after the head."""
+    nothing after the head; ``key``: with an Idempotency-Key."""
     port = int(url.rsplit(":", 1)[1])
     typed = "" if media is None else f"Content-Type: {media}\r\n"
+    keyed = f"Idempotency-Key: k-{size}\r\n" if key else ""
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ada.1\r\n"
-        f"Idempotency-Key: k-{size}\r\nConnection: close\r\n{typed}Content-Length: {size}\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ada.1\r\n{keyed}"
+        f"Connection: close\r\n{typed}Content-Length: {size}\r\n\r\n"
     )
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
         conn.sendall(head.encode())
@@ -133,3 +137,15 @@ def test_a_body_streamed_past_the_limit_is_413(served: str, path: str) -> None:
 def test_a_body_without_a_type_is_415(served: str, path: str) -> None:
     answer = exchange(served, path, None, len(SMALL), SMALL)
     assert refused(answer, 415, "unsupported-media-type"), answer
+
+
+def test_one_operations_key_is_refused_before_its_body(served: str) -> None:
+    answer = exchange(served, "/notes", "text/plain", OVER, None, key=False)
+    assert refused(answer, 400, "bad-idempotency-key"), answer
+
+
+def test_a_body_that_is_no_json_is_the_intakes_400_not_the_frameworks(served: str) -> None:
+    """FastAPI decodes a body before any dependency runs: its 422 came first."""
+    broken = b'{"id": "n1", "title": '
+    answer = exchange(served, "/notes", "application/json", len(broken), broken)
+    assert refused(answer, 400, "bad-json"), answer

@@ -198,6 +198,15 @@ async def parse_request(
     """A single-operation request, or the 400 (413 for a body over ``max_body`` bytes)
     that refuses it (before anything runs). ``test_hooks``: read the fault switch's
     headers (`pigeon.server.testhooks`)."""
+    read = await read_request(request, max_body=max_body, test_hooks=test_hooks)
+    return read if isinstance(read, OpResult) else read[1]
+
+
+async def read_request(
+    request: Request, *, max_body: int = DEFAULT_MAX_BODY, test_hooks: bool = False
+) -> tuple[bytearray, OperationRequest] | OpResult:
+    """``parse_request``, with the body's bytes as they came (for a framework that reads
+    them after pigeon has)."""
     head = _head(request.headers, test_hooks)
     if isinstance(head, OpResult):
         return head
@@ -208,7 +217,15 @@ async def parse_request(
     if isinstance(body, OpResult):
         return body
     path = route_path(request.scope)  # already through PathCheck (create_app's)
-    return _operation(request.method, path, request.headers, head, body)
+    op = _operation(request.method, path, request.headers, head, body)
+    return op if isinstance(op, OpResult) else (raw, op)
+
+
+def head_refusal(headers: Headers, test_hooks: bool = False) -> OpResult | None:
+    """What refuses a single operation from its key and test hooks alone: the first of
+    its refusals, before its body's (``parse_request``'s order)."""
+    head = _head(headers, test_hooks)
+    return head if isinstance(head, OpResult) else None
 
 
 def parse_operation(

@@ -22,7 +22,12 @@ from pigeon.exceptions import AuthorizationRequired
 from pigeon.integrations.django.conf import Configured
 from pigeon.server.auth import principal_of
 from pigeon.server.limits import too_large
-from pigeon.server.messages import parse_operation, refused_unread, unsupported_media
+from pigeon.server.messages import (
+    head_refusal,
+    parse_operation,
+    refused_unread,
+    unsupported_media,
+)
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result
 
@@ -42,9 +47,11 @@ def headers_of(request: Any) -> Headers:
     )
 
 
-def _loopback(request: Any) -> bool:
+def test_hooks_for(conf: Configured, address: str) -> bool:
+    """Are the fault switch's headers read for a request from ``address``: only when the
+    settings turn them on, and only from a loopback address."""
     try:
-        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+        return conf.test_hooks and ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
 
@@ -75,17 +82,15 @@ def body_of(request: Any, limit: int, what: str) -> bytes | OpResult:
 
 def operation_of(request: Any, conf: Configured) -> OperationRequest | OpResult:
     """The operation ``request`` carries, or the refusal (400, 413, 415) that answers it
-    before anything runs (``body_of``)."""
-    raw = body_of(request, conf.max_body, WHAT)
+    before anything runs, in ``pigeon serve``'s order: its key, then its body
+    (``body_of``), then the rest."""
+    headers = headers_of(request)
+    hooks = test_hooks_for(conf, request.META.get("REMOTE_ADDR", ""))
+    raw = head_refusal(headers, hooks) or body_of(request, conf.max_body, WHAT)
     if isinstance(raw, OpResult):
         return raw
     return parse_operation(
-        request.method,
-        request.path_info,
-        headers_of(request),
-        raw,
-        max_body=conf.max_body,
-        test_hooks=conf.test_hooks and _loopback(request),
+        request.method, request.path_info, headers, raw, max_body=conf.max_body, test_hooks=hooks
     )
 
 

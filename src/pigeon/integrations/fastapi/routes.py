@@ -54,10 +54,10 @@ from pigeon.integrations.fastapi.batch import add_batch_route
 from pigeon.integrations.fastapi.served import Served, served_by
 from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
 from pigeon.server.auth import ANONYMOUS
-from pigeon.server.body_first import Limit, read_first
+from pigeon.server.body_first import Take, read_first
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
 from pigeon.server.limits import DEFAULT_MAX_BODY
-from pigeon.server.messages import parse_request
+from pigeon.server.messages import parse_request, read_request
 from pigeon.server.operations import OperationRequest
 from pigeon.server.options import ServerOptions
 from pigeon.server.results import OpResult
@@ -66,6 +66,7 @@ from pigeon.storage.crypto import Keyring
 F = TypeVar("F", bound=Callable[..., Any])
 
 INCOMING = "pigeon_incoming_"  # the hidden parameter the decorator adds to the handler
+_OPERATION = "pigeon.operation"  # the scope's key for the operation read before FastAPI
 KEY_DOC = (
     "Required. The same key for every retry of one operation, a new one for the next "
     "operation (1-255 printable characters)."
@@ -101,17 +102,18 @@ async def _refused(request: Request, exc: Exception) -> Response:
 
 
 class _ReadFirst:
-    """The body of a guarded route's request read under its limits (``read_first``)
-    when FastAPI, having chosen the route, asks for it: not whole first, whatever its size.
-    A refusal is ``Refused``, which FastAPI raises again as it reads a body."""
+    """The body of a guarded route's request read by the intake's rules (``read_first``)
+    when FastAPI, having chosen the route, asks for it: not whole first, whatever its
+    size, nor decoded by FastAPI first. A refusal is ``Refused``, which FastAPI raises
+    again as it reads a body."""
 
-    def __init__(self, app: ASGIApp, limit_of: Limit) -> None:
+    def __init__(self, app: ASGIApp, take: Take) -> None:
         self.app = app
-        self.limit_of = limit_of
+        self.take = take
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            receive = read_first(scope, receive, self.limit_of, Refused)
+            receive = read_first(scope, receive, self.take)
         await self.app(scope, receive, send)
 
 
@@ -221,7 +223,7 @@ class Pigeon:
         if batch:
             add_batch_route(app)
         if app not in self._reading:  # FastAPI reads a body whole before any dependency
-            app.add_middleware(_ReadFirst, limit_of=self._limit)
+            app.add_middleware(_ReadFirst, take=self._take)
             self._reading.add(app)
         guarded = {
             (route.path_format, method.lower())
@@ -241,11 +243,18 @@ class Pigeon:
 
         app.openapi = openapi  # type: ignore[method-assign]
 
-    def _limit(self, scope: Scope) -> tuple[int, str] | None:
-        """The body limit of the route FastAPI chose for ``scope``, if it is one of ours."""
-        if scope.get("endpoint") not in self.guarded:
+    async def _take(self, request: Request) -> bytes | None:
+        """The body of a request to a route of ours (None: another's), read and parsed as
+        the intake does, before FastAPI decodes it; the operation is kept for
+        ``incoming``, a refusal raised (``Refused``)."""
+        if request.scope.get("endpoint") not in self.guarded:
             return None
-        return self._served_for(scope["app"]).max_body, "one operation's request"
+        served = self._served_for(request.app)
+        read = await read_request(request, max_body=served.max_body, test_hooks=served.test_hooks)
+        if isinstance(read, OpResult):
+            raise Refused(read)
+        raw, request.scope[_OPERATION] = read
+        return bytes(raw)
 
     def _served_for(self, app: Any) -> Served:
         """How ``app``'s requests are read and claimed (its server's options, if any)."""
@@ -273,7 +282,11 @@ def _incoming_dependency(
 ) -> Callable[..., Any]:
     async def incoming(request: Request, caller: Any, key: str | None = None) -> Incoming:
         served = served_for(request.app)
-        op = await parse_request(request, max_body=served.max_body, test_hooks=served.test_hooks)
+        op = request.scope.get(_OPERATION)  # read before FastAPI decoded it (``_take``)
+        if op is None:
+            op = await parse_request(
+                request, max_body=served.max_body, test_hooks=served.test_hooks
+            )
         if isinstance(op, OpResult):
             raise Refused(op)
         route = request.scope.get("route")
