@@ -8,8 +8,9 @@ gigabytes were on disk. Wrapped, a write to one of them is read here first, as `
 serve`` reads it (`pigeon.server.body_first`): a bad key, a type that is not JSON or a
 Content-Length over the limit is refused from the head, the rest counted as it arrives.
 The limits are the views' own (``settings.PIGEON["MAX_BODY"]``, a batch's 16 MiB), each
-lowered to Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``. Any other request goes through untouched. Under
-WSGI nothing is needed: Django reads a body there only when the view asks for it.
+lowered to Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``. Any other request goes through
+untouched. Under WSGI nothing is needed: Django reads a body there only when the view
+asks for it.
 """
 
 from __future__ import annotations
