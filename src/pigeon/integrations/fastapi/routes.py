@@ -15,8 +15,10 @@ The request is read as the intake reads it (`pigeon.server.messages.parse_reques
 key, the strict JSON body, the headers' rules; a refusal there stores nothing) before
 anything else of the route: its other dependencies and FastAPI's validation of the body,
 which decodes it laxly (``NaN``, a repeated key) and may fail on what it took (a 422
-quoting ``NaN`` cannot be rendered). The refusal is answered as the intake's,
-problem+json, once ``install`` has run (without it: FastAPI's ``{"detail": ...}``). Then
+quoting ``NaN`` cannot be rendered). Once ``install`` has run, a middleware reads it so
+when FastAPI first asks for the body, before FastAPI decodes any of it, under the body
+limit; the refusal is answered as the intake's, problem+json (without ``install``: the
+route's dependency reads it, after FastAPI, and answers FastAPI's ``{"detail": ...}``). Then
 `pigeon.integrations.claims` claims the key in the handler's own session (the parameter
 annotated ``Session`` or ``AsyncSession``), runs the handler, stores its answer and
 commits. A replay answers the stored response without calling the handler.
