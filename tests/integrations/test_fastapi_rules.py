@@ -128,6 +128,16 @@ def test_without_install_a_refusal_is_fastapis_400_and_nothing_of_the_route_runs
     assert refused.status_code == 400 and "NaN" in refused.json()["detail"]
 
 
+def test_a_body_is_read_first_once_however_often_pigeons_are_installed() -> None:
+    """``install`` adds the middleware that reads a guarded route's body before FastAPI:
+    once per app for each Pigeon, installed twice or not."""
+    first, second, app = Pigeon(), Pigeon(), FastAPI()
+    for pigeon in (first, first, second, second):
+        pigeon.install(app)
+    takers = [m.kwargs.get("take") for m in app.user_middleware]
+    assert takers.count(first._take) == 1 and takers.count(second._take) == 1
+
+
 def test_an_app_answers_refusals_its_own_way_with_a_handler_for_refused() -> None:
     pigeon = Pigeon()
     app = FastAPI()

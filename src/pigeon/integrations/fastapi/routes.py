@@ -147,7 +147,6 @@ class Pigeon:
         self.served = Served(claims, keyring, max_body)
         # The apps installed with a server's options (pigeon serve --app), each its own.
         self._apps: weakref.WeakKeyDictionary[Any, Served] = weakref.WeakKeyDictionary()
-        self._reading: weakref.WeakSet[Any] = weakref.WeakSet()  # apps installed on, once each
         self._incoming = _incoming_dependency(principal or _anonymous, self._served_for)
         self.operation = _operation_dependency(self._incoming)
         self.guarded: set[Callable[..., Any]] = set()
@@ -224,9 +223,10 @@ class Pigeon:
         app.add_exception_handler(Refused, _refused)
         if batch:
             add_batch_route(app)
-        if app not in self._reading:  # FastAPI reads a body whole before any dependency
+        # FastAPI reads a body whole before any dependency; once per app, however often
+        # this Pigeon is installed on it.
+        if not any(m.kwargs.get("take") == self._take for m in app.user_middleware):
             app.add_middleware(_ReadFirst, take=self._take)
-            self._reading.add(app)
         guarded = {
             (route.path_format, method.lower())
             for route in app.routes
