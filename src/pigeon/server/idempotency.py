@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from pigeon.checks import is_finite
 from pigeon.core.wire import canonical_json
 from pigeon.exceptions import ConfigurationError
-from pigeon.storage.base import Database, Row, Tx
+from pigeon.storage.base import Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sealed import RESPONSE_BODY
@@ -280,9 +280,10 @@ def check_claim_wait(claim_wait: float) -> float:
 
 class SqlIdempotencyStore:
     """Claims of (principal, key) pairs in SQL asked for by name, inside transactions
-    handed in by the caller: the same code on SQLite and PostgreSQL, each backend's text in
-    its ``intake.sql``. Bound to a ``db``, it opens transactions of its own too (the
-    backends' subclasses in ``pigeon.server.idempotency_stores`` say how)."""
+    handed in by the caller (an application's own, `pigeon.integrations`): the same code on
+    SQLite and PostgreSQL, each backend's text in its ``intake.sql``. It opens no
+    transaction: the backends' stores (``pigeon.server.idempotency_stores``), bound to a
+    database, open their own, and are the ``IdempotencyStore``s."""
 
     single_writer = False
 
@@ -292,24 +293,10 @@ class SqlIdempotencyStore:
         *,
         now: Callable[[], float] = time.time,
         claim_wait: float = CLAIM_WAIT,
-        db: Database | None = None,
     ) -> None:
         self.policy = policy or IdempotencyPolicy()
         self.now = now
         self.claim_wait = check_claim_wait(claim_wait)
-        self._db = db
-
-    @property
-    def db(self) -> Database:
-        if self._db is None:
-            raise ConfigurationError("this idempotency store is bound to no database")
-        return self._db
-
-    def transaction(self) -> AbstractContextManager[Tx]:
-        return self.db.transaction()
-
-    def read_only(self) -> AbstractContextManager[Tx]:
-        return self.db.transaction()
 
     def claim(
         self,

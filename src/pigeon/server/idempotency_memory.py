@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pigeon.exceptions import ConfigurationError
+from pigeon.exceptions import ConfigurationError, InvalidState
 from pigeon.server.idempotency import (
     CLAIM_WAIT,
     PURGE_BATCH,
@@ -44,8 +44,9 @@ class MemoryTx:
     backend = "memory"
     cipher: Cipher = PLAIN  # nothing leaves the process: nothing is sealed
 
-    def __init__(self, db: MemoryDatabase) -> None:
+    def __init__(self, db: MemoryDatabase, *, writable: bool = True) -> None:
         self.db = db
+        self.writable = writable
         self._undo: list[tuple[dict[Any, Row], Any, Any]] = []
 
     def table(self, name: str) -> dict[Any, Row]:
@@ -55,14 +56,20 @@ class MemoryTx:
         return self.table(name).get(key)
 
     def put(self, name: str, key: Any, row: Row) -> None:
+        self._may_write()
         table = self.table(name)
         self._undo.append((table, key, table.get(key, _MISSING)))
         table[key] = row
 
     def delete(self, name: str, key: Any) -> None:
+        self._may_write()
         table = self.table(name)
         self._undo.append((table, key, table.get(key, _MISSING)))
         table.pop(key, None)
+
+    def _may_write(self) -> None:
+        if not self.writable:  # as SQLite's query_only and PostgreSQL's READ ONLY refuse
+            raise InvalidState("a read-only transaction of the in-memory store: no writes")
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -98,9 +105,9 @@ class MemoryDatabase:
         self._lock = threading.RLock()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[MemoryTx]:
+    def transaction(self, *, writable: bool = True) -> Iterator[MemoryTx]:
         with self._lock:
-            tx = MemoryTx(self)
+            tx = MemoryTx(self, writable=writable)
             try:
                 yield tx
             except BaseException:
@@ -144,7 +151,8 @@ class MemoryIdempotencyStore:
     def transaction(self) -> contextlib.AbstractContextManager[Tx]:
         return self.db.transaction()
 
-    read_only = transaction
+    def read_only(self) -> contextlib.AbstractContextManager[Tx]:
+        return self.db.transaction(writable=False)
 
     def claim(
         self,

@@ -12,7 +12,9 @@ which stores claim a batch's keys at once, and how (`set_claims`).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 
 from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
@@ -28,7 +30,26 @@ from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
 
 
-class SQLiteIdempotencyStore(SqlIdempotencyStore):
+class _BoundSqlStore(SqlIdempotencyStore):
+    """The claims' SQL bound to ``db``, in whose transactions it also runs alone (the
+    replay hooks' reads, the per-operation path's claims)."""
+
+    def __init__(
+        self,
+        db: Database,
+        policy: IdempotencyPolicy | None = None,
+        *,
+        now: Callable[[], float] = time.time,
+        claim_wait: float = CLAIM_WAIT,
+    ) -> None:
+        super().__init__(policy, now=now, claim_wait=claim_wait)
+        self.db = db
+
+    def transaction(self) -> AbstractContextManager[Tx]:
+        return self.db.transaction()
+
+
+class SQLiteIdempotencyStore(_BoundSqlStore):
     """Claims in a SQLite file: one writer at a time."""
 
     single_writer = True
@@ -43,7 +64,7 @@ class SQLiteIdempotencyStore(SqlIdempotencyStore):
                 tx.execute("replay_read_write")
 
 
-class PostgresIdempotencyStore(SqlIdempotencyStore):
+class PostgresIdempotencyStore(_BoundSqlStore):
     """Claims in PostgreSQL: many processes, transactions side by side."""
 
     @contextlib.contextmanager
@@ -64,9 +85,7 @@ def idempotency_store(
     if isinstance(db, MemoryDatabase):
         return MemoryIdempotencyStore(db, policy, now=now, claim_wait=claim_wait)
     kind = SQLiteIdempotencyStore if db.backend == "sqlite" else PostgresIdempotencyStore
-    if now is None:
-        return kind(policy, claim_wait=claim_wait, db=db)
-    return kind(policy, now=now, claim_wait=claim_wait, db=db)
+    return kind(db, policy, now=now or time.time, claim_wait=claim_wait)
 
 
 class SQLiteSetClaims(SetClaims):
