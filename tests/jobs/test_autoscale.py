@@ -21,7 +21,8 @@ from pigeon.jobs.worker import Worker
 from pigeon.storage.base import Database
 from tests.waiting import wait_for
 
-from .test_worker import run_in_thread, statuses
+from .test_worker import statuses
+from .threads import run_in_thread
 
 
 @st.composite

@@ -21,7 +21,8 @@ from pigeon.jobs.worker import RECYCLE, Worker
 from pigeon.ops.queries import overview
 from pigeon.storage.base import Database
 from tests.clocks import FakeClock
-from tests.jobs.test_worker import run_in_thread, statuses
+from tests.jobs.test_worker import statuses
+from tests.jobs.threads import run_in_thread
 from tests.waiting import wait_for
 
 

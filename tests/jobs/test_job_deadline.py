@@ -29,7 +29,7 @@ from pigeon.storage.server import open_server_db
 from tests.pgwire import RoundTrips
 from tests.waiting import wait_for
 
-from .test_worker import run_in_thread
+from .threads import run_in_thread
 
 JOB, SUPERVISOR, LEASE = 0.5, 0.8, 1.2
 MARGIN = 0.3  # how late past its timeout an attempt may end, on a busy 2-core machine

@@ -31,7 +31,7 @@ from pigeon.storage.server import server_queries
 from tests.conftest import PG_ADMIN_DSN
 from tests.waiting import wait_for
 
-from .test_worker import run_in_thread
+from .threads import run_in_thread
 
 
 def test_every_sqlite_query_has_a_postgres_twin() -> None:

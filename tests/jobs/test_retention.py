@@ -20,7 +20,7 @@ from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 from tests.waiting import wait_for
 
-from .test_worker import run_in_thread
+from .threads import run_in_thread
 
 DAY = 86400.0
 

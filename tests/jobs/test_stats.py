@@ -28,7 +28,7 @@ from pigeon.storage.base import Database
 from tests.clocks import FakeClock
 from tests.waiting import wait_for
 
-from .test_worker import run_in_thread
+from .threads import run_in_thread
 
 
 def test_stats_count_only_due_queued_jobs_as_ready(db: Database, clock: FakeClock) -> None:

@@ -18,6 +18,7 @@ from pigeon.jobs.options import WorkerOptions
 from pigeon.jobs.timeouts import Timeouts
 from pigeon.jobs.worker import RECYCLE, STOPPED, STUCK, Worker
 from pigeon.storage.base import Database
+from tests.jobs.threads import run_in_thread
 from tests.waiting import wait_for
 
 
@@ -26,12 +27,6 @@ def statuses(db: Database, queue: str | None = None) -> dict[str, int]:
     for job in list_jobs(db, queue=queue, limit=10_000):
         counts[job["status"]] = counts.get(job["status"], 0) + 1
     return counts
-
-
-def run_in_thread(worker: Worker) -> threading.Thread:
-    thread = threading.Thread(target=worker.run, kwargs={"grace": 5}, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_heartbeat_renews_leases_while_jobs_run(db: Database) -> None:
