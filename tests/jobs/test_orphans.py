@@ -141,9 +141,9 @@ def test_the_heartbeat_stops_a_worker_whose_parent_is_gone(
             thread.start()
             thread.join(3)
             assert thread.is_alive() is parent_alive
-            worker.stop()
-            thread.join(10)
-    finally:
+    finally:  # stopped before its database is closed, whatever the assertion said
+        worker.stop()
+        thread.join(10)
         db.close()
     gone = [r for r in caplog.records if "is gone" in r.getMessage()]
     assert codes == [0] and len(gone) == (0 if parent_alive else 1)

@@ -29,7 +29,10 @@ def test_a_stop_mid_batch_finishes_that_batch_and_starts_no_other(db: Database) 
     thread = threading.Thread(target=relay.run, args=(stop,), kwargs={"interval": 0.01})
     thread.start()
     thread.join(10)
-    assert not thread.is_alive()
+    alive = thread.is_alive()
+    stop.set()  # a relay still running would outlive the test (and hold up the process)
+    thread.join(10)
+    assert not alive
     assert got == ids[: 2 * BATCH]  # the batch in progress went out whole, in order
     assert relay_lag(db).pending == BATCH  # each of them marked; the third never began
     rest: list[str] = []
