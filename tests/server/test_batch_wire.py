@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pigeon.server import batch_wire
 from pigeon.server.batch_wire import parse_batch_entry, results_json
+from pigeon.server.identifiers import InvalidIdentifier, token
 from pigeon.server.results import OpResult
 
 COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -62,3 +63,50 @@ def test_entry_paths_read_before_are_read_as_the_first_time(paths: list[str]) ->
         batch_wire._PATHS.clear()
         fresh.append(parsed(path))
     assert remembered == fresh
+
+
+def _tokens_one_by_one(entry: dict[str, Any], index: int) -> tuple[object, ...] | str:
+    """What ``token`` says of each given value (the reference ``_tokens`` must agree with):
+    the three values, or the first refusal's message."""
+    fields = (("id", 255), ("entity", 512), ("if_match", 255))
+    try:
+        return tuple(
+            token(entry.get(name), f"operations[{index}].{name}", limit)
+            if entry.get(name)
+            else None
+            for name, limit in fields
+        )
+    except InvalidIdentifier as exc:
+        return str(exc)
+
+
+def _near(limit: int) -> st.SearchStrategy[str]:
+    return st.integers(limit - 1, limit + 1).flatmap(
+        lambda n: st.sampled_from(["a", "é", "\x00", "\u2028"]).map(lambda c: "b" * (n - 1) + c)
+    )
+
+
+token_values = (
+    st.none()
+    | st.just("")
+    | st.sampled_from([0, False, 1, True, [], ["x"], {}, 2.5])
+    | st.text(st.characters(blacklist_categories=["Cs"]), max_size=8)
+    | _near(255)
+    | _near(512)
+)
+
+
+token_fields = dict.fromkeys(("id", "entity", "if_match"), token_values)
+entries = st.fixed_dictionaries({}, optional=token_fields)
+
+
+@given(entries)
+def test_an_entrys_id_entity_and_if_match_are_read_as_token_reads_each(
+    entry: dict[str, Any],
+) -> None:
+    expected = _tokens_one_by_one(entry, 7)
+    try:
+        got: tuple[object, ...] | str = batch_wire._tokens(entry, 7)
+    except InvalidIdentifier as exc:
+        got = str(exc)
+    assert got == expected

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 from starlette.responses import Response, StreamingResponse
 
 from pigeon.core import strictjson
+from pigeon.core.printable import printable
 from pigeon.core.strictjson import JsonRefused, TooManyItems
 from pigeon.core.wire import MAX_BATCH, unquote_etag
 from pigeon.server import contract
@@ -88,14 +89,27 @@ def _tokens(entry: dict[str, Any], index: int) -> tuple[str | None, str | None, 
     null), or ``InvalidIdentifier``. The entity names the effect in the ledger, whose
     index on it PostgreSQL cannot fill with a few KB: refused here, not failed there on
     every resend."""
-    values = entry.get("id"), entry.get("entity"), entry.get("if_match")
-    if not any(values):  # most entries give none of them
+    op_id, entity, if_match = entry.get("id"), entry.get("entity"), entry.get("if_match")
+    if not (op_id or entity or if_match):  # most entries give none of them
         return None, None, None
-    op_id, entity, if_match = (
+    # The edge gives an id and an entity with every entry: told valid at a glance, as
+    # `token` would (its error labels, formatted for each value, were half the cost).
+    if (
+        _given_token(op_id, MAX_OPERATION_ID_LENGTH)
+        and _given_token(entity, MAX_ENTITY_LENGTH)
+        and _given_token(if_match, MAX_ETAG_LENGTH)
+    ):
+        return op_id or None, entity or None, if_match or None
+    op_id, entity, if_match = (  # one of them refused: ``token`` says why, naming it
         token(value, f"operations[{index}].{name}", limit) if value else None
-        for value, (name, limit) in zip(values, _ENTRY_TOKENS, strict=True)
+        for value, (name, limit) in zip((op_id, entity, if_match), _ENTRY_TOKENS, strict=True)
     )
     return op_id, entity, if_match
+
+
+def _given_token(value: object, limit: int) -> bool:
+    """Not given (falsy), or what ``token(value, ..., limit)`` returns unchanged."""
+    return not value or (isinstance(value, str) and len(value) <= limit and printable(value))
 
 
 def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
