@@ -8,9 +8,10 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from pigeon.core.printable import printable
 from pigeon.server import batch_wire
 from pigeon.server.batch_wire import parse_batch_entry, results_json
-from pigeon.server.identifiers import InvalidIdentifier, token
+from pigeon.server.identifiers import InvalidIdentifier, is_token, token
 from pigeon.server.results import OpResult
 
 COMPACT: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -65,19 +66,25 @@ def test_entry_paths_read_before_are_read_as_the_first_time(paths: list[str]) ->
     assert remembered == fresh
 
 
-def _tokens_one_by_one(entry: dict[str, Any], index: int) -> tuple[object, ...] | str:
-    """What ``token`` says of each given value (the reference ``_tokens`` must agree with):
-    the three values, or the first refusal's message."""
+def _a_token(value: object, limit: int) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= limit and printable(value)
+
+
+def _tokens_by_the_rule(entry: dict[str, Any], index: int) -> tuple[object, ...] | str:
+    """What ``_tokens`` must say of an entry, by the rule written out here (a token is a
+    string of 1 to its limit of printable characters; "", null or another falsy value is
+    not given): the three values, or the first refused one's message, which is ``token``'s
+    (and ``token`` must refuse it)."""
     fields = (("id", 255), ("entity", 512), ("if_match", 255))
-    try:
-        return tuple(
-            token(entry.get(name), f"operations[{index}].{name}", limit)
-            if entry.get(name)
-            else None
-            for name, limit in fields
-        )
-    except InvalidIdentifier as exc:
-        return str(exc)
+    for name, limit in fields:
+        value = entry.get(name)
+        if value and not _a_token(value, limit):
+            try:
+                token(value, f"operations[{index}].{name}", limit)
+            except InvalidIdentifier as exc:
+                return str(exc)
+            raise AssertionError(f"token took {value!r}, which the rule refuses")
+    return tuple(entry.get(name) or None for name, _ in fields)
 
 
 def _near(limit: int) -> st.SearchStrategy[str]:
@@ -101,12 +108,15 @@ entries = st.fixed_dictionaries({}, optional=token_fields)
 
 
 @given(entries)
-def test_an_entrys_id_entity_and_if_match_are_read_as_token_reads_each(
+def test_an_entrys_id_entity_and_if_match_are_read_by_the_token_rule(
     entry: dict[str, Any],
 ) -> None:
-    expected = _tokens_one_by_one(entry, 7)
+    expected = _tokens_by_the_rule(entry, 7)
     try:
         got: tuple[object, ...] | str = batch_wire._tokens(entry, 7)
     except InvalidIdentifier as exc:
         got = str(exc)
     assert got == expected
+    for name, limit in (("id", 255), ("entity", 512), ("if_match", 255)):
+        if name in entry:  # "" included: what token itself takes unchanged
+            assert is_token(entry[name], limit) is _a_token(entry[name], limit)

@@ -16,7 +16,6 @@ from urllib.parse import unquote, urlsplit
 from starlette.responses import Response, StreamingResponse
 
 from pigeon.core import strictjson
-from pigeon.core.printable import printable
 from pigeon.core.strictjson import JsonRefused, TooManyItems
 from pigeon.core.wire import MAX_BATCH, unquote_etag
 from pigeon.server import contract
@@ -28,6 +27,7 @@ from pigeon.server.identifiers import (
     MAX_OPERATION_ID_LENGTH,
     MAX_PATH_LENGTH,
     InvalidIdentifier,
+    is_token,
     path_problem,
     token,
 )
@@ -109,7 +109,7 @@ def _tokens(entry: dict[str, Any], index: int) -> tuple[str | None, str | None, 
 
 def _given_token(value: object, limit: int) -> bool:
     """Not given (falsy), or what ``token(value, ..., limit)`` returns unchanged."""
-    return not value or (isinstance(value, str) and len(value) <= limit and printable(value))
+    return not value or is_token(value, limit)
 
 
 def parse_batch_entry(entry: object, index: int) -> OperationRequest | OpResult:
