@@ -91,14 +91,36 @@ class Admission:
     def release_all(self, principal: str, ops: Sequence[OperationRequest], owner: object) -> None:
         self.inflight.leave_all([(principal, op.key) for op in ops], owner)
 
+    def measured(self, ops: Sequence[OperationRequest | OpResult]) -> float | None:
+        """Seconds ``ops`` are expected to take in all, by their routes' recent means;
+        None if a route of theirs has never run (nothing is known of it yet)."""
+        total = 0.0
+        means: dict[tuple[str, str], float | None] = {}
+        for op in ops:
+            if isinstance(op, OpResult):
+                continue
+            where = (op.method, op.path)
+            mean = means[where] if where in means else means.setdefault(where, self._mean(op))
+            if mean is None:
+                return None
+            total += mean + self._delay(op)
+        return total
+
     def _expected_all(self, ops: Sequence[OperationRequest | OpResult]) -> float:
         return sum(self._expected(op) for op in ops if not isinstance(op, OpResult))
 
     def _expected(self, op: OperationRequest) -> float:
         """Seconds ``op`` is expected to take: its route's recent mean, plus a test delay."""
+        return (self._mean(op) or 0.0) + self._delay(op)
+
+    def _mean(self, op: OperationRequest) -> float | None:
+        """The recent mean duration of ``op``'s route: None before its first run, 0 where
+        no route takes ``op`` (it is refused before any handler runs)."""
         try:
             found = self.routes.match(op.method, op.path)
         except Failed:
-            found = None
-        mean = 0.0 if found is None else self.inflight.expected(found[0].template)
-        return mean + (op.hooks.delay if op.hooks is not None and self.test_hooks else 0.0)
+            return 0.0
+        return 0.0 if found is None else self.inflight.measured(found[0].template)
+
+    def _delay(self, op: OperationRequest) -> float:
+        return op.hooks.delay if op.hooks is not None and self.test_hooks else 0.0

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
 from pigeon.exceptions import ConfigurationError
-from pigeon.server import access, memory
+from pigeon.server import access, memory, on_loop
 from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator
 from pigeon.server.auth_options import AuthOptions
@@ -196,28 +196,52 @@ class _Endpoints:
         held: list[Any] = [raw]
         del raw
         # Decoding, checking the entries, applying them and writing the answer (up to
-        # 16 MiB of it), all in ONE hand-off to a worker thread, whatever the size: none of
-        # it may hold up the event loop, and each hand-off costs a wake-up of both threads.
-        # With one writer, on its thread: batches wait their turn here, not in threads.
-        if self.writer is not None:
+        # 16 MiB of it), all in ONE hand-off to a worker thread: none of it may hold up the
+        # event loop, and each hand-off costs a wake-up of both threads. With one writer,
+        # on its thread (batches wait their turn here, not in threads), unless the batch is
+        # small and short enough to be applied on the loop (`pigeon.server.on_loop`).
+        if self.writer is None:
+            return await anyio.to_thread.run_sync(
+                self.answer_batch, principal, held, limiter=self.turns
+            )
+        if not (self.writer.idle and on_loop.small(len(held[0]))):
             return await self.writer.run(functools.partial(self.answer_batch, principal, held))
-        return await anyio.to_thread.run_sync(
-            self.answer_batch, principal, held, limiter=self.turns
-        )
+        size = len(held[0])
+        try:
+            refused = self._decode(held)
+            if refused is not None:
+                return refused
+            ops = held[0][1]
+            if on_loop.short(len(ops), self.intake.admission.measured(ops)):
+                del ops
+                with self.intake.store.turn_at_once() as ours:
+                    if ours:  # the writer is idle still: nothing was awaited since
+                        return self._applied(principal, held)
+            return await self.writer.run(functools.partial(self._applied, principal, held))
+        finally:
+            memory.give_back(size)
 
     def answer_batch(self, principal: str, held: list[Any]) -> Response:
         size = len(held[0])
         try:
-            return self._answer_batch(principal, held)
+            return self._decode(held) or self._applied(principal, held)
         finally:
             memory.give_back(size)  # once all that the batch decoded is let go of
 
-    def _answer_batch(self, principal: str, held: list[Any]) -> Response:
+    @staticmethod
+    def _decode(held: list[Any]) -> Response | None:
+        """The batch whose body is ``held``'s one item decoded in its place, or the
+        answer refusing the whole body."""
         batch = read_batch(held)
         if isinstance(batch, OpResult):
             return render_result(batch)
-        ids, ops = batch
-        del batch
+        held.append(batch)
+        return None
+
+    def _applied(self, principal: str, held: list[Any]) -> Response:
+        """The answer to the decoded batch that is ``held``'s one item (its only
+        reference: the operations go once applied, before the answer is written)."""
+        ids, ops = held.pop()
         try:
             results = self.intake.execute_batch(principal, ops)
         except store_down_errors() as exc:

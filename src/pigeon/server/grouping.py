@@ -50,10 +50,22 @@ class Writer:
         # Its idle thread ends when this object is collected (ThreadPoolExecutor wakes
         # its workers then), and the store closes that thread's connection.
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pigeon-writer")
+        self._queued = 0  # work started and not yet ended; counted on the event loop
+
+    @property
+    def idle(self) -> bool:
+        """Has the thread nothing queued or running?"""
+        return not self._queued
 
     def start(self, work: Callable[[], T]) -> asyncio.Future[T]:
-        """``work()`` queued for the writer thread."""
-        return asyncio.get_running_loop().run_in_executor(self._thread, work)
+        """``work()`` queued for the writer thread (called on the event loop)."""
+        running = asyncio.get_running_loop().run_in_executor(self._thread, work)
+        self._queued += 1
+        running.add_done_callback(self._ended)
+        return running
+
+    def _ended(self, _: object) -> None:
+        self._queued -= 1
 
     async def run(self, work: Callable[[], T]) -> T:
         """``work()`` on the writer thread, in this task's context. Once started it is

@@ -19,6 +19,7 @@ Lifetimes (all decided by timestamps at read time, never by whether a purge ran)
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import json
@@ -26,7 +27,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ from pigeon.storage.base import Row, Tx
 from pigeon.storage.crypto import PLAIN, Cipher
 from pigeon.storage.errors import lock_timed_out
 from pigeon.storage.sealed import RESPONSE_BODY
+from pigeon.storage.writer_lock import WriterLock
 
 DAY = 24 * 3600.0
 PURGE_BATCH = 5000  # rows per purge transaction, so no purge holds a long one
@@ -243,6 +245,12 @@ class IdempotencyStore(Protocol):
         """A transaction that refuses writes (the replay hooks' reads)."""
         ...
 
+    def turn_at_once(self) -> AbstractContextManager[bool]:
+        """The store's write turn held for the block if it is free now (True: the block's
+        transactions wait for nobody), else not (False). A single writer's; a store whose
+        transactions run side by side has none to give (False)."""
+        ...
+
     def claim(
         self,
         tx: Tx,
@@ -270,6 +278,17 @@ class IdempotencyStore(Protocol):
     def purge(self, tx: Tx, limit: int = PURGE_BATCH) -> tuple[int, int]: ...
 
     def stats(self, tx: Tx) -> Mapping[str, int]: ...
+
+
+@contextlib.contextmanager
+def held_if_free(lock: WriterLock | threading.RLock) -> Iterator[bool]:
+    """``lock`` held for the block if it can be had without waiting (True), else False."""
+    taken = lock.acquire(blocking=False)
+    try:
+        yield taken
+    finally:
+        if taken:
+            lock.release()
 
 
 def check_claim_wait(claim_wait: float) -> float:

@@ -29,6 +29,7 @@ from pigeon.server.idempotency import (
     check_claim_wait,
     decide_claim,
     headers_json,
+    held_if_free,
     new_token,
     stored_response,
 )
@@ -102,11 +103,11 @@ class MemoryDatabase:
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Any, Row]] = {}
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # held by each transaction: one at a time
 
     @contextlib.contextmanager
     def transaction(self, *, writable: bool = True) -> Iterator[MemoryTx]:
-        with self._lock:
+        with self.lock:
             tx = MemoryTx(self, writable=writable)
             try:
                 yield tx
@@ -153,6 +154,9 @@ class MemoryIdempotencyStore:
 
     def read_only(self) -> contextlib.AbstractContextManager[Tx]:
         return self.db.transaction(writable=False)
+
+    def turn_at_once(self) -> contextlib.AbstractContextManager[bool]:
+        return held_if_free(self.db.lock)
 
     def claim(
         self,

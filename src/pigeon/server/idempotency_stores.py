@@ -23,11 +23,13 @@ from pigeon.server.idempotency import (
     IdempotencyStore,
     KeyBusy,
     SqlIdempotencyStore,
+    held_if_free,
 )
 from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencyStore
 from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
+from pigeon.storage.sqlite import SQLiteDatabase
 
 
 class _BoundSqlStore(SqlIdempotencyStore):
@@ -48,11 +50,21 @@ class _BoundSqlStore(SqlIdempotencyStore):
     def transaction(self) -> AbstractContextManager[Tx]:
         return self.db.transaction()
 
+    def turn_at_once(self) -> AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)
+
 
 class SQLiteIdempotencyStore(_BoundSqlStore):
     """Claims in a SQLite file: one writer at a time."""
 
     single_writer = True
+
+    def turn_at_once(self) -> AbstractContextManager[bool]:
+        # The file's write lock, among this process's threads and pigeon's processes. A
+        # database wrapped in another object has one the store cannot see: no turn.
+        if isinstance(self.db, SQLiteDatabase):
+            return held_if_free(self.db.writer)
+        return contextlib.nullcontext(False)
 
     @contextlib.contextmanager
     def read_only(self) -> Iterator[Tx]:

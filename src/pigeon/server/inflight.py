@@ -126,9 +126,9 @@ class InFlight:
 
     # -- expected durations ------------------------------------------------------------
 
-    def expected(self, route: str) -> float:
-        """The route's recent mean duration in seconds (0 before its first request)."""
-        return self._durations.get(route, 0.0)
+    def measured(self, route: str) -> float | None:
+        """The route's recent mean duration in seconds, None before its first request."""
+        return self._durations.get(route)
 
     def observe(self, route: str, seconds: float) -> None:
         """Fold one measured duration of ``route`` into its running mean."""

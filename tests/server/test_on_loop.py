@@ -1,0 +1,218 @@
+"""Which batches a single-writer server applies on its event loop (`pigeon.server.on_loop`):
+small, short ones, when nothing else writes; every other batch on the writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
+from pigeon.server import on_loop
+from pigeon.server.app import create_app
+from pigeon.server.idempotency_memory import MemoryDatabase
+from pigeon.server.idempotency_stores import idempotency_store
+from pigeon.server.intake import Intake, IntakeContext
+from pigeon.storage.base import Database
+from pigeon.storage.server import open_server_db
+from pigeon.storage.sqlite import SQLiteDatabase
+
+LOOP = "on the loop"
+
+
+class _Where:
+    """A handler that notes where each of its calls ran: on the event loop, or on the
+    thread it names. Sleeps ``pause`` seconds a call."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self.pause = pause
+        self.seen: list[str] = []
+
+    def __call__(self, ctx: IntakeContext) -> Any:
+        try:
+            asyncio.get_running_loop()
+            self.seen.append(LOOP)
+        except RuntimeError:
+            self.seen.append(threading.current_thread().name)
+        if self.pause:
+            time.sleep(self.pause)
+        return 201, {"ok": True}
+
+
+def _batch(path: str, keys: range, pad: int = 0) -> dict[str, Any]:
+    return {
+        "operations": [
+            {"idempotency_key": f"{path[1:]}-{k}", "method": "POST", "path": path}
+            | ({"body": {"pad": "x" * pad}} if pad else {})
+            for k in keys
+        ]
+    }
+
+
+def _send(app: Any, *batches: dict[str, Any]) -> list[httpx.Response]:
+    """Each batch in turn, over one in-process client on this thread's event loop."""
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return [await client.post(BATCH_PATH, json=batch) for batch in batches]
+
+    replies = asyncio.run(send())
+    assert [r.status_code for r in replies] == [200] * len(batches)
+    assert all(e["status"] == 201 for r in replies for e in r.json()["results"])
+    return replies
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def one_writer(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    """A single writer's database: a SQLite file, or the unit tier's memory store."""
+    if request.param == "memory":
+        yield MemoryDatabase()
+        return
+    db = open_server_db(tmp_path / "server.db")
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def _app(db: Any, **routes: Callable[[IntakeContext], Any]) -> Any:
+    intake = Intake(db)
+    for name, handler in routes.items():
+        intake.add_operation("POST", f"/{name}", handler)
+    return create_app(intake, purge_interval=None)
+
+
+def test_a_small_short_batch_runs_on_the_loop_once_its_route_is_known(one_writer: Any) -> None:
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _send(app, _batch("/fast", range(0, 3)), _batch("/fast", range(3, 6)))
+    # Nothing is known of a route before its first run: that batch goes to the writer.
+    assert fast.seen[:3] == ["pigeon-writer_0"] * 3
+    assert fast.seen[3:] == [LOOP] * 3
+
+
+def test_a_large_or_slow_batch_runs_on_the_writer_thread(one_writer: Any) -> None:
+    fast, slow = _Where(), _Where(pause=on_loop.MAX_SECONDS / 2)
+    app = _app(one_writer, fast=fast, slow=slow)
+    big = on_loop.MAX_BYTES // 2 + 1  # two entries over the bound together
+    _send(
+        app,
+        _batch("/fast", range(1)),  # known from now on
+        _batch("/fast", range(1, 3), pad=big),  # too many bytes
+        _batch("/fast", range(3, 4 + on_loop.MAX_OPS)),  # too many operations
+        _batch("/slow", range(1)),
+        _batch("/slow", range(1, 4)),  # three of them expected to take 1.5x the bound
+    )
+    assert LOOP not in fast.seen + slow.seen
+
+
+def test_a_batch_waits_on_the_writer_thread_while_another_holds_the_write_turn(
+    one_writer: Any,
+) -> None:
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _send(app, _batch("/fast", range(1)))
+    store = idempotency_store(one_writer)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread in a write transaction, as the relay or a purge
+        with store.transaction():
+            holding.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(5)
+        threading.Timer(0.2, release.set).start()
+        started = time.monotonic()
+        _send(app, _batch("/fast", range(1, 3)))
+        assert time.monotonic() - started >= 0.2  # it waited, and not on the loop
+    finally:
+        release.set()
+        holder.join(5)
+    assert fast.seen[1:] == ["pigeon-writer_0"] * 2
+
+
+def test_another_process_holding_the_write_turn_sends_the_batch_to_the_writer(
+    tmp_path: Any,
+) -> None:
+    db, other = open_server_db(tmp_path / "server.db"), open_server_db(tmp_path / "server.db")
+    assert isinstance(other, SQLiteDatabase)
+    try:
+        fast = _Where()
+        app = _app(db, fast=fast)
+        _send(app, _batch("/fast", range(1)))
+        # The file lock of a second opening stands for another pigeon process's writer.
+        with other.writer, idempotency_store(db).turn_at_once() as ours:
+            assert not ours
+        with idempotency_store(db).turn_at_once() as ours:
+            assert ours
+    finally:
+        other.close()
+        db.close()
+
+
+def test_a_postgresql_store_never_applies_a_batch_on_the_loop(notes_pg: Database) -> None:
+    # Its transactions run side by side: it has no turn to give, and batches take
+    # worker threads (two at once), never the loop.
+    fast = _Where()
+    app = _app(notes_pg, fast=fast)
+    _send(app, _batch("/fast", range(2)), _batch("/fast", range(2, 4)))
+    assert LOOP not in fast.seen
+    with idempotency_store(notes_pg).turn_at_once() as ours:
+        assert not ours
+
+
+def test_the_health_probe_is_answered_between_batches_on_the_loop(one_writer: Any) -> None:
+    # Batches that run on the loop, one after another on two connections: each one holds
+    # the loop no longer than its bound, so the probe gets in between.
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _send(app, _batch("/fast", range(1)))
+
+    async def scenario() -> float:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            async def stream(s: int) -> None:
+                for b in range(10):
+                    first = 1 + (s * 10 + b) * 16
+                    keys = range(first, first + 16)
+                    assert (await client.post(BATCH_PATH, json=_batch("/fast", keys))).is_success
+
+            async def probe() -> float:
+                worst = 0.0
+                for _ in range(10):
+                    started = time.monotonic()
+                    assert (await client.get(HEALTH_PATH)).is_success
+                    worst = max(worst, time.monotonic() - started)
+                    await asyncio.sleep(0.005)
+                return worst
+
+            *_, worst = await asyncio.gather(stream(0), stream(1), probe())
+            return worst
+
+    assert asyncio.run(scenario()) < 0.1
+    assert fast.seen.count(LOOP) >= 16
+
+
+@given(
+    size=st.integers(0, 4 * on_loop.MAX_BYTES),
+    ops=st.integers(0, 4 * on_loop.MAX_OPS),
+    expected=st.none() | st.floats(0, 4 * on_loop.MAX_SECONDS),
+)
+def test_a_batch_is_on_the_loop_only_within_every_bound(
+    size: int, ops: int, expected: float | None
+) -> None:
+    within = size <= on_loop.MAX_BYTES and ops <= on_loop.MAX_OPS
+    within = within and expected is not None and expected <= on_loop.MAX_SECONDS
+    assert (on_loop.small(size) and on_loop.short(ops, expected)) == within
