@@ -1,11 +1,13 @@
-"""Which batches a single-writer server applies on its event loop (`pigeon.server.on_loop`):
-small, short ones, when nothing else writes; every other batch on the writer thread."""
+"""Which batches and groups of single requests a single-writer server applies on its event
+loop (`pigeon.server.on_loop`): small, short ones, when nothing else writes; every other
+one on the writer thread."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,9 +19,10 @@ from hypothesis import strategies as st
 from pigeon.core.wire import BATCH_PATH, HEALTH_PATH
 from pigeon.server import on_loop
 from pigeon.server.app import create_app
+from pigeon.server.grouping import RequestGroups
 from pigeon.server.idempotency_memory import MemoryDatabase
 from pigeon.server.idempotency_stores import idempotency_store
-from pigeon.server.intake import Intake, IntakeContext
+from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import SQLiteDatabase
@@ -203,6 +206,58 @@ def test_the_health_probe_is_answered_between_batches_on_the_loop(one_writer: An
 
     assert asyncio.run(scenario()) < 0.1
     assert fast.seen.count(LOOP) >= 16
+
+
+def _post(app: Any, *bodies: dict[str, Any], together: bool = False) -> None:
+    """Single requests to /fast, one after another or all at once."""
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            posts = [
+                client.post("/fast", json=body, headers={"idempotency-key": str(uuid.uuid4())})
+                for body in bodies
+            ]
+            if together:
+                return list(await asyncio.gather(*posts))
+            return [await post for post in posts]
+
+    assert [r.status_code for r in asyncio.run(send())] == [201] * len(bodies)
+
+
+def test_single_requests_small_and_short_run_on_the_loop(one_writer: Any) -> None:
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _post(app, {}, {}, {})
+    assert fast.seen == ["pigeon-writer_0", LOOP, LOOP]
+
+
+def test_a_group_of_single_requests_too_large_together_runs_on_the_writer(
+    one_writer: Any,
+) -> None:
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _post(app, {})
+    pad = "x" * (on_loop.MAX_BYTES // 4)
+    _post(app, *({"pad": pad, "n": n} for n in range(1, 9)), together=True)
+    # The first may go alone, on the loop; the others arrive while it runs and go as
+    # one group whose bodies add up to twice the bound.
+    assert fast.seen.count("pigeon-writer_0") >= 7
+
+
+def test_a_request_of_unknown_size_runs_on_the_writer(one_writer: Any) -> None:
+    intake = Intake(one_writer)
+    fast = _Where()
+    intake.add_operation("POST", "/fast", fast)
+    groups = RequestGroups(intake)
+
+    async def twice() -> None:
+        for key in ("a", "b"):
+            op = OperationRequest("POST", "/fast", {}, key, key)
+            assert (await groups.execute("p", op)).status == 201
+
+    asyncio.run(twice())
+    assert fast.seen == ["pigeon-writer_0"] * 2
 
 
 @given(

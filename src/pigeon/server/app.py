@@ -35,8 +35,8 @@ from pigeon.server.grouping import RequestGroups, Writer
 from pigeon.server.intake import Intake
 from pigeon.server.messages import (
     Unhandled,
-    parse_request,
     read_json_buffer,
+    read_request,
     render_result,
     route_problem,
 )
@@ -178,11 +178,13 @@ class _Endpoints:
         principal = access.principal(request)
         intake = self.intake
         hooks = intake.options.test_hooks
-        parsed = await parse_request(request, max_body=self.max_body, test_hooks=hooks)
-        if isinstance(parsed, OpResult):
-            return render_result(parsed)
+        read = await read_request(request, max_body=self.max_body, test_hooks=hooks)
+        if isinstance(read, OpResult):
+            return render_result(read)
+        size, parsed = len(read[0]), read[1]
+        del read
         if self.grouped is not None:
-            return render_result(await self.grouped.execute(principal, parsed))
+            return render_result(await self.grouped.execute(principal, parsed, size=size))
         return render_result(await run_in_threadpool(intake.execute, principal, parsed))
 
     async def batch(self, request: Request) -> Response:

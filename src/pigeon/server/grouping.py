@@ -28,8 +28,9 @@ import concurrent.futures
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
+from pigeon.server import on_loop
 from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.results import OpResult
 
@@ -37,9 +38,19 @@ from pigeon.server.results import OpResult
 # (on PostgreSQL) well below the 64 savepoints after which subtransactions get costly.
 MAX_GROUP = 32
 
-# The request's own context rides along: the group runs in one thread, and each
-# operation must still see what its request's middleware set (e.g. the device clock).
-_Waiting = tuple[str, OperationRequest, contextvars.Context, "asyncio.Future[OpResult]"]
+
+class _Waiting(NamedTuple):
+    """A request waiting for its group."""
+
+    principal: str
+    op: OperationRequest
+    # The request's own context rides along: the group runs in one thread, and each
+    # operation must still see what its request's middleware set (e.g. the device clock).
+    context: contextvars.Context
+    future: asyncio.Future[OpResult]
+    size: int | None  # the body's bytes (None: not known)
+
+
 T = TypeVar("T")
 
 
@@ -107,7 +118,11 @@ class RequestGroups:
         self._waiting: list[_Waiting] = []
         self._draining: asyncio.Task[None] | None = None
 
-    async def execute(self, principal: str, op: OperationRequest) -> OpResult:
+    async def execute(
+        self, principal: str, op: OperationRequest, *, size: int | None = None
+    ) -> OpResult:
+        """``size``: the request body's bytes; a group all of whose sizes are known and
+        small may run on the event loop (`pigeon.server.on_loop`)."""
         # Admitted before it queues: a duplicate of a request still queued or running is
         # answered 409 now, not after waiting its turn behind the original.
         owner = object()
@@ -116,7 +131,7 @@ class RequestGroups:
             return refused
         future: asyncio.Future[OpResult] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda _: self.intake.admission.release(principal, op, owner))
-        self._waiting.append((principal, op, contextvars.copy_context(), future))
+        self._waiting.append(_Waiting(principal, op, contextvars.copy_context(), future, size))
         if self._draining is None:
             self._draining = asyncio.create_task(self._drain())
         # Shielded: a client that hangs up does not cancel a group that others share.
@@ -127,36 +142,61 @@ class RequestGroups:
             while self._waiting:
                 group = self._waiting[: self.max_group]
                 del self._waiting[: self.max_group]
-                items = [(principal, op) for principal, op, _, _ in group]
-                contexts = [context for _, _, context, _ in group]
+                items = [(waiting.principal, waiting.op) for waiting in group]
+                contexts = [waiting.context for waiting in group]
                 run = functools.partial(self.intake.execute_group, items, contexts)
-                running = self.writer.start(run)
-                # A group that has started is waited for even if this task is cancelled
-                # (shutdown): its requests get what committed, then the cancellation.
-                cancelled = await finished(running)
+                running, cancelled = self._on_loop(run, group), False
+                if running is None:
+                    running = self.writer.start(run)
+                    # A group that has started is waited for even if this task is
+                    # cancelled (shutdown): its requests get what committed, then the
+                    # cancellation.
+                    cancelled = await finished(running)
                 self._settle(group, running)
                 if cancelled:
                     raise asyncio.CancelledError
         finally:
             self._draining = None
-            for *_, future in self._waiting:  # cancelled (shutdown): nobody will run these
-                future.cancel()
+            for waiting in self._waiting:  # cancelled (shutdown): nobody will run these
+                waiting.future.cancel()
             self._waiting.clear()
+
+    def _on_loop(
+        self, run: Callable[[], list[OpResult]], group: list[_Waiting]
+    ) -> asyncio.Future[list[OpResult]] | None:
+        """``run``'s outcome, run here on the event loop if the group is small and sure
+        to be short and nothing else writes (`pigeon.server.on_loop`); None otherwise."""
+        sizes = [waiting.size for waiting in group]
+        known = [size for size in sizes if size is not None]
+        if not self.writer.idle or len(known) < len(sizes) or not on_loop.small(sum(known)):
+            return None
+        ops = [waiting.op for waiting in group]
+        if not on_loop.short(len(ops), self.intake.admission.measured(ops)):
+            return None
+        with self.intake.store.turn_at_once() as ours:
+            if not ours:
+                return None
+            done: asyncio.Future[list[OpResult]] = asyncio.get_running_loop().create_future()
+            try:
+                done.set_result(run())
+            except BaseException as exc:  # told to each request, as from the writer
+                done.set_exception(exc)
+            return done
 
     def _settle(self, group: list[_Waiting], running: asyncio.Future[list[OpResult]]) -> None:
         if running.cancelled():  # the writer was shut down before the group ran
-            for *_, future in group:
-                future.cancel()
+            for waiting in group:
+                waiting.future.cancel()
             return
         exc = running.exception()
         if exc is not None:  # not even a 503 could be made: tell each
-            for *_, future in group:
-                if not future.done():
-                    future.set_exception(exc)
+            for waiting in group:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise exc
             return
         self.groups += 1
-        for (*_, future), result in zip(group, running.result(), strict=True):
-            if not future.done():
-                future.set_result(result)
+        for waiting, result in zip(group, running.result(), strict=True):
+            if not waiting.future.done():
+                waiting.future.set_result(result)
