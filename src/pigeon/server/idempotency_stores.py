@@ -60,8 +60,9 @@ class SQLiteIdempotencyStore(_BoundSqlStore):
     single_writer = True
 
     def turn_at_once(self) -> AbstractContextManager[bool]:
-        # The file's write lock, among this process's threads and pigeon's processes. A
-        # database wrapped in another object has one the store cannot see: no turn.
+        # The file's write lock, among this process's threads and pigeon's processes
+        # (where no file lock can be had, writer_lock's note, SQLite's busy wait is left
+        # to meet another process). A database wrapped in another object: no turn.
         if isinstance(self.db, SQLiteDatabase):
             return held_if_free(self.db.writer)
         return contextlib.nullcontext(False)
