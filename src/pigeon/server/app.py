@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -169,7 +168,8 @@ class _Endpoints:
         self.intake = intake
         self.grouped = grouped
         self.writer = writer
-        self.turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)  # without a writer thread
+        # The thread(s) batches are applied on: the writer's, or without one so many at once.
+        self.turns = writer or Writer(BATCHES_AT_ONCE, "pigeon-batch")
         self.spec = spec
         self.max_body = limits.max_body
         self.max_batch_body = limits.max_batch_body
@@ -202,12 +202,8 @@ class _Endpoints:
         # event loop, and each hand-off costs a wake-up of both threads. With one writer,
         # on its thread (batches wait their turn here, not in threads), unless the batch is
         # small and short enough to be applied on the loop (`pigeon.server.on_loop`).
-        if self.writer is None:
-            return await anyio.to_thread.run_sync(
-                self.answer_batch, principal, held, limiter=self.turns
-            )
-        if not (self.writer.idle and on_loop.small(len(held[0]))):
-            return await self.writer.run(functools.partial(self.answer_batch, principal, held))
+        if self.writer is None or not (self.writer.idle and on_loop.small(len(held[0]))):
+            return await self.turns.run(functools.partial(self.answer_batch, principal, held))
         size = len(held[0])
         try:
             refused = self._decode(held)

@@ -55,12 +55,14 @@ T = TypeVar("T")
 
 
 class Writer:
-    """One thread for a single-writer store's transactions (see above)."""
+    """The thread a single-writer store's transactions are handed to (see above); with
+    ``threads`` > 1, those a store whose transactions run side by side takes its batches
+    on (`pigeon.server.app`'s ``BATCHES_AT_ONCE``)."""
 
-    def __init__(self) -> None:
-        # Its idle thread ends when this object is collected (ThreadPoolExecutor wakes
-        # its workers then), and the store closes that thread's connection.
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pigeon-writer")
+    def __init__(self, threads: int = 1, name: str = "pigeon-writer") -> None:
+        # Its idle threads end when this object is collected (ThreadPoolExecutor wakes
+        # its workers then), and the store closes those threads' connections.
+        self._thread = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
         self._queued = 0  # work started and not yet ended; counted on the event loop
 
     @property
