@@ -26,6 +26,7 @@ from pigeon.server.intake import Intake, IntakeContext, OperationRequest
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import SQLiteDatabase
+from tests.holding import held_in_a_thread
 
 LOOP = "on the loop"
 
@@ -123,25 +124,11 @@ def test_a_batch_waits_on_the_writer_thread_while_another_holds_the_write_turn(
     fast = _Where()
     app = _app(one_writer, fast=fast)
     _send(app, _batch("/fast", range(1)))
-    store = idempotency_store(one_writer)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # another thread in a write transaction, as the relay or a purge
-        with store.transaction():
-            holding.set()
-            release.wait(5)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(5)
-        threading.Timer(0.2, release.set).start()
+    # Another thread in a write transaction, as the relay or a purge, for 0.3 s.
+    with held_in_a_thread(idempotency_store(one_writer).transaction(), 0.3):
         started = time.monotonic()
         _send(app, _batch("/fast", range(1, 3)))
         assert time.monotonic() - started >= 0.2  # it waited, and not on the loop
-    finally:
-        release.set()
-        holder.join(5)
     assert fast.seen[1:] == ["pigeon-writer_0"] * 2
 
 

@@ -21,6 +21,7 @@ from pigeon.storage.postgres import PostgresDatabase
 from pigeon.storage.server import SERVER_APPLICATION_ID, server_queries
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests.databases import lock_waiters, tables_locked
+from tests.holding import held_in_a_thread
 from tests.pgwire import RoundTrips
 from tests.waiting import wait_for
 
@@ -61,36 +62,12 @@ def _until_later(seconds: float, end: Callable[[], object]) -> Iterator[None]:
         end()
 
 
-@contextlib.contextmanager
-def _held_in_a_thread(
-    lock: contextlib.AbstractContextManager[object], seconds: float
-) -> Iterator[None]:
-    """``lock`` taken in a thread of its own and held until ``seconds`` pass or the block
-    ends, whichever comes first: it lets go by itself while the test's own call is still
-    waiting for it."""
-    taken, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            done.wait(seconds)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert taken.wait(5), "the holding thread never took the lock"
-        yield
-    finally:
-        done.set()
-        holder.join()
-
-
 def _locked_by_another_process(
     path: str, seconds: float
 ) -> contextlib.AbstractContextManager[None]:
     """Another connection holding the file's write lock (``tables_locked``) for ``seconds``
     at most."""
-    return _held_in_a_thread(tables_locked(path), seconds)
+    return held_in_a_thread(tables_locked(path), seconds)
 
 
 def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> None:
@@ -108,7 +85,7 @@ def test_sqlite_busy_wait_ends_by_the_deadline(sqlite_file: SQLiteDatabase) -> N
 
 
 def test_sqlite_process_write_lock_waits_until_the_deadline(sqlite_file: SQLiteDatabase) -> None:
-    with _held_in_a_thread(sqlite_file.writer, HELD):
+    with held_in_a_thread(sqlite_file.writer, HELD):
         assert _timed_out(lambda: sqlite_file.transaction().__enter__()) < BOUND + SLACK
     with sqlite_file.transaction() as tx:  # the lock was not left taken
         tx.sql("DELETE FROM pigeon_jobs")

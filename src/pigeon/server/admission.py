@@ -99,8 +99,10 @@ class Admission:
         for op in ops:
             if isinstance(op, OpResult):
                 continue
-            where = (op.method, op.path)
-            mean = means[where] if where in means else means.setdefault(where, self._mean(op))
+            where = (op.method, op.path)  # one route lookup for a batch of creates
+            if where not in means:
+                means[where] = self._mean(op)
+            mean = means[where]
             if mean is None:
                 return None
             total += mean + self._delay(op)

@@ -30,7 +30,7 @@ from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator
 from pigeon.server.auth_options import AuthOptions
 from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
-from pigeon.server.grouping import RequestGroups, Writer
+from pigeon.server.grouping import RequestGroups, Writer, turn_on_loop
 from pigeon.server.intake import Intake
 from pigeon.server.messages import (
     Unhandled,
@@ -202,19 +202,16 @@ class _Endpoints:
         # event loop, and each hand-off costs a wake-up of both threads. With one writer,
         # on its thread (batches wait their turn here, not in threads), unless the batch is
         # small and short enough to be applied on the loop (`pigeon.server.on_loop`).
-        if self.writer is None or not (self.writer.idle and on_loop.small(len(held[0]))):
-            return await self.turns.run(functools.partial(self.answer_batch, principal, held))
         size = len(held[0])
+        if self.writer is None or not (self.writer.idle and on_loop.small(size)):
+            return await self.turns.run(functools.partial(self.answer_batch, principal, held))
         try:
             refused = self._decode(held)
             if refused is not None:
                 return refused
-            ops = held[0][1]
-            if on_loop.short(len(ops), self.intake.admission.measured(ops)):
-                del ops
-                with self.intake.store.turn_at_once() as ours:
-                    if ours:  # the writer is idle still: nothing was awaited since
-                        return self._applied(principal, held)
+            with turn_on_loop(self.writer, self.intake, held[0][1]) as ours:
+                if ours:
+                    return self._applied(principal, held)
             return await self.writer.run(functools.partial(self._applied, principal, held))
         finally:
             memory.give_back(size)

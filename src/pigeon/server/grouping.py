@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
 
 from pigeon.server import on_loop
@@ -105,6 +106,20 @@ async def finished(running: asyncio.Future[T]) -> bool:
     return cancelled
 
 
+@contextlib.contextmanager
+def turn_on_loop(
+    writer: Writer, intake: Intake, ops: Sequence[OperationRequest | OpResult]
+) -> Iterator[bool]:
+    """True, the store's write turn held for the block, if ``ops`` (already known small)
+    may be applied here on the event loop: ``writer`` idle, the operations sure to be
+    short, the turn free at once (`pigeon.server.on_loop`); else False."""
+    if not (writer.idle and on_loop.short(len(ops), intake.admission.measured(ops))):
+        yield False
+        return
+    with intake.store.turn_at_once() as ours:
+        yield ours
+
+
 class RequestGroups:
     """``await execute(principal, op)``: ``intake.execute`` with group commit."""
 
@@ -170,12 +185,9 @@ class RequestGroups:
         to be short and nothing else writes (`pigeon.server.on_loop`); None otherwise."""
         sizes = [waiting.size for waiting in group]
         known = [size for size in sizes if size is not None]
-        if not self.writer.idle or len(known) < len(sizes) or not on_loop.small(sum(known)):
+        if len(known) < len(sizes) or not on_loop.small(sum(known)):
             return None
-        ops = [waiting.op for waiting in group]
-        if not on_loop.short(len(ops), self.intake.admission.measured(ops)):
-            return None
-        with self.intake.store.turn_at_once() as ours:
+        with turn_on_loop(self.writer, self.intake, [waiting.op for waiting in group]) as ours:
             if not ours:
                 return None
             done: asyncio.Future[list[OpResult]] = asyncio.get_running_loop().create_future()
