@@ -258,3 +258,61 @@ def test_a_batch_is_on_the_loop_only_within_every_bound(
     within = size <= on_loop.MAX_BYTES and ops <= on_loop.MAX_OPS
     within = within and expected is not None and expected <= on_loop.MAX_SECONDS
     assert (on_loop.small(size) and on_loop.short(ops, expected)) == within
+
+
+def _hooked(db: Any, tmp_path: Any) -> tuple[Any, _Where, list[str]]:
+    """An app whose /fast route has a replay hook and whose intake an after_commit hook,
+    each noting where it ran; on SQLite, after_commit writes through an opening of its
+    own of the file, as an application enqueueing outside the intake's transaction does
+    (the rehearsal's crash-after-commit mutant): with the write turn still held there, it
+    would wait for it."""
+    fast, seen = _Where(), []
+    own = open_server_db(tmp_path / "server.db") if isinstance(db, SQLiteDatabase) else None
+
+    def where() -> str:
+        try:
+            asyncio.get_running_loop()
+            return LOOP
+        except RuntimeError:
+            return threading.current_thread().name
+
+    def after(keys: list[str]) -> None:
+        seen.append(f"after_commit {where()}")
+        if own is not None:
+            with own.transaction(), idempotency_store(own).turn_at_once() as ours:
+                seen.append(f"after_commit's own write {'waited for nobody' if ours else '?'}")
+
+    def replayed(tx: Any, stored: Any, info: Any) -> Any:
+        seen.append(f"replay hook {where()}")
+        return stored
+
+    intake = Intake(db, after_commit=after)
+    intake.add_operation("POST", "/fast", fast, on_replay=replayed)
+    return create_app(intake, purge_interval=None), fast, seen
+
+
+def test_the_applications_hooks_after_a_commit_on_the_loop_run_on_the_writer(
+    one_writer: Any, tmp_path: Any
+) -> None:
+    app, fast, seen = _hooked(one_writer, tmp_path)
+    _send(app, _batch("/fast", range(1)))  # the route known from now on
+    seen.clear()
+    _send(app, _batch("/fast", range(1, 3)), _batch("/fast", range(1, 3)))  # then replayed
+    _post(app, {}, {})
+    assert fast.seen[1:] == [LOOP] * 4  # the handlers ran on the loop
+    writer = "pigeon-writer_0"
+    assert seen.count(f"after_commit {writer}") == 3  # a batch, then each single request
+    assert seen.count(f"replay hook {writer}") == 2
+    assert not [s for s in seen if LOOP in s]
+    if isinstance(one_writer, SQLiteDatabase):
+        assert seen.count("after_commit's own write waited for nobody") == 3
+
+
+def test_without_hooks_to_run_a_commit_on_the_loop_is_finished_there(one_writer: Any) -> None:
+    fast = _Where()
+    app = _app(one_writer, fast=fast)
+    _send(app, _batch("/fast", range(1)))
+    started = time.monotonic()
+    _send(app, _batch("/fast", range(1, 3)), _batch("/fast", range(1, 3)))  # a replay
+    assert fast.seen[1:] == [LOOP] * 2
+    assert time.monotonic() - started < 5

@@ -30,7 +30,13 @@ from pigeon.server.access import AccessPolicy, OperatorCheck
 from pigeon.server.auth import Authenticator
 from pigeon.server.auth_options import AuthOptions
 from pigeon.server.batch_wire import read_batch, results_json, sent_in_slices
-from pigeon.server.grouping import RequestGroups, Writer, turn_on_loop
+from pigeon.server.grouping import (
+    RequestGroups,
+    Writer,
+    finish_after_loop,
+    finished,
+    turn_on_loop,
+)
 from pigeon.server.intake import Intake
 from pigeon.server.messages import (
     Unhandled,
@@ -209,9 +215,19 @@ class _Endpoints:
             refused = self._decode(held)
             if refused is not None:
                 return refused
-            with turn_on_loop(self.writer, self.intake, held[0][1]) as ours:
+            ids, ops = held[0]
+            with self.intake.admitted_batch(principal, ops) as admitted:
+                with turn_on_loop(self.writer, self.intake, admitted) as ours:
+                    if ours:
+                        try:
+                            results = self.intake.commit_batch(principal, admitted)
+                        except store_down_errors() as exc:
+                            return render_result(store_unavailable(exc))
                 if ours:
-                    return self._applied(principal, held)
+                    finishing = finish_after_loop(self.writer, self.intake, results)
+                    if await finished(finishing):
+                        raise asyncio.CancelledError
+                    return sent_in_slices(results_json(ids, finishing.result()))
             return await self.writer.run(functools.partial(self._applied, principal, held))
         finally:
             memory.give_back(size)

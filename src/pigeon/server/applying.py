@@ -75,7 +75,12 @@ class Applier:
 
     def execute(self, principal: str, op: OperationRequest) -> OpResult:
         """Apply ``op`` (admitted already) in a transaction of its own, or two in the
-        ``separate`` claim mode. Never raises for bad input; a store that is down is 503."""
+        ``separate`` claim mode, and ``finish`` it. Never raises for bad input; a store
+        that is down is 503."""
+        return self.finish([self.commit(principal, op)])[0]
+
+    def commit(self, principal: str, op: OperationRequest) -> OpResult:
+        """``execute`` up to its commit: ``finish`` is the caller's."""
         try:
             if self.claim_mode == "separate":
                 result = self._execute_separate(principal, op)
@@ -89,13 +94,12 @@ class Applier:
             return busy_refusal(busy, op)
         except store_down_errors() as exc:
             return store_unavailable(exc)
-        self.committed([result])
-        return refresh_all(self.store, [result])[0]
+        return result
 
-    def execute_safely(self, principal: str, op: OperationRequest) -> OpResult:
-        """``execute``, a bug in it answered 500 with an error id (a group's fallback)."""
+    def commit_safely(self, principal: str, op: OperationRequest) -> OpResult:
+        """``commit``, a bug in it answered 500 with an error id (a group's fallback)."""
         try:
-            return self.execute(principal, op)
+            return self.commit(principal, op)
         except Exception as exc:
             return server_error(
                 "intake-failed",
@@ -141,13 +145,23 @@ class Applier:
 
         return retried(attempt)
 
-    def committed(self, results: list[OpResult]) -> None:
-        """``results`` committed: ``after_commit`` hears their keys."""
+    def finish(self, results: list[OpResult]) -> list[OpResult]:
+        """After ``results`` committed, before they are answered: ``after_commit`` hears
+        their keys, and the replay hooks of the replays among them make their answers."""
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.runner.test_hooks:
             testhooks.crash_if_due(keys)
         if keys and self.after_commit is not None:
             self.after_commit(keys)
+        return refresh_all(self.store, results)
+
+    def finishes_alone(self, results: list[OpResult]) -> bool:
+        """True if ``finish`` runs none of the application's code for ``results`` (no
+        ``after_commit`` to call, no replay hook): only then may it run on the event loop,
+        whose bounds know the handlers' durations and nothing of those hooks."""
+        if self.after_commit is not None and any(r.committed_key for r in results):
+            return False
+        return all(r.refresh is None for r in results)
 
     def _apply(
         self, tx: Tx, principal: str, op: OperationRequest, *, last: bool = False

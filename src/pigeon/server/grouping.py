@@ -106,6 +106,29 @@ async def finished(running: asyncio.Future[T]) -> bool:
     return cancelled
 
 
+def outcome(work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work()`` run here, its result or exception in a future already done."""
+    done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    try:
+        done.set_result(work())
+    except BaseException as exc:  # told to the waiters, as from a thread
+        done.set_exception(exc)
+    return done
+
+
+def finish_after_loop(
+    writer: Writer, intake: Intake, results: list[OpResult]
+) -> asyncio.Future[list[OpResult]]:
+    """``intake.finish(results)`` after a commit made on the event loop, the write turn
+    let go of: here if it runs only pigeon's code, else on the writer thread, so the
+    application's after_commit and replay hooks, of which the loop's bounds know nothing,
+    never hold the loop (nor the turn, which they may need for writes of their own)."""
+    finish = functools.partial(intake.finish, results)
+    if intake.finishes_alone(results):
+        return outcome(finish)
+    return writer.start(functools.partial(contextvars.copy_context().run, finish))
+
+
 @contextlib.contextmanager
 def turn_on_loop(
     writer: Writer, intake: Intake, ops: Sequence[OperationRequest | OpResult]
@@ -161,14 +184,13 @@ class RequestGroups:
                 del self._waiting[: self.max_group]
                 items = [(waiting.principal, waiting.op) for waiting in group]
                 contexts = [waiting.context for waiting in group]
-                run = functools.partial(self.intake.execute_group, items, contexts)
-                running, cancelled = self._on_loop(run, group), False
+                running = self._on_loop(items, contexts, group)
                 if running is None:
+                    run = functools.partial(self.intake.execute_group, items, contexts)
                     running = self.writer.start(run)
-                    # A group that has started is waited for even if this task is
-                    # cancelled (shutdown): its requests get what committed, then the
-                    # cancellation.
-                    cancelled = await finished(running)
+                # A group that has started is waited for even if this task is cancelled
+                # (shutdown): its requests get what committed, then the cancellation.
+                cancelled = await finished(running)
                 self._settle(group, running)
                 if cancelled:
                     raise asyncio.CancelledError
@@ -179,10 +201,14 @@ class RequestGroups:
             self._waiting.clear()
 
     def _on_loop(
-        self, run: Callable[[], list[OpResult]], group: list[_Waiting]
+        self,
+        items: list[tuple[str, OperationRequest]],
+        contexts: list[contextvars.Context],
+        group: list[_Waiting],
     ) -> asyncio.Future[list[OpResult]] | None:
-        """``run``'s outcome, run here on the event loop if the group is small and sure
-        to be short and nothing else writes (`pigeon.server.on_loop`); None otherwise."""
+        """The group committed here on the event loop if it is small and sure to be
+        short and nothing else writes (`pigeon.server.on_loop`), and being finished
+        (`finish_after_loop`); None otherwise."""
         sizes = [waiting.size for waiting in group]
         known = [size for size in sizes if size is not None]
         if len(known) < len(sizes) or not on_loop.small(sum(known)):
@@ -190,12 +216,10 @@ class RequestGroups:
         with turn_on_loop(self.writer, self.intake, [waiting.op for waiting in group]) as ours:
             if not ours:
                 return None
-            done: asyncio.Future[list[OpResult]] = asyncio.get_running_loop().create_future()
-            try:
-                done.set_result(run())
-            except BaseException as exc:  # told to each request, as from the writer
-                done.set_exception(exc)
-            return done
+            committed = outcome(functools.partial(self.intake.commit_group, items, contexts))
+        if committed.exception() is not None:
+            return committed
+        return finish_after_loop(self.writer, self.intake, committed.result())
 
     def _settle(self, group: list[_Waiting], running: asyncio.Future[list[OpResult]]) -> None:
         if running.cancelled():  # the writer was shut down before the group ran

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from contextvars import Context
 from typing import Any
 
@@ -225,6 +226,39 @@ class Intake:
         (in transactions of ``batch_chunk`` operations when it is set); the batch stops
         after the first transient result (``pigeon.server.intake_batch.execute_batch``)."""
         return intake_batch.execute_batch(self._applier, self.admission, principal, ops)
+
+    # -- the same in two steps: the commit, then what follows it ----------------------
+    # For a caller that runs the commit where the application's other code may not run
+    # (the event loop, `pigeon.server.on_loop`): ``finishes_alone`` tells it whether
+    # ``finish`` may follow there, or must go where the handlers would have run.
+
+    def admitted_batch(
+        self, principal: str, ops: list[OperationRequest | OpResult]
+    ) -> AbstractContextManager[list[OperationRequest | OpResult]]:
+        """``ops`` admitted for the block (``intake_batch.admitted_batch``)."""
+        return intake_batch.admitted_batch(self.admission, principal, ops)
+
+    def commit_batch(
+        self, principal: str, ops: list[OperationRequest | OpResult]
+    ) -> list[OpResult]:
+        """``execute_batch`` of admitted ``ops``, up to its commit."""
+        return intake_batch.commit_batch(self._applier, principal, ops)
+
+    def commit_group(
+        self,
+        items: Sequence[tuple[str, OperationRequest]],
+        contexts: Sequence[Context] | None = None,
+    ) -> list[OpResult]:
+        """``execute_group`` up to its commit."""
+        return intake_batch.commit_group(self._applier, items, contexts)
+
+    def finish(self, results: list[OpResult]) -> list[OpResult]:
+        """What follows a commit before its answer (``Applier.finish``)."""
+        return self._applier.finish(results)
+
+    def finishes_alone(self, results: list[OpResult]) -> bool:
+        """``finish`` runs none of the application's code (``Applier.finishes_alone``)."""
+        return self._applier.finishes_alone(results)
 
     def purge(self, batch: int = PURGE_BATCH) -> tuple[int, int]:
         """Purge in bounded batches, one short transaction each, until nothing is due."""

@@ -7,7 +7,8 @@ as if alone). The policy of one operation (claim, run, store) is the ``Applier``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import Context, copy_context
 
 from pigeon.server import intake_set
@@ -15,7 +16,6 @@ from pigeon.server.admission import Admission
 from pigeon.server.applying import Applier, busy_refusal
 from pigeon.server.idempotency import KeyBusy
 from pigeon.server.operations import OperationRequest
-from pigeon.server.replay import refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down_errors
@@ -28,9 +28,18 @@ def execute_group(
     items: Sequence[tuple[str, OperationRequest]],
     contexts: Sequence[Context] | None = None,
 ) -> list[OpResult]:
+    """``commit_group``, then ``Applier.finish``."""
+    return applier.finish(commit_group(applier, items, contexts))
+
+
+def commit_group(
+    applier: Applier,
+    items: Sequence[tuple[str, OperationRequest]],
+    contexts: Sequence[Context] | None = None,
+) -> list[OpResult]:
     """Apply independent single-operation requests that arrived together, in ONE
-    transaction (group commit: one fsync for all of them); the caller answers them
-    only after this returns, so no answer ever precedes its commit.
+    transaction (group commit: one fsync for all of them); the caller finishes and
+    answers them only after this returns, so no answer ever precedes its commit.
 
     ``contexts``: each request's own context variables (what its middleware set, such
     as the sending device's clock), in which its operation is applied; without them
@@ -47,7 +56,7 @@ def execute_group(
     # Without them, each runs in a copy of this thread's: the same variables.
     runs = [*contexts] if contexts is not None else [copy_context() for _ in items]
     pairs = list(zip(runs, items, strict=True))
-    alone = applier.execute_safely
+    alone = applier.commit_safely
     if applier.claim_mode == "separate" or len(items) == 1:
         return [ctx.run(alone, p, op) for ctx, (p, op) in pairs]
     try:
@@ -61,8 +70,7 @@ def execute_group(
     except Exception:
         log.warning("a group of %d requests failed, applying them one by one", len(items))
         return [ctx.run(alone, p, op) for ctx, (p, op) in pairs]
-    applier.committed(results)
-    return refresh_all(applier.store, results)
+    return results
 
 
 def execute_batch(
@@ -79,29 +87,41 @@ def execute_batch(
     failure. The batch stops after the first transient result, such as the 409 of
     an operation whose key another request holds right now.
     """
+    with admitted_batch(admission, principal, ops) as admitted:
+        return applier.finish(commit_batch(applier, principal, admitted))
+
+
+@contextmanager
+def admitted_batch(
+    admission: Admission, principal: str, ops: list[OperationRequest | OpResult]
+) -> Iterator[list[OperationRequest | OpResult]]:
+    """``ops`` admitted for the block: a duplicate of one still in flight in this process
+    in its place as a refusal (``Admission.admit_batch``)."""
     owner = object()
     admitted, ops = admission.admit_batch(principal, ops, owner)
     try:
-        return _execute_admitted(applier, principal, ops)
+        yield ops
     finally:
         admission.release_all(principal, admitted, owner)
 
 
-def _execute_admitted(
+def commit_batch(
     applier: Applier, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
+    """``execute_batch`` for ``ops`` admitted already, up to its last commit: ``finish``
+    is the caller's."""
     results: list[OpResult] = []
     chunk = applier.batch_chunk or len(ops) or 1
     # A store-down error (store_down_errors) propagates: the caller answers 503 for what
-    # did not commit. The chunks before it committed, and a retry of the batch replays them.
+    # did not commit. The chunks before it committed, and a retry of the batch replays them
+    # (their after_commit is not heard: nothing of this batch is finished).
     # Even an empty batch opens its transaction: a dead store answers 503, not 200.
     for start in range(0, len(ops), chunk) or [0]:
         done = _chunk(applier, principal, ops[start : start + chunk])
-        applier.committed(done)
         results.extend(done)
         if done and done[-1].transient:
             break
-    return refresh_all(applier.store, results)
+    return results
 
 
 def _chunk(
