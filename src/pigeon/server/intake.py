@@ -99,7 +99,8 @@ class Intake:
     in-progress wait, batch chunks, test hooks). ``now`` and ``clock``: the wall clock and
     the server's hybrid logical clock. ``after_commit``: called with the keys whose effects
     were just committed, before anyone is answered (the hook the crash tests use to die in
-    exactly that gap). Everything else here is state, made once, here."""
+    exactly that gap); served, in a worker thread, never on the event loop, and with no
+    write transaction of the intake's open. Everything else here is state, made once, here."""
 
     def __init__(
         self,
