@@ -201,11 +201,12 @@ class Applier:
             detail = f"no operation {op.method} {op.path}"
             raise Failed(problem_result(404, "no-such-operation", "Not found", detail))
         route, params = found
+        checked_in = 0.0
         if route.check is not None:
-            refusal = route.check.refusal(op.body, params)
+            refusal, checked_in = route.check.timed(op.body, params)
             if refusal is not None:
                 raise Failed(refusal)
-        return RoutedOperation(principal, op, route, params)
+        return RoutedOperation(principal, op, route, params, checked_in)
 
     def _claim(self, tx: Tx, call: RoutedOperation) -> ClaimDecision:
         op = call.op

@@ -178,11 +178,12 @@ def _step(applier: Applier, principal: str, i: int, op: OperationRequest, found:
     if route.many is None or (op.hooks is not None and applier.runner.test_hooks):
         return _Step(i, op)
     params = dict(found[1])
+    checked_in = 0.0
     if route.check is not None:
-        refusal = route.check.refusal(op.body, params)
+        refusal, checked_in = route.check.timed(op.body, params)
         if refusal is not None:
             return _Step(i, op, result=refusal)
-    return _Step(i, op, call=RoutedOperation(principal, op, route, params))
+    return _Step(i, op, call=RoutedOperation(principal, op, route, params, checked_in))
 
 
 def _asks(steps: list[_Step]) -> list[Ask]:
@@ -303,7 +304,8 @@ class _Run:
         if stored != len(answers):
             raise SetAbandoned  # another transaction claimed a key: the one-key way says how
         if answers:
-            mean = (time.monotonic() - started) / len(answers)
+            checks = sum(call.checked_in for call, _, _ in segment)
+            mean = (time.monotonic() - started + checks) / len(answers)
             self.applier.runner.timings.observe(route.template, mean)
         for call, index in left:  # a key still free: claimed the one-key way
             self._apply(call.op, index)

@@ -13,11 +13,16 @@ was read, when nothing else is writing:
 
 - its bodies are small and its operations few (``MAX_BYTES``, ``MAX_OPS``): decoding
   them and the store's own work are bounded by them;
-- each of its routes has run before, and their recent mean durations add up to no more
-  than ``MAX_SECONDS``: an application's slow handler keeps going to the writer thread;
+- each of its routes has run before, and their recent mean durations (the handler's and
+  the route's declared checks') add up to no more than ``MAX_SECONDS``: an application's
+  slow handler or validator keeps going to the writer thread;
 - the writer thread has nothing to do, and the store's write turn is free at once
   (``IdempotencyStore.turn_at_once``): the loop never waits for another thread's or
   process's transaction.
+
+Only the commit runs there: what follows it before the answer (``Intake.finish``) runs the
+application's after-commit and replay hooks, which no duration above knows of, on the
+writer thread, the turn let go of first (`pigeon.server.grouping.finish_after_loop`).
 """
 
 from __future__ import annotations

@@ -98,6 +98,7 @@ class RoutedOperation:
     op: OperationRequest
     route: OperationRoute
     params: dict[str, Any]
+    checked_in: float = 0.0  # seconds the route's declared checks took (RequestCheck.timed)
 
 
 class Routes(list[OperationRoute]):

@@ -21,6 +21,7 @@ left free. What the handler itself refuses after execution began (a 404, a stale
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,14 @@ class RequestCheck:
                 ) from exc
             check = SchemaCheck.of(schema)
         return cls(schema, validate, check)
+
+    def timed(self, body: Any, path_params: Mapping[str, Any]) -> tuple[OpResult | None, float]:
+        """``refusal``, and the seconds it took: the application's validator is its code as
+        much as the handler is, and counts toward the route's measured duration, which
+        decides what may run on the event loop (`pigeon.server.on_loop`)."""
+        started = time.monotonic()
+        refused = self.refusal(body, path_params)
+        return refused, time.monotonic() - started
 
     def refusal(self, body: Any, path_params: Mapping[str, Any]) -> OpResult | None:
         """The problem that refuses this request, or None when it may run."""
