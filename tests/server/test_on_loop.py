@@ -23,6 +23,7 @@ from pigeon.server.grouping import RequestGroups
 from pigeon.server.idempotency_memory import MemoryDatabase
 from pigeon.server.idempotency_stores import idempotency_store
 from pigeon.server.intake import Intake, IntakeContext, OperationRequest
+from pigeon.server.options import IntakeOptions
 from pigeon.storage.base import Database
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import SQLiteDatabase
@@ -348,3 +349,17 @@ def test_a_route_whose_own_validator_is_slow_runs_on_the_writer(
     else:
         _post(app, {}, {})
         assert fast.seen[4:] == ["pigeon-writer_0"] * 2
+
+
+def test_a_chunked_batch_runs_on_the_writer_each_chunk_heard_as_it_commits(
+    one_writer: Any,
+) -> None:
+    fast, heard = _Where(), []
+    intake = Intake(one_writer, IntakeOptions(batch_chunk=2), after_commit=heard.append)
+    intake.add_operation("POST", "/fast", fast)
+    app = create_app(intake, purge_interval=None)
+    _send(app, _batch("/fast", range(1)), _batch("/fast", range(1, 3)))  # one chunk
+    _send(app, _batch("/fast", range(3, 6)))  # two
+    assert fast.seen[1:3] == [LOOP] * 2
+    assert fast.seen[3:] == ["pigeon-writer_0"] * 3
+    assert heard[1:] == [["fast-1", "fast-2"], ["fast-3", "fast-4"], ["fast-5"]]

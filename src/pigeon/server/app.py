@@ -37,7 +37,7 @@ from pigeon.server.grouping import (
     finished,
     turn_on_loop,
 )
-from pigeon.server.intake import Intake
+from pigeon.server.intake import Intake, OperationRequest
 from pigeon.server.messages import (
     Unhandled,
     read_json_buffer,
@@ -215,22 +215,35 @@ class _Endpoints:
             refused = self._decode(held)
             if refused is not None:
                 return refused
-            ids, ops = held[0]
-            with self.intake.admitted_batch(principal, ops) as admitted:
-                with turn_on_loop(self.writer, self.intake, admitted) as ours:
-                    if ours:
-                        try:
-                            results = self.intake.commit_batch(principal, admitted)
-                        except store_down_errors() as exc:
-                            return render_result(store_unavailable(exc))
-                if ours:
-                    finishing = finish_after_loop(self.writer, self.intake, results)
-                    if await finished(finishing):
-                        raise asyncio.CancelledError
-                    return sent_in_slices(results_json(ids, finishing.result()))
+            answered = await self._on_loop(principal, *held[0])
+            if answered is not None:
+                return answered
             return await self.writer.run(functools.partial(self._applied, principal, held))
         finally:
             memory.give_back(size)
+
+    async def _on_loop(
+        self, principal: str, ids: list[Any], ops: list[OperationRequest | OpResult]
+    ) -> Response | None:
+        """The answer to a small decoded batch committed here on the event loop, if it
+        commits once, is sure to be short and nothing else writes (`turn_on_loop`); None
+        to send it to the writer thread. (Each chunk of a chunked batch has its commit
+        heard as it commits: on the writer.)"""
+        assert self.writer is not None
+        if not self.intake.commits_once(len(ops)):
+            return None
+        with self.intake.admitted_batch(principal, ops) as admitted:
+            with turn_on_loop(self.writer, self.intake, admitted) as ours:
+                if not ours:
+                    return None
+                try:
+                    results = self.intake.commit_batch(principal, admitted)
+                except store_down_errors() as exc:
+                    return render_result(store_unavailable(exc))
+            finishing = finish_after_loop(self.writer, self.intake, results)
+            if await finished(finishing):
+                raise asyncio.CancelledError
+            return sent_in_slices(results_json(ids, finishing.result()))
 
     def answer_batch(self, principal: str, held: list[Any]) -> Response:
         size = len(held[0])

@@ -146,14 +146,18 @@ class Applier:
         return retried(attempt)
 
     def finish(self, results: list[OpResult]) -> list[OpResult]:
-        """After ``results`` committed, before they are answered: ``after_commit`` hears
-        their keys, and the replay hooks of the replays among them make their answers."""
+        """After ``results`` committed, before they are answered: ``committed``, then the
+        replay hooks of the replays among them make their answers."""
+        self.committed(results)
+        return refresh_all(self.store, results)
+
+    def committed(self, results: list[OpResult]) -> None:
+        """``results`` just committed: ``after_commit`` hears their keys."""
         keys = [r.committed_key for r in results if r.committed_key is not None]
         if keys and self.runner.test_hooks:
             testhooks.crash_if_due(keys)
         if keys and self.after_commit is not None:
             self.after_commit(keys)
-        return refresh_all(self.store, results)
 
     def finishes_alone(self, results: list[OpResult]) -> bool:
         """True if ``finish`` runs none of the application's code for ``results`` (no

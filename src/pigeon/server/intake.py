@@ -239,10 +239,14 @@ class Intake:
         """``ops`` admitted for the block (``intake_batch.admitted_batch``)."""
         return intake_batch.admitted_batch(self.admission, principal, ops)
 
+    def commits_once(self, size: int) -> bool:
+        """Does a batch of ``size`` operations commit once (``batch_chunk``)?"""
+        return intake_batch.commits_once(self._applier, size)
+
     def commit_batch(
         self, principal: str, ops: list[OperationRequest | OpResult]
     ) -> list[OpResult]:
-        """``execute_batch`` of admitted ``ops``, up to its commit."""
+        """``execute_batch`` of admitted ``ops`` that ``commits_once``, up to its commit."""
         return intake_batch.commit_batch(self._applier, principal, ops)
 
     def commit_group(

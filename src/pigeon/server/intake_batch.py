@@ -16,6 +16,7 @@ from pigeon.server.admission import Admission
 from pigeon.server.applying import Applier, busy_refusal
 from pigeon.server.idempotency import KeyBusy
 from pigeon.server.operations import OperationRequest
+from pigeon.server.replay import refresh_all
 from pigeon.server.results import OpResult, store_unavailable
 from pigeon.storage.base import Tx
 from pigeon.storage.errors import store_down_errors
@@ -88,7 +89,19 @@ def execute_batch(
     an operation whose key another request holds right now.
     """
     with admitted_batch(admission, principal, ops) as admitted:
-        return applier.finish(commit_batch(applier, principal, admitted))
+        results: list[OpResult] = []
+        chunk = applier.batch_chunk or len(admitted) or 1
+        # A store-down error (store_down_errors) propagates: the caller answers 503 for
+        # what did not commit. The chunks before it committed (after_commit heard them),
+        # and a retry of the batch replays them. Even an empty batch opens its
+        # transaction: a dead store answers 503, not 200.
+        for start in range(0, len(admitted), chunk) or [0]:
+            done = _chunk(applier, principal, admitted[start : start + chunk])
+            applier.committed(done)
+            results.extend(done)
+            if done and done[-1].transient:
+                break
+        return refresh_all(applier.store, results)
 
 
 @contextmanager
@@ -105,23 +118,20 @@ def admitted_batch(
         admission.release_all(principal, admitted, owner)
 
 
+def commits_once(applier: Applier, size: int) -> bool:
+    """Does a batch of ``size`` operations commit in one transaction (no ``batch_chunk``
+    below it)?"""
+    return not applier.batch_chunk or size <= applier.batch_chunk
+
+
 def commit_batch(
     applier: Applier, principal: str, ops: list[OperationRequest | OpResult]
 ) -> list[OpResult]:
-    """``execute_batch`` for ``ops`` admitted already, up to its last commit: ``finish``
-    is the caller's."""
-    results: list[OpResult] = []
-    chunk = applier.batch_chunk or len(ops) or 1
-    # A store-down error (store_down_errors) propagates: the caller answers 503 for what
-    # did not commit. The chunks before it committed, and a retry of the batch replays them
-    # (their after_commit is not heard: nothing of this batch is finished).
-    # Even an empty batch opens its transaction: a dead store answers 503, not 200.
-    for start in range(0, len(ops), chunk) or [0]:
-        done = _chunk(applier, principal, ops[start : start + chunk])
-        results.extend(done)
-        if done and done[-1].transient:
-            break
-    return results
+    """``execute_batch`` of ``ops`` admitted already, which ``commits_once``, up to its
+    commit: ``Applier.finish`` is the caller's."""
+    if not commits_once(applier, len(ops)):
+        raise ValueError(f"{len(ops)} operations commit in chunks of {applier.batch_chunk}")
+    return _chunk(applier, principal, ops)
 
 
 def _chunk(
