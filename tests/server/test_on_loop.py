@@ -5,6 +5,7 @@ one on the writer thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -32,6 +33,15 @@ from tests.holding import held_in_a_thread
 LOOP = "on the loop"
 
 
+def _where() -> str:
+    """Where this code runs: on an event loop, or on the thread it names."""
+    try:
+        asyncio.get_running_loop()
+        return LOOP
+    except RuntimeError:
+        return threading.current_thread().name
+
+
 class _Where:
     """A handler that notes where each of its calls ran: on the event loop, or on the
     thread it names. Sleeps ``pause`` seconds a call."""
@@ -41,11 +51,7 @@ class _Where:
         self.seen: list[str] = []
 
     def __call__(self, ctx: IntakeContext) -> Any:
-        try:
-            asyncio.get_running_loop()
-            self.seen.append(LOOP)
-        except RuntimeError:
-            self.seen.append(threading.current_thread().name)
+        self.seen.append(_where())
         if self.pause:
             time.sleep(self.pause)
         return 201, {"ok": True}
@@ -261,45 +267,46 @@ def test_a_batch_is_on_the_loop_only_within_every_bound(
     assert (on_loop.small(size) and on_loop.short(ops, expected)) == within
 
 
-def _hooked(db: Any, tmp_path: Any) -> tuple[Any, _Where, list[str]]:
+@contextlib.contextmanager
+def _hooked(db: Any, tmp_path: Any) -> Iterator[tuple[Any, _Where, list[str]]]:
     """An app whose /fast route has a replay hook and whose intake an after_commit hook,
     each noting where it ran; on SQLite, after_commit writes through an opening of its
     own of the file, as an application enqueueing outside the intake's transaction does
-    (the rehearsal's crash-after-commit mutant): with the write turn still held there, it
-    would wait for it."""
+    (the rehearsal's crash-after-commit mutant), if the write turn is free at once (were
+    it still held by the intake, the write would wait for it)."""
     fast, seen = _Where(), []
     own = open_server_db(tmp_path / "server.db") if isinstance(db, SQLiteDatabase) else None
 
-    def where() -> str:
-        try:
-            asyncio.get_running_loop()
-            return LOOP
-        except RuntimeError:
-            return threading.current_thread().name
-
     def after(keys: list[str]) -> None:
-        seen.append(f"after_commit {where()}")
-        if own is not None:
-            with own.transaction(), idempotency_store(own).turn_at_once() as ours:
-                seen.append(f"after_commit's own write {'waited for nobody' if ours else '?'}")
+        seen.append(f"after_commit {_where()}")
+        if own is None:
+            return
+        with idempotency_store(own).turn_at_once() as free:
+            if free:
+                with own.transaction():
+                    seen.append("after_commit's own write waited for nobody")
 
     def replayed(tx: Any, stored: Any, info: Any) -> Any:
-        seen.append(f"replay hook {where()}")
+        seen.append(f"replay hook {_where()}")
         return stored
 
     intake = Intake(db, after_commit=after)
     intake.add_operation("POST", "/fast", fast, on_replay=replayed)
-    return create_app(intake, purge_interval=None), fast, seen
+    try:
+        yield create_app(intake, purge_interval=None), fast, seen
+    finally:
+        if own is not None:
+            own.close()
 
 
 def test_the_applications_hooks_after_a_commit_on_the_loop_run_on_the_writer(
     one_writer: Any, tmp_path: Any
 ) -> None:
-    app, fast, seen = _hooked(one_writer, tmp_path)
-    _send(app, _batch("/fast", range(1)))  # the route known from now on
-    seen.clear()
-    _send(app, _batch("/fast", range(1, 3)), _batch("/fast", range(1, 3)))  # then replayed
-    _post(app, {}, {})
+    with _hooked(one_writer, tmp_path) as (app, fast, seen):
+        _send(app, _batch("/fast", range(1)))  # the route known from now on
+        seen.clear()
+        _send(app, _batch("/fast", range(1, 3)), _batch("/fast", range(1, 3)))  # replayed
+        _post(app, {}, {})
     assert fast.seen[1:] == [LOOP] * 4  # the handlers ran on the loop
     writer = "pigeon-writer_0"
     assert seen.count(f"after_commit {writer}") == 3  # a batch, then each single request
