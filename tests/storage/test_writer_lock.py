@@ -1,10 +1,12 @@
 """The write lock of a SQLite file (`pigeon.storage.writer_lock`): pigeon's processes on
 one file hand the write over as soon as a commit is done, where SQLite's busy handler
-slept on in steps of up to 100 ms; a deadline bounds the wait; a closed store leaves no
-lock taken."""
+slept on in steps of up to 100 ms; a deadline bounds the wait, and a wait given up never
+keeps the lock from another process; a closed store leaves no lock taken and no thread
+waiting."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.exceptions import JobTimeout
-from pigeon.storage import deadline
+from pigeon.storage import deadline, writer_lock
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests import processes
@@ -87,6 +89,50 @@ def test_a_deadline_ends_the_wait_for_another_process(
     assert holder.stdout is not None and holder.stdout.readline()  # it let go as usual
     with sqlite_file.transaction() as tx:  # and nothing was left taken here
         tx.sql("DELETE FROM pigeon_jobs")
+
+
+def test_a_wait_given_up_never_keeps_the_lock_from_the_other_process(
+    sqlite_file: SQLiteDatabase, holder: subprocess.Popen[str]
+) -> None:
+    # The thread that waits in flock is still blocked when the deadline ends the wait;
+    # the lock comes to it once the holder lets go, with nobody here asking for it.
+    for _ in range(3):
+        _hold(holder)
+        with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() + 0.05):
+            sqlite_file.run_in_transaction(lambda tx: None)
+        assert holder.stdout is not None and holder.stdout.readline()
+    time.sleep(0.05)  # the lock, had the waiter kept it, would be its by now
+    begun = time.monotonic()
+    _hold(holder)  # the holder gets it again, and at once
+    assert time.monotonic() - begun < HOLD
+    assert holder.stdout is not None and holder.stdout.readline()
+
+
+def test_a_store_closed_leaves_no_thread_waiting_for_the_lock(
+    sqlite_file: SQLiteDatabase, holder: subprocess.Popen[str]
+) -> None:
+    before = set(threading.enumerate())
+    _hold(holder)
+    with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() + 0.05):
+        sqlite_file.run_in_transaction(lambda tx: None)
+    # Blocked in flock while the holder holds on: one thread, for all of the lock's waits.
+    (waiting,) = [t for t in set(threading.enumerate()) - before if t.name == "pigeon-writer-lock"]
+    sqlite_file.close()
+    assert holder.stdout is not None and holder.stdout.readline()  # the lock came to it
+    waiting.join(5)
+    assert not waiting.is_alive()
+
+
+def test_a_forked_childs_copy_of_the_waiter_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiter = writer_lock._Waiter(str(tmp_path / "file-writer"))
+    try:
+        assert waiter.usable
+        monkeypatch.setattr(os, "getpid", lambda: -1)  # as in a child of fork
+        assert not waiter.usable  # its thread is the parent's: the child makes its own
+    finally:
+        waiter.close()
 
 
 def test_closing_a_store_while_a_thread_writes_leaves_no_lock_taken(tmp_path: Path) -> None:
