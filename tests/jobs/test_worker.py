@@ -298,3 +298,45 @@ def test_a_worker_budget_above_the_queue_maximum_is_refused(db: Database) -> Non
     with pytest.raises(ConfigurationError, match="outside its budget"):
         Worker(app, db, {"q": Budget(1, 3)})
     assert Worker(app, db, {"q": 2}).queues["q"] == Budget(1, 2)
+
+
+def test_a_timed_out_outcome_handed_to_the_heartbeat_is_recorded_when_the_worker_stops(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The watchdog hands a timed-out attempt's outcome to the heartbeat, which is stuck in
+    # a renewal (its database away); the worker stops, the job's thread ends and the
+    # renewal returns. The heartbeat's last round must still record that outcome (or count
+    # it), not end with it in hand: the attempt's JobTimeout belongs in its history.
+    app = App()
+    app.queue(
+        "q",
+        timeouts=Timeouts(job=0.2, external_call=0.1, supervisor=5.0, lease=30.0),
+        backoff=Backoff(base=0.001, cap=0.001),
+    )
+    release, renewing, gate = threading.Event(), threading.Event(), threading.Event()
+
+    @app.task(queue="q")
+    def slow() -> None:
+        release.wait(5)
+
+    job_id = JobManager(db, app).enqueue(JobSpec("q", "slow", max_attempts=3))
+    worker = Worker(app, db, {"q": 1})
+    renew = worker.manager.renew
+
+    def stuck(jobs: list[Job], lease: float) -> list[Job]:
+        renewing.set()
+        gate.wait(5)
+        return renew(jobs, lease)
+
+    monkeypatch.setattr(worker.manager, "renew", stuck)
+    t = run_in_thread(worker)
+    wait_for(lambda: renewing.is_set() and worker.stats.timed_out == 1)
+    worker.stop()
+    release.set()
+    wait_for(lambda: not worker._held)  # the job's thread has ended, its outcome unwritten
+    gate.set()
+    t.join()
+    stats = worker.stats
+    assert stats.failed + stats.unrecorded + stats.lost == 1, stats
+    (first,) = show_job(db, job_id)["history"]
+    assert first["outcome"] == "error" and "JobTimeout" in first["error"]

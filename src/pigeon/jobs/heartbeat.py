@@ -78,9 +78,22 @@ class Heartbeat:
         return max(0.05, min(lease / 4, min(c.timeouts.job for c in configs) / 4))
 
     def _heartbeat(self) -> None:
-        """Renew the leases, write the started markers and the timed-out outcomes."""
+        """Renew the leases, write the started markers and the timed-out outcomes; once the
+        job threads are done, the outcomes handed over since the last round too (a round
+        stuck in a renewal while the worker stopped had ended with them in hand, neither
+        recorded nor counted)."""
         self._interval = self._intervals()
         self._rounds("heartbeat", self._beat)
+        self._record_expired()
+
+    def _record_expired(self) -> None:
+        """Write the timed-out outcomes the watchdog handed over. Retried while the
+        database is away; given up (logged, counted) past the lease, when the jobs are
+        recovered by lease expiry like any unrecorded outcome."""
+        with self._lock:
+            expired, self._expired = self._expired, []
+        if expired:
+            self._record(expired)
 
     def _watchdog(self) -> None:
         """The deadlines and the supervisor's presence, checked in memory only."""
@@ -124,12 +137,7 @@ class Heartbeat:
     def _beat(self) -> float:
         """One round: the timed-out outcomes, the started markers due, then every held
         lease renewed; returns when the next marker is due (monotonic)."""
-        with self._lock:
-            expired, self._expired = self._expired, []
-        if expired:
-            # Retried while the database is away; given up (logged, counted) past the lease,
-            # when the jobs are recovered by lease expiry like any unrecorded outcome.
-            self._record(expired)
+        self._record_expired()
         next_due = self._mark_started()
         with self._lock:
             held = [h.job for h in self._held.values() if not h.timed_out]
