@@ -63,6 +63,18 @@ def _hold(holder: subprocess.Popen[str]) -> None:
     assert holder.stdout.readline().strip() == "holding"
 
 
+def _let_go(holder: subprocess.Popen[str]) -> float:
+    """When the other process let go of the write lock (returns once it has)."""
+    assert holder.stdout is not None
+    return float(holder.stdout.readline())
+
+
+def _give_up(db: SQLiteDatabase) -> None:
+    """A write that waits for the other process's lock and gives up at its deadline."""
+    with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() + 0.05):
+        db.run_in_transaction(lambda tx: None)
+
+
 def test_the_write_passes_to_another_process_as_soon_as_it_commits(
     sqlite_file: SQLiteDatabase, holder: subprocess.Popen[str]
 ) -> None:
@@ -72,8 +84,7 @@ def test_the_write_passes_to_another_process_as_soon_as_it_commits(
         with sqlite_file.transaction() as tx:
             began = time.time()
             tx.sql("DELETE FROM pigeon_jobs")
-        assert holder.stdout is not None
-        lags.append(began - float(holder.stdout.readline()))
+        lags.append(began - _let_go(holder))
     # Through SQLite's busy handler alone: ~28 ms each (its 100 ms sleep from 228 ms on).
     assert statistics.median(lags) < 0.012, lags
 
@@ -86,7 +97,7 @@ def test_a_deadline_ends_the_wait_for_another_process(
     with pytest.raises(JobTimeout), deadline.waits_until(begun + 0.1):
         sqlite_file.run_in_transaction(lambda tx: None)
     assert time.monotonic() - begun < HOLD
-    assert holder.stdout is not None and holder.stdout.readline()  # it let go as usual
+    _let_go(holder)  # as usual
     with sqlite_file.transaction() as tx:  # and nothing was left taken here
         tx.sql("DELETE FROM pigeon_jobs")
 
@@ -98,14 +109,13 @@ def test_a_wait_given_up_never_keeps_the_lock_from_the_other_process(
     # the lock comes to it once the holder lets go, with nobody here asking for it.
     for _ in range(3):
         _hold(holder)
-        with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() + 0.05):
-            sqlite_file.run_in_transaction(lambda tx: None)
-        assert holder.stdout is not None and holder.stdout.readline()
+        _give_up(sqlite_file)
+        _let_go(holder)
     time.sleep(0.05)  # the lock, had the waiter kept it, would be its by now
     begun = time.monotonic()
     _hold(holder)  # the holder gets it again, and at once
     assert time.monotonic() - begun < HOLD
-    assert holder.stdout is not None and holder.stdout.readline()
+    _let_go(holder)
 
 
 def test_a_store_closed_leaves_no_thread_waiting_for_the_lock(
@@ -113,12 +123,11 @@ def test_a_store_closed_leaves_no_thread_waiting_for_the_lock(
 ) -> None:
     before = set(threading.enumerate())
     _hold(holder)
-    with pytest.raises(JobTimeout), deadline.waits_until(time.monotonic() + 0.05):
-        sqlite_file.run_in_transaction(lambda tx: None)
+    _give_up(sqlite_file)
     # Blocked in flock while the holder holds on: one thread, for all of the lock's waits.
     (waiting,) = [t for t in set(threading.enumerate()) - before if t.name == "pigeon-writer-lock"]
     sqlite_file.close()
-    assert holder.stdout is not None and holder.stdout.readline()  # the lock came to it
+    _let_go(holder)  # and the lock came to the waiting thread
     waiting.join(5)
     assert not waiting.is_alive()
 
