@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pigeon.exceptions import JobTimeout
-from pigeon.storage import deadline, writer_lock
+from pigeon.storage import deadline, files, writer_lock
 from pigeon.storage.server import open_server_db
 from pigeon.storage.sqlite import SQLiteDatabase
 from tests import processes
@@ -137,11 +137,32 @@ def test_a_forked_childs_copy_of_the_waiter_is_not_used(
 ) -> None:
     waiter = writer_lock._Waiter(str(tmp_path / "file-writer"))
     try:
-        assert waiter.usable
+        assert not waiter.forked
         monkeypatch.setattr(os, "getpid", lambda: -1)  # as in a child of fork
-        assert not waiter.usable  # its thread is the parent's: the child makes its own
+        assert waiter.forked  # its thread is the parent's: the child makes its own
     finally:
         waiter.close()
+
+
+def test_a_waiter_that_cannot_wait_leaves_the_wait_to_sqlite_from_then_on(
+    sqlite_file: SQLiteDatabase, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened_by_waiters = []
+
+    def lock_file(path: str) -> int:  # the waiting thread's open fails, as on a full table
+        if threading.current_thread().name == "pigeon-writer-lock":
+            opened_by_waiters.append(path)
+            raise OSError("too many open files")
+        return real(path)
+
+    real = files.lock_file
+    monkeypatch.setattr(writer_lock, "lock_file", lock_file)
+    for _ in range(3):
+        _hold(holder)
+        with sqlite_file.transaction() as tx:  # SQLite's busy handler waits it out
+            tx.sql("DELETE FROM pigeon_jobs")
+        _let_go(holder)
+    assert len(opened_by_waiters) == 1  # one thread tried, not one a wait
 
 
 def test_closing_a_store_while_a_thread_writes_leaves_no_lock_taken(tmp_path: Path) -> None:

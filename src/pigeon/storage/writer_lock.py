@@ -131,9 +131,13 @@ class WriterLock:
         None (should it come later, the waiter lets go of it, or hands it to the next)."""
         if timeout <= 0:
             return None
-        if self._waiter is None or not self._waiter.usable:
-            self._waiter = _Waiter(self.path + SUFFIX)
-        return self._waiter.wait(timeout)
+        waiter = self._waiter
+        if waiter is None or waiter.forked:
+            waiter = self._waiter = _Waiter(self.path + SUFFIX)
+        given = waiter.wait(timeout)
+        if waiter.failed:  # nor could another thread: SQLite's wait alone from now on
+            self._usable = False
+        return given
 
     def _let_go(self, held: bool = True) -> None:
         with self._guard:
@@ -147,7 +151,9 @@ class WriterLock:
                 self._close_file()
 
     def _open(self) -> int | None:
-        if self._fd is None and self._usable and not self._closed:
+        if not self._usable:
+            return None
+        if self._fd is None and not self._closed:
             try:
                 self._fd = lock_file(self.path + SUFFIX)
             except OSError:  # a read-only folder, say: SQLite's wait alone
@@ -178,8 +184,14 @@ class _Waiter:
         threading.Thread(target=self._serve, name="pigeon-writer-lock", daemon=True).start()
 
     @property
-    def usable(self) -> bool:
-        return not self._failed and self._pid == os.getpid()
+    def forked(self) -> bool:
+        """Is this a forked child's copy (its thread is the parent's)?"""
+        return self._pid != os.getpid()
+
+    @property
+    def failed(self) -> bool:
+        """Could its thread not wait (no descriptor, or no ``flock`` there)?"""
+        return self._failed
 
     def wait(self, timeout: float) -> int | None:
         until = time.monotonic() + timeout
