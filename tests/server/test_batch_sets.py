@@ -162,15 +162,25 @@ class Counted:
 
 
 class _CountingTx:
+    """Each statement told by its name: a named one's (run by name, or by its text, as a
+    statement sent with the next round trip is), else its text's first word."""
+
     def __init__(self, inner: Tx, seen: list[str], sizes: list[int]) -> None:
         self.inner, self.seen, self.sizes = inner, seen, sizes
         self.backend, self.cipher = inner.backend, inner.cipher
+        queries: dict[str, str] = getattr(inner, "queries", {})
+        self.names = {text: name for name, text in queries.items()}
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
+        if not callable(method):
+            return method
 
         def counted(*args: Any) -> Any:
-            self.seen.append(name if name == "savepoint" else str(args[0]).split()[0])
+            said = str(args[0]) if args else ""
+            self.seen.append(
+                name if name == "savepoint" else self.names.get(said) or said.split()[0]
+            )
             params = args[1] if len(args) > 1 and isinstance(args[1], dict) else {}
             self.sizes.append(sum(len(str(value)) for value in params.values()))
             return method(*args)
@@ -557,6 +567,44 @@ def test_a_key_claimed_by_another_transaction_after_the_read_is_answered_one_by_
     with notes_pg.transaction() as tx:
         notes = tx.sql("SELECT id FROM ref_notes WHERE principal = 'p' ORDER BY id").fetchall()
     assert [r["id"] for r in notes] == ["n0", "n1", "n2", "n4", "n5"]
+
+
+@pytest.mark.parametrize("then_one_by_one", [False, True])
+def test_a_key_another_transaction_holds_when_the_claims_are_sent_answers_in_progress(
+    notes_pg: Database, pg_url: str, monkeypatch: pytest.MonkeyPatch, then_one_by_one: bool
+) -> None:
+    # The batch reads its keys, then another transaction claims k3 and stays open: the
+    # batch's claims, sent with its COMMIT (or with the statement of an operation after
+    # them that runs the one-key way), wait for k3 as long as one claim waits, and the
+    # attempt is given up there (nothing of it commits). The one-by-one way then answers
+    # the operations before k3, and k3 "in progress": the batch stops at it.
+    clock = FakeClock(SERVER_START)
+    intake = intake_on(notes_pg, clock)
+    ops = [create(f"k{i}", f"n{i}", i) for i in range(6)]
+    if then_one_by_one:  # a route without a set handler
+        ops.append(OperationRequest("POST", "/refuse", {"id": "r"}, "r", "op-r", clock=stamp(9)))
+    read = idempotency_sets.SetClaims.read_many
+    other = psycopg.connect(pg_url)  # its transaction open until the batch is answered
+
+    def read_then_hold(self: Any, tx: Tx, principal: str, asks: Sequence[Ask]) -> Any:
+        found = read(self, tx, principal, asks)
+        if other.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            other.execute(RACED_CLAIM, {"p": principal, "f": asks[3].fingerprint, "at": clock()})
+        return found
+
+    monkeypatch.setattr(idempotency_sets.SetClaims, "read_many", read_then_hold)
+    try:
+        results = intake.execute_batch("p", ops)
+    finally:
+        other.rollback()
+        other.close()
+    assert [r.status for r in results] == [201, 201, 201, 409]
+    assert "key-in-progress" in results[3].body_text and results[3].transient
+    with notes_pg.transaction() as tx:
+        notes = tx.sql("SELECT id FROM ref_notes WHERE principal = 'p' ORDER BY id").fetchall()
+        keys = tx.sql("SELECT count(*) AS n FROM pigeon_idempotency_claims").fetchone()
+    assert [r["id"] for r in notes] == ["n0", "n1", "n2"]
+    assert keys == {"n": 3}
 
 
 def test_a_note_created_by_another_transaction_meanwhile_is_answered_one_by_one(

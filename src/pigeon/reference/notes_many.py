@@ -64,7 +64,7 @@ def create_notes(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult |
         body = _answer(note_id, version, data, ctx.clock, stamps[row["updated_at"]])
         out[i] = 201, body, {ETAG: quote_etag(str(version)), "Location": location}
     if ledger:
-        ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
+        ref.execute_rows_later(tx, "ledger_append_many", ledger, principal=principal, now=now)
     return out
 
 
@@ -162,7 +162,7 @@ def _write_many(tx: Tx, items: Sequence[IntakeContext], kind: _Kind) -> list[Han
             location = "/notes/" + path_segment(note_id)
             body = _answer(note_id, version, data, ctx.clock, stamps[row["updated_at"]])
             out[i] = 200, body, {ETAG: quote_etag(str(version)), "Location": location}
-    ref.execute_rows(tx, "ledger_append_many", ledger, principal=principal, now=now)
+    ref.execute_rows_later(tx, "ledger_append_many", ledger, principal=principal, now=now)
     return out
 
 

@@ -37,6 +37,11 @@ def execute_rows(tx: Tx, name: str, rows: Sequence[Sequence[Any]], **shared: Any
     return QUERIES.run_rows(tx, name, rows, shared)
 
 
+def execute_rows_later(tx: Tx, name: str, rows: Sequence[Sequence[Any]], **shared: Any) -> None:
+    """``execute_rows``, sent with the next round trip where it can (`QuerySet.run_rows_later`)."""
+    QUERIES.run_rows_later(tx, name, rows, shared)
+
+
 def execute_later(tx: Tx, name: str, params: Mapping[str, Any]) -> None:
     """``name`` in ``tx``, sent with its next round trip where it can (`QuerySet.run_later`)."""
     QUERIES.run_later(tx, name, params)

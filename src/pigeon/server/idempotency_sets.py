@@ -11,12 +11,13 @@ transaction claimed meanwhile (on PostgreSQL: SQLite has one writer) fails
 ``store_many``'s statement as a duplicate key (`storage.errors.duplicate_row`), which
 gives the attempt up (`intake_set.SetAbandoned`), as a store counting fewer rows than
 asked does.
-A call is one statement over a JSON array on PostgreSQL (one round trip), and on SQLite
-one row's statement stepped for each key by ``executemany`` (no round trips to save, and
-SQLite's JSON functions cost more than bound parameters). The rules are the one-key
-claim's (``decide_claim``, ``IdempotencyPolicy``), the statements named blocks of each
-backend's ``intake.sql``; ``idempotency_stores.set_claims`` says which stores have them
-and runs them.
+A call is one statement over a JSON array on PostgreSQL (on pigeon's own transaction
+sent with the COMMIT, its count unread: it stores every row or fails, and then nothing
+commits), and on SQLite one row's statement stepped for each key by ``executemany`` (no
+round trips to save, and SQLite's JSON functions cost more than bound parameters). The
+rules are the one-key claim's (``decide_claim``, ``IdempotencyPolicy``), the statements
+named blocks of each backend's ``intake.sql``; ``idempotency_stores.set_claims`` says
+which stores have them and runs them.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
@@ -115,10 +116,22 @@ class SQLiteSetClaims(SetClaims):
         )
 
 
+@runtime_checkable
+class _Deferring(Protocol):
+    """A transaction that sends a statement with its next round trip (`PostgresTx`)."""
+
+    queries: Mapping[str, str]
+
+    def defer(self, statement: str, params: Mapping[str, Any]) -> None: ...
+
+
 class PostgresSetClaims(SetClaims):
     """A batch's claims in PostgreSQL: a key another transaction claimed and has not
     committed yet is waited for as long as one claim waits (``claim_wait``), then
-    ``KeyBusy``."""
+    ``KeyBusy``. On pigeon's own transaction the statement travels with the next round
+    trip, the COMMIT's most often, its count unread: it stores every row or fails, and a
+    failure there (a duplicate key, the wait run out) rolls the transaction back and gives
+    the attempt up (`intake_set.commit_set`)."""
 
     def __init__(self, store: SqlIdempotencyStore) -> None:
         super().__init__(store.policy, store.now)
@@ -128,6 +141,9 @@ class PostgresSetClaims(SetClaims):
         self, tx: Tx, principal: str, rows: list[list[object]], times: Mapping[str, float]
     ) -> int:
         params = {"principal": principal, "claims": canonical_json(rows), "claim_wait": self.wait}
+        if isinstance(tx, _Deferring):
+            tx.defer(tx.queries["claims_store_many"], {**params, **times})
+            return len(rows)
         try:
             row = tx.fetchone("claims_store_many", {**params, **times})
         except Exception as exc:

@@ -150,15 +150,13 @@ def _chunk(
         return results
 
     plan = intake_set.plan_set(applier, principal, ops)  # None: one at a time
-
-    def apply(tx: Tx) -> list[OpResult]:
-        return one_by_one(tx) if plan is None else intake_set.run_set(applier, tx, plan)
-
     try:
-        try:
-            return applier.transact(apply)
-        except intake_set.SetAbandoned:  # rolled back: the chunk anew, one at a time
-            return applier.transact(one_by_one)
+        if plan is not None:
+            try:
+                return intake_set.commit_set(applier, plan)
+            except intake_set.SetAbandoned:  # rolled back: the chunk anew, one at a time
+                pass
+        return applier.transact(one_by_one)
     except KeyBusy as busy:
         # Another process holds the key of ops[i] and the database aborted the whole
         # transaction: the ops before it run again without it, and it answers 409

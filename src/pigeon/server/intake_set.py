@@ -61,7 +61,7 @@ from pigeon.server.operations import (
 )
 from pigeon.server.results import OpResult, normalise, problem_result
 from pigeon.storage.base import Tx
-from pigeon.storage.errors import duplicate_row, store_down
+from pigeon.storage.errors import duplicate_row, lock_timed_out, store_down
 
 log = logging.getLogger("pigeon.server.intake")
 
@@ -121,6 +121,21 @@ def plan_set(
     if not asks:
         return None
     return SetPlan(claims, principal, steps, asks)
+
+
+def commit_set(applier: Applier, plan: SetPlan) -> list[OpResult]:
+    """``run_set`` in a transaction of its own (``Applier.transact``), committed.
+    ``SetAbandoned``: given up, nothing of it committed. A statement sent with the COMMIT
+    (PostgreSQL's claims, `idempotency_stores.PostgresSetClaims`) fails there as it would
+    have failed on its own: a key another transaction claimed since the read (a duplicate
+    key), or holds uncommitted past the claim's wait. So does one sent with a later
+    statement of ``run_set``, which the transaction's end hands on as it is."""
+    try:
+        return applier.transact(lambda tx: run_set(applier, tx, plan))
+    except Exception as exc:
+        if duplicate_row(exc) or lock_timed_out(exc):
+            raise SetAbandoned from exc
+        raise
 
 
 def run_set(applier: Applier, tx: Tx, plan: SetPlan) -> list[OpResult]:

@@ -122,3 +122,17 @@ class QuerySet:
             return int(tx.sql(text, {**shared, "rows": json.dumps(rows)}).rowcount)
         tail = tuple(shared.values())
         return tx.sql_many(text, [(*row, *tail) for row in rows])
+
+    def run_rows_later(
+        self, tx: Tx, name: str, rows: Sequence[Sequence[Any]], shared: Mapping[str, Any]
+    ) -> None:
+        """``run_rows``, its count unread: a block that takes the rows as one array is sent
+        with the transaction's next round trip where it can hold it back (``run_later``),
+        any other is stepped now. For rows that cannot fail on their own (see
+        `PostgresTx.defer`), such as an append-only log's."""
+        defer = getattr(tx, "defer", None)
+        text = self.text(tx, name)
+        if defer is not None and _takes_array(text):
+            defer(text, {**shared, "rows": json.dumps(rows)})
+        else:
+            self.run_rows(tx, name, rows, shared)

@@ -72,7 +72,8 @@ FROM bound
 -- answers 409), and once that claim is committed the INSERT fails (23505: the batch is
 -- given up, and runs one operation at a time). No ON CONFLICT: its speculative insertion
 -- cost PostgreSQL a third of the statement, for a race that gives the batch up anyway.
--- One row: how many were stored.
+-- One row: how many were stored (pigeon's own transaction sends it with the COMMIT and
+-- reads no count: it stores every row or fails, and then the COMMIT is skipped).
 WITH bound AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS previous,
            set_config('lock_timeout', %(claim_wait)s, true) AS waiting
