@@ -15,7 +15,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
 
 from pigeon.core.wire import canonical_json
 from pigeon.server.idempotency import (
@@ -30,7 +29,10 @@ from pigeon.server.idempotency_memory import MemoryDatabase, MemoryIdempotencySt
 from pigeon.server.idempotency_sets import SetClaims
 from pigeon.storage.base import Database, Tx
 from pigeon.storage.errors import lock_timed_out
+from pigeon.storage.queries import QuerySet
 from pigeon.storage.sqlite import SQLiteDatabase
+
+_INTAKE = QuerySet("intake")  # the claims' own statements, by backend
 
 
 class _BoundSqlStore(SqlIdempotencyStore):
@@ -116,15 +118,6 @@ class SQLiteSetClaims(SetClaims):
         )
 
 
-@runtime_checkable
-class _Deferring(Protocol):
-    """A transaction that sends a statement with its next round trip (`PostgresTx`)."""
-
-    queries: Mapping[str, str]
-
-    def defer(self, statement: str, params: Mapping[str, Any]) -> None: ...
-
-
 class PostgresSetClaims(SetClaims):
     """A batch's claims in PostgreSQL: a key another transaction claimed and has not
     committed yet is waited for as long as one claim waits (``claim_wait``), then
@@ -141,8 +134,8 @@ class PostgresSetClaims(SetClaims):
         self, tx: Tx, principal: str, rows: list[list[object]], times: Mapping[str, float]
     ) -> int:
         params = {"principal": principal, "claims": canonical_json(rows), "claim_wait": self.wait}
-        if isinstance(tx, _Deferring):
-            tx.defer(tx.queries["claims_store_many"], {**params, **times})
+        if hasattr(tx, "defer"):  # pigeon's own transaction (`PostgresTx`)
+            _INTAKE.run_later(tx, "claims_store_many", {**params, **times})
             return len(rows)
         try:
             row = tx.fetchone("claims_store_many", {**params, **times})
