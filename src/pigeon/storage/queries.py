@@ -59,6 +59,11 @@ def migrations(backend: str, component: str, package: str = LIBRARY) -> list[tup
     return found
 
 
+def _as_array(rows: Sequence[Sequence[Any]], shared: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of a block that takes ``rows`` as one JSON array (``_takes_array``)."""
+    return {**shared, "rows": json.dumps(rows)}
+
+
 @cache
 def _takes_array(text: str) -> bool:
     """Does the statement (its comments aside) name the parameter ``rows``?"""
@@ -119,7 +124,7 @@ class QuerySet:
         its ``json_each`` parses an element again for each value read out of it)."""
         text = self.text(tx, name)
         if _takes_array(text):
-            return int(tx.sql(text, {**shared, "rows": json.dumps(rows)}).rowcount)
+            return int(tx.sql(text, _as_array(rows, shared)).rowcount)
         tail = tuple(shared.values())
         return tx.sql_many(text, [(*row, *tail) for row in rows])
 
@@ -130,9 +135,7 @@ class QuerySet:
         with the transaction's next round trip where it can hold it back (``run_later``),
         any other is stepped now. For rows that cannot fail on their own (see
         `PostgresTx.defer`), such as an append-only log's."""
-        defer = getattr(tx, "defer", None)
-        text = self.text(tx, name)
-        if defer is not None and _takes_array(text):
-            defer(text, {**shared, "rows": json.dumps(rows)})
+        if _takes_array(self.text(tx, name)):
+            self.run_later(tx, name, _as_array(rows, shared))
         else:
             self.run_rows(tx, name, rows, shared)
