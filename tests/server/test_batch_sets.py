@@ -480,10 +480,62 @@ def test_expired_answers_and_claims_are_answered_as_one_by_one(pair: Pair) -> No
 
 
 def test_a_create_without_an_id_gets_a_new_one(pair: Pair) -> None:
-    results = pair.set.execute_batch("p", [create("a", None), create("b", None)])
+    results = pair.set.execute_batch("p", [create("a", None), create("b", None, 1)])
     assert [r.status for r in results] == [201, 201]
     ids = {r.body["id"] for r in results}
     assert len(ids) == 2 and all(len(i) == 32 for i in ids)
+    assert [r.body["data"] for r in results] == [{"v": 0}, {"v": 1}]  # the body, whole
+
+
+def test_a_note_body_is_stored_as_one_by_one_whatever_repeats_its_id(pair: Pair) -> None:
+    """The set handler cuts a note's data out of the body's text (encoded once for its
+    fingerprint): a nested object or a key that repeats the id's text makes it encode
+    again, and every one is stored as the one-note handler stores it."""
+    bodies: list[dict[str, Any]] = [
+        {"id": "n1", "v": 1},
+        {"id": "n2"},
+        {"id": "n3", "inner": {"id": "n3"}, "z": [{"id": "n3"}]},
+        {'a"id': "n4", "id": "n4", "v": "é"},
+        {"body": "b", "id": "n5", "title": 'say "id":"n5"'},
+    ]
+    ops = [
+        OperationRequest("POST", "/notes", body, f"k{i}", f"op-k{i}", clock=stamp(i))
+        for i, body in enumerate(bodies)
+    ]
+    results = pair.batch("p", ops)
+    assert [r.status for r in results] == [201] * len(bodies)
+    replaces = [
+        OperationRequest("PUT", f"/notes/{b['id']}", {**b, "v": 9}, f"r{i}", f"op-r{i}")
+        for i, b in enumerate(bodies)
+    ]
+    pair.batch("p", replaces)
+    pair.same_state("p")
+
+
+def test_a_handler_is_given_the_text_its_body_was_fingerprinted_by(notes_db: Database) -> None:
+    """``IntakeContext.body_json`` is ``canonical_json(body)`` on the set path and the
+    per-operation path alike, whatever the key order and spacing the body came in."""
+    seen: list[tuple[str | None, Any]] = []
+
+    def one(ctx: IntakeContext) -> HandlerResult:
+        seen.append((ctx.body_json, ctx.body))
+        return 201, {}
+
+    def many(tx: Tx, items: Sequence[IntakeContext]) -> list[HandlerResult | None]:
+        return [one(ctx) for ctx in items]
+
+    intake = Intake(notes_db)
+    intake.add_operation("POST", "/set", one, many=many)
+    intake.add_operation("POST", "/one", one)
+    bodies = [{"b": [1, 2.5], "a": {"z": None, "é": True}}, None, "text", [3, {"x": 1}]]
+    ops = [
+        OperationRequest("POST", path, body, f"{path}-{i}", f"op{path}-{i}")
+        for path in ("/set", "/one")
+        for i, body in enumerate(bodies)
+    ]
+    assert all(r.status == 201 for r in intake.execute_batch("p", ops))
+    assert len(seen) == 2 * len(bodies)
+    assert all(text == canonical_json(body) for text, body in seen)
 
 
 def _notes_db(url: str, keyring: Keyring | None) -> Iterator[Database]:

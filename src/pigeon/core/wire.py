@@ -24,6 +24,7 @@ read as "key in progress" when it carries ``Retry-After`` and as a conflict othe
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 from pigeon.core.jsontext import one_encoder
@@ -62,7 +63,7 @@ PROBLEM_UNAVAILABLE = PROBLEM_PREFIX + "store-unavailable"  # 503: intake fails 
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-# The intake encodes each operation's body twice (its fingerprint, its data).
+# Every operation's body is encoded here once, for its fingerprint (IntakeContext.body_json).
 _ENCODE = one_encoder(_CANONICAL)
 
 
@@ -79,6 +80,25 @@ def canonical_json(value: Any) -> str:
     if type(value) is CanonicalJson:
         return str(value)
     return _ENCODE(value)
+
+
+def without_member(text: str, key: str, value: str) -> str | None:
+    """``text``, the canonical JSON of an object that holds the member ``key``: ``value``
+    (a string), without that member: what ``canonical_json`` writes for the object
+    without it, cut from text already made instead of encoded again. None when the
+    member's text is in ``text`` more than once (a nested object holds it too, or a key
+    that ends in an escaped quote and the key's name), which only an encode tells apart;
+    found once, it is the object's own, which is there."""
+    member = f"{encode_basestring(key)}:{encode_basestring(value)}"
+    at = text.find(member)
+    if at < 0 or text.find(member, at + 1) >= 0:
+        return None
+    end = at + len(member)
+    if text[end] == ",":  # a member after it
+        return text[:at] + text[end + 1 :]
+    if text[at - 1] == ",":  # the last of several
+        return text[: at - 1] + text[end:]
+    return text[:at] + text[end:]  # the only one: "{}"
 
 
 def quote_etag(version: str) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from json.encoder import encode_basestring as _string  # as canonical_json writes a string
 from typing import Any, Literal
 
-from pigeon.core.wire import ETAG, CanonicalJson, canonical_json, quote_etag
+from pigeon.core.wire import ETAG, CanonicalJson, canonical_json, quote_etag, without_member
 from pigeon.edge.merge import merge_patch
 from pigeon.reference import schema as ref
 from pigeon.reference.notes_reads import NOTE_AD, if_match_allows
@@ -86,8 +86,22 @@ def _planned(items: Sequence[IntakeContext]) -> list[tuple[int, str, str]]:
         if note_id in seen:
             continue
         seen.add(note_id)
-        planned.append((i, note_id, canonical_json({k: v for k, v in body.items() if k != "id"})))
+        planned.append((i, note_id, _data_text(ctx)))
     return planned
+
+
+def _data_text(ctx: IntakeContext) -> str:
+    """The note's data, as canonical JSON: the body (an object) without its id, cut from
+    the body's own text where the intake made it (`IntakeContext.body_json`), so that
+    the body is encoded once."""
+    body, text = ctx.body, ctx.body_json
+    if text is not None:
+        if "id" not in body:
+            return text
+        raw_id = body["id"]
+        if type(raw_id) is str and (cut := without_member(text, "id", raw_id)) is not None:
+            return cut
+    return canonical_json({k: v for k, v in body.items() if k != "id"})
 
 
 def _answer(note_id: str, version: int, data: str, clock: str, updated_at: str) -> CanonicalJson:
@@ -205,8 +219,8 @@ def _write(tx: Tx, i: int, ctx: IntakeContext, row: Any, kind: _Kind) -> _Write 
     note_id = row["id"]
     if kind == "delete":  # the stored bytes kept, as delete_note keeps them
         return i, note_id, None, True
-    given = {k: v for k, v in ctx.body.items() if k != "id"}
     if kind == "replace":
-        return i, note_id, canonical_json(given), False
+        return i, note_id, _data_text(ctx), False
+    given = {k: v for k, v in ctx.body.items() if k != "id"}
     kept = json.loads(tx.cipher.open(row["data"], *NOTE_AD, row["principal"], note_id))
     return i, note_id, canonical_json(merge_patch(kept, given)), False

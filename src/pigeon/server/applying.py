@@ -14,10 +14,11 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from pigeon.core.wire import canonical_json
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
 from pigeon.server import testhooks
-from pigeon.server.fingerprint import fingerprint
+from pigeon.server.fingerprint import fingerprint_canonical
 from pigeon.server.handler_run import HandlerRunner, refused
 from pigeon.server.idempotency import (
     ClaimDecision,
@@ -210,7 +211,7 @@ class Applier:
             refusal, checked_in = route.check.timed(op.body, params)
             if refusal is not None:
                 raise Failed(refusal)
-        return RoutedOperation(principal, op, route, params, checked_in)
+        return RoutedOperation(principal, op, route, params, canonical_json(op.body), checked_in)
 
     def _claim(self, tx: Tx, call: RoutedOperation) -> ClaimDecision:
         op = call.op
@@ -218,7 +219,7 @@ class Applier:
             tx,
             principal=call.principal,
             key=op.key,
-            fingerprint=fingerprint(op.method, op.path, op.body),
+            fingerprint=fingerprint_canonical(op.method, op.path, call.body_json),
             method=op.method.upper(),
             path=op.path,
             operation_id=op.operation_id,

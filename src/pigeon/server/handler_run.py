@@ -121,6 +121,7 @@ class HandlerRunner:
             path=op.path,
             entity=op.entity,
             now=self.now(),
+            body_json=call.body_json,
         )
 
 

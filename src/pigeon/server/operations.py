@@ -47,6 +47,11 @@ class IntakeContext:
     path: str
     entity: str | None = None
     now: float = 0.0
+    # The body's canonical JSON (``canonical_json(body)``, "null" for none), made once for
+    # its fingerprint: a handler that stores the body as JSON text cuts it from here
+    # (`pigeon.core.wire.without_member`) instead of encoding it again. None where the
+    # context was made by hand (a handler's unit test).
+    body_json: str | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +103,7 @@ class RoutedOperation:
     op: OperationRequest
     route: OperationRoute
     params: dict[str, Any]
+    body_json: str  # canonical_json(op.body): its fingerprint's text, and the handler's
     checked_in: float = 0.0  # seconds the route's declared checks took (RequestCheck.timed)
 
 
