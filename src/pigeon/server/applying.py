@@ -14,11 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from pigeon.core.wire import canonical_json
 from pigeon.exceptions import ConfigurationError
 from pigeon.logs import failure
 from pigeon.server import testhooks
-from pigeon.server.fingerprint import fingerprint_canonical
 from pigeon.server.handler_run import HandlerRunner, refused
 from pigeon.server.idempotency import (
     ClaimDecision,
@@ -28,7 +26,7 @@ from pigeon.server.idempotency import (
     KeyBusy,
 )
 from pigeon.server.identifiers import loggable
-from pigeon.server.operations import Failed, OperationRequest, RoutedOperation, Routes
+from pigeon.server.operations import Failed, OperationRequest, RoutedOperation, Routes, routed
 from pigeon.server.options import IntakeOptions
 from pigeon.server.replay import claim_refusal, refresh_all, refresh_in
 from pigeon.server.results import (
@@ -211,7 +209,7 @@ class Applier:
             refusal, checked_in = route.check.timed(op.body, params)
             if refusal is not None:
                 raise Failed(refusal)
-        return RoutedOperation(principal, op, route, params, canonical_json(op.body), checked_in)
+        return routed(principal, op, route, params, checked_in)
 
     def _claim(self, tx: Tx, call: RoutedOperation) -> ClaimDecision:
         op = call.op
@@ -219,7 +217,7 @@ class Applier:
             tx,
             principal=call.principal,
             key=op.key,
-            fingerprint=fingerprint_canonical(op.method, op.path, call.body_json),
+            fingerprint=call.fingerprint,
             method=op.method.upper(),
             path=op.path,
             operation_id=op.operation_id,

@@ -47,7 +47,6 @@ from pigeon.core.clock import latest
 from pigeon.core.wire import canonical_json
 from pigeon.logs import failure
 from pigeon.server.applying import Applier
-from pigeon.server.fingerprint import fingerprint_canonical
 from pigeon.server.handler_run import NOT_REPLAYED, refused
 from pigeon.server.idempotency import ClaimOutcome, KeyBusy
 from pigeon.server.idempotency_sets import Answer, Ask, Found, SetClaims
@@ -58,6 +57,7 @@ from pigeon.server.operations import (
     OperationRequest,
     OperationRoute,
     RoutedOperation,
+    routed,
 )
 from pigeon.server.results import OpResult, normalise, problem_result
 from pigeon.storage.base import Tx
@@ -89,7 +89,6 @@ class _Step:
     op: OperationRequest | None
     result: OpResult | None = None
     call: RoutedOperation | None = None
-    size: int = 0  # its body's canonical JSON, in characters (set steps only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +197,7 @@ def _step(applier: Applier, principal: str, i: int, op: OperationRequest, found:
         refusal, checked_in = route.check.timed(op.body, params)
         if refusal is not None:
             return _Step(i, op, result=refusal)
-    canonical = canonical_json(op.body)
-    call = RoutedOperation(principal, op, route, params, canonical, checked_in)
-    return _Step(i, op, call=call, size=len(canonical))
+    return _Step(i, op, call=routed(principal, op, route, params, checked_in))
 
 
 def _asks(steps: list[_Step]) -> list[Ask]:
@@ -217,9 +214,8 @@ def _asks(steps: list[_Step]) -> list[Ask]:
             continue
         seen.add(op.key)
         if step.call is not None:
-            method = op.method.upper()
-            digest = fingerprint_canonical(method, op.path, step.call.body_json)
-            asks.append(Ask(op.key, digest, method, op.path, op.operation_id))
+            fingerprint = step.call.fingerprint
+            asks.append(Ask(op.key, fingerprint, op.method.upper(), op.path, op.operation_id))
     return asks
 
 
@@ -256,12 +252,12 @@ class _Run:
                 ask = found.free.get(call.op.key)
                 if ask is not None:
                     if segment and (
-                        segment[0][0].route is not call.route or size + step.size > SEGMENT_BYTES
+                        segment[0][0].route is not call.route or size + call.size > SEGMENT_BYTES
                     ):
                         self._flush(segment)
                         size = 0
                     segment.append((call, step.index, ask))
-                    size += step.size
+                    size += call.size
                     continue
                 if self._answer_held(call, step.index, found):
                     continue

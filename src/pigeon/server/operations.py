@@ -11,7 +11,9 @@ from starlette.convertors import Convertor
 from starlette.routing import compile_path
 
 from pigeon.core import wire
+from pigeon.core.wire import canonical_json
 from pigeon.exceptions import InvalidOperation
+from pigeon.server.fingerprint import fingerprint_canonical
 from pigeon.server.replay import ReplayHook
 from pigeon.server.results import OpResult, problem_result
 from pigeon.server.testhooks import TestHooks
@@ -24,6 +26,10 @@ Handler = Callable[["IntakeContext"], HandlerResult]
 # an answer for each it applied, None for each left to the per-operation handler.
 ManyHandler = Callable[[Tx, Sequence["IntakeContext"]], Sequence[HandlerResult | None]]
 WRITE_METHODS = frozenset(wire.WRITE_METHODS)
+# Characters of a body's canonical text kept for its handler. A batch holds its operations
+# until they are applied: kept whole, the texts of 1,000 16 KiB notes grew the server by
+# 16 MiB more (bench/memory_bench.py); a note's usual text is a few hundred.
+KEPT_BODY_JSON = 1 << 10
 
 # The values made for every operation of a batch (these, OpResult, Ask) are plain slots
 # dataclasses, never changed once made, but not frozen: a frozen one's __init__ sets each
@@ -49,8 +55,8 @@ class IntakeContext:
     now: float = 0.0
     # The body's canonical JSON (``canonical_json(body)``, "null" for none), made once for
     # its fingerprint: a handler that stores the body as JSON text cuts it from here
-    # (`pigeon.core.wire.without_member`) instead of encoding it again. None where the
-    # context was made by hand (a handler's unit test).
+    # (`pigeon.core.wire.without_member`) instead of encoding it again. None for a body
+    # whose text is longer than KEPT_BODY_JSON, and where the context was made by hand.
     body_json: str | None = None
 
 
@@ -103,8 +109,25 @@ class RoutedOperation:
     op: OperationRequest
     route: OperationRoute
     params: dict[str, Any]
-    body_json: str  # canonical_json(op.body): its fingerprint's text, and the handler's
+    fingerprint: str  # of its method, path and body: what its claim records
+    body_json: str | None  # the body's canonical text for its handler, if kept (`routed`)
+    size: int  # characters of that text, kept or not
     checked_in: float = 0.0  # seconds the route's declared checks took (RequestCheck.timed)
+
+
+def routed(
+    principal: str,
+    op: OperationRequest,
+    route: OperationRoute,
+    params: dict[str, Any],
+    checked_in: float,
+) -> RoutedOperation:
+    """``op`` matched to ``route``, its body encoded once: for its fingerprint, and for its
+    handler (``IntakeContext.body_json``) when no longer than ``KEPT_BODY_JSON``."""
+    text = canonical_json(op.body)
+    digest = fingerprint_canonical(op.method, op.path, text)
+    kept = text if len(text) <= KEPT_BODY_JSON else None
+    return RoutedOperation(principal, op, route, params, digest, kept, len(text), checked_in)
 
 
 class Routes(list[OperationRoute]):
