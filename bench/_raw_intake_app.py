@@ -20,12 +20,15 @@ them: a multi-row statement for the notes, a one-row statement stepped for each 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -37,7 +40,8 @@ from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.storage.server import open_server_db, server_queries
 
-_path = os.path.join(tempfile.mkdtemp(prefix="pigeon-raw-"), "raw.db")
+_folder = tempfile.mkdtemp(prefix="pigeon-raw-")
+_path = os.path.join(_folder, "raw.db")
 _db = open_server_db(_path)  # pigeon's schema, indexes included
 attach(_db)  # and the reference notes app's (its own schema component)
 _db.close()
@@ -168,12 +172,22 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+@contextlib.asynccontextmanager
+async def _removed_when_stopped(app: Starlette) -> AsyncIterator[None]:
+    """The database's folder removed at shutdown (uvicorn ends a SIGTERM by the signal's
+    own default action once it has shut down, so no atexit hook would run)."""
+    yield
+    _conn.close()
+    shutil.rmtree(_folder, ignore_errors=True)
+
+
 app = Starlette(
     routes=[
         Route("/notes", single, methods=["POST"]),
         Route("/pigeon/v1/batch", batch, methods=["POST"]),
         Route("/pigeon/v1/health", health, methods=["GET"]),
-    ]
+    ],
+    lifespan=_removed_when_stopped,
 )
 # The same, its batches written set-based (the set-based intake's raw limit).
 set_app = Starlette(
@@ -181,5 +195,6 @@ set_app = Starlette(
         Route("/notes", single, methods=["POST"]),
         Route("/pigeon/v1/batch", batch_set, methods=["POST"]),
         Route("/pigeon/v1/health", health, methods=["GET"]),
-    ]
+    ],
+    lifespan=_removed_when_stopped,
 )
