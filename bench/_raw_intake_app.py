@@ -16,6 +16,10 @@ batch set-based instead (the keys read, the notes, the ledger rows and the claim
 their answers, one call each, the named blocks the set-based intake runs, as it runs
 them: a multi-row statement for the notes, a one-row statement stepped for each row by
 ``executemany`` for the others): the raw limit of pigeon's set-based batches.
+
+Each process makes a database of its own, removed when it stops; with PIGEON_RAW_DB, the
+processes share the file it names (made by the bench, left to it), writers taking turns
+on pigeon's write lock as pigeon's own do (bench/intake_pg_bench.py's ceiling row).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,21 +40,42 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bench._raw_batch import planned
 from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.storage.server import open_server_db, server_queries
+from pigeon.storage.writer_lock import WriterLock
 
-_folder = tempfile.mkdtemp(prefix="pigeon-raw-")
-_path = os.path.join(_folder, "raw.db")
-_db = open_server_db(_path)  # pigeon's schema, indexes included
-attach(_db)  # and the reference notes app's (its own schema component)
-_db.close()
+# PIGEON_RAW_DB: a file the bench made and shares among several processes of this app;
+# without it, each process makes its own and removes it when it stops.
+_shared = os.environ.get("PIGEON_RAW_DB")
+_folder = None if _shared else tempfile.mkdtemp(prefix="pigeon-raw-")
+_path = _shared or os.path.join(_folder or "", "raw.db")
+if not _shared:
+    _db = open_server_db(_path)  # pigeon's schema, indexes included
+    attach(_db)  # and the reference notes app's (its own schema component)
+    _db.close()
 _conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
+# Writers of a shared file take turns as pigeon's do (a busy handler's sleeps would idle it).
+_writer = WriterLock(_path, wait=30.0) if _shared else contextlib.nullcontext()
 _conn.execute("PRAGMA journal_mode = WAL")
 _conn.execute("PRAGMA synchronous = FULL")
 _SQL = {**server_queries("sqlite"), **REFERENCE.queries("sqlite")}
 _POLICY = IdempotencyPolicy()
 _HEADERS = json.dumps([])
+
+
+@contextlib.contextmanager
+def _transaction() -> Iterator[None]:
+    """One write transaction, rolled back if the request fails (a key sent twice)."""
+    with _writer:
+        _conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            _conn.execute("ROLLBACK")
+            raise
+        _conn.execute("COMMIT")
 
 
 def _apply(key: str, body: dict[str, Any], now: float) -> dict[str, Any]:
@@ -98,36 +123,26 @@ def _apply(key: str, body: dict[str, Any], now: float) -> dict[str, Any]:
 
 async def single(request: Request) -> JSONResponse:
     body = json.loads(await request.body())
-    _conn.execute("BEGIN IMMEDIATE")
-    answer = _apply(request.headers["idempotency-key"], body, time.time())
-    _conn.execute("COMMIT")
+    with _transaction():
+        answer = _apply(request.headers["idempotency-key"], body, time.time())
     return JSONResponse(answer, status_code=201)
 
 
 async def batch(request: Request) -> JSONResponse:
     entries = json.loads(await request.body())["operations"]
     now = time.time()
-    _conn.execute("BEGIN IMMEDIATE")
-    results = [
-        {"id": e.get("id"), "status": 201, "body": _apply(e["idempotency_key"], e["body"], now)}
-        for e in entries
-    ]
-    _conn.execute("COMMIT")
+    with _transaction():
+        results = [
+            {"id": e.get("id"), "status": 201, "body": _apply(e["idempotency_key"], e["body"], now)}
+            for e in entries
+        ]
     return JSONResponse({"results": results})
 
 
 def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """A batch of creates as the set-based intake runs them: the keys read, the notes, the
     ledger rows and the claims completed with their answers, one statement each."""
-    claims, notes, datas = [], [], []
-    for e in entries:
-        key, body = e["idempotency_key"], e["body"]
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest()
-        claims.append([key, digest, "POST", "/notes", key])
-        data = {k: v for k, v in body.items() if k != "id"}
-        datas.append(data)
-        notes.append([body["id"], json.dumps(data), "0"])
+    claims, notes, datas = planned(entries)
     keys = json.dumps([c[0] for c in claims])
     if _conn.execute(_SQL["claims_get_many"], {"principal": "anonymous", "keys": keys}).fetchall():
         raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
@@ -162,9 +177,8 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
 async def batch_set(request: Request) -> JSONResponse:
     entries = json.loads(await request.body())["operations"]
     now = time.time()
-    _conn.execute("BEGIN IMMEDIATE")
-    results = _apply_set(entries, now)
-    _conn.execute("COMMIT")
+    with _transaction():
+        results = _apply_set(entries, now)
     return JSONResponse({"results": results})
 
 
@@ -178,7 +192,8 @@ async def _removed_when_stopped(app: Starlette) -> AsyncIterator[None]:
     own default action once it has shut down, so no atexit hook would run)."""
     yield
     _conn.close()
-    shutil.rmtree(_folder, ignore_errors=True)
+    if _folder is not None:
+        shutil.rmtree(_folder, ignore_errors=True)
 
 
 app = Starlette(

@@ -4,13 +4,19 @@ scales with intake processes on PostgreSQL, and its round trips on the wire.
 The same `pigeon serve --workers 2` (two uvicorn processes, inline claims) on a fresh
 PostgreSQL database and on a SQLite file (synchronous=FULL), driven by 8 client threads
 each with its own keep-alive connection: single-operation POST /notes with a new key
-each, then batches of 20 and of 100 through POST /pigeon/v1/batch. Rate = operations
-answered 201 per second. Both servers run side by side and each row's requests go to
-them in alternated turns (A B, B A, ...): a slow minute of this shared machine falls on
-both, where one block after the other put it on one. Batches of 100 on PostgreSQL have a
-target (at least SQLite's figure in the same run): a batch costs PostgreSQL a bounded
-number of round trips, not some per operation. Single operations and batches of 20 are
-reported.
+each, then batches of 20 and of 100 through POST /pigeon/v1/batch, each request's body
+encoded before the clock. Rate = operations answered 201 per second. Both servers run
+side by side and each row's requests go to them in alternated turns (A B, B A, ...): a
+slow minute of this shared machine falls on both, where one block after the other put it
+on one. Batches of 100 on PostgreSQL have a target (at least SQLite's figure in the same
+run): a batch costs PostgreSQL a bounded number of round trips, not some per operation.
+Single operations and batches of 20 are reported.
+
+Ceiling: the same batches of 100 to the intake's own set-based SQL with no pigeon code
+(bench/_raw_pg_app.py, and bench/_raw_intake_app.py's ``set_app`` on one SQLite file),
+two uvicorn processes each, in alternated turns: PostgreSQL's price for the protocol's rows
+against SQLite's on this machine, its backends sharing the CPUs with everything else, is
+the ratio pigeon's target row cannot be expected to pass where the CPUs are the bound.
 
 Scaling: `--workers 4` against `--workers 1` on one PostgreSQL database, batches of 100,
 the two servers up together and driven in turns as above, beside the machine's CPU count
@@ -25,10 +31,13 @@ PostgreSQL is the one named by PIGEON_BENCH_PG_DSN (default: the local server).
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -36,66 +45,79 @@ import httpx
 
 from bench import _pg_wire
 from bench._report import Row, rate, row
-from bench._servers import pg_database, timed_clients
+from bench._servers import pg_database, process, timed_clients, uvicorn_app
+from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
+from pigeon.reference.schema import attach
+from pigeon.storage.server import open_server_db
 
 THREADS = 8
 BATCH = 20
 LARGE = 100
 TURNS = 4  # each server's share of a row, in alternated turns
 SINGLE_BOUND = 3  # round trips of one POST /notes: two, and the COMMIT's
-Send = Callable[[httpx.Client, str, int], int]
+HEADERS = {"content-type": "application/json"}
+Request = tuple[str, bytes, dict[str, str]]
 
 
-def _single(client: httpx.Client, tag: str, i: int) -> int:
-    key = f"{tag}-{i}"
-    body = {"id": key, "title": "shopping list", "body": "milk, eggs"}
-    response = client.post("/notes", json=body, headers={"Idempotency-Key": key})
-    return 1 if response.status_code == 201 else 0
-
-
-def _batch(size: int) -> Send:
-    def send(client: httpx.Client, tag: str, i: int) -> int:
+def _requests(size: int, tag: str, count: int) -> list[Request]:
+    """``count`` requests of ``size`` operations (1: POST /notes), each key new."""
+    out = []
+    for i in range(count):
+        keys = [f"{tag}-{i}-{j}" for j in range(size)]
+        if size == 1:
+            body = {"id": keys[0], "title": "shopping list", "body": "milk, eggs"}
+            out.append(("/notes", json.dumps(body).encode(), {"idempotency-key": keys[0]}))
+            continue
         ops = [
             {
-                "idempotency_key": f"{tag}-{i}-{j}",
+                "idempotency_key": key,
                 "method": "POST",
                 "path": "/notes",
-                "body": {"id": f"{tag}-{i}-{j}", "title": "shopping list", "body": "milk"},
+                "body": {"id": key, "title": "shopping list", "body": "milk"},
             }
-            for j in range(size)
+            for key in keys
         ]
-        response = client.post("/pigeon/v1/batch", json={"operations": ops})
-        if response.status_code != 200:
-            return 0
-        return sum(r["status"] == 201 for r in response.json()["results"])
-
-    return send
+        out.append(("/pigeon/v1/batch", json.dumps({"operations": ops}).encode(), {}))
+    return out
 
 
-def _drive(url: str, requests: int, send: Send) -> tuple[int, float]:
-    """``requests`` requests over THREADS connections: the operations that succeeded, and
-    the seconds they took."""
-    tags = [f"t{t}-{uuid.uuid4().hex[:6]}" for t in range(THREADS)]
+def _created(client: httpx.Client, request: Request) -> int:
+    """The request's operations answered 201."""
+    path, body, headers = request
+    response = client.post(path, content=body, headers={**HEADERS, **headers})
+    if path == "/notes":
+        return 1 if response.status_code == 201 else 0
+    if response.status_code != 200:
+        return 0
+    return sum(r["status"] == 201 for r in response.json()["results"])
+
+
+def _drive(url: str, requests: int, size: int) -> tuple[int, float]:
+    """``requests`` requests of ``size`` operations over THREADS connections, built before
+    the clock (as the server-alone rows' are: the client shares the CPUs, and its
+    encoding is no server's work): the operations answered 201, and the seconds taken."""
+    run = uuid.uuid4().hex[:6]
+    planned = [_requests(size, f"t{t}-{run}", requests // THREADS + 1) for t in range(THREADS)]
 
     def warm(t: int, http: httpx.Client) -> None:  # connect before the clock
-        send(http, f"warm{t}-{uuid.uuid4().hex[:6]}", 0)
+        _created(http, planned[t][0])
 
     def work(t: int, http: httpx.Client) -> int:
-        return sum(send(http, tags[t], i) for i in range(requests // THREADS))
+        return sum(_created(http, request) for request in planned[t][1:])
 
     return timed_clients(url, THREADS, work, warm)
 
 
-def _alternated(urls: Sequence[str], requests: int, send: Send) -> list[float]:
-    """Each server's rate over ``requests`` requests of ``send``, sent in TURNS turns each,
-    the servers' order reversed every other turn."""
+def _alternated(urls: Sequence[str], requests: int, size: int) -> list[float]:
+    """Each server's rate over ``requests`` requests of ``size`` operations, sent in TURNS
+    turns each, the servers' order reversed every other turn."""
     done, spent = [0] * len(urls), [0.0] * len(urls)
     share = max(THREADS, requests // TURNS)
     for turn in range(TURNS):
         order = range(len(urls)) if turn % 2 == 0 else reversed(range(len(urls)))
         for i in order:
-            ops, took = _drive(urls[i], share, send)
+            ops, took = _drive(urls[i], share, size)
             done[i] += ops
             spent[i] += took
     return [rate(ops, took) for ops, took in zip(done, spent, strict=True)]
@@ -114,13 +136,13 @@ def _servers(*dbs: tuple[str, int]) -> Iterator[list[str]]:
 
 
 def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
-    plan = [(singles, _single), (batches, _batch(BATCH)), (large, _batch(LARGE))]
+    plan = [(singles, 1), (batches, BATCH), (large, LARGE)]
     with (
         tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp,
         pg_database() as url,
         _servers((str(Path(tmp) / "server.db"), 2), (url, 2)) as urls,
     ):
-        rates = [_alternated(urls, requests, send) for requests, send in plan]
+        rates = [_alternated(urls, requests, size) for requests, size in plan]
     lite, pg = [r[0] for r in rates], [r[1] for r in rates]
     base = "SQLite, same 2 uvicorn processes"
     return [
@@ -133,10 +155,47 @@ def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
     ]  # fmt: skip
 
 
+@contextmanager
+def _raw(db: str, workers: int) -> Iterator[str]:
+    """The raw set-based intake (bench/_raw_pg_app.py, or bench/_raw_intake_app.py's
+    ``set_app`` for a file) in ``workers`` uvicorn processes on ``db``, migrated first."""
+    pg = db.startswith("postgresql")
+    app = "bench._raw_pg_app:app" if pg else "bench._raw_intake_app:set_app"
+    made = open_server_db(db)
+    attach(made)
+    made.close()
+    args = [*uvicorn_app(app), "--workers", str(workers)]
+    spawn = functools.partial(subprocess.Popen, env={**os.environ, "PIGEON_RAW_DB": db})
+    with process(args, HEALTH_PATH, spawn) as url:
+        yield url
+
+
+def _ceiling(large: int) -> Row:
+    """The same batches of creates as the target's row, to the intake's own SQL with no
+    pigeon code, on each backend: how far PostgreSQL's price for the rows, its backends
+    on the same CPUs, leaves it from SQLite's before any of pigeon's Python is added."""
+    with (
+        tempfile.TemporaryDirectory(prefix="pigeon-intake-") as tmp,
+        pg_database() as url,
+        _raw(str(Path(tmp) / "raw.db"), 2) as lite,
+        _raw(url, 2) as pg,
+    ):
+        lite_rate, pg_rate = _alternated([lite, pg], large, LARGE)
+    return row(
+        f"ceiling: raw set-based SQL on PostgreSQL, 2 procs, batches of {LARGE}",
+        pg_rate,
+        lite_rate,
+        unit="ops/s",
+        baseline_name="the same SQL on SQLite, 2 procs",
+        target="report",
+        ok=True,
+    )
+
+
 def _scaling(large: int) -> Row:
     cpus = os.cpu_count() or 1
     with pg_database() as url, _servers((url, 1), (url, 4)) as urls:
-        one, four = _alternated(urls, large, _batch(LARGE))
+        one, four = _alternated(urls, large, LARGE)
     # The wish (>= 2.5x) needs the CPUs to run four processes, their clients and the server.
     wished = four >= 2.5 * one
     return row(
@@ -171,7 +230,12 @@ def _wire() -> list[Row]:
 
 def run(*, quick: bool = False) -> list[Row]:
     singles, batches, large = (800, 80, 24) if quick else (4000, 400, 160)
-    return [*_side_by_side(singles, batches, large), _scaling(large), *_wire()]
+    return [
+        *_side_by_side(singles, batches, large),
+        _ceiling(3 * large),
+        _scaling(large),
+        *_wire(),
+    ]
 
 
 if __name__ == "__main__":

@@ -1,13 +1,19 @@
-"""The e2e bench's raw intake app (bench/_raw_intake_app.py) in its own uvicorn process, as
-the bench runs it: it leaves no database behind once stopped."""
+"""The benches' raw intake apps (bench/_raw_intake_app.py, bench/_raw_pg_app.py) in their
+own uvicorn processes, as the benches run them."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
+import pytest
 from bench._servers import process, uvicorn_app
+from bench.intake_pg_bench import _created, _raw, _requests
 
 from pigeon.core.wire import HEALTH_PATH
 
@@ -23,3 +29,25 @@ def test_the_raw_app_removes_its_database_when_it_stops() -> None:
         assert len(made) == 1 and (made.pop() / "raw.db").exists()
         assert httpx.get(url + HEALTH_PATH).status_code == 200
     assert _folders() - before == set()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_raw_set_apps_write_each_batch_whole_on_a_shared_database(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The ceiling row's apps (two processes on one database, as the bench runs them)
+    store each operation's claim, note and ledger row, and answer 201 for it; a batch
+    with a key seen before is refused whole."""
+    db = str(tmp_path / "raw.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    batches = _requests(100, "raw", 5)
+    with _raw(db, 2) as url, httpx.Client(base_url=url) as client:
+        assert [_created(client, batch) for batch in batches[:4]] == [100] * 4
+        assert client.post(batches[0][0], content=batches[0][1]).status_code == 500
+        with httpx.Client(base_url=url) as again:  # a 500 ended the first connection
+            assert _created(again, batches[4]) == 100  # the refused batch left nothing open
+    tables = ("pigeon_idempotency_claims", "ref_notes", "ref_effect_ledger")
+    conn: Any = sqlite3.connect(db) if backend == "sqlite" else psycopg.connect(db)
+    with contextlib.closing(conn):
+        counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+    assert counts == dict.fromkeys(tables, 500)
+    assert backend == "postgres" or Path(db).exists()  # the bench's file, not the app's
