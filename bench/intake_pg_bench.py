@@ -229,10 +229,10 @@ def _wire() -> list[Row]:
 
 
 def run(*, quick: bool = False) -> list[Row]:
-    singles, batches, large = (800, 80, 24) if quick else (4000, 400, 160)
+    singles, batches, large = (800, 80, 24) if quick else (4000, 400, 480)
     return [
         *_side_by_side(singles, batches, large),
-        _ceiling(3 * large),
+        _ceiling(large),
         _scaling(large),
         *_wire(),
     ]
