@@ -1,13 +1,21 @@
 """What the raw intake apps (bench/_raw_intake_app.py, bench/_raw_pg_app.py) make of a
-batch of creates before their SQL: its claims, its notes' rows, and each note's data."""
+batch of creates around their SQL: its claims, its notes' rows and data before, and the
+ledger rows and answers once the notes are written."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 Entries = list[dict[str, Any]]
+
+
+def fingerprint(body: Any) -> str:
+    """A create's fingerprint (POST /notes), as the intake takes it."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest()
 
 
 def planned(entries: Entries) -> tuple[list[list[Any]], list[list[Any]], list[dict[str, Any]]]:
@@ -16,10 +24,25 @@ def planned(entries: Entries) -> tuple[list[list[Any]], list[list[Any]], list[di
     claims, notes, datas = [], [], []
     for e in entries:
         key, body = e["idempotency_key"], e["body"]
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest()
-        claims.append([key, digest, "POST", "/notes", key])
+        claims.append([key, fingerprint(body), "POST", "/notes", key])
         data = {k: v for k, v in body.items() if k != "id"}
         datas.append(data)
         notes.append([body["id"], json.dumps(data), "0"])
     return claims, notes, datas
+
+
+def answered(
+    entries: Entries, datas: list[dict[str, Any]], made: Mapping[str, int]
+) -> tuple[list[list[Any]], list[str], list[dict[str, Any]]]:
+    """Once the notes are written (``made``: each id's version), each entry's ledger row
+    [key, operation id, entity, method, status, version, clock], its answer's JSON text
+    (what its claim stores), and its result in the batch's reply."""
+    ledger, answers, out = [], [], []
+    for e, data in zip(entries, datas, strict=True):
+        key, note_id = e["idempotency_key"], e["body"]["id"]
+        version = made[note_id]
+        ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
+        answer = {"id": note_id, "version": version, **data}
+        answers.append(json.dumps(answer))
+        out.append({"id": e.get("id"), "status": 201, "body": answer})
+    return ledger, answers, out

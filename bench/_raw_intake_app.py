@@ -25,7 +25,6 @@ on pigeon's write lock as pigeon's own do (bench/intake_pg_bench.py's ceiling ro
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -40,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from bench._raw_batch import planned
+from bench._raw_batch import answered, fingerprint, planned
 from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.storage.server import open_server_db, server_queries
@@ -49,9 +48,12 @@ from pigeon.storage.writer_lock import WriterLock
 # PIGEON_RAW_DB: a file the bench made and shares among several processes of this app;
 # without it, each process makes its own and removes it when it stops.
 _shared = os.environ.get("PIGEON_RAW_DB")
-_folder = None if _shared else tempfile.mkdtemp(prefix="pigeon-raw-")
-_path = _shared or os.path.join(_folder or "", "raw.db")
-if not _shared:
+_folder: str | None = None
+if _shared:
+    _path = _shared
+else:
+    _folder = tempfile.mkdtemp(prefix="pigeon-raw-")
+    _path = os.path.join(_folder, "raw.db")
     _db = open_server_db(_path)  # pigeon's schema, indexes included
     attach(_db)  # and the reference notes app's (its own schema component)
     _db.close()
@@ -80,11 +82,10 @@ def _transaction() -> Iterator[None]:
 
 def _apply(key: str, body: dict[str, Any], now: float) -> dict[str, Any]:
     """One create, as the intake runs it inside the request's transaction."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     claim = {
         "principal": "anonymous",
         "idem_key": key,
-        "fingerprint": hashlib.sha256(f"POST\n/notes\n{canonical}".encode()).hexdigest(),
+        "fingerprint": fingerprint(body),
         "method": "POST",
         "path": "/notes",
         "operation_id": key,
@@ -153,14 +154,7 @@ def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]
             {"principal": "anonymous", "notes": json.dumps(notes), "now": now},
         )
     }
-    ledger, answers, out = [], [], []
-    for e, data in zip(entries, datas, strict=True):
-        key, note_id = e["idempotency_key"], e["body"]["id"]
-        version = made[note_id]
-        ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
-        answer = {"id": note_id, "version": version, **data}
-        answers.append(json.dumps(answer))
-        out.append({"id": e.get("id"), "status": 201, "body": answer})
+    ledger, answers, out = answered(entries, datas, made)
     _conn.executemany(_SQL["ledger_append_many"], [(*e, "anonymous", now) for e in ledger])
     kept, expires = now + _POLICY.response_retention, now + _POLICY.claim_retention
     done = _conn.executemany(

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from bench._raw_batch import planned
+from bench._raw_batch import answered, planned
 from pigeon.reference.schema import REFERENCE
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
 from pigeon.storage.server import server_queries
@@ -59,14 +59,8 @@ def _apply_set(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if seen.fetchall():
             raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
         made = {note_id: version for note_id, version, _ in created.fetchall()}
-        ledger, stored, out = [], [], []
-        for e, data, claim in zip(entries, datas, claims, strict=True):
-            key, note_id = e["idempotency_key"], e["body"]["id"]
-            version = made[note_id]
-            ledger.append([key, key, f"note:{note_id}", "POST", 201, version, "0"])
-            answer = {"id": note_id, "version": version, **data}
-            stored.append([*claim, 201, "[]", json.dumps(answer)])
-            out.append({"id": e.get("id"), "status": 201, "body": answer})
+        ledger, answers, out = answered(entries, datas, made)
+        stored = [[*claim, 201, "[]", text] for claim, text in zip(claims, answers, strict=True)]
         conn.execute(_SQL["ledger_append_many"], {**mine, "rows": json.dumps(ledger)})
         conn.execute(
             _SQL["claims_store_many"],
