@@ -12,10 +12,8 @@ cost of pigeon's own code.
 
 Run by bench/e2e_bench.py in its own uvicorn process, as `pigeon serve` is, and driven
 with the same prebuilt requests as the "server alone" ceilings. ``set_app`` writes each
-batch set-based instead (the keys read, the notes, the ledger rows and the claims with
-their answers, one call each, the named blocks the set-based intake runs, as it runs
-them: a multi-row statement for the notes, a one-row statement stepped for each row by
-``executemany`` for the others): the raw limit of pigeon's set-based batches.
+batch set-based instead (bench/_raw_sets.py's ``sqlite_batch``, the named blocks the
+set-based intake runs, as it runs them): the raw limit of pigeon's set-based batches.
 
 Each process makes a database of its own, removed when it stops; with PIGEON_RAW_DB, the
 processes share the file it names (made by the bench, left to it), writers taking turns
@@ -39,10 +37,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from bench._raw_batch import answered, fingerprint, planned
-from pigeon.reference.schema import REFERENCE, attach
+from bench._raw_batch import fingerprint
+from bench._raw_sets import SQLITE_SQL, sqlite_batch
+from pigeon.reference.schema import attach
 from pigeon.server.idempotency import IdempotencyPolicy
-from pigeon.storage.server import open_server_db, server_queries
+from pigeon.storage.server import open_server_db
 from pigeon.storage.writer_lock import WriterLock
 
 # PIGEON_RAW_DB: a file the bench made and shares among several processes of this app;
@@ -62,7 +61,7 @@ _conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
 _writer = WriterLock(_path, wait=30.0) if _shared else contextlib.nullcontext()
 _conn.execute("PRAGMA journal_mode = WAL")
 _conn.execute("PRAGMA synchronous = FULL")
-_SQL = {**server_queries("sqlite"), **REFERENCE.queries("sqlite")}
+_SQL = SQLITE_SQL
 _POLICY = IdempotencyPolicy()
 _HEADERS = json.dumps([])
 
@@ -140,39 +139,11 @@ async def batch(request: Request) -> JSONResponse:
     return JSONResponse({"results": results})
 
 
-def _apply_set(entries: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """A batch of creates as the set-based intake runs them: the keys read, the notes, the
-    ledger rows and the claims completed with their answers, one statement each."""
-    claims, notes, datas = planned(entries)
-    keys = json.dumps([c[0] for c in claims])
-    if _conn.execute(_SQL["claims_get_many"], {"principal": "anonymous", "keys": keys}).fetchall():
-        raise RuntimeError("a key seen twice: the benchmark sends fresh keys")
-    made = {
-        note_id: version
-        for note_id, version, _ in _conn.execute(
-            _SQL["notes_create_many"],
-            {"principal": "anonymous", "notes": json.dumps(notes), "now": now},
-        )
-    }
-    ledger, answers, out = answered(entries, datas, made)
-    _conn.executemany(_SQL["ledger_append_many"], [(*e, "anonymous", now) for e in ledger])
-    kept, expires = now + _POLICY.response_retention, now + _POLICY.claim_retention
-    done = _conn.executemany(
-        _SQL["claims_store_many"],
-        [
-            ("anonymous", *c, 201, "[]", b, now, now, kept, expires)
-            for c, b in zip(claims, answers, strict=True)
-        ],
-    ).rowcount
-    assert done == len(entries)
-    return out
-
-
 async def batch_set(request: Request) -> JSONResponse:
     entries = json.loads(await request.body())["operations"]
     now = time.time()
     with _transaction():
-        results = _apply_set(entries, now)
+        results = sqlite_batch(_conn, entries, now)
     return JSONResponse({"results": results})
 
 

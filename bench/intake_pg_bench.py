@@ -17,6 +17,8 @@ Ceiling: the same batches of 100 to the intake's own set-based SQL with no pigeo
 two uvicorn processes each, in alternated turns: PostgreSQL's price for the protocol's rows
 against SQLite's on this machine, its backends sharing the CPUs with everything else, is
 the ratio pigeon's target row cannot be expected to pass where the CPUs are the bound.
+The same statements in one thread with no HTTP (bench/_raw_cpu.py) give each backend's CPU
+an operation, PostgreSQL's backend included: operations a CPU-second, side by side.
 
 Scaling: `--workers 4` against `--workers 1` on one PostgreSQL database, batches of 100,
 the two servers up together and driven in turns as above, beside the machine's CPU count
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import httpx
 
-from bench import _pg_wire
+from bench import _pg_wire, _raw_cpu
 from bench._report import Row, rate, row
 from bench._servers import pg_database, process, timed_clients, uvicorn_app
 from pigeon.core.wire import HEALTH_PATH
@@ -192,6 +194,22 @@ def _ceiling(large: int) -> Row:
     )
 
 
+def _cpu(count: int) -> Row:
+    """CPU an operation of the ceiling's statements in one thread (bench/_raw_cpu.py):
+    PostgreSQL's (psycopg and the backend) against SQLite's, reported as the rate one CPU
+    could sustain, so the ratio reads as the ceiling's would where the CPUs are the bound."""
+    lite, pg = _raw_cpu.measure(count, LARGE)
+    return row(
+        f"ceiling: operations a CPU-second, raw set-based SQL, batches of {LARGE}",
+        1e6 / pg,
+        1e6 / lite,
+        unit="ops/CPU-s",
+        baseline_name="the same SQL on SQLite, in process",
+        target="report",
+        ok=True,
+    )
+
+
 def _scaling(large: int) -> Row:
     cpus = os.cpu_count() or 1
     with pg_database() as url, _servers((url, 1), (url, 4)) as urls:
@@ -233,6 +251,7 @@ def run(*, quick: bool = False) -> list[Row]:
     return [
         *_side_by_side(singles, batches, large),
         _ceiling(large),
+        _cpu(large // 2),
         _scaling(large),
         *_wire(),
     ]

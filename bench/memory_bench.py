@@ -5,7 +5,7 @@ of the maximum size in a row (1,000 operations filling the 16 MiB batch limit: 1
 notes). Target: growth under 64 MiB over idle, and every probe answered within 100 ms.
 
 A prober process asks ``/pigeon/v1/health`` every 20 ms on its own connection and reads
-the server's VmRSS from ``/proc`` at each probe (Linux). ``python -m bench --only memory``
+the server's resident set (psutil) at each probe. ``python -m bench --only memory``
 (``--quick``: 10 maximal batches instead of 100).
 """
 
@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench._report import Row, row
 from bench._servers import free_port, wait_until_up
@@ -35,10 +36,7 @@ PROBE_TARGET_MS = 100.0
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+    return float(psutil.Process(pid).memory_info().rss) / 2**20
 
 
 def _probe(url: str, pid: int, control: Connection) -> None:
