@@ -86,6 +86,18 @@ def timed_clients(
     """``streams`` threads, each with its own keep-alive client: ``warm(s, client)`` before
     the clock starts (connect, first request), then ``work(s, client)``. Returns the sum of
     what the works returned and the seconds from the common start to the last one done."""
+    done, seconds, _ = metered_clients(url, streams, work, warm)
+    return done, seconds
+
+
+def metered_clients(
+    url: str,
+    streams: int,
+    work: Callable[[int, httpx.Client], int],
+    warm: Callable[[int, httpx.Client], object] = lambda s, client: None,
+    meter: Callable[[], float] = lambda: 0.0,
+) -> tuple[int, float, float]:
+    """``timed_clients``, and how far ``meter`` moved over the same timed part."""
     done = [0] * streams
     barrier = threading.Barrier(streams + 1)
 
@@ -99,10 +111,10 @@ def timed_clients(
     for thread in threads:
         thread.start()
     barrier.wait()
-    started = time.perf_counter()
+    started, metered = time.perf_counter(), meter()
     for thread in threads:
         thread.join()
-    return sum(done), time.perf_counter() - started
+    return sum(done), time.perf_counter() - started, meter() - metered
 
 
 ADMIN_DSN = os.environ.get("PIGEON_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -41,13 +41,15 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench import _pg_wire, _raw_cpu
 from bench._report import Row, rate, row
-from bench._servers import pg_database, process, timed_clients, uvicorn_app
+from bench._servers import metered_clients, pg_database, process, uvicorn_app
 from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
 from pigeon.reference.schema import attach
@@ -95,10 +97,34 @@ def _created(client: httpx.Client, request: Request) -> int:
     return sum(r["status"] == 201 for r in response.json()["results"])
 
 
-def _drive(url: str, requests: int, size: int) -> tuple[int, float]:
+@dataclass
+class Side:
+    """One server's share of a row: the operations answered 201, their seconds, and the
+    machine's CPU-seconds (every process) over the same timed parts."""
+
+    ops: int = 0
+    seconds: float = 0.0
+    cpu: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return rate(self.ops, self.seconds)
+
+    @property
+    def cpu_per_op(self) -> float:
+        """µs of the machine's CPU an operation answered."""
+        return self.cpu / self.ops * 1e6
+
+
+def _machine_cpu() -> float:
+    busy = psutil.cpu_times()
+    return float(busy.user + busy.nice + busy.system + busy.irq + busy.softirq)
+
+
+def _drive(url: str, requests: int, size: int, side: Side) -> None:
     """``requests`` requests of ``size`` operations over THREADS connections, built before
     the clock (as the server-alone rows' are: the client shares the CPUs, and its
-    encoding is no server's work): the operations answered 201, and the seconds taken."""
+    encoding is no server's work), added to ``side``."""
     run = uuid.uuid4().hex[:6]
     planned = [_requests(size, f"t{t}-{run}", requests // THREADS + 1) for t in range(THREADS)]
 
@@ -108,21 +134,25 @@ def _drive(url: str, requests: int, size: int) -> tuple[int, float]:
     def work(t: int, http: httpx.Client) -> int:
         return sum(_created(http, request) for request in planned[t][1:])
 
-    return timed_clients(url, THREADS, work, warm)
+    ops, seconds, cpu = metered_clients(url, THREADS, work, warm, _machine_cpu)
+    side.ops, side.seconds, side.cpu = side.ops + ops, side.seconds + seconds, side.cpu + cpu
 
 
-def _alternated(urls: Sequence[str], requests: int, size: int) -> list[float]:
-    """Each server's rate over ``requests`` requests of ``size`` operations, sent in TURNS
+def _sides(urls: Sequence[str], requests: int, size: int) -> list[Side]:
+    """Each server's share of ``requests`` requests of ``size`` operations, sent in TURNS
     turns each, the servers' order reversed every other turn."""
-    done, spent = [0] * len(urls), [0.0] * len(urls)
+    sides = [Side() for _ in urls]
     share = max(THREADS, requests // TURNS)
     for turn in range(TURNS):
         order = range(len(urls)) if turn % 2 == 0 else reversed(range(len(urls)))
         for i in order:
-            ops, took = _drive(urls[i], share, size)
-            done[i] += ops
-            spent[i] += took
-    return [rate(ops, took) for ops, took in zip(done, spent, strict=True)]
+            _drive(urls[i], share, size, sides[i])
+    return sides
+
+
+def _alternated(urls: Sequence[str], requests: int, size: int) -> list[float]:
+    """Each server's rate, as ``_sides`` drives them."""
+    return [side.rate for side in _sides(urls, requests, size)]
 
 
 @contextmanager
@@ -144,8 +174,8 @@ def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
         pg_database() as url,
         _servers((str(Path(tmp) / "server.db"), 2), (url, 2)) as urls,
     ):
-        rates = [_alternated(urls, requests, size) for requests, size in plan]
-    lite, pg = [r[0] for r in rates], [r[1] for r in rates]
+        sides = [_sides(urls, requests, size) for requests, size in plan]
+    lite, pg = [s[0].rate for s in sides], [s[1].rate for s in sides]
     base = "SQLite, same 2 uvicorn processes"
     return [
         row("intake on PostgreSQL, 2 procs, 1 op/request", pg[0], lite[0],
@@ -154,7 +184,27 @@ def _side_by_side(singles: int, batches: int, large: int) -> list[Row]:
             unit="ops/s", baseline_name=base, target="report", ok=True),
         row(f"intake on PostgreSQL, 2 procs, batches of {LARGE}", pg[2], lite[2],
             unit="ops/s", baseline_name=base, target=">= 1.0x", ok=pg[2] >= lite[2]),
+        _machine_row(f"intake, 2 procs, batches of {LARGE}", sides[2][1], sides[2][0], "SQLite"),
     ]  # fmt: skip
+
+
+def _machine_row(what: str, pg: Side, lite: Side, base: str) -> Row:
+    """The machine's CPU an operation on each side of a two-server row, every process
+    counted (servers, PostgreSQL's backends, the bench's client), and how busy each side
+    kept the CPUs: where PostgreSQL's side keeps them busier at more CPU an operation,
+    the CPUs, not a wait, hold its rate under SQLite's."""
+    cpus = psutil.cpu_count() or 1
+    busy = [side.cpu / side.seconds / cpus for side in (pg, lite)]
+    return row(
+        f"machine CPU an operation, {what}, PostgreSQL (CPUs {busy[0]:.0%} busy)",
+        pg.cpu_per_op,
+        lite.cpu_per_op,
+        unit="µs",
+        baseline_name=f"{base} (CPUs {busy[1]:.0%} busy)",
+        target="report",
+        ok=True,
+        higher_is_better=False,
+    )
 
 
 @contextmanager
@@ -172,7 +222,7 @@ def _raw(db: str, workers: int) -> Iterator[str]:
         yield url
 
 
-def _ceiling(large: int) -> Row:
+def _ceiling(large: int) -> list[Row]:
     """The same batches of creates as the target's row, to the intake's own SQL with no
     pigeon code, on each backend: how far PostgreSQL's price for the rows, its backends
     on the same CPUs, leaves it from SQLite's before any of pigeon's Python is added."""
@@ -182,16 +232,18 @@ def _ceiling(large: int) -> Row:
         _raw(str(Path(tmp) / "raw.db"), 2) as lite,
         _raw(url, 2) as pg,
     ):
-        lite_rate, pg_rate = _alternated([lite, pg], large, LARGE)
-    return row(
+        lite_side, pg_side = _sides([lite, pg], large, LARGE)
+    ceiling = row(
         f"ceiling: raw set-based SQL on PostgreSQL, 2 procs, batches of {LARGE}",
-        pg_rate,
-        lite_rate,
+        pg_side.rate,
+        lite_side.rate,
         unit="ops/s",
         baseline_name="the same SQL on SQLite, 2 procs",
         target="report",
         ok=True,
     )
+    what = f"raw set-based SQL, 2 procs, batches of {LARGE}"
+    return [ceiling, _machine_row(what, pg_side, lite_side, "the same SQL on SQLite")]
 
 
 def _cpu(count: int) -> Row:
@@ -250,7 +302,7 @@ def run(*, quick: bool = False) -> list[Row]:
     singles, batches, large = (800, 80, 24) if quick else (4000, 400, 480)
     return [
         *_side_by_side(singles, batches, large),
-        _ceiling(large),
+        *_ceiling(large),
         _cpu(large // 2),
         _scaling(large),
         *_wire(),
