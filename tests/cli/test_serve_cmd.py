@@ -246,7 +246,7 @@ def serve_args(**given: object) -> dict[str, object]:
 def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
     import typer
 
-    from pigeon.cli.serve_cmd import listen_socket
+    from pigeon.cli.listeners import listen_socket
 
     with pytest.raises(typer.BadParameter, match=r"cannot listen on 127\.0\.0\.1:70000"):
         listen_socket("127.0.0.1", 70000)
@@ -255,7 +255,7 @@ def test_listen_socket_refuses_a_port_out_of_range_as_a_bad_parameter() -> None:
 def test_the_listening_socket_says_tcp_so_responses_are_not_delayed_by_nagle() -> None:
     import socket
 
-    from pigeon.cli.serve_cmd import listen_socket
+    from pigeon.cli.listeners import listen_socket
 
     sock = listen_socket("127.0.0.1", 0)
     try:

@@ -13,7 +13,7 @@ import sys
 
 import uvicorn
 
-from pigeon.cli.serve_cmd import listen_socket
+from pigeon.cli.listeners import listen_socket
 from tests.integrations.orders_app import create_app
 
 

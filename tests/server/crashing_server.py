@@ -11,7 +11,7 @@ import sys
 
 import uvicorn
 
-from pigeon.cli.serve_cmd import listen_socket
+from pigeon.cli.listeners import listen_socket
 from pigeon.reference.notes import create_notes_app
 from pigeon.storage.server import open_server_db
 

@@ -8,7 +8,8 @@ the process: no environment variable, no file).
 
 With one worker (the default) the server runs in this very process, so a SIGKILL of the
 printed pid kills the server and nothing else: what the crash tests rely on. With
-``--workers N`` uvicorn's supervisor starts N processes that share the listening socket;
+``--workers N`` uvicorn's supervisor starts N processes, each listening on the bound
+address (`pigeon.cli.listeners`: on Linux a socket each, the kernel spreading connections);
 each worker asks the kernel to kill it when the supervisor dies (Linux), so a SIGKILL of
 the supervisor does not leave orphans holding the database.
 """
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp
 from uvicorn.config import STARTUP_FAILURE
 
 from pigeon import lifecycle, logs
+from pigeon.cli.listeners import listen_socket, worker_sockets
 from pigeon.cli.options import (
     DbOption,
     KeysFileOption,
@@ -202,25 +204,6 @@ def _load(config: TimedConfig, sock: socket.socket) -> None:
         raise typer.Exit(2) from exc
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket whose ``proto`` says TCP.
-
-    asyncio sets TCP_NODELAY on accepted connections only when the listening socket's
-    proto is IPPROTO_TCP; uvicorn's own ``bind_socket`` leaves it 0, and then every
-    response waits out Nagle + delayed ACK (about 40 ms per request on loopback).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except (OSError, OverflowError) as exc:  # OverflowError: a port outside 0-65535
-        sock.close()
-        raise typer.BadParameter(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.set_inheritable(True)
-    return sock
-
-
 def _run(config: uvicorn.Config, sock: socket.socket, options: ServerOptions) -> None:
     """uvicorn on ``sock`` until it stops, in this process or under its supervisor of
     ``config.workers`` processes (a worker it replaces is counted in the database); with
@@ -241,7 +224,8 @@ def _run(config: uvicorn.Config, sock: socket.socket, options: ServerOptions) ->
         stop_before_exit_signals(runner)
     try:
         if config.workers > 1:
-            supervisor = _Supervisor(config, sockets=[sock], db=database.url)
+            sockets = worker_sockets(sock, config.workers)
+            supervisor = _Supervisor(config, sockets=sockets, db=database.url)
             supervisor.run()
             if supervisor.failed_to_start:  # each worker said why, in one line
                 raise typer.Exit(STARTUP_FAILURE)
