@@ -196,11 +196,11 @@ def _machine_row(what: str, pg: Side, lite: Side, base: str) -> Row:
     cpus = psutil.cpu_count() or 1
     busy = [side.cpu / side.seconds / cpus for side in (pg, lite)]
     return row(
-        f"machine CPU an operation, {what}, PostgreSQL (CPUs {busy[0]:.0%} busy)",
+        f"machine CPU an operation, {what}, PostgreSQL, CPUs {busy[0]:.0%} busy",
         pg.cpu_per_op,
         lite.cpu_per_op,
         unit="µs",
-        baseline_name=f"{base} (CPUs {busy[1]:.0%} busy)",
+        baseline_name=f"{base}, CPUs {busy[1]:.0%} busy",
         target="report",
         ok=True,
         higher_is_better=False,
@@ -255,7 +255,7 @@ def _cpu(count: int) -> Row:
         f"ceiling: operations a CPU-second, raw set-based SQL, batches of {LARGE}",
         1e6 / pg,
         1e6 / lite,
-        unit="ops/CPU-s",
+        unit="ops/CPU s",
         baseline_name="the same SQL on SQLite, in process",
         target="report",
         ok=True,
