@@ -16,8 +16,9 @@ import httpx
 import psutil
 import pytest
 import typer
+from uvicorn.config import STARTUP_FAILURE
 
-from pigeon.cli.listeners import SPREADS_CONNECTIONS, listen_socket, worker_sockets
+from pigeon.cli.listeners import SPREADS_CONNECTIONS, listen_socket, own_socket, worker_sockets
 from pigeon.core.wire import HEALTH_PATH
 from tests.cli.test_serve_cmd import _children, refused
 from tests.processes import ServerProcess
@@ -72,6 +73,17 @@ def test_each_worker_is_handed_a_socket_of_its_own_and_connections_reach_all() -
         # The address stays refused to any other server (bound without SO_REUSEPORT).
         with pytest.raises(typer.BadParameter, match="cannot listen on"):
             listen_socket("127.0.0.1", port)
+
+
+@spreading
+def test_a_worker_that_cannot_join_the_group_stops_its_supervisor() -> None:
+    """Its own socket is made as the worker starts: refused (here, by a listener without
+    SO_REUSEPORT), it exits with the code on which uvicorn's supervisor gives up."""
+    with _bound() as taken:
+        taken.listen()
+        with pytest.raises(SystemExit) as stopped:
+            own_socket("127.0.0.1", taken.getsockname()[1])
+    assert stopped.value.code == STARTUP_FAILURE
 
 
 def _by_worker(supervisor: int, port: int, status: str) -> collections.Counter[int]:

@@ -12,14 +12,18 @@ one that just accepted usually does: here, one of two workers took 6 to 8 of a c
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 
 import typer
+from uvicorn.config import STARTUP_FAILURE
 
 # Where the kernel spreads a SO_REUSEPORT group's connections over its sockets: BSD and
 # macOS take the option but hand every connection to one of them.
 SPREADS_CONNECTIONS = sys.platform.startswith("linux")
+
+log = logging.getLogger("pigeon.serve")
 
 
 def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
@@ -72,4 +76,10 @@ class OwnSockets(list[socket.socket]):
 
 def own_socket(host: str, port: int) -> list[socket.socket]:
     """A worker's own socket in the group bound to (host, port)."""
-    return [listen_socket(host, port, reuse_port=True)]
+    try:
+        return [listen_socket(host, port, reuse_port=True)]
+    except typer.BadParameter as exc:
+        # In a worker that is starting: one line, and the exit code on which uvicorn's
+        # supervisor stops instead of starting the worker again for ever.
+        log.error("pigeon serve: %s", exc)
+        sys.exit(STARTUP_FAILURE)
