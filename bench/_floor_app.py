@@ -1,21 +1,26 @@
 """The floor for end-to-end delivery: trivial Starlette endpoints, no idempotency.
 
 ``/plain`` stores nothing; ``/sqlite`` does one synchronous=FULL SQLite insert per request.
-Run by the benchmark in its own uvicorn process, as `pigeon serve` is.
+Run by the benchmark in its own uvicorn process, as `pigeon serve` is; its database's
+folder is removed when the process stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sqlite3
 import tempfile
+from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-_path = os.path.join(tempfile.mkdtemp(prefix="pigeon-floor-"), "floor.db")
+_folder = tempfile.mkdtemp(prefix="pigeon-floor-")
+_path = os.path.join(_folder, "floor.db")
 _conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
 _conn.execute("PRAGMA journal_mode = WAL")
 _conn.execute("PRAGMA synchronous = FULL")
@@ -37,9 +42,19 @@ async def with_sqlite(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True}, status_code=201)
 
 
+@contextlib.asynccontextmanager
+async def _removed_when_stopped(app: Starlette) -> AsyncIterator[None]:
+    """The folder removed at shutdown (uvicorn ends a SIGTERM by the signal's own default
+    action once it has shut down, so no atexit hook would run)."""
+    yield
+    _conn.close()
+    shutil.rmtree(_folder, ignore_errors=True)
+
+
 app = Starlette(
     routes=[
         Route("/plain", plain, methods=["POST"]),
         Route("/sqlite", with_sqlite, methods=["POST"]),
-    ]
+    ],
+    lifespan=_removed_when_stopped,
 )

@@ -18,17 +18,28 @@ from bench.intake_pg_bench import _created, _raw, _requests
 from pigeon.core.wire import HEALTH_PATH
 
 
-def _folders() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("pigeon-raw-*"))
+def _folders(prefix: str) -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob(f"{prefix}*"))
 
 
-def test_the_raw_app_removes_its_database_when_it_stops() -> None:
-    before = _folders()
-    with process(uvicorn_app("bench._raw_intake_app:app"), probe_path=HEALTH_PATH) as url:
-        made = _folders() - before
-        assert len(made) == 1 and (made.pop() / "raw.db").exists()
-        assert httpx.get(url + HEALTH_PATH).status_code == 200
-    assert _folders() - before == set()
+# The benches' apps that make a database of their own: (app, its folder's prefix, its
+# database's name, a path that answers once it is up).
+OWN_FOLDER = [
+    ("bench._raw_intake_app:app", "pigeon-raw-", "raw.db", HEALTH_PATH),
+    ("bench._floor_app:app", "pigeon-floor-", "floor.db", "/none"),
+]
+
+
+@pytest.mark.parametrize(("app", "prefix", "name", "probe"), OWN_FOLDER)
+def test_an_app_removes_its_database_when_it_stops(
+    app: str, prefix: str, name: str, probe: str
+) -> None:
+    before = _folders(prefix)
+    with process(uvicorn_app(app), probe_path=probe) as url:
+        made = _folders(prefix) - before
+        assert len(made) == 1 and (made.pop() / name).exists()
+        assert httpx.get(url + probe).status_code in (200, 404)
+    assert _folders(prefix) - before == set()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

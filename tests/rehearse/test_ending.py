@@ -33,7 +33,11 @@ def _children(marker: str) -> list[int]:
 
 def _start(db: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "pigeon", "rehearse", "--db", str(db), "--scenario", "peak"]
-    proc = processes.spawn(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Its folder of logs too goes under the test's own: a SIGKILLed run cannot remove it.
+    env = os.environ | {"TMPDIR": str(db.parent)}
+    proc = processes.spawn(
+        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 60
     while len(_children(str(db))) < 3:  # the rehearsal, its server and its workers
         assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
@@ -60,3 +64,4 @@ def test_its_processes_end_with_it(tmp_path: Path, sig: signal.Signals) -> None:
     assert _gone(str(db)) == []
     if sig == signal.SIGTERM:
         assert not db.exists()  # made for the run, dropped on the way out
+        assert not list(tmp_path.glob("pigeon-rehearse-*"))  # and its folder of logs
