@@ -7,17 +7,16 @@ folder is removed when the process stops.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from bench._app_folder import removed_when_stopped
 
 _folder = tempfile.mkdtemp(prefix="pigeon-floor-")
 _path = os.path.join(_folder, "floor.db")
@@ -42,19 +41,10 @@ async def with_sqlite(request: Request) -> JSONResponse:
     return JSONResponse({"ok": True}, status_code=201)
 
 
-@contextlib.asynccontextmanager
-async def _removed_when_stopped(app: Starlette) -> AsyncIterator[None]:
-    """The folder removed at shutdown (uvicorn ends a SIGTERM by the signal's own default
-    action once it has shut down, so no atexit hook would run)."""
-    yield
-    _conn.close()
-    shutil.rmtree(_folder, ignore_errors=True)
-
-
 app = Starlette(
     routes=[
         Route("/plain", plain, methods=["POST"]),
         Route("/sqlite", with_sqlite, methods=["POST"]),
     ],
-    lifespan=_removed_when_stopped,
+    lifespan=removed_when_stopped(_conn, _folder),
 )

@@ -12,6 +12,23 @@ from typing import Any
 Entries = list[dict[str, Any]]
 
 
+def creates(count: int, size: int, tag: str) -> list[Entries]:
+    """``count`` batches of ``size`` creates as the batch endpoint takes them, each key and
+    note new (``tag``-batch-entry)."""
+    return [
+        [
+            {
+                "idempotency_key": f"{tag}-{i}-{j}",
+                "method": "POST",
+                "path": "/notes",
+                "body": {"id": f"{tag}-{i}-{j}", "title": "shopping list", "body": "milk"},
+            }
+            for j in range(size)
+        ]
+        for i in range(count)
+    ]
+
+
 def fingerprint(body: Any) -> str:
     """A create's fingerprint (POST /notes), as the intake takes it."""
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))

@@ -21,42 +21,18 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench._raw_batch import Entries
-from bench._raw_sets import postgres_batch, sqlite_batch
+from bench._raw_batch import Entries, creates
+from bench._raw_sets import migrated, postgres_batch, sqlite_batch
 from bench._servers import pg_database
-from pigeon.reference.schema import attach
-from pigeon.storage.server import open_server_db
 
 WARM = 20  # batches before the clock: connections, prepared statements, caches
 ROUNDS = 2  # each backend measured this often, in turns; the least CPU kept
 
 
-def batches(count: int, size: int, tag: str) -> list[Entries]:
-    """``count`` batches of ``size`` creates, each key and note new."""
-    return [
-        [
-            {
-                "idempotency_key": f"{tag}-{i}-{j}",
-                "method": "POST",
-                "path": "/notes",
-                "body": {"id": f"{tag}-{i}-{j}", "title": "shopping list", "body": "milk"},
-            }
-            for j in range(size)
-        ]
-        for i in range(count)
-    ]
-
-
-def _migrated(db: str) -> None:
-    made = open_server_db(db)
-    attach(made)
-    made.close()
-
-
 @contextlib.contextmanager
 def _sqlite(path: str) -> Iterator[tuple[Callable[[Entries], Any], Callable[[], float]]]:
     """Each batch in a write transaction of its own, synchronous=FULL as pigeon's."""
-    _migrated(path)
+    migrated(path)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
@@ -72,7 +48,7 @@ def _sqlite(path: str) -> Iterator[tuple[Callable[[Entries], Any], Callable[[], 
 
 @contextlib.contextmanager
 def _postgres(url: str) -> Iterator[tuple[Callable[[Entries], Any], Callable[[], float]]]:
-    _migrated(url)
+    migrated(url)
     with psycopg.connect(url) as conn:
         backend = psutil.Process(conn.info.backend_pid)
 
@@ -102,7 +78,7 @@ def measure(count: int, size: int) -> tuple[float, float]:
     lite, pg = [], []
     with tempfile.TemporaryDirectory(prefix="pigeon-cpu-") as tmp:
         for r in range(ROUNDS):
-            planned = batches(WARM + count, size, f"cpu{r}")
+            planned = creates(WARM + count, size, f"cpu{r}")
             with pg_database() as url:
                 pg.append(_cpu_per_op(_postgres(url), planned))
             lite.append(_cpu_per_op(_sqlite(str(Path(tmp) / f"cpu{r}.db")), planned))

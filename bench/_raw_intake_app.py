@@ -25,11 +25,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -37,11 +36,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bench._app_folder import removed_when_stopped
 from bench._raw_batch import fingerprint
-from bench._raw_sets import SQLITE_SQL, sqlite_batch
-from pigeon.reference.schema import attach
+from bench._raw_sets import SQLITE_SQL, migrated, sqlite_batch
 from pigeon.server.idempotency import IdempotencyPolicy
-from pigeon.storage.server import open_server_db
 from pigeon.storage.writer_lock import WriterLock
 
 # PIGEON_RAW_DB: a file the bench made and shares among several processes of this app;
@@ -53,10 +51,9 @@ if _shared:
 else:
     _folder = tempfile.mkdtemp(prefix="pigeon-raw-")
     _path = os.path.join(_folder, "raw.db")
-    _db = open_server_db(_path)  # pigeon's schema, indexes included
-    attach(_db)  # and the reference notes app's (its own schema component)
-    _db.close()
+    migrated(_path)
 _conn = sqlite3.connect(_path, isolation_level=None, check_same_thread=False)
+_removed = removed_when_stopped(_conn, _folder)
 # Writers of a shared file take turns as pigeon's do (a busy handler's sleeps would idle it).
 _writer = WriterLock(_path, wait=30.0) if _shared else contextlib.nullcontext()
 _conn.execute("PRAGMA journal_mode = WAL")
@@ -151,23 +148,13 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@contextlib.asynccontextmanager
-async def _removed_when_stopped(app: Starlette) -> AsyncIterator[None]:
-    """The database's folder removed at shutdown (uvicorn ends a SIGTERM by the signal's
-    own default action once it has shut down, so no atexit hook would run)."""
-    yield
-    _conn.close()
-    if _folder is not None:
-        shutil.rmtree(_folder, ignore_errors=True)
-
-
 app = Starlette(
     routes=[
         Route("/notes", single, methods=["POST"]),
         Route("/pigeon/v1/batch", batch, methods=["POST"]),
         Route("/pigeon/v1/health", health, methods=["GET"]),
     ],
-    lifespan=_removed_when_stopped,
+    lifespan=_removed,
 )
 # The same, its batches written set-based (the set-based intake's raw limit).
 set_app = Starlette(
@@ -176,5 +163,5 @@ set_app = Starlette(
         Route("/pigeon/v1/batch", batch_set, methods=["POST"]),
         Route("/pigeon/v1/health", health, methods=["GET"]),
     ],
-    lifespan=_removed_when_stopped,
+    lifespan=_removed,
 )

@@ -15,9 +15,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from bench._raw_batch import Entries, answered, planned
-from pigeon.reference.schema import REFERENCE
+from pigeon.reference.schema import REFERENCE, attach
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
-from pigeon.storage.server import server_queries
+from pigeon.storage.server import open_server_db, server_queries
 
 if TYPE_CHECKING:
     import psycopg
@@ -27,6 +27,14 @@ SQLITE_SQL = {**server_queries("sqlite"), **REFERENCE.queries("sqlite")}
 POSTGRES_SQL = {**server_queries("postgres"), **REFERENCE.queries("postgres")}
 _POLICY = IdempotencyPolicy()
 _WAIT = f"{round(CLAIM_WAIT * 1000)}ms"  # as the intake bounds a key's wait
+
+
+def migrated(db: str) -> None:
+    """``db`` (a SQLite path or a PostgreSQL URL) made or brought up to date by pigeon's
+    migrations and the reference notes app's: the tables and indexes these batches write."""
+    made = open_server_db(db)
+    attach(made)
+    made.close()
 
 
 class SeenTwice(RuntimeError):

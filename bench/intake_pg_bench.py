@@ -48,12 +48,12 @@ import httpx
 import psutil
 
 from bench import _pg_wire, _raw_cpu
+from bench._raw_batch import creates
+from bench._raw_sets import migrated
 from bench._report import Row, rate, row
 from bench._servers import metered_clients, pg_database, process, uvicorn_app
 from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
-from pigeon.reference.schema import attach
-from pigeon.storage.server import open_server_db
 
 THREADS = 8
 BATCH = 20
@@ -66,23 +66,16 @@ Request = tuple[str, bytes, dict[str, str]]
 
 def _requests(size: int, tag: str, count: int) -> list[Request]:
     """``count`` requests of ``size`` operations (1: POST /notes), each key new."""
+    if size > 1:
+        return [
+            ("/pigeon/v1/batch", json.dumps({"operations": ops}).encode(), {})
+            for ops in creates(count, size, tag)
+        ]
     out = []
     for i in range(count):
-        keys = [f"{tag}-{i}-{j}" for j in range(size)]
-        if size == 1:
-            body = {"id": keys[0], "title": "shopping list", "body": "milk, eggs"}
-            out.append(("/notes", json.dumps(body).encode(), {"idempotency-key": keys[0]}))
-            continue
-        ops = [
-            {
-                "idempotency_key": key,
-                "method": "POST",
-                "path": "/notes",
-                "body": {"id": key, "title": "shopping list", "body": "milk"},
-            }
-            for key in keys
-        ]
-        out.append(("/pigeon/v1/batch", json.dumps({"operations": ops}).encode(), {}))
+        key = f"{tag}-{i}-0"
+        body = {"id": key, "title": "shopping list", "body": "milk, eggs"}
+        out.append(("/notes", json.dumps(body).encode(), {"idempotency-key": key}))
     return out
 
 
@@ -213,9 +206,7 @@ def _raw(db: str, workers: int) -> Iterator[str]:
     ``set_app`` for a file) in ``workers`` uvicorn processes on ``db``, migrated first."""
     pg = db.startswith("postgresql")
     app = "bench._raw_pg_app:app" if pg else "bench._raw_intake_app:set_app"
-    made = open_server_db(db)
-    attach(made)
-    made.close()
+    migrated(db)
     args = [*uvicorn_app(app), "--workers", str(workers)]
     spawn = functools.partial(subprocess.Popen, env={**os.environ, "PIGEON_RAW_DB": db})
     with process(args, HEALTH_PATH, spawn) as url:

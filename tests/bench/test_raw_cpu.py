@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from bench._raw_batch import creates
 
 from bench import _raw_cpu
 
@@ -21,7 +22,7 @@ TABLES = ("pigeon_idempotency_claims", "ref_notes", "ref_effect_ledger")
 def test_each_side_writes_every_batch_whole(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    planned = _raw_cpu.batches(_raw_cpu.WARM + 3, 10, "cpu")
+    planned = creates(_raw_cpu.WARM + 3, 10, "cpu")
     if backend == "sqlite":
         db = str(tmp_path / "cpu.db")
         side = _raw_cpu._sqlite(db)
