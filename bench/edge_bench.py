@@ -11,9 +11,10 @@
   transaction and one fsync each, as the sync engine settles a reply)  vs
   persist-queue's ``get`` + ``ack`` per item;
 * depth: enqueue and ``next_batch(100)`` at 1,000,000 pending vs at 1,000 (durability
-  "normal" so fsync noise does not hide index costs). The deep file is built by bulk
-  inserts through the store's own ``bulk_insert_op`` query in transactions of 50,000
-  rows (distinct entities, each its own head), which is what 1,000,000 enqueues leave.
+  "normal" so fsync noise does not hide index costs), the two depths' samples taken in
+  turns. The deep file is built by bulk inserts through the store's own
+  ``bulk_insert_op`` query in transactions of 50,000 rows (distinct entities, each its
+  own head), which is what 1,000,000 enqueues leave.
 
 Warm-up, alike for pigeon and its baselines: the interleaved contenders each run one
 round of steps untimed before the 50 timed ones (``bench._warm.interleaved``: first
@@ -24,11 +25,13 @@ median of three; the depth rows compare pigeon with itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
@@ -152,25 +155,40 @@ def _delivery_cycle(path: Path, n: int) -> float:
         return rate(n, elapsed)
 
 
-def _depth_costs(path: Path, depth: int, samples: int) -> tuple[float, float]:
-    """Median seconds per enqueue and per next_batch(100) on a queue ``depth`` deep."""
-    bulk_fill(path, depth)
-    with OfflineQueue(path, QueueOptions(durability="normal")) as queue:
-        enq, nb = [], []
+def _depth_costs(depths: Sequence[tuple[Path, int]], samples: int) -> list[tuple[float, float]]:
+    """Median seconds per enqueue and per next_batch(100) on each queue of ``depths``
+    (its file, how deep it is filled), their samples taken in turns, the order reversed
+    every other round: a slow spell of this shared machine falls on every depth alike,
+    where measuring one depth after the other once put it on the deep one alone."""
+    for path, depth in depths:
+        bulk_fill(path, depth)
+    with contextlib.ExitStack() as stack:
+        queues = [
+            stack.enter_context(OfflineQueue(path, QueueOptions(durability="normal")))
+            for path, _ in depths
+        ]
+        enq: list[list[float]] = [[] for _ in queues]
+        nb: list[list[float]] = [[] for _ in queues]
         for i in range(samples):
-            t0 = time.perf_counter()
-            queue.enqueue("update", f"fresh:{i}", PAYLOAD)
-            enq.append(time.perf_counter() - t0)
-        for _ in range(samples // 10):
-            t0 = time.perf_counter()
-            batch = queue.next_batch(100)
-            nb.append(time.perf_counter() - t0)
-            with queue.batch():
-                for op in batch:
-                    queue.release(op.id)
-        enq.sort()
-        nb.sort()
-        return enq[len(enq) // 2], nb[len(nb) // 2]
+            for k in _turn(len(queues), i):
+                t0 = time.perf_counter()
+                queues[k].enqueue("update", f"fresh:{i}", PAYLOAD)
+                enq[k].append(time.perf_counter() - t0)
+        for i in range(samples // 10):
+            for k in _turn(len(queues), i):
+                t0 = time.perf_counter()
+                batch = queues[k].next_batch(100)
+                nb[k].append(time.perf_counter() - t0)
+                with queues[k].batch():
+                    for op in batch:
+                        queues[k].release(op.id)
+        return [(_median(e), _median(b)) for e, b in zip(enq, nb, strict=True)]
+
+
+def _turn(count: int, round_: int) -> Sequence[int]:
+    """The order of ``count`` contenders in round ``round_``: reversed every other one."""
+    order = range(count)
+    return order if round_ % 2 == 0 else order[::-1]
 
 
 def _median(values: list[float]) -> float:
@@ -260,9 +278,10 @@ def run(*, quick: bool = False) -> list[Row]:
                 baseline_name="persist-queue get+ack", target=">= 10x",
                 ok=cycle >= 10 * pq_cycle)
         )  # fmt: skip
-        shallow_enq, shallow_nb = _depth_costs(d / "shallow.db", 1000, 400)
-        _remove(d, "shallow.db", "eight.db")
-        deep_enq, deep_nb = _depth_costs(d / "deep.db", deep, 400)
+        _remove(d, "eight.db")
+        (shallow_enq, shallow_nb), (deep_enq, deep_nb) = _depth_costs(
+            [(d / "shallow.db", 1000), (d / "deep.db", deep)], 400
+        )
         for label, at_deep, at_shallow in (
             ("enqueue", deep_enq, shallow_enq),
             ("next_batch(100)", deep_nb, shallow_nb),
