@@ -21,8 +21,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -109,6 +110,28 @@ def run(
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def served_app(
+    app: str, db: str, *extra: str, probe: str, **popen: Any
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``pigeon serve --app APP --db DB --test-hooks`` on a free loopback port through
+    ``spawn``, once its ``probe`` path answers; the process and its URL, stopped after."""
+    from tests.waiting import until_answers  # here: tests.waiting is the plugin's user
+
+    args = [sys.executable, "-c", "from pigeon.cli import main; main()", "serve"]
+    args += ["--app", app, "--db", db, "--port", "0", "--test-hooks", *extra]
+    proc = spawn(args, stdout=subprocess.PIPE, text=True, **popen)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.rstrip().endswith(f": the app {app}"), line
+        url = line.split()[3]
+        until_answers(url + probe, 60, proc=proc)
+        yield proc, url
+    finally:
+        stop(proc, grace=0)
 
 
 class ServerProcess(_ServerProcess):

@@ -23,7 +23,6 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.fastapi import Pigeon
 from pigeon.server import IntakeOptions, ServerOptions
 from tests import processes
-from tests.waiting import until_answers
 
 APP = "examples.fastapi_orders.app:serve"
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,18 +33,11 @@ ADA = {"Authorization": "Bearer ada.1"}  # the demo stand-in's: principal "ada"
 @contextmanager
 def served(db: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``pigeon serve --app`` with the test hooks, once its app answers."""
-    args = [*PIGEON, "serve", "--app", APP, "--db", str(db), "--port", "0", "--test-hooks"]
     env = os.environ | {"PIGEON_TEST_HOOKS": "1"}
-    proc = processes.spawn([*args, *extra], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.rstrip().endswith(f": the app {APP}"), line
-        url = line.split()[3]
-        until_answers(url + "/openapi.json", 60, proc=proc)
-        yield proc, url
-    finally:
-        processes.stop(proc, grace=0)
+    with processes.served_app(
+        APP, str(db), *extra, probe="/openapi.json", env=env, cwd=ROOT
+    ) as served:
+        yield served
 
 
 def note(url: str, key: str, **headers: str) -> httpx.Response:

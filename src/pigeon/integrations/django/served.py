@@ -1,0 +1,116 @@
+"""A Django project served by ``pigeon serve --app pigeon.integrations.django.served:serve``:
+
+    DJANGO_SETTINGS_MODULE=mysite.settings pigeon serve --db db.sqlite3 \\
+        --app pigeon.integrations.django.served:serve
+
+serves the project's ASGI application, the bodies of pigeon's routes read under their
+limits first (`read_bodies_first`), with the command's options in its ``PIGEON``
+settings for this process: the idempotency policy, the body limit, the key file and the
+test hooks (the project's other ``PIGEON`` keys are kept). The command's database
+(``--db``) must be the project's default one, where pigeon serve migrates pigeon's tables
+and its workers and ``pigeon rehearse`` look: another is refused, naming both. What the
+project would not heed is refused too: it names its callers itself
+(``PIGEON["PRINCIPAL"]``), so ``--auth jwt`` and ``--allow-anonymous``, and a view claims
+its key in its own transaction, so the separate claim mode and ``--in-progress-wait``.
+The project's own tables are its to migrate (``manage.py migrate``) before it is served.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from starlette.types import ASGIApp
+
+from pigeon.exceptions import ConfigurationError
+from pigeon.integrations.django.asgi import read_bodies_first
+from pigeon.integrations.django.worker import database_url
+from pigeon.server.options import ServerOptions
+from pigeon.urls import redact_urls
+
+__all__ = ["pigeon_settings", "serve"]
+
+SETTINGS_ENV = "DJANGO_SETTINGS_MODULE"
+
+
+def serve(options: ServerOptions) -> ASGIApp:
+    """The ASGI application of the project ``DJANGO_SETTINGS_MODULE`` names, set up with
+    ``options`` (see the module's note); a ConfigurationError naming what is wrong."""
+    if not os.environ.get(SETTINGS_ENV):
+        raise ConfigurationError(
+            f"{SETTINGS_ENV} names no settings module: set it to the project's "
+            "(for example mysite.settings)",
+            field="app",
+        )
+    unheeded(options)
+    assert options.database is not None  # unheeded refuses options without one
+    from django.conf import settings
+    from django.core.asgi import get_asgi_application
+
+    default = dict(settings.DATABASES.get("default") or {})
+    theirs = database_url(default)
+    if not same_database(theirs, options.database.url):
+        raise ConfigurationError(
+            redact_urls(
+                f"--db {options.database.url} is not the project's default database "
+                f"({theirs}): pigeon serve migrates pigeon's tables in --db, and the "
+                "project's views claim their keys in its own"
+            ),
+            field="db",
+        )
+    settings.PIGEON = pigeon_settings(options, getattr(settings, "PIGEON", {}))
+    return read_bodies_first(get_asgi_application())
+
+
+def unheeded(options: ServerOptions) -> None:
+    """Refuse (ConfigurationError) an option the project would not heed."""
+    if options.database is None:
+        raise ConfigurationError("these ServerOptions name no database", field="db")
+    refusals = (
+        (options.auth.auth != "demo", "auth", "--auth jwt"),
+        (bool(options.auth.allow_anonymous), "allow_anonymous", "--allow-anonymous"),
+        (options.intake.claim_mode != "inline", "claim_mode", "--claim-mode separate"),
+        (bool(options.intake.in_progress_wait), "in_progress_wait", "--in-progress-wait"),
+    )
+    for refused, field, flag in refusals:
+        if refused:
+            raise ConfigurationError(
+                f"a Django project served by pigeon serve does not heed {flag}: it names "
+                "its callers itself (PIGEON['PRINCIPAL']) and its views claim their keys "
+                "in their own transactions",
+                field=field,
+            )
+
+
+def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[str, Any]:
+    """The project's ``PIGEON`` settings (``current``) with ``options``' in their place."""
+    policy = options.intake.policy
+    merged = dict(current) | {
+        "LOCK_TIMEOUT": policy.lock_timeout,
+        "RESPONSE_RETENTION": policy.response_retention,
+        "CLAIM_RETENTION": policy.claim_retention,
+        "MAX_BODY": options.limits.max_body,
+        "TEST_HOOKS": options.intake.test_hooks,
+    }
+    if options.database is not None and options.database.keys_file:
+        merged["KEYS_FILE"] = options.database.keys_file
+    return merged
+
+
+def same_database(one: str, other: str) -> bool:
+    """Do two database URLs or SQLite paths name the same database?"""
+    postgres = ("postgresql://", "postgres://")
+    if one.startswith(postgres) != other.startswith(postgres):
+        return False
+    if not one.startswith(postgres):
+        return Path(one).resolve() == Path(other).resolve()
+
+    def where(url: str) -> tuple[str, int, str, str]:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "localhost", parts.port or 5432
+        return host, port, unquote(parts.path.lstrip("/")), unquote(parts.username or "")
+
+    return where(one) == where(other)

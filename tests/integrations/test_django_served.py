@@ -1,0 +1,116 @@
+"""``pigeon serve --app notes_project.served:serve``: the Django example served by a real
+``pigeon serve`` process through `pigeon.integrations.django.served`, the command's body
+limit and test hooks heeded by its ``@idempotent`` views, over real HTTP; and what the
+factory refuses, one line each, before anything listens."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pigeon.integrations.django.served import pigeon_settings, same_database
+from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.options import BodyLimits, DatabaseOptions, IntakeOptions, ServerOptions
+from tests import processes
+from tests.integrations.django_notes import EXAMPLE, ROOT
+
+APP = "notes_project.served:serve"
+PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
+ADA = {"Authorization": "Bearer ada.1"}  # the example's demo stand-in: principal "ada"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join([str(EXAMPLE), str(ROOT)])
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTES_DB", "DJANGO_SETTINGS_MODULE")}
+    return env | {"PYTHONPATH": path, "PIGEON_TEST_HOOKS": "1"} | extra
+
+
+@contextmanager
+def served(db: Path, *extra: str) -> Iterator[str]:
+    """``pigeon serve --app`` with the test hooks, once the project answers; its URL."""
+    health = "/pigeon/v1/health"
+    with processes.served_app(APP, str(db), *extra, probe=health, env=_env()) as (_, url):
+        yield url
+
+
+def note(url: str, key: str, body: dict[str, object], **headers: str) -> httpx.Response:
+    return httpx.post(
+        url + "/notes", json=body, headers={"Idempotency-Key": key, **ADA, **headers}, timeout=30
+    )
+
+
+def effects(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [key for (key,) in conn.execute("SELECT idempotency_key FROM notes_effect")]
+
+
+def test_the_commands_options_reach_the_projects_idempotent_views(tmp_path: Path) -> None:
+    db = tmp_path / "notes.db"
+    with served(db, "--max-body", "200") as url:
+        assert note(url, "k1", {"id": "n1"}, Authorization="").status_code == 401
+        failed = note(url, "k1", {"id": "n1"}, **{"X-Pigeon-Test-Fail": "1"})
+        assert failed.status_code == 500 and effects(db) == []  # rolled back, key free
+        first = note(url, "k1", {"id": "n1", "title": "tea"})
+        assert first.status_code == 201
+        again = note(url, "k1", {"id": "n1", "title": "tea"})
+        assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
+        assert note(url, "k2", {"title": "x" * 300}).status_code == 413  # --max-body
+    assert effects(db) == ["k1"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "env", "said"),
+    [
+        (["--allow-anonymous"], {}, "does not heed --allow-anonymous"),
+        (["--in-progress-wait", "1"], {}, "does not heed --in-progress-wait"),
+        (["--claim-mode", "separate"], {}, "does not heed --claim-mode separate"),
+        ([], {"NOTES_DB": "elsewhere.db"}, "is not the project's default database"),
+        ([], {"DJANGO_SETTINGS_MODULE": ""}, "DJANGO_SETTINGS_MODULE names no settings"),
+    ],
+)
+def test_what_the_project_would_not_heed_is_refused_before_it_listens(
+    tmp_path: Path, extra: list[str], env: dict[str, str], said: str
+) -> None:
+    app = "pigeon.integrations.django.served:serve"
+    settings = {"DJANGO_SETTINGS_MODULE": "notes_project.settings"}
+    args = [*PIGEON, "serve", "--app", app, "--db", str(tmp_path / "n.db"), "--port", "0"]
+    done = processes.run(
+        [*args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=_env(**({"NOTES_DB": str(tmp_path / "n.db")} | settings | env)),
+    )
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "serving on" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_the_commands_options_replace_the_projects_pigeon_settings() -> None:
+    options = ServerOptions(
+        database=DatabaseOptions("n.db", keys_file="/keys.json"),
+        intake=IntakeOptions(policy=IdempotencyPolicy(lock_timeout=5.0), test_hooks=True),
+        limits=BodyLimits(max_body=1000),
+    )
+    current = {"PRINCIPAL": "notes.auth.principal", "MAX_BODY": 5, "TEST_HOOKS": False}
+    merged = pigeon_settings(options, current)
+    assert merged["PRINCIPAL"] == "notes.auth.principal"  # the project's own, kept
+    assert (merged["MAX_BODY"], merged["TEST_HOOKS"], merged["LOCK_TIMEOUT"]) == (1000, True, 5.0)
+    assert merged["KEYS_FILE"] == "/keys.json" and current["MAX_BODY"] == 5
+
+
+def test_one_database_is_told_from_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert same_database("n.db", str(tmp_path / "n.db"))
+    assert not same_database("n.db", "m.db")
+    assert same_database("postgresql://u@h/db", "postgresql://u@h:5432/db")
+    assert not same_database("postgresql://u@h/db", "postgresql://u@h/other")
+    assert not same_database("postgresql://u@h/db", "db")
