@@ -72,6 +72,7 @@ def test_the_commands_options_reach_the_projects_idempotent_views(tmp_path: Path
         (["--in-progress-wait", "1"], {}, "does not heed --in-progress-wait"),
         (["--claim-mode", "separate"], {}, "does not heed --claim-mode separate"),
         ([], {"NOTES_DB": "elsewhere.db"}, "is not the project's default database"),
+        ([], {"NOTES_DB": "postgresql://u:hush@127.0.0.1/x"}, "is not the project's default"),
         ([], {"DJANGO_SETTINGS_MODULE": ""}, "DJANGO_SETTINGS_MODULE names no settings"),
     ],
 )
@@ -91,6 +92,7 @@ def test_what_the_project_would_not_heed_is_refused_before_it_listens(
     )
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and "serving on" not in done.stdout
+    assert "hush" not in done.stderr  # a password in the project's URL is not told
     assert "Traceback" not in done.stderr
 
 

@@ -45,8 +45,9 @@ def serve(options: ServerOptions) -> ASGIApp:
             "(for example mysite.settings)",
             field="app",
         )
-    unheeded(options)
-    assert options.database is not None  # unheeded refuses options without one
+    if options.database is None:
+        raise ConfigurationError("these ServerOptions name no database", field="db")
+    refuse_unheeded(options)
     from django.conf import settings
     from django.core.asgi import get_asgi_application
 
@@ -65,10 +66,8 @@ def serve(options: ServerOptions) -> ASGIApp:
     return read_bodies_first(get_asgi_application())
 
 
-def unheeded(options: ServerOptions) -> None:
+def refuse_unheeded(options: ServerOptions) -> None:
     """Refuse (ConfigurationError) an option the project would not heed."""
-    if options.database is None:
-        raise ConfigurationError("these ServerOptions name no database", field="db")
     refusals = (
         (options.auth.auth != "demo", "auth", "--auth jwt"),
         (bool(options.auth.allow_anonymous), "allow_anonymous", "--allow-anonymous"),
