@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pigeon.integrations.django.served import pigeon_settings, same_database
+from pigeon.integrations.django.served import pigeon_settings
+from pigeon.integrations.django.worker import same_database
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.options import BodyLimits, DatabaseOptions, IntakeOptions, ServerOptions
 from tests import processes

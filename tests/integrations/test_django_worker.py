@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -60,3 +61,35 @@ def test_the_worker_runs_the_deferred_job_with_the_orm(server_db_url: str) -> No
     finally:
         processes.stop(worker)
     assert os.environ.get("DJANGO_SETTINGS_MODULE") is None
+
+
+def test_pigeon_worker_on_another_database_than_the_projects_is_refused(tmp_path: Path) -> None:
+    # pigeon worker --db names where the jobs are claimed; the tasks' ORM writes go to the
+    # project's databases: on any other, they would not commit with their jobs.
+    env = child_env() | {
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "notes_project.settings",
+        "PIGEON_DJANGO_JOBS_APP": "notes.jobs:app",
+        "NOTES_DB": "postgresql://ada:hush@127.0.0.1:5432/notes",
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "pigeon",
+        "worker",
+        "--app",
+        "pigeon.integrations.django.worker:app",
+    ]
+    done = processes.run(
+        [*args, "--db", str(tmp_path / "jobs.db"), "--queue", "notes=1", "--processes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "is none of the project's (default: postgresql://ada:***@" in " ".join(
+        done.stderr.split()
+    )
+    assert "hush" not in done.stderr and "Traceback" not in done.stderr

@@ -60,12 +60,12 @@ def parse_queues(values: list[str]) -> dict[str, int | Budget]:
     return queues
 
 
-def check_app_queues(app_ref: str, queues: Iterable[str]) -> None:
+def check_app_queues(app_ref: str, queues: Iterable[str], db: str | None = None) -> None:
     """Refuse a queue the app neither declares nor gives a task: no job of it could run
     (an enqueue names a task of the app, on that task's queue), so its workers would
-    only ever poll."""
+    only ever poll. ``db``: the workers' database, named to the app's loader."""
     try:
-        jobs_app = load_app(app_ref)
+        jobs_app = load_app(app_ref, db=db)
     except PigeonError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--app'") from exc
     unknown = [q for q in queues if q not in jobs_app.queues]
@@ -144,7 +144,7 @@ def worker(
     keys_path = os.path.abspath(keys_file) if keys_file else None
     budgets = parse_queues(queue)
     add_app_dir(".")  # as the Supervisor does, so the app imports here as it will there
-    check_app_queues(app, budgets)
+    check_app_queues(app, budgets, str(db))
     try:
         supervisor = Supervisor(
             app,

@@ -17,8 +17,10 @@ a refusal fails the job for good (``AccessRevoked``, to the failed store with it
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -427,11 +429,34 @@ def _declared_fields(
     return declared
 
 
-def load_app(path: str) -> App:
+# The database the worker loading an app claims its jobs in, named in the environment
+# while the app is imported (``load_app(..., db=)``): a loader that sets up an application
+# of its own checks that its writes go there too (`pigeon.integrations.django.worker`).
+WORKER_DB_ENV = "PIGEON_WORKER_DB"
+
+
+def load_app(path: str, *, db: str | None = None) -> App:
     """Import ``"package.module:attr"`` and return the App it names; a ConfigurationError
     naming the app for anything wrong with the reference (`pigeon.core.imports.import_ref`)
-    or an attribute that is not an App."""
-    app = import_ref(path, "app")
+    or an attribute that is not an App. ``db``: the database of the worker loading it
+    (``WORKER_DB_ENV`` while it imports)."""
+    with _naming(WORKER_DB_ENV, db):
+        app = import_ref(path, "app")
     if not isinstance(app, App):
         raise ConfigurationError(f"{path!r} is not a pigeon.jobs.App (got {type(app).__name__})")
     return app
+
+
+@contextlib.contextmanager
+def _naming(name: str, value: str | None) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` (if any) for the block."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before

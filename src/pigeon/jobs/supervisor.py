@@ -98,7 +98,7 @@ def child_main(
         die_with_parent(parent[0], signal.SIGTERM, deathsig=parent[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides; it sends SIGTERM
     add_app_dir(app_dir)
-    app = load_app(app_ref)
+    app = load_app(app_ref, db=db_path)
     keyring = Keyring.from_file(options.keys_file) if options.keys_file else Keyring.from_env()
     db = open_server_db(db_path, durability=options.durability, keyring=keyring)
     worker = Worker(
@@ -141,7 +141,7 @@ class Supervisor:
         before the app is imported (``pigeon worker`` passes the current directory)."""
         # Absolute now: the children import from where the supervisor was started.
         self.app_dir = add_app_dir(app_dir)
-        app = load_app(app_ref)  # fail here, not in every child, if the app is wrong
+        app = load_app(app_ref, db=db_path)  # fail here, not in every child
         self.budgets = {q: app.queue_config(q).budget(spec) for q, spec in queues.items()}
         self.app_ref = app_ref
         self.db_path = db_path

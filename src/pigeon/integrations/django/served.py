@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from starlette.types import ASGIApp
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.django.asgi import read_bodies_first
-from pigeon.integrations.django.worker import database_url
+from pigeon.integrations.django.worker import database_url, same_database
 from pigeon.server.options import ServerOptions
 from pigeon.urls import redact_urls
 
@@ -97,19 +95,3 @@ def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[
     if options.database is not None and options.database.keys_file:
         merged["KEYS_FILE"] = options.database.keys_file
     return merged
-
-
-def same_database(one: str, other: str) -> bool:
-    """Do two database URLs or SQLite paths name the same database?"""
-    postgres = ("postgresql://", "postgres://")
-    if one.startswith(postgres) != other.startswith(postgres):
-        return False
-    if not one.startswith(postgres):
-        return Path(one).resolve() == Path(other).resolve()
-
-    def where(url: str) -> tuple[str, int, str, str]:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "localhost", parts.port or 5432
-        return host, port, unquote(parts.path.lstrip("/")), unquote(parts.username or "")
-
-    return where(one) == where(other)

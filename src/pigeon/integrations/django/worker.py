@@ -9,13 +9,16 @@ named in ``PIGEON_DJANGO_JOBS_APP``: the tasks may use the ORM as any Django cod
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.jobs.app import App, load_app
+from pigeon.jobs.app import WORKER_DB_ENV, App, load_app
+from pigeon.urls import redact_urls
 
 JOBS_APP_ENV = "PIGEON_DJANGO_JOBS_APP"
 APP_REF = "pigeon.integrations.django.worker:app"
@@ -60,7 +63,48 @@ def _load() -> App:
             f"{JOBS_APP_ENV} names no jobs app (manage.py pigeon_worker sets it)"
         )
     django.setup()
+    check_database(os.environ.get(WORKER_DB_ENV))
     return load_app(ref)
+
+
+def check_database(db: str | None) -> None:
+    """Refuse (ConfigurationError) a worker whose database (``db``, named by the worker
+    loading this app) is none of the project's: its jobs' ORM writes would not commit
+    with the jobs, in another database. None: no worker named one."""
+    from django.conf import settings
+
+    if not db:
+        return
+    theirs: dict[str, str] = {}
+    for alias, database in settings.DATABASES.items():
+        with contextlib.suppress(ConfigurationError):  # in memory, or not SQLite/PostgreSQL
+            theirs[alias] = database_url(database)
+    if any(same_database(db, url) for url in theirs.values()):
+        return
+    listed = ", ".join(f"{alias}: {url}" for alias, url in theirs.items()) or "none"
+    raise ConfigurationError(
+        redact_urls(
+            f"the workers' database {db} is none of the project's ({listed}): the jobs' ORM "
+            "writes would not commit with them (manage.py pigeon_worker takes the project's)"
+        ),
+        field="db",
+    )
+
+
+def same_database(one: str, other: str) -> bool:
+    """Do two database URLs or SQLite paths name the same database?"""
+    postgres = ("postgresql://", "postgres://")
+    if one.startswith(postgres) != other.startswith(postgres):
+        return False
+    if not one.startswith(postgres):
+        return Path(one).resolve() == Path(other).resolve()
+
+    def where(url: str) -> tuple[str, int, str, str]:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "localhost", parts.port or 5432
+        return host, port, unquote(parts.path.lstrip("/")), unquote(parts.username or "")
+
+    return where(one) == where(other)
 
 
 def __getattr__(name: str) -> App:
