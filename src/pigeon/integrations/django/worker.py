@@ -69,8 +69,10 @@ def _load() -> App:
 
 def check_database(db: str | None) -> None:
     """Refuse (ConfigurationError) a worker whose database (``db``, named by the worker
-    loading this app) is none of the project's: its jobs' ORM writes would not commit
-    with the jobs, in another database. None: no worker named one."""
+    loading this app) is none of the project's: the project's views defer their jobs in
+    its own databases, so such a worker would never run them, and the tasks it did run
+    would write through the ORM to a database their jobs are not in. None: no worker
+    named one."""
     from django.conf import settings
 
     if not db:
@@ -84,8 +86,8 @@ def check_database(db: str | None) -> None:
     listed = ", ".join(f"{alias}: {url}" for alias, url in theirs.items()) or "none"
     raise ConfigurationError(
         redact_urls(
-            f"the workers' database {db} is none of the project's ({listed}): the jobs' ORM "
-            "writes would not commit with them (manage.py pigeon_worker takes the project's)"
+            f"the workers' database {db} is none of the project's ({listed}): the project's "
+            "jobs are deferred in its own (manage.py pigeon_worker takes the project's)"
         ),
         field="db",
     )
