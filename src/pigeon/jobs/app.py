@@ -431,7 +431,7 @@ def _declared_fields(
 
 # The database the worker loading an app claims its jobs in, named in the environment
 # while the app is imported (``load_app(..., db=)``): a loader that sets up an application
-# of its own checks that its writes go there too (`pigeon.integrations.django.worker`).
+# of its own checks that it is one of that application's (`pigeon.integrations.django.worker`).
 WORKER_DB_ENV = "PIGEON_WORKER_DB"
 
 
