@@ -13,6 +13,7 @@ ADA = {"HTTP_AUTHORIZATION": "Bearer ada.1"}
 
 # pigeon's tables (Django's flush between tests leaves tables it does not manage).
 PIGEON_TABLES = (
+    "pigeon_effects",
     "pigeon_idempotency_claims",
     "pigeon_job_reviews",
     "pigeon_job_attempts",

@@ -17,7 +17,8 @@ in one transaction of the view's database alias (`pigeon.integrations.django.vie
 REST framework handler, ``batch_view`` serves the edge's batches, ``read_bodies_first``
 wraps the project's ASGI application so their bodies are read under their limits before
 Django's handler reads them whole (`pigeon.integrations.django.asgi`), ``manage.py migrate``
-makes pigeon's tables and ``manage.py pigeon_worker`` runs the jobs. Settings:
+makes pigeon's tables and ``manage.py pigeon_worker`` runs the jobs, whose ORM writes
+``orm_effect`` makes once per key (`pigeon.jobs.effects`, in Django's transaction). Settings:
 ``settings.PIGEON`` (`pigeon.integrations.django.conf`).
 """
 
@@ -27,7 +28,7 @@ from pigeon.integrations.django import _extra  # noqa: F401  (first: one line na
 from pigeon.integrations.django.asgi import read_bodies_first
 from pigeon.integrations.django.batch import batch_view
 from pigeon.integrations.django.rest import idempotent_action
-from pigeon.integrations.django.transactions import alias_tx, defer
+from pigeon.integrations.django.transactions import alias_tx, defer, orm_effect
 from pigeon.integrations.django.views import idempotent
 
 __all__ = [
@@ -36,5 +37,6 @@ __all__ = [
     "defer",
     "idempotent",
     "idempotent_action",
+    "orm_effect",
     "read_bodies_first",
 ]

@@ -11,6 +11,7 @@ stored response are one commit of Django's transaction.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from django.db.transaction import TransactionManagementError
 
 from pigeon.exceptions import ConfigurationError, InvalidOperation
 from pigeon.integrations.claims import Finish
+from pigeon.jobs.effects import effect_in
 from pigeon.jobs.job import JobId, JobSpec
 from pigeon.jobs.manager import enqueue
 from pigeon.storage.base import Tx
@@ -70,6 +72,22 @@ def defer(
         app=options.pop("app", None) or conf.app(),
         **options,
     )
+
+
+def orm_effect(
+    scope: str, key: str, mutation: Callable[[], T], *, using: str = DEFAULT_DB_ALIAS
+) -> T:
+    """An atomic effect of ORM writes (`pigeon.jobs.effects`): (``scope``, ``key``)
+    claimed, ``mutation`` (the writes) run and its JSON result stored, in one
+    ``transaction.atomic(using)``; run again for the same key (its job run again after a
+    crash, or a twin), it returns the stored result and writes nothing. Inside an open
+    atomic block it joins it; a mutation that raises leaves neither its writes nor its
+    claim."""
+    from pigeon.integrations.django.conf import configured  # settings read when used
+
+    with transaction.atomic(using=using):
+        tx = alias_tx(using, configured().keyring)
+        return effect_in(tx, scope, key, lambda _: mutation(), now=time.time())
 
 
 class AtomicWork:
