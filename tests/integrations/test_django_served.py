@@ -66,6 +66,19 @@ def test_the_commands_options_reach_the_projects_idempotent_views(tmp_path: Path
     assert effects(db) == ["k1"]
 
 
+def test_two_serving_processes_serve_a_project_migrated_first(tmp_path: Path) -> None:
+    db = tmp_path / "notes.db"
+    args = [*PIGEON, "serve", "--app", APP, "--db", str(db), "--port", "0", "--workers", "2"]
+    refused = processes.run(args, capture_output=True, text=True, timeout=60, env=_env())
+    assert refused.returncode != 0  # each worker refuses tables not migrated, in a line
+    assert "run manage.py migrate first" in refused.stderr, refused.stderr
+    with served(db):  # one serving process migrates
+        pass
+    with served(db, "--workers", "2") as url:
+        made = [note(url, f"k{i}", {"id": f"n{i}"}).status_code for i in range(8)]
+    assert made == [201] * 8 and sorted(effects(db)) == [f"k{i}" for i in range(8)]
+
+
 @pytest.mark.parametrize(
     ("extra", "env", "said"),
     [
