@@ -35,7 +35,7 @@ def test_the_django_example_passes_crashes_copies_a_deploy_and_bad_bodies(tmp_pa
     done, report = rehearse(
         tmp_path, "--db", str(db), "--app", "notes_project.served:serve",
         "--jobs", "pigeon.integrations.django.worker:app",
-        "--hooks", "tests.rehearse.apps.django_notes:hooks", *args, env=env,
+        "--hooks", "notes_project.rehearsal:hooks", *args, env=env,
     )  # fmt: skip
     assert done.returncode == 0, failures(report) or done.stderr
     assert report is not None and report["counts"]["passed"] == len(PASSING)

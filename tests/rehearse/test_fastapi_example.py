@@ -27,7 +27,7 @@ def test_the_fastapi_example_passes_crashes_copies_a_deploy_and_bad_bodies(tmp_p
     args = [a for name in PASSING for a in ("--scenario", name)]
     done, report = rehearse(
         tmp_path, "--db", str(db), "--app", f"{EXAMPLE}.app:serve",
-        "--jobs", f"{EXAMPLE}.jobs:app", "--hooks", "tests.rehearse.apps.fastapi_orders:hooks",
+        "--jobs", f"{EXAMPLE}.jobs:app", "--hooks", f"{EXAMPLE}.rehearsal:hooks",
         *args, env={"DATABASE_URL": f"sqlite:///{db}"},
     )  # fmt: skip
     assert done.returncode == 0, failures(report) or done.stderr

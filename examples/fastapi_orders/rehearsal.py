@@ -1,6 +1,9 @@
-"""What ``pigeon rehearse`` needs to know of the FastAPI example
-(``--app examples.fastapi_orders.app:serve --jobs examples.fastapi_orders.jobs:app``):
-the orders it places, and the table they go to."""
+"""What ``pigeon rehearse`` needs to know of the FastAPI example: the orders it places,
+and the table they go to.
+
+    pigeon rehearse --app examples.fastapi_orders.app:serve \
+        --jobs examples.fastapi_orders.jobs:app --hooks examples.fastapi_orders.rehearsal:hooks
+"""
 
 from __future__ import annotations
 
