@@ -83,6 +83,7 @@ def test_two_serving_processes_serve_a_project_migrated_first(tmp_path: Path) ->
     ("extra", "env", "said"),
     [
         (["--allow-anonymous"], {}, "does not heed --allow-anonymous"),
+        (["--auth", "jwt"], {"PIGEON_JWT_SECRET": "s" * 32}, "does not heed --auth jwt"),
         (["--in-progress-wait", "1"], {}, "does not heed --in-progress-wait"),
         (["--claim-mode", "separate"], {}, "does not heed --claim-mode separate"),
         ([], {"NOTES_DB": "elsewhere.db"}, "is not the project's default database"),
