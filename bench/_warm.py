@@ -33,3 +33,10 @@ def interleaved(contenders: Sequence[Stepper], sizes: Sequence[int], rounds: int
             if r:
                 spent[index] += took
     return spent
+
+
+def turn_order(count: int, round_: int) -> Sequence[int]:
+    """The order of ``count`` contenders taking turns in round ``round_``, reversed every
+    other round: neither goes first, nor right after a spell the other ended, every time."""
+    order = range(count)
+    return order if round_ % 2 == 0 else order[::-1]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench._edge_ceilings import BareThreads, EnqueueGrouped, EnqueueLeast, EnqueueSQL
 from bench._report import Row, rate, row
-from bench._warm import interleaved
+from bench._warm import interleaved, turn_order
 from bench._writers import PAYLOAD, RawInserts, Writers
 from pigeon.edge.options import QueueOptions
 from pigeon.edge.queue import OfflineQueue
@@ -170,12 +170,12 @@ def _depth_costs(depths: Sequence[tuple[Path, int]], samples: int) -> list[tuple
         enq: list[list[float]] = [[] for _ in queues]
         nb: list[list[float]] = [[] for _ in queues]
         for i in range(samples):
-            for k in _turn(len(queues), i):
+            for k in turn_order(len(queues), i):
                 t0 = time.perf_counter()
                 queues[k].enqueue("update", f"fresh:{i}", PAYLOAD)
                 enq[k].append(time.perf_counter() - t0)
         for i in range(samples // 10):
-            for k in _turn(len(queues), i):
+            for k in turn_order(len(queues), i):
                 t0 = time.perf_counter()
                 batch = queues[k].next_batch(100)
                 nb[k].append(time.perf_counter() - t0)
@@ -183,12 +183,6 @@ def _depth_costs(depths: Sequence[tuple[Path, int]], samples: int) -> list[tuple
                     for op in batch:
                         queues[k].release(op.id)
         return [(_median(e), _median(b)) for e, b in zip(enq, nb, strict=True)]
-
-
-def _turn(count: int, round_: int) -> Sequence[int]:
-    """The order of ``count`` contenders in round ``round_``: reversed every other one."""
-    order = range(count)
-    return order if round_ % 2 == 0 else order[::-1]
 
 
 def _median(values: list[float]) -> float:

@@ -52,6 +52,7 @@ from bench._raw_batch import creates
 from bench._raw_sets import migrated
 from bench._report import Row, rate, row
 from bench._servers import metered_clients, pg_database, process, uvicorn_app
+from bench._warm import turn_order
 from pigeon.core.wire import HEALTH_PATH
 from pigeon.demo.processes import ServerProcess
 
@@ -137,8 +138,7 @@ def _sides(urls: Sequence[str], requests: int, size: int) -> list[Side]:
     sides = [Side() for _ in urls]
     share = max(THREADS, requests // TURNS)
     for turn in range(TURNS):
-        order = range(len(urls)) if turn % 2 == 0 else reversed(range(len(urls)))
-        for i in order:
+        for i in turn_order(len(urls), turn):
             _drive(urls[i], share, size, sides[i])
     return sides
 
