@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from pigeon.exceptions import ValidationError
+from pigeon.exceptions import ConfigurationError, ValidationError
 from pigeon.server import testhooks
 from pigeon.server.applying import busy_refusal
 from pigeon.server.fingerprint import fingerprint
@@ -55,6 +55,7 @@ from pigeon.server.idempotency import (
 )
 from pigeon.server.inflight import InFlight
 from pigeon.server.operations import Failed, OperationRequest
+from pigeon.server.options import IntakeOptions
 from pigeon.server.replay import claim_refusal
 from pigeon.server.results import OpResult, lost_claim, store_unavailable, stored
 from pigeon.server.validation import invalid
@@ -311,6 +312,25 @@ class Claims:
         await uow.commit(self.keep(again, result))
         self.notify(again.key)
         return result
+
+
+def refuse_unheeded_intake(intake: IntakeOptions, who: str) -> None:
+    """Refuse (ConfigurationError naming the field) the intake's options that a key claimed
+    in the application's own transaction cannot heed, ``who`` (an app's route or view)
+    being what claims it: the separate claim mode, and a wait for a duplicate in progress,
+    which it answers 409 at once."""
+    if intake.claim_mode != "inline":
+        raise ConfigurationError(
+            f"{who} claims its key in the handler's own transaction: it does not heed "
+            "--claim-mode separate (claim_mode 'separate')",
+            field="claim_mode",
+        )
+    if intake.in_progress_wait:
+        raise ConfigurationError(
+            f"{who} answers a duplicate of a request in progress 409 at once: it does not "
+            "heed --in-progress-wait (in_progress_wait)",
+            field="in_progress_wait",
+        )
 
 
 def _hooked(op: OperationRequest, result: OpResult) -> OpResult:

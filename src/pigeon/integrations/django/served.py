@@ -24,6 +24,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from pigeon.exceptions import ConfigurationError
+from pigeon.integrations.claims import refuse_unheeded_intake
 from pigeon.integrations.django.asgi import read_bodies_first
 from pigeon.integrations.django.worker import database_url, same_database
 from pigeon.server.options import ServerOptions
@@ -69,17 +70,15 @@ def refuse_unheeded(options: ServerOptions) -> None:
     refusals = (
         (options.auth.auth != "demo", "auth", "--auth jwt"),
         (bool(options.auth.allow_anonymous), "allow_anonymous", "--allow-anonymous"),
-        (options.intake.claim_mode != "inline", "claim_mode", "--claim-mode separate"),
-        (bool(options.intake.in_progress_wait), "in_progress_wait", "--in-progress-wait"),
     )
     for refused, field, flag in refusals:
         if refused:
             raise ConfigurationError(
                 f"a Django project served by pigeon serve does not heed {flag}: it names "
-                "its callers itself (PIGEON['PRINCIPAL']) and its views claim their keys "
-                "in their own transactions",
+                "its callers itself (PIGEON['PRINCIPAL'])",
                 field=field,
             )
+    refuse_unheeded_intake(options.intake, "a Django project's @idempotent view")
 
 
 def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from fastapi import HTTPException, Request
 
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
-from pigeon.integrations.claims import Claims
+from pigeon.integrations.claims import Claims, refuse_unheeded_intake
 from pigeon.server.auth import principal_of
 from pigeon.server.options import ServerOptions
 from pigeon.storage.crypto import Keyring
@@ -48,18 +48,7 @@ def served_by(options: ServerOptions, like: Claims) -> Served:
     intake's options that have no meaning in the application's own transaction are
     refused (ConfigurationError naming them)."""
     intake = options.intake
-    if intake.claim_mode != "inline":
-        raise ConfigurationError(
-            "an @idempotent route claims its key in the handler's own transaction: "
-            "claim_mode 'separate' does not apply to it",
-            field="claim_mode",
-        )
-    if intake.in_progress_wait:
-        raise ConfigurationError(
-            "an @idempotent route answers a duplicate of a request in progress 409 at once: "
-            "in_progress_wait does not apply to it",
-            field="in_progress_wait",
-        )
+    refuse_unheeded_intake(intake, "an @idempotent route")
     keyring = options.database.keyring() if options.database is not None else None
     claims = Claims(intake.policy, like.now, like.claim_wait, like.after_commit)
     return Served(claims, keyring, options.limits.max_body, intake.test_hooks)
