@@ -4,6 +4,7 @@ serve``, and what its database holds."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from tests.processes import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "django_notes"
+# The path a pigeon command serving or rehearsing the example imports it on: its project's
+# packages at the top, as manage.py has them, and the checkout.
+EXAMPLE_PATH = os.pathsep.join([str(EXAMPLE), str(ROOT)])
 TABLES = {
     "notes": "notes_note",
     "effects": "notes_effect",

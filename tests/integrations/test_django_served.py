@@ -20,7 +20,7 @@ from pigeon.integrations.django.worker import same_database
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.options import BodyLimits, DatabaseOptions, IntakeOptions, ServerOptions
 from tests import processes
-from tests.integrations.django_notes import EXAMPLE, ROOT
+from tests.integrations.django_notes import EXAMPLE_PATH
 
 APP = "notes_project.served:serve"
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
@@ -28,7 +28,7 @@ ADA = {"Authorization": "Bearer ada.1"}  # the example's demo stand-in: principa
 
 
 def _env(**extra: str) -> dict[str, str]:
-    path = os.pathsep.join([str(EXAMPLE), str(ROOT)])
+    path = EXAMPLE_PATH
     env = {k: v for k, v in os.environ.items() if k not in ("NOTES_DB", "DJANGO_SETTINGS_MODULE")}
     return env | {"PYTHONPATH": path, "PIGEON_TEST_HOOKS": "1"} | extra
 

@@ -15,7 +15,7 @@ import psycopg
 
 from pigeon.orphans import child_env
 from tests import processes
-from tests.integrations.django_notes import EXAMPLE, ROOT, DjangoNotes
+from tests.integrations.django_notes import EXAMPLE, EXAMPLE_PATH, ROOT, DjangoNotes
 
 
 def _state(db: str) -> tuple[str, str]:
@@ -64,10 +64,10 @@ def test_the_worker_runs_the_deferred_job_with_the_orm(server_db_url: str) -> No
 
 
 def test_pigeon_worker_on_another_database_than_the_projects_is_refused(tmp_path: Path) -> None:
-    # pigeon worker --db names where the jobs are claimed; the tasks' ORM writes go to the
-    # project's databases: on any other, they would not commit with their jobs.
+    # pigeon worker --db names where the jobs are claimed; the project's views defer them in
+    # its own databases: on any other, its jobs would never run.
     env = child_env() | {
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        "PYTHONPATH": EXAMPLE_PATH,
         "DJANGO_SETTINGS_MODULE": "notes_project.settings",
         "PIGEON_DJANGO_JOBS_APP": "notes.jobs:app",
         "NOTES_DB": "postgresql://ada:hush@127.0.0.1:5432/notes",

@@ -5,12 +5,11 @@ by ``pigeon worker`` with Django set up (`pigeon.integrations.django.worker`).""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.integrations.django_notes import EXAMPLE, ROOT
+from tests.integrations.django_notes import EXAMPLE_PATH
 from tests.rehearse.cli import failures, rehearse, scenario
 
 pytestmark = pytest.mark.slow
@@ -26,7 +25,7 @@ PASSING = (
 def test_the_django_example_passes_crashes_copies_a_deploy_and_bad_bodies(tmp_path: Path) -> None:
     db = tmp_path / "notes.db"
     env = {
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        "PYTHONPATH": EXAMPLE_PATH,
         "DJANGO_SETTINGS_MODULE": "notes_project.settings",
         "NOTES_DB": str(db),  # the workers' Django settings: the rehearsal's database
         "PIGEON_DJANGO_JOBS_APP": "notes.jobs:app",
