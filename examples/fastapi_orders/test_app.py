@@ -10,9 +10,12 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from examples.fastapi_orders import jobs
 from examples.fastapi_orders.app import create_app, migrate
 from examples.fastapi_orders.models import Note, Order
 from pigeon.core.wire import MAX_JSON_DEPTH
+from pigeon.jobs import JobContext, JobManager, Timeouts
+from pigeon.storage.server import open_server_db
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -110,3 +113,20 @@ def test_pigeons_migrations_leave_the_apps_notes_table_alone(client: TestClient)
     migrate(client.app.state.engine)  # type: ignore[attr-defined]  # again: changes nothing
     with Session(client.app.state.engine) as db:  # type: ignore[attr-defined]
         assert db.scalar(select(func.count()).select_from(Note)) == 1
+
+
+def test_a_charge_run_twice_pays_its_order_once(client: TestClient, tmp_path: Path) -> None:
+    headers = {"Idempotency-Key": "o1", "Authorization": "Bearer ada"}
+    placed = client.post("/orders", json={"item": "tea", "amount_cents": 350}, headers=headers)
+    db = open_server_db(tmp_path / "orders.db")  # the worker's: the app's own database
+    try:
+        (job,) = JobManager(db, jobs.app).lease_jobs("payments", "w", 1, lease=60.0)
+        context = JobContext(job, db, Timeouts())
+        for _ in range(2):  # run again, as after a crash before its job was marked done
+            jobs.charge(context, **job.payload)
+        with db.reading() as tx:
+            claims = tx.sql("SELECT count(*) AS n FROM pigeon_effects").fetchone()
+    finally:
+        db.close()
+    order = client.get(f"/orders/{placed.json()['id']}", headers=headers).json()
+    assert order["status"] == "paid" and claims == {"n": 1}

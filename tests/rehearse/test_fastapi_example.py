@@ -1,7 +1,7 @@
 """``pigeon rehearse`` against an app unlike the reference one: the FastAPI example
 (examples/fastapi_orders), served by ``pigeon serve --app``, its ORM writes and deferred
-jobs in the request's own SQLAlchemy session. Its charge task writes through the
-database ``DATABASE_URL`` names: the rehearsal's, here."""
+jobs in the request's own SQLAlchemy session. Its charge task writes in its job's own
+database, the worker's: no ``DATABASE_URL`` is set."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_the_fastapi_example_passes_crashes_copies_a_deploy_and_bad_bodies(tmp_p
     done, report = rehearse(
         tmp_path, "--db", str(db), "--app", f"{EXAMPLE}.app:serve",
         "--jobs", f"{EXAMPLE}.jobs:app", "--hooks", f"{EXAMPLE}.rehearsal:hooks",
-        *args, env={"DATABASE_URL": f"sqlite:///{db}"},
+        *args,
     )  # fmt: skip
     assert done.returncode == 0, failures(report) or done.stderr
     assert report is not None and report["counts"]["passed"] == len(PASSING)
