@@ -20,11 +20,13 @@ from pigeon.server import ServerOptions
 
 
 def migrate(engine: Engine) -> None:
-    """The app's tables and pigeon's (an Alembic project would run ``alembic upgrade
-    heads`` with pigeon's revisions in its version locations instead)."""
-    Base.metadata.create_all(engine)
+    """The app's tables and pigeon's, in one transaction (an Alembic project would run
+    ``alembic upgrade heads`` with pigeon's revisions in its version locations instead).
+    pigeon's come first: they take the migration's lock (BEGIN IMMEDIATE on SQLite, an
+    advisory lock on PostgreSQL), so processes migrating at once make each table once."""
     with engine.begin() as conn:
         migrate_tables(conn)
+        Base.metadata.create_all(conn)
 
 
 def create_app(url: str | None = None, options: ServerOptions | None = None) -> FastAPI:
@@ -42,8 +44,8 @@ def create_app(url: str | None = None, options: ServerOptions | None = None) -> 
 
 def serve(options: ServerOptions) -> FastAPI:
     """The factory of ``pigeon serve --app examples.fastapi_orders.app:serve``: the app
-    on the command's database (``--db``) with its options, its tables made (one serving
-    process: with ``--workers N``, run the migration first)."""
+    on the command's database (``--db``) with its options, its tables made (by each
+    process of ``--workers N``, one after the other)."""
     app = create_app(sqlalchemy_url(options), options)
     migrate(app.state.engine)
     return app

@@ -71,6 +71,20 @@ def test_the_commands_options_reach_the_apps_idempotent_routes(tmp_path: Path) -
     assert effects(db) == ["k1"]
 
 
+def test_two_serving_processes_on_a_fresh_database_make_each_table_once(tmp_path: Path) -> None:
+    # Each process migrates as it starts; before the migration took pigeon's lock first,
+    # two could both find a table missing and one failed making it.
+    db = tmp_path / "orders.db"
+    with served(db, "--workers", "2") as (_, url):
+        made = [
+            httpx.post(
+                url + "/notes", json={"id": f"n{i}"}, headers=ADA | {"Idempotency-Key": f"k{i}"}
+            ).status_code
+            for i in range(8)
+        ]
+    assert made == [201] * 8 and sorted(effects(db)) == [f"k{i}" for i in range(8)]
+
+
 def test_a_duplicate_of_a_request_held_by_the_delay_hook_is_409(tmp_path: Path) -> None:
     with served(tmp_path / "orders.db") as (_, url):
         held: list[httpx.Response] = []

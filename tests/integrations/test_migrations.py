@@ -4,13 +4,14 @@ changes nothing, and the rest of pigeon (``open_server_db``) opens the database.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import Engine, create_engine, inspect
 from typer.testing import CliRunner
 
 from pigeon.cli import app
@@ -92,3 +93,37 @@ def test_pigeon_migrate_makes_the_tables_beside_the_apps(
 def test_pigeon_migrate_says_in_one_line_what_failed(url: str) -> None:
     done = run_cli(["migrate", "--db", url])
     assert done.exit_code == 1 and "Traceback" not in done.output
+
+
+def test_the_fastapi_examples_migration_run_by_two_at_once_makes_each_table_once(
+    server_db_url: str,
+) -> None:
+    # What `pigeon serve --workers 2` does on a fresh database: each process migrates as
+    # it starts. With the app's tables made before pigeon's lock was taken, both could
+    # find a table missing, and PostgreSQL refused the second CREATE in all of 10 tries.
+    from examples.fastapi_orders.app import migrate
+    from examples.fastapi_orders.models import Base
+
+    engines = [create_engine(sqlalchemy_url(server_db_url)) for _ in range(2)]
+    together = threading.Barrier(2)
+    failed: list[BaseException] = []
+
+    def run(engine: Engine) -> None:
+        together.wait()
+        try:
+            migrate(engine)
+        except Exception as exc:  # what the test looks for
+            failed.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for engine in engines:
+            engine.dispose()
+    assert failed == []
+    assert set(Base.metadata.tables) <= tables(server_db_url)
+    open_server_db(server_db_url).close()  # pigeon's tables, at the version it knows
