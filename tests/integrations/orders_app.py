@@ -23,6 +23,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from pigeon.integrations.fastapi import Pigeon, defer, defer_async
 from pigeon.integrations.fastapi.migrations import migrate_tables
+from pigeon.server.limits import DEFAULT_MAX_BODY
+from pigeon.server.options import ServerOptions
+from pigeon.storage.crypto import Keyring
 
 
 class Base(DeclarativeBase):
@@ -89,14 +92,18 @@ def create_app(
     *,
     asynchronous: bool = False,
     after_commit: Callable[[list[str]], None] | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    keyring: Keyring | None = None,
+    options: ServerOptions | None = None,
 ) -> FastAPI:
-    pigeon = Pigeon(principal=caller, after_commit=after_commit)
+    """``max_body``, ``keyring``: the app's own; ``options``: a server's (pigeon serve)."""
+    pigeon = Pigeon(principal=caller, after_commit=after_commit, max_body=max_body, keyring=keyring)
     app = FastAPI(title="orders under test", lifespan=_disposing_engine)
     if asynchronous:
         _async_routes(app, pigeon, url)
     else:
         _sync_routes(app, pigeon, url)
-    pigeon.install(app)
+    pigeon.install(app, options=options)
     return app
 
 

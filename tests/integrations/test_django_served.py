@@ -124,6 +124,15 @@ def test_the_commands_options_replace_the_projects_pigeon_settings() -> None:
     assert merged["KEYS_FILE"] == "/keys.json" and current["MAX_BODY"] == 5
 
 
+def test_what_the_command_took_by_default_leaves_the_projects_settings() -> None:
+    current = {"MAX_BODY": 5 << 20, "LOCK_TIMEOUT": 9.0, "TEST_HOOKS": True}
+    merged = pigeon_settings(ServerOptions(), current)
+    assert (merged["MAX_BODY"], merged["LOCK_TIMEOUT"]) == (5 << 20, 9.0)  # the project's
+    usual = ServerOptions()
+    assert merged["RESPONSE_RETENTION"] == usual.intake.policy.response_retention  # unset
+    assert merged["TEST_HOOKS"] is False  # only the command turns them on
+
+
 def test_one_database_is_told_from_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert same_database("n.db", str(tmp_path / "n.db"))

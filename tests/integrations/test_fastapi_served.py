@@ -11,18 +11,28 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy
 from fastapi import FastAPI
 
 from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.fastapi import Pigeon
 from pigeon.server import IntakeOptions, ServerOptions
+from pigeon.server.idempotency import IdempotencyPolicy
+from pigeon.server.options import BodyLimits, over_own
+from pigeon.storage.crypto import Keyring, generate_key
 from tests import processes
+from tests.integrations.orders_app import create_app, sqlalchemy_url
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 APP = "examples.fastapi_orders.app:serve"
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,3 +136,45 @@ def test_intake_options_with_no_meaning_in_the_apps_transaction_are_refused(
     with pytest.raises(ConfigurationError) as refused:
         Pigeon().install(FastAPI(), options=ServerOptions(intake=intake))
     assert refused.value.field == field
+
+
+def test_what_the_command_was_not_given_leaves_the_apps_own_settings(app_db: str) -> None:
+    # Before, the command's every default replaced the app's Pigeon(...) settings: its
+    # body limit, its policy, its keyring (and stored answers went unsealed).
+    body = {"item": "tea", "pad": "x" * 1000}
+    own = create_app(app_db, max_body=300, options=ServerOptions())
+    given = ServerOptions(limits=BodyLimits(max_body=5000))
+    for app, status in [(own, 413), (create_app(app_db, max_body=300, options=given), 201)]:
+        with TestClient(app) as client:
+            sent = client.post("/orders", json=body, headers={"Idempotency-Key": f"k{status}"})
+        assert sent.status_code == status, sent.text
+    sealing = create_app(app_db, keyring=Keyring((("k1", generate_key()),)), options=given)
+    with TestClient(sealing) as client:
+        sealed = client.post("/orders", json={"item": "tea"}, headers={"Idempotency-Key": "k3"})
+    assert sealed.status_code == 201 and "tea" not in _stored(app_db, "k3")  # the app's key
+
+
+def _stored(url: str, key: str) -> str:
+    engine = sqlalchemy.create_engine(sqlalchemy_url(url))
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sqlalchemy.text(
+                    "SELECT response_body FROM pigeon_idempotency_claims WHERE idem_key = :k"
+                ),
+                {"k": key},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    return str(found)
+
+
+def test_a_policy_is_taken_field_by_field_and_checked_whole() -> None:
+    own = IdempotencyPolicy(lock_timeout=3.0, response_retention=60.0, claim_retention=120.0)
+    usual = IdempotencyPolicy()
+    assert over_own(usual, usual, own) == own
+    merged = over_own(IdempotencyPolicy(lock_timeout=7.0), usual, own)
+    assert merged == IdempotencyPolicy(7.0, 60.0, 120.0)
+    assert over_own(5, 10, 3) == 5 and over_own(10, 10, 3) == 3
+    with pytest.raises(ConfigurationError):  # a lock held longer than the answer is kept
+        over_own(IdempotencyPolicy(lock_timeout=90.0), usual, own)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal, get_args
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any, Literal, TypeVar, get_args
 
 from pigeon.checks import is_finite, is_int_in, is_number
 from pigeon.exceptions import ConfigurationError
@@ -44,6 +44,23 @@ DEFAULT_DRAIN_TIMEOUT = 5.0
 IDLE_ENV = "PIGEON_OPS_SESSION_IDLE"
 LIFETIME_ENV = "PIGEON_OPS_SESSION_LIFETIME"
 MAX_LIFETIME = 30 * 86400.0
+
+
+T = TypeVar("T")
+
+
+def over_own(command: T, usual: T, own: T) -> T:
+    """A setting of ``pigeon serve --app`` over the app's own: the command's value where it
+    was given (it differs from ``usual``, the command's default), else the app's ``own``;
+    a dataclass (a policy) field by field, checked again as a whole."""
+    if not is_dataclass(command) or isinstance(command, type):
+        return command if command != usual else own
+    given: dict[str, Any] = {
+        f.name: getattr(command, f.name)
+        for f in fields(command)
+        if getattr(command, f.name) != getattr(usual, f.name)
+    }
+    return replace(own, **given)  # type: ignore[type-var]
 
 
 def _one_of(name: str, value: object, allowed: tuple[object, ...]) -> None:

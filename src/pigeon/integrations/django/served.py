@@ -27,7 +27,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.claims import refuse_unheeded_intake
 from pigeon.integrations.django.asgi import read_bodies_first
 from pigeon.integrations.django.worker import database_url, same_database
-from pigeon.server.options import ServerOptions
+from pigeon.server.options import ServerOptions, over_own
 from pigeon.urls import redact_urls
 
 __all__ = ["pigeon_settings", "serve"]
@@ -82,15 +82,21 @@ def refuse_unheeded(options: ServerOptions) -> None:
 
 
 def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[str, Any]:
-    """The project's ``PIGEON`` settings (``current``) with ``options``' in their place."""
-    policy = options.intake.policy
-    merged = dict(current) | {
-        "LOCK_TIMEOUT": policy.lock_timeout,
-        "RESPONSE_RETENTION": policy.response_retention,
-        "CLAIM_RETENTION": policy.claim_retention,
-        "MAX_BODY": options.limits.max_body,
-        "TEST_HOOKS": options.intake.test_hooks,
+    """The project's ``PIGEON`` settings (``current``) with the options the command was
+    given in their place (`over_own`): a value the command took by default leaves the
+    project's own (its ``MAX_BODY`` holds unless ``--max-body`` says otherwise). The test
+    hooks are always the command's, so a project's settings cannot turn them on unasked."""
+    policy, usual = options.intake.policy, ServerOptions()
+    commanded = {
+        "LOCK_TIMEOUT": (policy.lock_timeout, usual.intake.policy.lock_timeout),
+        "RESPONSE_RETENTION": (policy.response_retention, usual.intake.policy.response_retention),
+        "CLAIM_RETENTION": (policy.claim_retention, usual.intake.policy.claim_retention),
+        "MAX_BODY": (options.limits.max_body, usual.limits.max_body),
     }
+    merged = dict(current)
+    for name, (value, default) in commanded.items():
+        merged[name] = over_own(value, default, current.get(name, value))
+    merged["TEST_HOOKS"] = options.intake.test_hooks
     if options.database is not None and options.database.keys_file:
         merged["KEYS_FILE"] = options.database.keys_file
     return merged

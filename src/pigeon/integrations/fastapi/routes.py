@@ -219,7 +219,7 @@ class Pigeon:
         serve the edge's batches too (`pigeon.integrations.fastapi.batch`). ``options``:
         ``pigeon serve``'s, for this app's requests (`pigeon.integrations.fastapi.served`)."""
         if options is not None:
-            self._apps[app] = served_by(options, self.served.claims)
+            self._apps[app] = served_by(options, self.served)
         app.add_exception_handler(Refused, _refused)
         if batch:
             add_batch_route(app)

@@ -27,7 +27,7 @@ from fastapi import HTTPException, Request
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.integrations.claims import Claims, refuse_unheeded_intake
 from pigeon.server.auth import principal_of
-from pigeon.server.options import ServerOptions
+from pigeon.server.options import ServerOptions, over_own
 from pigeon.storage.crypto import Keyring
 
 __all__ = ["Served", "principal_from", "served_by", "sqlalchemy_url"]
@@ -43,15 +43,20 @@ class Served:
     test_hooks: bool = False
 
 
-def served_by(options: ServerOptions, like: Claims) -> Served:
-    """``options`` as the ``Served`` of an app (its claims otherwise ``like`` these); the
-    intake's options that have no meaning in the application's own transaction are
-    refused (ConfigurationError naming them)."""
-    intake = options.intake
+def served_by(options: ServerOptions, own: Served) -> Served:
+    """``options`` over an app's ``own`` settings (`over_own`: what the command was not
+    given leaves the app's policy, body limit and keyring); the intake's options that
+    have no meaning in the application's own transaction are refused (ConfigurationError
+    naming them). The test hooks are always the command's."""
+    intake, usual = options.intake, ServerOptions()
     refuse_unheeded_intake(intake, "an @idempotent route")
-    keyring = options.database.keyring() if options.database is not None else None
-    claims = Claims(intake.policy, like.now, like.claim_wait, like.after_commit)
-    return Served(claims, keyring, options.limits.max_body, intake.test_hooks)
+    named = options.database.keyring() if options.database is not None else None
+    keyring = named if named is not None else own.keyring  # --keys-file, or the environment's
+    like = own.claims
+    policy = over_own(intake.policy, usual.intake.policy, like.policy)
+    claims = Claims(policy, like.now, like.claim_wait, like.after_commit)
+    max_body = over_own(options.limits.max_body, usual.limits.max_body, own.max_body)
+    return Served(claims, keyring, max_body, intake.test_hooks)
 
 
 def principal_from(options: ServerOptions) -> Callable[[Request], str]:
