@@ -6,6 +6,7 @@ a bad ``--app`` refused in one line saying what is wrong with it."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import subprocess
 import time
@@ -16,6 +17,8 @@ import httpx
 import jwt
 import pytest
 
+from pigeon.cli.serve_cmd import serve
+from pigeon.server.options import ServerOptions
 from tests import processes
 from tests.waiting import until_answers
 
@@ -214,3 +217,17 @@ def test_a_factory_failing_in_the_worker_processes_stops_the_server(tmp_path: Pa
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert f"pigeon serve: {app} returned a dict, not an ASGI app" in result.stderr
+
+
+def test_the_commands_defaults_are_the_options_defaults() -> None:
+    # An app's own setting holds where the command's value is its default (over_own,
+    # the refusal of options an ASGI app cannot take): the two defaults must be one.
+    given = {n: p.default for n, p in inspect.signature(serve).parameters.items()}
+    usual = ServerOptions()
+    policy = usual.intake.policy
+    assert (given["lock_timeout"], given["response_retention"], given["claim_retention"]) == (
+        policy.lock_timeout, policy.response_retention, policy.claim_retention,
+    )  # fmt: skip
+    assert (given["max_body"], given["max_batch_body"]) == (
+        usual.limits.max_body, usual.limits.max_batch_body,
+    )  # fmt: skip
