@@ -15,12 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pigeon.exceptions import ConfigurationError
+from pigeon.integrations.django.conf import read
 from pigeon.integrations.django.served import pigeon_settings
 from pigeon.integrations.django.worker import same_database
 from pigeon.server.idempotency import IdempotencyPolicy
 from pigeon.server.options import BodyLimits, DatabaseOptions, IntakeOptions, ServerOptions
 from tests import processes
 from tests.integrations.django_notes import EXAMPLE_PATH
+from tests.integrations.served_apps import batch_of
 
 APP = "notes_project.served:serve"
 PIGEON = [sys.executable, "-c", "from pigeon.cli import main; main()"]
@@ -54,7 +57,7 @@ def effects(db: Path) -> list[str]:
 
 def test_the_commands_options_reach_the_projects_idempotent_views(tmp_path: Path) -> None:
     db = tmp_path / "notes.db"
-    with served(db, "--max-body", "200") as url:
+    with served(db, "--max-body", "200", "--max-batch-body", "2000") as url:
         assert note(url, "k1", {"id": "n1"}, Authorization="").status_code == 401
         failed = note(url, "k1", {"id": "n1"}, **{"X-Pigeon-Test-Fail": "1"})
         assert failed.status_code == 500 and effects(db) == []  # rolled back, key free
@@ -63,7 +66,9 @@ def test_the_commands_options_reach_the_projects_idempotent_views(tmp_path: Path
         again = note(url, "k1", {"id": "n1", "title": "tea"})
         assert again.headers["idempotent-replayed"] == "true" and again.content == first.content
         assert note(url, "k2", {"title": "x" * 300}).status_code == 413  # --max-body
-    assert effects(db) == ["k1"]
+        assert batch_of(url, 2500, "b1") == 413  # --max-batch-body, whole
+        assert batch_of(url, 1500, "b2") == 200  # its one note is under --max-body
+    assert effects(db) == ["k1", "b2"]
 
 
 def test_two_serving_processes_serve_a_project_migrated_first(tmp_path: Path) -> None:
@@ -140,3 +145,11 @@ def test_one_database_is_told_from_another(tmp_path: Path, monkeypatch: pytest.M
     assert same_database("postgresql://u@h/db", "postgresql://u@h:5432/db")
     assert not same_database("postgresql://u@h/db", "postgresql://u@h/other")
     assert not same_database("postgresql://u@h/db", "db")
+
+
+def test_a_projects_batch_limit_is_read_and_holds_an_operation() -> None:
+    assert read({"MAX_BATCH_BODY": 4 << 20}).max_batch_body == 4 << 20
+    with pytest.raises(ConfigurationError, match="MAX_BATCH_BODY"):
+        read({"MAX_BODY": 5000, "MAX_BATCH_BODY": 1000})  # one operation must fit a batch
+    merged = pigeon_settings(ServerOptions(limits=BodyLimits(max_batch_body=3 << 20)), {})
+    assert merged["MAX_BATCH_BODY"] == 3 << 20

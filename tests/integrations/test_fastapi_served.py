@@ -29,6 +29,7 @@ from pigeon.server.options import BodyLimits, over_own
 from pigeon.storage.crypto import Keyring, generate_key
 from tests import processes
 from tests.integrations.orders_app import create_app, sqlalchemy_url
+from tests.integrations.served_apps import batch_of
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -63,7 +64,7 @@ def effects(db: Path) -> list[str]:
 
 def test_the_commands_options_reach_the_apps_idempotent_routes(tmp_path: Path) -> None:
     db = tmp_path / "orders.db"
-    with served(db, "--max-body", "200") as (_, url):
+    with served(db, "--max-body", "200", "--max-batch-body", "2000") as (_, url):
         assert note(url, "k1", Authorization="").status_code == 401  # --auth demo, no token
         failed = note(url, "k1", **{"X-Pigeon-Test-Fail": "1"})
         assert failed.status_code == 500 and effects(db) == []  # rolled back, key free
@@ -78,7 +79,9 @@ def test_the_commands_options_reach_the_apps_idempotent_routes(tmp_path: Path) -
         assert big.status_code == 413
         listed = httpx.get(url + "/notes", headers={"Authorization": "Bearer ada.2"}).json()
         assert [n["id"] for n in listed["notes"]] == ["n1"]  # the same principal, ada
-    assert effects(db) == ["k1"]
+        assert batch_of(url, 2500, "b1") == 413  # --max-batch-body, whole
+        assert batch_of(url, 1500, "b2") == 200  # its one note is under --max-body
+    assert effects(db) == ["k1", "b2"]
 
 
 def test_two_serving_processes_on_a_fresh_database_make_each_table_once(tmp_path: Path) -> None:

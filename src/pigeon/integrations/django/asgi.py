@@ -7,7 +7,7 @@ view runs: the limits ``@idempotent`` and ``batch_view`` check came after an out
 gigabytes were on disk. Wrapped, a write to one of them is read here first, as ``pigeon
 serve`` reads it (`pigeon.server.body_first`): a bad key, a type that is not JSON or a
 Content-Length over the limit is refused from the head, the rest counted as it arrives.
-The limits are the views' own (``settings.PIGEON["MAX_BODY"]``, a batch's 16 MiB), each
+The limits are the views' own (``settings.PIGEON["MAX_BODY"]`` and ``["MAX_BATCH_BODY"]``), each
 lowered to Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``. Any other request goes through
 untouched. Under WSGI nothing is needed: Django reads a body there only when the view
 asks for it.
@@ -26,7 +26,6 @@ from pigeon.integrations.django.batch import WHAT as BATCH
 from pigeon.integrations.django.batch import batch_view, guarded
 from pigeon.integrations.django.conf import configured
 from pigeon.server.body_first import body_first
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY
 from pigeon.server.messages import head_refusal, render_result
 from pigeon.server.results import OpResult
 
@@ -50,7 +49,7 @@ def _limit(scope: Scope) -> tuple[int, str] | OpResult | None:
     except Resolver404:
         return None
     if view is batch_view:
-        limit, what = DEFAULT_MAX_BATCH_BODY, BATCH
+        limit, what = configured().max_batch_body, BATCH
     elif guarded(view, method):
         conf = configured()
         client = scope.get("client") or ("", 0)

@@ -25,7 +25,6 @@ from pigeon.integrations.django.answers import body_of, response_of, view_result
 from pigeon.integrations.django.conf import Configured, configured
 from pigeon.integrations.django.views import ENTRY, BatchEntry
 from pigeon.server.batch_wire import Batch, read_batch, results_json
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY
 from pigeon.server.operations import OperationRequest
 from pigeon.server.results import OpResult, problem_result, stored
 
@@ -58,7 +57,7 @@ def batch_view(request: Any) -> HttpResponse:
 
 def _read(request: Any) -> Batch | OpResult:
     """The batch, or the refusal of its body (nothing runs)."""
-    raw = body_of(request, DEFAULT_MAX_BATCH_BODY, WHAT)
+    raw = body_of(request, configured().max_batch_body, WHAT)
     return raw if isinstance(raw, OpResult) else read_batch([raw])
 
 

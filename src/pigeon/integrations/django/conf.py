@@ -5,7 +5,7 @@
         "JOBS_APP": "myapp.jobs:app",          # the pigeon.jobs.App: defer()'s checks, the worker
         "KEYS_FILE": "/etc/myapp/pigeon-keys.json",  # else PIGEON_KEYS / PIGEON_KEYS_FILE
         "LOCK_TIMEOUT": 10.0, "RESPONSE_RETENTION": 86400.0, "CLAIM_RETENTION": 2592000.0,
-        "MAX_BODY": 2 << 20, "CLAIM_WAIT": 0.5,
+        "MAX_BODY": 2 << 20, "MAX_BATCH_BODY": 16 << 20, "CLAIM_WAIT": 0.5,
     }
 
 Every key is optional. ``TEST_HOOKS`` (with ``PIGEON_TEST_HOOKS=1`` in the environment,
@@ -31,7 +31,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.claims import Claims
 from pigeon.jobs.app import App, load_app
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
-from pigeon.server.limits import DEFAULT_MAX_BODY, checked_limit
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limit
 from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 from pigeon.storage.crypto import Keyring
 
@@ -46,6 +46,7 @@ KNOWN = frozenset(
         "RESPONSE_RETENTION",
         "CLAIM_RETENTION",
         "MAX_BODY",
+        "MAX_BATCH_BODY",
         "CLAIM_WAIT",
         "TEST_HOOKS",
         "AFTER_COMMIT",
@@ -72,6 +73,7 @@ class Configured:
     max_body: int
     test_hooks: bool
     jobs_app: str | None
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY
 
     def app(self) -> App | None:
         """The project's ``pigeon.jobs.App`` (``JOBS_APP``), if it names one."""
@@ -113,14 +115,25 @@ def read(options: Mapping[str, Any]) -> Configured:
         after_commit=None if after is None else _callable(after, "AFTER_COMMIT"),
     )
     keys_file = options.get("KEYS_FILE")
+    max_body = checked_limit("PIGEON['MAX_BODY']", options.get("MAX_BODY", DEFAULT_MAX_BODY))
+    max_batch_body = checked_limit(
+        "PIGEON['MAX_BATCH_BODY']", options.get("MAX_BATCH_BODY", DEFAULT_MAX_BATCH_BODY)
+    )
+    if max_batch_body < max_body:  # an operation must fit in a batch of one
+        raise ConfigurationError(
+            f"PIGEON['MAX_BATCH_BODY'] ({max_batch_body}) must be at least "
+            f"PIGEON['MAX_BODY'] ({max_body}): an operation must fit in a batch of one",
+            field="MAX_BATCH_BODY",
+        )
     return Configured(
         claims=claims,
         principal=_callable(options.get("PRINCIPAL", user_principal), "PRINCIPAL"),
         keyring=Keyring.from_file(keys_file) if keys_file else Keyring.from_env(),
-        max_body=checked_limit("PIGEON['MAX_BODY']", options.get("MAX_BODY", DEFAULT_MAX_BODY)),
+        max_body=max_body,
         # Two keys, as for pigeon serve: the setting and the environment variable.
         test_hooks=bool(options.get("TEST_HOOKS")) and os.environ.get(TEST_HOOKS_KEY) == "1",
         jobs_app=options.get("JOBS_APP"),
+        max_batch_body=max_batch_body,
     )
 
 

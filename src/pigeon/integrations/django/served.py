@@ -92,6 +92,7 @@ def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[
         "RESPONSE_RETENTION": (policy.response_retention, usual.intake.policy.response_retention),
         "CLAIM_RETENTION": (policy.claim_retention, usual.intake.policy.claim_retention),
         "MAX_BODY": (options.limits.max_body, usual.limits.max_body),
+        "MAX_BATCH_BODY": (options.limits.max_batch_body, usual.limits.max_batch_body),
     }
     merged = dict(current)
     for name, (value, default) in commanded.items():

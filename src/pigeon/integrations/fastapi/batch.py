@@ -45,12 +45,15 @@ _OWN = frozenset(
 )
 
 
-def add_batch_route(app: FastAPI, path: str = BATCH_PATH) -> None:
-    """Serve the edge's batch at ``path`` (``Pigeon.install(app, batch=True)`` calls it)."""
+def add_batch_route(
+    app: FastAPI, path: str = BATCH_PATH, *, max_body: int = DEFAULT_MAX_BATCH_BODY
+) -> None:
+    """Serve the edge's batch at ``path`` (``Pigeon.install(app, batch=True)`` calls it),
+    a batch's body at most ``max_body`` bytes."""
     turns = anyio.CapacityLimiter(BATCHES_AT_ONCE)
 
     async def batch(request: Request) -> Response:
-        raw = await read_json_buffer(request, DEFAULT_MAX_BATCH_BODY, "a batch request")
+        raw = await read_json_buffer(request, max_body, "a batch request")
         if isinstance(raw, OpResult):
             return answer(raw)
         held: list[Any] = [raw]  # the only reference, emptied as the bytes become text

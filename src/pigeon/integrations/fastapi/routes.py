@@ -58,7 +58,7 @@ from pigeon.integrations.fastapi.sessions import AsyncSessionWork, SessionWork
 from pigeon.server.auth import ANONYMOUS
 from pigeon.server.body_first import Take, read_first
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
-from pigeon.server.limits import DEFAULT_MAX_BODY
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.messages import parse_request, read_request
 from pigeon.server.operations import OperationRequest
 from pigeon.server.options import ServerOptions
@@ -128,8 +128,9 @@ class Pigeon:
 
     ``principal``: a FastAPI dependency returning who calls (keys are scoped by it);
     without one every caller is ``anonymous``. ``keyring``: seal the stored responses and
-    job payloads as the database's other openers do. ``after_commit(keys)``: called after
-    the commit that stored their answers, before the reply (the crash tests' gap)."""
+    job payloads as the database's other openers do. ``max_body``, ``max_batch_body``: the
+    most bytes of one operation's body and of a batch's. ``after_commit(keys)``: called
+    after the commit that stored their answers, before the reply (the crash tests' gap)."""
 
     def __init__(
         self,
@@ -138,13 +139,15 @@ class Pigeon:
         policy: IdempotencyPolicy | None = None,
         keyring: Keyring | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        max_batch_body: int = DEFAULT_MAX_BATCH_BODY,
         claim_wait: float = CLAIM_WAIT,
         after_commit: Callable[[list[str]], None] | None = None,
     ) -> None:
         claims = Claims(
             policy or IdempotencyPolicy(), claim_wait=claim_wait, after_commit=after_commit
         )
-        self.served = Served(claims, keyring, max_body)
+        max_body, max_batch_body = checked_limits(max_body, max_batch_body)
+        self.served = Served(claims, keyring, max_body, max_batch_body=max_batch_body)
         # The apps installed with a server's options (pigeon serve --app), each its own.
         self._apps: weakref.WeakKeyDictionary[Any, Served] = weakref.WeakKeyDictionary()
         self._incoming = _incoming_dependency(principal or _anonymous, self._served_for)
@@ -222,7 +225,7 @@ class Pigeon:
             self._apps[app] = served_by(options, self.served)
         app.add_exception_handler(Refused, _refused)
         if batch:
-            add_batch_route(app)
+            add_batch_route(app, max_body=self._served_for(app).max_batch_body)
         # FastAPI reads a body whole before any dependency; once per app, however often
         # this Pigeon is installed on it.
         if not any(m.kwargs.get("take") == self._take for m in app.user_middleware):

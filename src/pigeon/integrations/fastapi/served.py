@@ -27,6 +27,7 @@ from fastapi import HTTPException, Request
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
 from pigeon.integrations.claims import Claims, refuse_unheeded_intake
 from pigeon.server.auth import principal_of
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, checked_limits
 from pigeon.server.options import ServerOptions, over_own
 from pigeon.storage.crypto import Keyring
 
@@ -41,11 +42,12 @@ class Served:
     keyring: Keyring | None
     max_body: int
     test_hooks: bool = False
+    max_batch_body: int = DEFAULT_MAX_BATCH_BODY
 
 
 def served_by(options: ServerOptions, own: Served) -> Served:
     """``options`` over an app's ``own`` settings (`over_own`: what the command was not
-    given leaves the app's policy, body limit and keyring); the intake's options that
+    given leaves the app's policy, body limits and keyring); the intake's options that
     have no meaning in the application's own transaction are refused (ConfigurationError
     naming them). The test hooks are always the command's."""
     intake, usual = options.intake, ServerOptions()
@@ -55,8 +57,12 @@ def served_by(options: ServerOptions, own: Served) -> Served:
     like = own.claims
     policy = over_own(intake.policy, usual.intake.policy, like.policy)
     claims = Claims(policy, like.now, like.claim_wait, like.after_commit)
-    max_body = over_own(options.limits.max_body, usual.limits.max_body, own.max_body)
-    return Served(claims, keyring, max_body, intake.test_hooks)
+    limits, usual_limits = options.limits, usual.limits
+    max_body, max_batch_body = checked_limits(
+        over_own(limits.max_body, usual_limits.max_body, own.max_body),
+        over_own(limits.max_batch_body, usual_limits.max_batch_body, own.max_batch_body),
+    )
+    return Served(claims, keyring, max_body, intake.test_hooks, max_batch_body)
 
 
 def principal_from(options: ServerOptions) -> Callable[[Request], str]:
