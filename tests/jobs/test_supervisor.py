@@ -43,6 +43,14 @@ def test_budget_is_checked(server_db_url: str) -> None:
         Supervisor("nocolon", server_db_url, {"chaos": 1})
 
 
+def test_its_sizes_are_said_in_one_line(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    assert Supervisor(APP, db, {"chaos": 1}, processes=1).sizes() == (
+        "1 process, threads min:max {'chaos': '1:1'}"
+    )
+    assert Supervisor(APP, db, {"chaos": 4}, processes=2).sizes().startswith("2 processes, ")
+
+
 def _napping(db: Database, url: str, seconds: float) -> tuple[Supervisor, int]:
     """One worker process under its supervisor, holding a ``nap`` of ``seconds``."""
     job_id = JobManager(db).enqueue(JobSpec("slow", "nap", {"seconds": seconds, "n": 1}))

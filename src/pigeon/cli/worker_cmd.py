@@ -168,13 +168,12 @@ def worker(
     # its start, and the supervisor would relaunch them forever.
     check_db(db)
     logs.configure(log_format, logging.INFO, log_redact or ())
-    shown = {q: str(b) for q, b in supervisor.budgets.items()}
     runs = (
         "the reference app's jobs (--app module:attr runs yours)"
         if app == DEMO_APP
         else f"the app {app}"
     )
-    typer.echo(f"pigeon worker: {runs}; {len(supervisor.slots)} processes, threads min:max {shown}")
+    typer.echo(f"pigeon worker: {runs}; {supervisor.sizes()}")
     runner = make_runner(db, relay_to, "worker", keys_file=keys_file).start() if relay_to else None
     try:
         supervisor.run()

@@ -171,6 +171,12 @@ class Supervisor:
         for slot in self.slots:
             self._launch(slot)
 
+    def sizes(self) -> str:
+        """Its processes and each queue's threads, as the commands that start it say them."""
+        n = len(self.slots)
+        threads = {q: str(b) for q, b in self.budgets.items()}
+        return f"{n} process{'' if n == 1 else 'es'}, threads min:max {threads}"
+
     def pids(self) -> list[int]:
         return [s.process.pid for s in self.slots if s.process and s.process.pid is not None]
 

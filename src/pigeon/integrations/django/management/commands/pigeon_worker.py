@@ -64,7 +64,6 @@ class Command(BaseCommand):
         except PigeonError as exc:
             raise CommandError(str(exc)) from exc
         logs.configure("text", "INFO")
-        shown = {q: str(b) for q, b in supervisor.budgets.items()}
-        self.stdout.write(f"pigeon worker: {len(supervisor.slots)} processes, threads {shown}")
+        self.stdout.write(f"pigeon worker: {supervisor.sizes()}")
         self.stdout.flush()
         supervisor.run()
