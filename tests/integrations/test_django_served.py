@@ -91,6 +91,7 @@ def test_two_serving_processes_serve_a_project_migrated_first(tmp_path: Path) ->
         (["--auth", "jwt"], {"PIGEON_JWT_SECRET": "s" * 32}, "does not heed --auth jwt"),
         (["--in-progress-wait", "1"], {}, "does not heed --in-progress-wait"),
         (["--claim-mode", "separate"], {}, "does not heed --claim-mode separate"),
+        (["--durability", "normal"], {}, "does not heed --durability normal"),
         ([], {"NOTES_DB": "elsewhere.db"}, "is not the project's default database"),
         ([], {"NOTES_DB": "postgresql://u:hush@127.0.0.1/x"}, "is not the project's default"),
         ([], {"DJANGO_SETTINGS_MODULE": ""}, "DJANGO_SETTINGS_MODULE names no settings"),

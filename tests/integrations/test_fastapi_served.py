@@ -25,7 +25,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.fastapi import Pigeon
 from pigeon.server import IntakeOptions, ServerOptions
 from pigeon.server.idempotency import IdempotencyPolicy
-from pigeon.server.options import BodyLimits, over_own
+from pigeon.server.options import BodyLimits, DatabaseOptions, over_own
 from pigeon.storage.crypto import Keyring, generate_key
 from tests import processes
 from tests.integrations.orders_app import create_app, sqlalchemy_url
@@ -127,18 +127,22 @@ def test_killed_after_the_commit_by_the_crash_hook_the_resend_replays(tmp_path: 
 
 
 @pytest.mark.parametrize(
-    ("intake", "field"),
+    ("options", "field"),
     [
-        (IntakeOptions(claim_mode="separate"), "claim_mode"),
-        (IntakeOptions(in_progress_wait=2), "in_progress_wait"),
+        (ServerOptions(intake=IntakeOptions(claim_mode="separate")), "claim_mode"),
+        (ServerOptions(intake=IntakeOptions(in_progress_wait=2)), "in_progress_wait"),
+        (ServerOptions(database=DatabaseOptions("o.db", durability="normal")), "durability"),
     ],
 )
-def test_intake_options_with_no_meaning_in_the_apps_transaction_are_refused(
-    intake: IntakeOptions, field: str
+def test_options_with_no_meaning_where_the_app_writes_are_refused(
+    options: ServerOptions, field: str
 ) -> None:
     with pytest.raises(ConfigurationError) as refused:
-        Pigeon().install(FastAPI(), options=ServerOptions(intake=intake))
+        Pigeon().install(FastAPI(), options=options)
     assert refused.value.field == field
+    # On PostgreSQL --durability means nothing to pigeon either: taken without a word.
+    on_postgres = ServerOptions(database=DatabaseOptions("postgresql://h/d", durability="normal"))
+    Pigeon().install(FastAPI(), options=on_postgres)
 
 
 def test_what_the_command_was_not_given_leaves_the_apps_own_settings(app_db: str) -> None:

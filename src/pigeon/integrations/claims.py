@@ -55,7 +55,7 @@ from pigeon.server.idempotency import (
 )
 from pigeon.server.inflight import InFlight
 from pigeon.server.operations import Failed, OperationRequest
-from pigeon.server.options import IntakeOptions
+from pigeon.server.options import ServerOptions
 from pigeon.server.replay import claim_refusal
 from pigeon.server.results import OpResult, lost_claim, store_unavailable, stored
 from pigeon.server.validation import invalid
@@ -314,11 +314,13 @@ class Claims:
         return result
 
 
-def refuse_unheeded_intake(intake: IntakeOptions, who: str) -> None:
-    """Refuse (ConfigurationError naming the field) the intake's options that a key claimed
-    in the application's own transaction cannot heed, ``who`` (an app's route or view)
-    being what claims it: the separate claim mode, and a wait for a duplicate in progress,
-    which it answers 409 at once."""
+def refuse_unheeded_by_apps(options: ServerOptions, who: str) -> None:
+    """Refuse (ConfigurationError naming the field) the options that an application whose
+    key is claimed in its own transaction cannot heed, ``who`` (an app's route or view)
+    being what claims it: the separate claim mode; a wait for a duplicate in progress,
+    which it answers 409 at once; SQLite's ``--durability normal``, a setting of pigeon's
+    own connections, where the app writes through its own."""
+    intake = options.intake
     if intake.claim_mode != "inline":
         raise ConfigurationError(
             f"{who} claims its key in the handler's own transaction: it does not heed "
@@ -330,6 +332,13 @@ def refuse_unheeded_intake(intake: IntakeOptions, who: str) -> None:
             f"{who} answers a duplicate of a request in progress 409 at once: it does not "
             "heed --in-progress-wait (in_progress_wait)",
             field="in_progress_wait",
+        )
+    database = options.database
+    if database is not None and not database.is_postgres and database.durability != "full":
+        raise ConfigurationError(
+            f"{who} writes through the application's own connections: it does not heed "
+            "--durability normal (set PRAGMA synchronous on those connections instead)",
+            field="durability",
         )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from pigeon.exceptions import ConfigurationError
-from pigeon.integrations.claims import refuse_unheeded_intake
+from pigeon.integrations.claims import refuse_unheeded_by_apps
 from pigeon.integrations.django.asgi import read_bodies_first
 from pigeon.integrations.django.worker import database_url, same_database
 from pigeon.server.options import ServerOptions, over_own
@@ -78,7 +78,7 @@ def refuse_unheeded(options: ServerOptions) -> None:
                 "its callers itself (PIGEON['PRINCIPAL'])",
                 field=field,
             )
-    refuse_unheeded_intake(options.intake, "a Django project's @idempotent view")
+    refuse_unheeded_by_apps(options, "a Django project's @idempotent view")
 
 
 def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[str, Any]:

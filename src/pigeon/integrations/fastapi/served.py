@@ -25,7 +25,7 @@ from pathlib import Path
 from fastapi import HTTPException, Request
 
 from pigeon.exceptions import AuthorizationRequired, ConfigurationError
-from pigeon.integrations.claims import Claims, refuse_unheeded_intake
+from pigeon.integrations.claims import Claims, refuse_unheeded_by_apps
 from pigeon.server.auth import principal_of
 from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, checked_limits
 from pigeon.server.options import ServerOptions, over_own
@@ -47,11 +47,11 @@ class Served:
 
 def served_by(options: ServerOptions, own: Served) -> Served:
     """``options`` over an app's ``own`` settings (`over_own`: what the command was not
-    given leaves the app's policy, body limits and keyring); the intake's options that
-    have no meaning in the application's own transaction are refused (ConfigurationError
-    naming them). The test hooks are always the command's."""
+    given leaves the app's policy, body limits and keyring); the options that have no
+    meaning where the application writes are refused (ConfigurationError naming them,
+    `refuse_unheeded_by_apps`). The test hooks are always the command's."""
     intake, usual = options.intake, ServerOptions()
-    refuse_unheeded_intake(intake, "an @idempotent route")
+    refuse_unheeded_by_apps(options, "an @idempotent route")
     named = options.database.keyring() if options.database is not None else None
     keyring = named if named is not None else own.keyring  # --keys-file, or the environment's
     like = own.claims
