@@ -34,18 +34,23 @@ def checked_limit(name: str, value: object) -> int:
     return value
 
 
-def checked_limits(max_body: object, max_batch_body: object) -> tuple[int, int]:
+def checked_limits(
+    max_body: object,
+    max_batch_body: object,
+    names: tuple[str, str] = ("max_body", "max_batch_body"),
+) -> tuple[int, int]:
     """Both limits, each checked, and in order, or a ConfigurationError naming the one to
-    blame. An operation the single route accepts must also fit in a batch of one: else
-    the client, splitting a refused batch down to it, takes the batch route's 413 as
-    permanent."""
-    body = checked_limit("max_body", max_body)
-    batch = checked_limit("max_batch_body", max_batch_body)
+    blame (as ``names`` call them: a Django project's are its settings'). An operation
+    the single route accepts must also fit in a batch of one: else the client, splitting
+    a refused batch down to it, takes the batch route's 413 as permanent."""
+    body_name, batch_name = names
+    body = checked_limit(body_name, max_body)
+    batch = checked_limit(batch_name, max_batch_body)
     if batch < body:
         raise ConfigurationError(
-            f"max_batch_body ({batch}) must be at least max_body ({body}): "
+            f"{batch_name} ({batch}) must be at least {body_name} ({body}): "
             "an operation must fit in a batch of one",
-            field="max_batch_body",
+            field=batch_name,
         )
     return body, batch
 

@@ -31,7 +31,7 @@ from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.claims import Claims
 from pigeon.jobs.app import App, load_app
 from pigeon.server.idempotency import CLAIM_WAIT, IdempotencyPolicy
-from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limit
+from pigeon.server.limits import DEFAULT_MAX_BATCH_BODY, DEFAULT_MAX_BODY, checked_limits
 from pigeon.server.testhooks import ENV_KEY as TEST_HOOKS_KEY
 from pigeon.storage.crypto import Keyring
 
@@ -115,16 +115,11 @@ def read(options: Mapping[str, Any]) -> Configured:
         after_commit=None if after is None else _callable(after, "AFTER_COMMIT"),
     )
     keys_file = options.get("KEYS_FILE")
-    max_body = checked_limit("PIGEON['MAX_BODY']", options.get("MAX_BODY", DEFAULT_MAX_BODY))
-    max_batch_body = checked_limit(
-        "PIGEON['MAX_BATCH_BODY']", options.get("MAX_BATCH_BODY", DEFAULT_MAX_BATCH_BODY)
+    max_body, max_batch_body = checked_limits(
+        options.get("MAX_BODY", DEFAULT_MAX_BODY),
+        options.get("MAX_BATCH_BODY", DEFAULT_MAX_BATCH_BODY),
+        names=("PIGEON['MAX_BODY']", "PIGEON['MAX_BATCH_BODY']"),
     )
-    if max_batch_body < max_body:  # an operation must fit in a batch of one
-        raise ConfigurationError(
-            f"PIGEON['MAX_BATCH_BODY'] ({max_batch_body}) must be at least "
-            f"PIGEON['MAX_BODY'] ({max_body}): an operation must fit in a batch of one",
-            field="MAX_BATCH_BODY",
-        )
     return Configured(
         claims=claims,
         principal=_callable(options.get("PRINCIPAL", user_principal), "PRINCIPAL"),
