@@ -54,6 +54,14 @@ KNOWN = frozenset(
 )
 
 
+# The settings of the idempotency policy, and the policy's field each one sets.
+POLICY_SETTINGS = {
+    "LOCK_TIMEOUT": "lock_timeout",
+    "RESPONSE_RETENTION": "response_retention",
+    "CLAIM_RETENTION": "claim_retention",
+}
+
+
 def user_principal(request: Any) -> str | None:
     """The default principal: the signed-in user's primary key (stable, where a username
     may change); None for a request without one (then ``anonymous``)."""
@@ -98,15 +106,7 @@ def read(options: Mapping[str, Any]) -> Configured:
     if unknown:
         raise ConfigurationError(f"settings.PIGEON has unknown keys {unknown}: {sorted(KNOWN)}")
     policy = IdempotencyPolicy(
-        **{
-            field: float(options[key])
-            for key, field in (
-                ("LOCK_TIMEOUT", "lock_timeout"),
-                ("RESPONSE_RETENTION", "response_retention"),
-                ("CLAIM_RETENTION", "claim_retention"),
-            )
-            if key in options
-        }
+        **{field: float(options[key]) for key, field in POLICY_SETTINGS.items() if key in options}
     )
     after = options.get("AFTER_COMMIT")
     claims = Claims(

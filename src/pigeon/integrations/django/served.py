@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 from pigeon.exceptions import ConfigurationError
 from pigeon.integrations.claims import refuse_unheeded_by_apps
 from pigeon.integrations.django.asgi import read_bodies_first
+from pigeon.integrations.django.conf import POLICY_SETTINGS
 from pigeon.integrations.django.worker import database_url, same_database
 from pigeon.server.options import ServerOptions, over_own
 from pigeon.urls import redact_urls
@@ -88,12 +89,11 @@ def pigeon_settings(options: ServerOptions, current: Mapping[str, Any]) -> dict[
     hooks are always the command's, so a project's settings cannot turn them on unasked."""
     policy, usual = options.intake.policy, ServerOptions()
     commanded = {
-        "LOCK_TIMEOUT": (policy.lock_timeout, usual.intake.policy.lock_timeout),
-        "RESPONSE_RETENTION": (policy.response_retention, usual.intake.policy.response_retention),
-        "CLAIM_RETENTION": (policy.claim_retention, usual.intake.policy.claim_retention),
-        "MAX_BODY": (options.limits.max_body, usual.limits.max_body),
-        "MAX_BATCH_BODY": (options.limits.max_batch_body, usual.limits.max_batch_body),
+        name: (getattr(policy, field), getattr(usual.intake.policy, field))
+        for name, field in POLICY_SETTINGS.items()
     }
+    commanded["MAX_BODY"] = (options.limits.max_body, usual.limits.max_body)
+    commanded["MAX_BATCH_BODY"] = (options.limits.max_batch_body, usual.limits.max_batch_body)
     merged = dict(current)
     for name, (value, default) in commanded.items():
         merged[name] = over_own(value, default, current.get(name, value))
